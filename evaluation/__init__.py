@@ -3,5 +3,13 @@
 from ._checks import UndefinedMetricWarning
 from .calibration import calibrate_threshold
 from .image import image_metrics, roc_points
+from .pixel import PixelMetricAccumulator, pixel_metrics
 
-__all__ = ["UndefinedMetricWarning", "calibrate_threshold", "image_metrics", "roc_points"]
+__all__ = [
+    "PixelMetricAccumulator",
+    "UndefinedMetricWarning",
+    "calibrate_threshold",
+    "image_metrics",
+    "pixel_metrics",
+    "roc_points",
+]

@@ -1,0 +1,158 @@
+import math
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from evaluation import UndefinedMetricWarning
+from evaluation.pixel import (
+    PIXEL_KEYS,
+    PixelMetricAccumulator,
+    boundary_band,
+    pixel_metrics,
+    resize_mask_nearest,
+)
+
+
+def sk_reference(masks, probs, threshold=0.5):
+    """Per-image scikit-learn metrics over manipulated images, pooled counts, genuine FPR."""
+    f1, iou, auc, best, fpr_g = [], [], [], [], []
+    tp = fp = fn = 0
+    for m, p in zip(masks, probs):
+        y, s = m.ravel().astype(int), p.ravel().astype(np.float32)
+        pred = (s >= threshold).astype(int)
+        if not y.any():
+            fpr_g.append(pred.mean())
+            continue
+        f1.append(skm.f1_score(y, pred, zero_division=0))
+        iou.append(skm.jaccard_score(y, pred, zero_division=0))
+        auc.append(skm.roc_auc_score(y, s) if not y.all() else np.nan)
+        prec, rec, _ = skm.precision_recall_curve(y, s)
+        with np.errstate(invalid="ignore"):
+            best.append(np.nanmax(np.where(prec + rec > 0, 2 * prec * rec / (prec + rec), 0)))
+        tp += np.sum(pred & y)
+        fp += np.sum(pred & (1 - y))
+        fn += np.sum((1 - pred) & y)
+    return {
+        "pixel_f1": np.mean(f1), "pixel_iou": np.mean(iou), "pixel_auroc": np.nanmean(auc),
+        "pixel_f1_best": np.mean(best), "pixel_f1_pooled": 2 * tp / (2 * tp + fp + fn),
+        "pixel_iou_pooled": tp / (tp + fp + fn),
+        "pixel_fpr_genuine": np.mean(fpr_g) if fpr_g else np.nan, "n_masks": len(f1),
+    }
+
+
+def random_set(seed, n=8, size=(24, 32), ties=False):
+    rng = np.random.default_rng(seed)
+    masks, probs = [], []
+    for i in range(n):
+        m = np.zeros(size, bool)
+        if i % 4:  # every fourth image is genuine
+            r, c = rng.integers(0, size[0] - 6), rng.integers(0, size[1] - 6)
+            m[r : r + rng.integers(3, 12), c : c + rng.integers(3, 14)] = True
+        p = np.clip(rng.random(size) * 0.7 + 0.35 * m, 0, 1).astype(np.float32)
+        if ties:
+            p = np.round(p, 1).astype(np.float32)
+        masks.append(m)
+        probs.append(p)
+    return masks, probs
+
+
+@pytest.mark.parametrize("seed,ties", [(0, False), (1, True), (2, False), (3, True)])
+def test_matches_sklearn_per_image(seed, ties):
+    masks, probs = random_set(seed, ties=ties)
+    got = pixel_metrics(masks, probs, threshold=0.45)
+    want = sk_reference(masks, probs, threshold=0.45)
+    assert list(got) == list(PIXEL_KEYS)
+    for key in PIXEL_KEYS:
+        assert got[key] == pytest.approx(want[key], abs=1e-9), key
+
+
+def test_streaming_equals_one_shot():
+    masks, probs = random_set(5, n=12)
+    one_shot = pixel_metrics(np.stack(masks), np.stack(probs)[:, None])
+    acc = PixelMetricAccumulator()
+    for start in range(0, 12, 5):  # uneven batches, list and array inputs mixed
+        batch_m, batch_p = masks[start : start + 5], probs[start : start + 5]
+        acc.update(np.stack(batch_m) if start else batch_m, np.stack(batch_p))
+    assert acc.compute() == one_shot
+    left, right = PixelMetricAccumulator(), PixelMetricAccumulator()
+    left.update(masks[:7], probs[:7])
+    right.update(masks[7:], probs[7:])
+    assert left.merge(right).compute() == one_shot
+
+
+def test_torch_tensors_accepted():
+    import torch
+
+    masks, probs = random_set(6, n=4)
+    got = pixel_metrics(torch.tensor(np.stack(masks))[:, None], torch.tensor(np.stack(probs))[:, None])
+    assert got == pixel_metrics(masks, probs)
+
+
+def test_perfect_prediction_and_all_positive_mask():
+    m = np.zeros((8, 8), bool)
+    m[2:5, 2:6] = True
+    full = np.ones((8, 8), bool)
+    with pytest.warns(UndefinedMetricWarning, match="pixel_fpr_genuine"):
+        got = pixel_metrics([m, full], [m.astype(np.float32), np.full((8, 8), 0.9, np.float32)])
+    assert got["pixel_f1"] == 1.0 and got["pixel_iou"] == 1.0 and got["pixel_f1_best"] == 1.0
+    # AUROC is undefined on the all-positive mask and averaged over the image where it exists.
+    assert got["pixel_auroc"] == 1.0 and got["n_masks"] == 2
+
+
+def test_genuine_only_and_empty_prediction():
+    with pytest.warns(UndefinedMetricWarning):
+        got = pixel_metrics([np.zeros((4, 4)), None], [np.full((4, 4), 0.7), np.zeros((4, 4))])
+    assert got["n_masks"] == 0 and math.isnan(got["pixel_f1"]) and math.isnan(got["pixel_auroc"])
+    assert got["pixel_fpr_genuine"] == 0.5  # all pixels of one image, none of the other
+    m = np.zeros((4, 4), bool)
+    m[0, 0] = True
+    missed = pixel_metrics([m, None], [np.zeros((4, 4)), np.zeros((4, 4))])
+    assert missed["pixel_f1"] == 0.0 and missed["pixel_iou"] == 0.0 and missed["pixel_f1_pooled"] == 0.0
+
+
+@pytest.mark.filterwarnings("ignore:pixel_fpr_genuine")
+def test_uint8_masks_resized_nearest():
+    small = np.zeros((4, 4), np.uint8)
+    small[:2, :2] = 255
+    big = resize_mask_nearest(small >= 128, (8, 8))
+    assert big[:4, :4].all() and not big[4:].any() and not big[:, 4:].any()
+    got = pixel_metrics([small], [big.astype(np.float32)])
+    assert got["pixel_f1"] == 1.0
+    odd = resize_mask_nearest(np.eye(3, dtype=bool), (7, 5))
+    assert set(np.unique(odd)) <= {False, True} and odd.shape == (7, 5)
+
+
+@pytest.mark.filterwarnings("ignore:pixel_fpr_genuine")
+def test_boundary_band_and_tolerance():
+    m = np.zeros((11, 11), bool)
+    m[3:8, 3:8] = True
+    band = boundary_band(m, 1)
+    # Outer ring of the square (dilated minus square) plus its inner ring (square minus eroded).
+    expected = np.zeros_like(m)
+    expected[2:9, 2:9] = True
+    expected[4:7, 4:7] = False
+    np.testing.assert_array_equal(band, expected)
+    # A prediction one pixel too large is perfect once the 1-pixel band is ignored.
+    pred = np.zeros((11, 11), np.float32)
+    pred[2:9, 2:9] = 1
+    assert pixel_metrics([m], [pred])["pixel_f1"] < 1
+    assert pixel_metrics([m], [pred], boundary_tolerance=1)["pixel_f1"] == 1.0
+
+
+def test_nan_probabilities_raise():
+    with pytest.raises(ValueError, match="NaN"):
+        pixel_metrics([np.ones((2, 2))], [np.array([[0.1, np.nan], [0.2, 0.3]])])
+
+
+def test_mismatched_batch_raises():
+    with pytest.raises(ValueError, match="masks"):
+        pixel_metrics([np.ones((2, 2))], [np.zeros((2, 2)), np.zeros((2, 2))])
+
+
+def test_fast_mode_skips_curves_without_warning(recwarn):
+    masks, probs = random_set(9, n=5)
+    got = pixel_metrics(masks, probs, per_image_curves=False)
+    assert math.isnan(got["pixel_auroc"]) and math.isnan(got["pixel_f1_best"])
+    assert got["pixel_f1"] == pixel_metrics(masks, probs)["pixel_f1"]
+    assert not [w for w in recwarn if issubclass(w.category, UndefinedMetricWarning)]
