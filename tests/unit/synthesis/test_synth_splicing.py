@@ -1,0 +1,111 @@
+"""Splicing, copy-move and inpainting: masks cover every changed pixel, results repeat per seed."""
+import cv2
+import numpy as np
+import pytest
+from skimage import data
+
+from synthesis.common import changed_pixels
+from synthesis.copy_move import copy_move, farthest_grid_position, inpaint_region
+from synthesis.segment import object_candidates, otsu_object_mask
+from synthesis.splicing import pair_similarity, rank_pairs, splice, splice_both_ways
+
+ASTRONAUT = data.astronaut()[::2, ::2].copy()  # 256 x 256
+COFFEE = data.coffee()[::2, ::2].copy()  # 200 x 300
+CHELSEA = data.chelsea()[::2, ::2].copy()  # 150 x 226
+
+
+def _disk_image() -> np.ndarray:
+    image = np.full((120, 160, 3), 40, np.uint8)
+    cv2.circle(image, (50, 60), 25, (220, 200, 180), -1)
+    return image
+
+
+def test_pair_similarity_follows_the_seed_weights():
+    a = ASTRONAUT
+    assert pair_similarity(a, a) == pytest.approx(1.0, abs=1e-6)
+    flipped = a[::-1].copy()  # same histogram and size, different structure
+    s = pair_similarity(a, flipped)
+    assert 0.6 - 1e-6 <= s < 1.0
+    half = cv2.resize(a, (128, 256))
+    assert pair_similarity(a, half) < pair_similarity(a, cv2.resize(a, (250, 256)))
+    ranked = rank_pairs([a, COFFEE, a.copy()])
+    assert (ranked[0][0], ranked[0][1]) == (0, 2) and len(ranked) == 3
+
+
+def test_otsu_object_picks_the_enclosed_side():
+    mask = otsu_object_mask(_disk_image())
+    expected = np.zeros((120, 160), np.uint8)
+    cv2.circle(expected, (50, 60), 25, 1, -1)
+    assert (mask == expected.astype(bool)).mean() > 0.99
+
+
+@pytest.mark.parametrize("pair", [(ASTRONAUT, COFFEE), (_disk_image(), CHELSEA)])
+def test_splice_mask_covers_changes(pair):
+    obj, bg = pair
+    result = splice(obj, bg, np.random.default_rng(0))
+    assert result.image.shape == bg.shape and result.mask.shape == bg.shape[:2]
+    changed = changed_pixels(result.image, bg)
+    assert changed.any() and not (changed & ~result.mask).any()
+    assert changed[result.mask].mean() > 0.5  # the object really replaced the background
+    assert result.meta["area_ratio"] == pytest.approx(result.mask.mean(), abs=1e-6)
+
+
+def test_splice_both_ways_and_determinism():
+    ab, ba = splice_both_ways(ASTRONAUT, COFFEE, np.random.default_rng(3))
+    assert ab.image.shape == COFFEE.shape and ba.image.shape == ASTRONAUT.shape
+    again, _ = splice_both_ways(ASTRONAUT, COFFEE, np.random.default_rng(3))
+    assert np.array_equal(ab.image, again.image) and np.array_equal(ab.mask, again.mask)
+    with pytest.raises(ValueError, match="covers"):
+        splice(np.zeros((64, 64, 3), np.uint8), COFFEE, np.random.default_rng(0))
+
+
+def test_object_candidates_respect_area_bounds():
+    for mask in object_candidates(COFFEE):
+        assert 0.10 <= mask.mean() <= 0.60
+
+
+@pytest.mark.parametrize("image", [ASTRONAUT, COFFEE, CHELSEA])
+def test_copy_move_mask_is_the_pasted_region(image):
+    result = copy_move(image, np.random.default_rng(1))
+    changed = changed_pixels(result.image, image)
+    assert changed.any() and not (changed & ~result.mask).any()
+    x0, y0, x1, y1 = result.meta["source_bbox"]
+    tx, ty, tx1, ty1 = result.meta["target_bbox"]
+    assert 0 <= tx and 0 <= ty and tx1 <= image.shape[1] and ty1 <= image.shape[0]
+    assert (tx, ty) != (x0, y0)
+    # the core of the pasted region is an exact copy of the source object
+    core = cv2.erode(result.mask.astype(np.uint8), np.ones((11, 11), np.uint8)).astype(bool)
+    ys, xs = np.nonzero(core)
+    assert np.array_equal(result.image[ys, xs], image[ys - ty + y0, xs - tx + x0])
+    assert 0.10 <= result.mask.mean() <= 0.60
+    again = copy_move(image, np.random.default_rng(1))
+    assert np.array_equal(again.image, result.image) and np.array_equal(again.mask, result.mask)
+
+
+def test_farthest_grid_position_goes_to_the_far_corner():
+    rng = np.random.default_rng(0)
+    x, y = farthest_grid_position((10, 10, 40, 30), (200, 300), rng, jitter=0.0)
+    assert (x, y) == (260, 170)
+    for seed in range(20):
+        x, y = farthest_grid_position((10, 10, 40, 30), (200, 300), np.random.default_rng(seed))
+        assert 0 <= x <= 260 and 0 <= y <= 170 and x >= 260 - 20 and y >= 170 - 20
+
+
+def test_copy_move_rejects_a_frame_filling_object():
+    with pytest.raises(ValueError):
+        copy_move(COFFEE, np.random.default_rng(0), object_mask=np.ones(COFFEE.shape[:2], bool))
+
+
+@pytest.mark.parametrize("method", ["telea", "ns"])
+def test_inpainting_changes_only_the_region(method):
+    result = inpaint_region(COFFEE, np.random.default_rng(2), method=method)
+    changed = changed_pixels(result.image, COFFEE)
+    assert changed.any() and not (changed & ~result.mask).any()
+    assert 0.005 < result.mask.mean() < 0.2
+    again = inpaint_region(COFFEE, np.random.default_rng(2), method=method)
+    assert np.array_equal(again.image, result.image)
+    given = np.zeros(COFFEE.shape[:2], bool)
+    given[50:80, 100:150] = True
+    removed = inpaint_region(COFFEE, np.random.default_rng(0), mask=given)
+    assert np.array_equal(removed.mask, given)
+    assert not changed_pixels(removed.image, COFFEE)[~given].any()
