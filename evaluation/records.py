@@ -1,0 +1,82 @@
+"""Column access for result tables, so protocols accept a DataFrame, a dict of columns or a list of
+row dicts (as read from a manifest or infer.py's output) without ``evaluation`` needing pandas."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .image import image_metrics
+
+Records = Any  # pandas.DataFrame | Mapping[str, Sequence] | Sequence[Mapping[str, Any]]
+
+
+def as_columns(records: Records) -> dict[str, np.ndarray]:
+    """Columns as numpy arrays, whatever tabular shape the records come in."""
+    if hasattr(records, "columns") and hasattr(records, "to_numpy"):  # DataFrame-like
+        return {str(c): np.asarray(records[c].to_numpy()) for c in records.columns}
+    if isinstance(records, Mapping):
+        return {str(k): np.asarray(v) for k, v in records.items()}
+    rows = list(records)
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k in row if k not in keys)
+    return {k: np.asarray([row.get(k) for row in rows]) for k in keys}
+
+
+def column(cols: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    if name not in cols:
+        raise KeyError(f"records have no column {name!r}; available: {sorted(cols)}")
+    return cols[name]
+
+
+def group_names(values: np.ndarray) -> np.ndarray:
+    """Group keys as strings; missing values (None, NaN, '') become '' so they group together."""
+    out = []
+    for v in values.tolist():
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            out.append("")
+        else:
+            out.append(str(v))
+    return np.asarray(out, dtype=object)
+
+
+def by_group(
+    records: Records,
+    column_name: str = "group",
+    metric_fn: Callable[..., dict] = image_metrics,
+    shared_negatives: bool = True,
+    label: str = "label",
+    score: str = "score",
+    **metric_kwargs,
+) -> dict[str, dict]:
+    """Metrics per value of ``column_name`` (e.g. generator), nested under the group's name.
+
+    With ``shared_negatives`` (the FraudBench convention for generators) each group is scored as
+    its own fakes against every genuine image, and groups holding no fake are left out; without it
+    each group is scored on its own rows only (the right choice for ``category``).
+    """
+    cols = as_columns(records)
+    y = np.asarray(column(cols, label))
+    s = np.asarray(column(cols, score), dtype=float)
+    names = group_names(column(cols, column_name))
+    out: dict[str, dict] = {}
+    negative = y == 0
+    for name in sorted(set(names.tolist())):
+        member = names == name
+        if shared_negatives:
+            positive = member & ~negative
+            if not positive.any():
+                continue
+            rows = positive | negative
+        else:
+            rows = member
+        out[name or "(none)"] = metric_fn(y[rows], s[rows], **metric_kwargs)
+    return out
+
+
+def by_category(records: Records, column_name: str = "category", **kwargs) -> dict[str, dict]:
+    """Per-category metrics: every category is scored on its own fakes and genuines."""
+    kwargs.setdefault("shared_negatives", False)
+    return by_group(records, column_name, **kwargs)
