@@ -1,0 +1,127 @@
+"""Robustness sweep (THEMIS section 4.3): perturb inputs with JPEG, Gaussian blur and rescaling at
+growing strength and report metric-vs-strength curves.
+
+The detector is injected as ``score_fn(list of uint8 H x W x 3 RGB images) -> scores``, so this
+module needs no model code; infer.py wires a checkpoint or an ONNX model into it.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Callable, Mapping, Sequence
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from .image import image_metrics
+
+Perturbation = Callable[[np.ndarray, float], np.ndarray]
+ScoreFn = Callable[[list], np.ndarray]
+
+
+def _check_image(image: np.ndarray) -> np.ndarray:
+    image = np.asarray(image)
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(
+            f"perturbations take uint8 H x W x 3 RGB images, got {image.dtype} {image.shape}"
+        )
+    return image
+
+
+def jpeg(image: np.ndarray, quality: float) -> np.ndarray:
+    """Re-encode as JPEG at ``quality`` (Pillow, 4:2:0 chroma as most uploads are)."""
+    image = _check_image(image)
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG", quality=int(round(quality)))
+    buffer.seek(0)
+    with Image.open(buffer) as decoded:
+        return np.asarray(decoded.convert("RGB"))
+
+
+def gaussian_blur(image: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian blur with standard deviation ``sigma`` pixels; sigma 0 returns the image unchanged."""
+    image = _check_image(image)
+    if sigma <= 0:
+        return image.copy()
+    return cv2.GaussianBlur(image, (0, 0), sigmaX=float(sigma), sigmaY=float(sigma))
+
+
+def rescale(image: np.ndarray, factor: float) -> np.ndarray:
+    """Resize by ``factor`` (area averaging when shrinking, bilinear when enlarging); the detector
+    sees the new size, as it would with a re-uploaded image."""
+    image = _check_image(image)
+    if factor == 1:
+        return image.copy()
+    h, w = image.shape[:2]
+    size = (max(1, int(round(w * factor))), max(1, int(round(h * factor))))
+    interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_LINEAR
+    return cv2.resize(image, size, interpolation=interpolation)
+
+
+PERTURBATIONS: dict[str, Perturbation] = {"jpeg": jpeg, "blur": gaussian_blur, "rescale": rescale}
+DEFAULT_LEVELS: dict[str, tuple[float, ...]] = {
+    "jpeg": (95, 85, 75, 60, 45, 30),
+    "blur": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0),
+    "rescale": (0.5, 0.75, 1.0, 1.25, 1.5),
+}
+DEFAULT_CURVE_KEYS = ("auroc", "pauroc@0.1", "ap", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy")
+
+
+def _is_identity(name: str, level: float) -> bool:
+    return (name == "blur" and level <= 0) or (name == "rescale" and level == 1)
+
+
+def _score_all(score_fn: ScoreFn, images: Sequence, transform, batch_size: int) -> np.ndarray:
+    out = []
+    for start in range(0, len(images), batch_size):
+        batch = [transform(np.asarray(im)) for im in images[start : start + batch_size]]
+        scores = np.asarray(score_fn(batch), dtype=float).reshape(-1)
+        if scores.size != len(batch):
+            raise ValueError(f"score_fn returned {scores.size} scores for {len(batch)} images")
+        out.append(scores)
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def robustness_sweep(
+    score_fn: ScoreFn,
+    images: Sequence[np.ndarray],
+    labels,
+    levels: Mapping[str, Sequence[float]] | None = None,
+    threshold: float = 0.5,
+    batch_size: int = 32,
+    curve_keys: Sequence[str] = DEFAULT_CURVE_KEYS,
+    perturbations: Mapping[str, Perturbation] | None = None,
+) -> dict:
+    """Score clean and perturbed images; return ``{"clean": metrics, "curves": {name: {"levels":
+    [...], "metrics": {key: [...]}}}}`` with one value per level, ready for plotting and JSON.
+
+    ``levels`` maps a perturbation name to its strengths (default: JPEG quality 95 -> 30, blur sigma
+    0 -> 3, rescale 0.5 -> 1.5). ``perturbations`` adds or overrides functions ``f(image, level)``.
+    Images are perturbed batch by batch, so only one batch of copies exists at a time; identity
+    levels (sigma 0, factor 1) reuse the clean scores instead of running the detector again.
+    """
+    functions = {**PERTURBATIONS, **(perturbations or {})}
+    levels = dict(DEFAULT_LEVELS if levels is None else levels)
+    unknown = sorted(set(levels) - set(functions))
+    if unknown:
+        raise ValueError(f"unknown perturbation(s) {unknown}; known: {sorted(functions)}")
+    y = np.asarray(labels)
+    if len(images) != y.size:
+        raise ValueError(f"{len(images)} images for {y.size} labels")
+    clean_scores = _score_all(score_fn, images, _check_image, batch_size)
+    clean = image_metrics(y, clean_scores, threshold=threshold)
+    curves: dict[str, dict] = {}
+    for name, strengths in levels.items():
+        fn = functions[name]
+        values: dict[str, list] = {k: [] for k in curve_keys}
+        for level in strengths:
+            if _is_identity(name, level) and fn is PERTURBATIONS.get(name):
+                metrics = clean
+            else:
+                scores = _score_all(score_fn, images, lambda im, f=fn, lv=level: f(im, lv), batch_size)
+                metrics = image_metrics(y, scores, threshold=threshold)
+            for k in curve_keys:
+                values[k].append(metrics[k])
+        curves[name] = {"levels": [float(v) for v in strengths], "metrics": values}
+    return {"clean": clean, "curves": curves}

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+from evaluation.robustness import gaussian_blur, jpeg, rescale, robustness_sweep
+
+
+def images(n=12, seed=0):
+    """Fakes carry fine high-frequency texture; genuines are smooth. Blur and JPEG remove it."""
+    rng = np.random.default_rng(seed)
+    out, labels = [], []
+    yy, xx = np.mgrid[0:32, 0:40]
+    smooth = (np.stack([xx * 5, yy * 6, xx + yy], -1) % 256).astype(np.float64)
+    for i in range(n):
+        fake = i % 2
+        im = smooth + rng.normal(0, 2, smooth.shape)
+        if fake:
+            im += 40 * ((xx + yy) % 2)[..., None]  # a checkerboard artifact
+        out.append(np.clip(im, 0, 255).astype(np.uint8))
+        labels.append(fake)
+    return out, np.array(labels)
+
+
+def high_freq_score(batch):
+    """A toy detector: energy of the pixel-to-pixel difference, squashed to (0, 1)."""
+    scores = []
+    for im in batch:
+        g = im.astype(float).mean(-1)
+        energy = np.abs(np.diff(g, axis=1)).mean()
+        scores.append(1 - np.exp(-energy / 15))
+    return np.array(scores)
+
+
+def test_perturbations_shapes_and_identity():
+    im, _ = images(1)
+    im = im[0]
+    assert jpeg(im, 30).shape == im.shape and jpeg(im, 30).dtype == np.uint8
+    assert np.array_equal(gaussian_blur(im, 0), im)
+    assert rescale(im, 0.5).shape == (16, 20, 3) and rescale(im, 1.5).shape == (48, 60, 3)
+    assert np.array_equal(rescale(im, 1.0), im)
+    # Stronger perturbations move the image further from the original.
+    err = lambda a: np.abs(a.astype(float) - im).mean()  # noqa: E731
+    assert err(jpeg(im, 30)) > err(jpeg(im, 95))
+    assert err(gaussian_blur(im, 3)) > err(gaussian_blur(im, 0.5)) > 0
+    with pytest.raises(ValueError, match="uint8 H x W x 3"):
+        jpeg(im.astype(np.float32), 90)
+
+
+def test_sweep_curves_degrade_and_reuse_clean_scores():
+    ims, y = images()
+    calls = []
+
+    def score_fn(batch):
+        calls.append(len(batch))
+        return high_freq_score(batch)
+
+    out = robustness_sweep(score_fn, ims, y, levels={"blur": (0, 1, 3), "jpeg": (95, 30)}, batch_size=5)
+    assert out["clean"]["auroc"] == 1.0
+    blur = out["curves"]["blur"]
+    assert blur["levels"] == [0.0, 1.0, 3.0]
+    assert blur["metrics"]["auroc"][0] == out["clean"]["auroc"]
+    # A checkerboard detector loses the artifact under heavy blur: TPR at 0.5 falls.
+    assert blur["metrics"]["tpr"][2] < blur["metrics"]["tpr"][0]
+    # Clean pass + blur 1 + blur 3 + two JPEG levels = 5 passes of 12 images in batches of <= 5.
+    assert sum(calls) == 5 * 12 and max(calls) <= 5
+
+
+def test_custom_perturbation_and_errors():
+    ims, y = images(6)
+    invert = {"invert": lambda im, level: (255 - im) if level else im}
+    out = robustness_sweep(high_freq_score, ims, y, levels={"invert": (0, 1)}, perturbations=invert)
+    assert out["curves"]["invert"]["metrics"]["auroc"] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="unknown perturbation"):
+        robustness_sweep(high_freq_score, ims, y, levels={"sharpen": (1,)})
+    with pytest.raises(ValueError, match="scores for"):
+        robustness_sweep(lambda b: np.zeros(1), ims, y, levels={})
