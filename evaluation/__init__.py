@@ -1,15 +1,43 @@
-"""How results are scored: image and pixel metrics, protocols, robustness sweeps, reports."""
+"""How results are scored: image and pixel metrics, protocols, robustness sweeps, reports.
+
+Imports neither ``detectors`` nor ``datamodules``: detectors are injected as score functions.
+"""
 
 from ._checks import UndefinedMetricWarning
+from .bootstrap import bootstrap_image_ci, bootstrap_pixel_ci
 from .calibration import calibrate_threshold
 from .image import image_metrics, roc_points
 from .pixel import PixelMetricAccumulator, pixel_metrics
+from .records import by_category, by_group
+
+# Reports (matplotlib) and the robustness sweep (OpenCV, Pillow) load on first use, so a training
+# loop that only needs metrics does not pay for their imports.
+_LAZY = {
+    "write_report": "report",
+    "write_metrics_json": "report",
+    "robustness_sweep": "robustness",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "PixelMetricAccumulator",
     "UndefinedMetricWarning",
+    "bootstrap_image_ci",
+    "bootstrap_pixel_ci",
+    "by_category",
+    "by_group",
     "calibrate_threshold",
     "image_metrics",
     "pixel_metrics",
+    "robustness_sweep",
     "roc_points",
+    "write_metrics_json",
+    "write_report",
 ]

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
-from scipy import ndimage
 
 from ._checks import warn_undefined
 
@@ -66,6 +65,8 @@ def boundary_band(mask: np.ndarray, tolerance: int) -> np.ndarray:
     """
     if tolerance <= 0 or not mask.any() or mask.all():
         return np.zeros(mask.shape, dtype=bool)
+    from scipy import ndimage  # only needed with a tolerance; keeps `import evaluation` light
+
     size = 2 * tolerance + 1
     m = mask.astype(np.uint8)
     dilated = ndimage.maximum_filter(m, size=size, mode="constant", cval=0)

@@ -1,0 +1,162 @@
+"""Report figures, drawn with matplotlib's object API on the Agg canvas: no display needed and
+no global backend switched under the caller's feet."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ._checks import as_labels_scores
+from .image import roc_points
+
+MAX_CURVE_POINTS = 5000
+
+
+def _save(fig: Figure, path: str | os.PathLike) -> Path:
+    """Write atomically, so a crashed run never leaves a half-written PNG behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _operating_point(y: np.ndarray, s: np.ndarray, t: float) -> tuple[float, float]:
+    pred = s >= t
+    return float(pred[~y].mean()), float(pred[y].mean())
+
+
+def _thin(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the curve drawable at 10 M scores without changing its shape visibly."""
+    if fpr.size <= MAX_CURVE_POINTS:
+        return fpr, tpr
+    idx = np.unique(np.linspace(0, fpr.size - 1, MAX_CURVE_POINTS).astype(int))
+    return fpr[idx], tpr[idx]
+
+
+def plot_roc(
+    path,
+    labels,
+    scores,
+    threshold: float | None = None,
+    calibrated_threshold: float | None = None,
+) -> Path:
+    """ROC on linear and log FPR axes (the low-FPR end is where deployments live), with the
+    operating threshold and the calibrated threshold marked."""
+    y, s = as_labels_scores(labels, scores)
+    fpr, tpr, _ = roc_points(y, s)
+    fpr, tpr = _thin(fpr, tpr)
+    fig = Figure(figsize=(10, 4.4))
+    for ax, log in zip(fig.subplots(1, 2), (False, True)):
+        ax.plot(fpr, tpr, lw=1.6, label="ROC")
+        chance = np.geomspace(1e-5, 1, 200) if log else np.array([0.0, 1.0])
+        ax.plot(chance, chance, ls=":", c="grey", label="chance")
+        for t, marker, name in ((threshold, "o", "threshold"), (calibrated_threshold, "s", "calibrated")):
+            if t is not None and np.isfinite(t):
+                x, yy = _operating_point(y, s, t)
+                ax.plot([x], [yy], marker, ms=8, label=f"{name} {t:.4g}: FPR {x:.3g}, TPR {yy:.3g}")
+        if log:
+            ax.set_xscale("log")
+            ax.set_xlim(max(1e-4, 0.5 / max(1, int((~y).sum()))), 1)
+        ax.set_xlabel("false positive rate (genuine flagged)" + (", log" if log else ""))
+        ax.set_ylabel("true positive rate (fakes caught)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7)
+    return _save(fig, path)
+
+
+def plot_score_histograms(
+    path, labels, scores, threshold: float | None = None, calibrated_threshold: float | None = None
+) -> Path:
+    """Genuine vs fake score distributions; overlap is what no threshold can fix."""
+    y, s = as_labels_scores(labels, scores)
+    fig = Figure(figsize=(6.5, 4))
+    ax = fig.subplots()
+    finite = s[np.isfinite(s)]
+    bins = np.linspace(finite.min(), finite.max(), 51) if finite.size and finite.min() < finite.max() else 50
+    for mask, name, colour in ((~y, "genuine", "tab:blue"), (y, "fake", "tab:red")):
+        if mask.any():
+            ax.hist(s[mask & np.isfinite(s)], bins=bins, alpha=0.55, color=colour, density=True,
+                    label=f"{name} (n={int(mask.sum())})")
+    for t, ls, name in ((threshold, "--", "threshold"), (calibrated_threshold, ":", "calibrated")):
+        if t is not None and np.isfinite(t):
+            ax.axvline(t, ls=ls, c="k", label=f"{name} {t:.4g}")
+    ax.set_xlabel("score (probability of fake)")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_robustness(
+    path, robustness: Mapping, keys: Sequence[str] = ("auroc", "tpr@fpr=0.05", "balanced_accuracy")
+) -> Path:
+    """One panel per perturbation: each metric against perturbation strength."""
+    curves = robustness["curves"]
+    fig = Figure(figsize=(4.2 * max(1, len(curves)), 3.8))
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(curves))))
+    for ax, (name, curve) in zip(axes, curves.items()):
+        for key in keys:
+            if key in curve["metrics"]:
+                ax.plot(curve["levels"], curve["metrics"][key], marker="o", label=key)
+        if name == "jpeg":
+            ax.invert_xaxis()  # quality falls left to right: stronger compression to the right
+        ax.set_title(name)
+        ax.set_xlabel({"jpeg": "JPEG quality", "blur": "blur sigma (px)", "rescale": "scale factor"}.get(name, "strength"))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _overlay(image: np.ndarray, mask: np.ndarray | None, colour) -> np.ndarray:
+    out = image.astype(np.float32) / 255.0
+    if mask is not None:
+        m = np.asarray(mask, dtype=np.float32)
+        if m.shape != out.shape[:2]:
+            from .pixel import resize_mask_nearest
+
+            m = resize_mask_nearest(m, out.shape[:2])
+        out = out * (1 - 0.5 * m[..., None]) + 0.5 * m[..., None] * np.asarray(colour, np.float32)
+    return np.clip(out, 0, 1)
+
+
+def plot_contact_sheet(path, items: Sequence, threshold: float = 0.5, max_items: int = 16) -> Path:
+    """Rows of image / true mask overlay (green) / predicted map overlay (red, prob >= threshold).
+
+    ``items``: ``(image uint8 H x W x 3, true_mask or None, prob_map)`` tuples, optionally with a
+    fourth element used as the row title.
+    """
+    items = list(items)[:max_items]
+    n = max(1, len(items))
+    fig = Figure(figsize=(9, 2.9 * n))
+    axes = np.asarray(fig.subplots(n, 3, squeeze=False))
+    for row, item in zip(axes, items):
+        image, truth, prob = item[0], item[1], item[2]
+        title = str(item[3]) if len(item) > 3 else ""
+        image = np.asarray(image)
+        if image.ndim == 2:
+            image = np.repeat(image[..., None], 3, axis=-1)
+        p = np.squeeze(np.asarray(prob, dtype=np.float32))
+        pred = p >= threshold
+        row[0].imshow(image)
+        row[0].set_title(title or "image", fontsize=8)
+        row[1].imshow(_overlay(image, None if truth is None else np.squeeze(truth) > 0, (0, 1, 0)))
+        row[1].set_title("true mask" if truth is not None else "true mask: none (genuine)", fontsize=8)
+        row[2].imshow(_overlay(image, pred.astype(np.float32), (1, 0, 0)))
+        row[2].set_title(f"predicted >= {threshold:g} (max p {p.max():.2f})", fontsize=8)
+        for ax in row:
+            ax.axis("off")
+    return _save(fig, path)

@@ -1,0 +1,186 @@
+"""Write an evaluation to disk: ``metrics.json`` (machine-readable, DESIGN.md keys), ``report.md``
+(tables a person can read, with intervals) and PNG figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import plots
+
+GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr",
+                 "balanced_accuracy", "f1")
+ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON types; NaN and infinities become null (undefined), which every parser reads."""
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, np.ndarray)):
+        return [to_jsonable(v) for v in (sorted(value) if isinstance(value, set) else value)]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_metrics_json(path, payload: Mapping) -> Path:
+    """Atomic write (temp file in the same folder + os.replace): readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(to_jsonable(payload), indent=2, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return "–" if not math.isfinite(value) else f"{value:.4f}"
+    return str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(v) if not isinstance(v, str) else v for v in row) + " |" for row in rows]
+    return lines
+
+
+def _overall_section(metrics: Mapping, intervals: Mapping | None, confidence_note: str) -> list[str]:
+    scalars = [(k, v) for k, v in metrics.items() if not isinstance(v, Mapping)]
+    rows = []
+    for key, value in scalars:
+        ci = (intervals or {}).get(key)
+        ci_text = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci is not None else ""
+        name = f"{key} (oracle: best threshold per image)" if key == "pixel_f1_best" else key
+        rows.append((name, _fmt(value), ci_text))
+    header = ("metric", "value", confidence_note) if intervals else ("metric", "value")
+    return _table(header, rows if intervals else [r[:2] for r in rows])
+
+
+def _group_section(title: str, groups: Mapping[str, Mapping]) -> list[str]:
+    columns = [c for c in GROUP_COLUMNS if any(c in g for g in groups.values())]
+    if not columns:  # not image metrics (e.g. MFC-Bench per type): show whatever scalars exist
+        columns = sorted({k for g in groups.values() for k, v in g.items() if not isinstance(v, Mapping)})
+    rows = [[name] + [_fmt(g.get(c)) for c in columns] for name, g in groups.items()]
+    return [f"### {title}", "", *_table([title.split(" ")[-1]] + list(columns), rows), ""]
+
+
+def _robustness_section(robustness: Mapping) -> list[str]:
+    lines = ["## Robustness", ""]
+    for name, curve in robustness.get("curves", {}).items():
+        keys = [k for k in ROBUSTNESS_KEYS if k in curve["metrics"]] or list(curve["metrics"])
+        rows = [[f"{level:g}"] + [_fmt(curve["metrics"][k][i]) for k in keys]
+                for i, level in enumerate(curve["levels"])]
+        lines += [f"### {name}", "", *_table(["level"] + keys, rows), ""]
+    return lines
+
+
+def write_report(
+    out_dir,
+    metrics: Mapping[str, Any],
+    labels=None,
+    scores=None,
+    threshold: float | None = None,
+    calibrated_threshold: float | None = None,
+    intervals: Mapping[str, Sequence[float]] | None = None,
+    groups: Mapping[str, Mapping[str, Mapping]] | None = None,
+    robustness: Mapping | None = None,
+    contact_sheet: Sequence | None = None,
+    title: str = "Evaluation report",
+    confidence: float = 0.95,
+) -> dict[str, Path]:
+    """Write ``metrics.json``, ``report.md`` and whichever figures the inputs allow.
+
+    ``metrics``: flat metric dict (image and/or pixel keys). ``groups``: breakdowns such as
+    ``{"by_group": by_group(...), "by_category": by_category(...)}``, nested into metrics.json
+    as DESIGN.md says. ``intervals``: ``{key: (low, high)}`` from ``evaluation.bootstrap``.
+    ``labels`` + ``scores`` give the ROC and histogram figures; ``robustness`` is
+    ``robustness_sweep``'s result; ``contact_sheet`` items are ``(image, true_mask, prob_map)``.
+    Returns the written paths by name. Undefined values are null in JSON and "–" in the report.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    figures: list[tuple[str, str]] = []
+    op = threshold if threshold is not None else 0.5
+    if labels is not None and scores is not None:
+        written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, op, calibrated_threshold)
+        written["histogram"] = plots.plot_score_histograms(
+            out / "score_histogram.png", labels, scores, op, calibrated_threshold)
+        figures += [("ROC curve", "roc.png"), ("Score distributions", "score_histogram.png")]
+    if robustness is not None:
+        written["robustness_plot"] = plots.plot_robustness(out / "robustness.png", robustness)
+        figures.append(("Robustness curves", "robustness.png"))
+    if contact_sheet:
+        written["contact_sheet"] = plots.plot_contact_sheet(out / "contact_sheet.png", contact_sheet, op)
+        figures.append(("Localization contact sheet (green: truth, red: prediction)", "contact_sheet.png"))
+
+    payload: dict[str, Any] = dict(metrics)
+    for name, table in (groups or {}).items():
+        payload[name] = table
+    if intervals:
+        payload["intervals"] = {k: list(v) for k, v in intervals.items()}
+        payload["interval_confidence"] = confidence
+    payload["threshold"] = threshold
+    payload["calibrated_threshold"] = calibrated_threshold
+    if robustness is not None:
+        payload["robustness"] = robustness
+    written["metrics"] = write_metrics_json(out / "metrics.json", payload)
+
+    lines = [f"# {title}", ""]
+    lines += [f"Operating threshold: {_fmt(threshold)} (predicted fake = score >= threshold)"]
+    if calibrated_threshold is not None:
+        lines += [f"Calibrated threshold (from genuine scores): {_fmt(calibrated_threshold)}"]
+    lines += ["", "## Overall", "",
+              *_overall_section(metrics, intervals, f"{confidence:.0%} bootstrap interval"), ""]
+    if groups:
+        lines += ["## Breakdowns", ""]
+        for name, table in groups.items():
+            lines += _group_section(name.replace("_", " "), table)
+    if robustness is not None:
+        lines += _robustness_section(robustness)
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"### {caption}\n\n![{caption}]({file})\n" for caption, file in figures]
+    lines += ["", "\"–\" marks a metric that is undefined for this data (for example one class only)."]
+    written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
+    return written
+
+
+def _atomic_text(path: Path, text: str) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
