@@ -6,9 +6,10 @@ Imports neither ``detectors`` nor ``datamodules``: detectors are injected as sco
 from ._checks import UndefinedMetricWarning
 from .bootstrap import bootstrap_image_ci, bootstrap_pixel_ci
 from .calibration import calibrate_threshold
-from .image import image_metrics, roc_points
+from .image import ImageScoreAccumulator, image_metrics, roc_points
 from .pixel import PixelMetricAccumulator, pixel_metrics
 from .records import by_category, by_group
+from .summary import evaluate_records, report_records
 
 # Reports (matplotlib) and the robustness sweep (OpenCV, Pillow) load on first use, so a training
 # loop that only needs metrics does not pay for their imports.
@@ -27,6 +28,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "ImageScoreAccumulator",
     "PixelMetricAccumulator",
     "UndefinedMetricWarning",
     "bootstrap_image_ci",
@@ -40,4 +42,6 @@ __all__ = [
     "roc_points",
     "write_metrics_json",
     "write_report",
+    "evaluate_records",
+    "report_records",
 ]

@@ -1,0 +1,98 @@
+"""One call from a table of predictions to metrics, breakdowns, intervals and a written report,
+so train.py and infer.py wire evaluation in two lines and cannot drift apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .bootstrap import bootstrap_image_ci
+from .image import image_metrics
+from .records import Records, as_columns, by_group, column
+
+
+def _present(value) -> bool:
+    try:
+        return value is not None and value != "" and not np.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def labelled_rows(records: Records, label: str = "label", score: str = "score") -> dict[str, np.ndarray]:
+    """Columns restricted to rows with both a label and a score (unlabelled inputs and failed
+    reads, which infer.py writes with an empty score, are left out), label as int, score as float."""
+    cols = as_columns(records)
+    y, s = column(cols, label), column(cols, score)
+    keep = np.array([_present(a) and _present(b) for a, b in zip(y.tolist(), s.tolist())], dtype=bool)
+    cols = {k: v[keep] for k, v in cols.items()}
+    cols[label] = cols[label].astype(float).astype(int)
+    cols[score] = cols[score].astype(float)
+    return cols
+
+
+def evaluate_records(
+    records: Records,
+    threshold: float = 0.5,
+    group_columns: Sequence[str] = ("group", "category"),
+    n_resamples: int = 1000,
+    seed: int = 0,
+    label: str = "label",
+    score: str = "score",
+) -> dict:
+    """``{"metrics", "groups", "intervals", "n_used"}`` for a table with label and score columns.
+
+    ``group`` breakdowns share the genuine images across generators; any other column
+    (``category``, ``split``, ...) is scored on its own rows. ``n_resamples=0`` skips the bootstrap.
+    """
+    cols = labelled_rows(records, label, score)
+    y, s = cols[label], cols[score]
+    groups = {
+        f"by_{name}": by_group(cols, name, shared_negatives=(name == "group"), label=label,
+                               score=score, threshold=threshold)
+        for name in group_columns
+        if name in cols
+    }
+    return {
+        "metrics": image_metrics(y, s, threshold=threshold),
+        "groups": groups,
+        "intervals": bootstrap_image_ci(y, s, n_resamples=n_resamples, seed=seed) if n_resamples else None,
+        "n_used": int(y.size),
+    }
+
+
+def report_records(
+    out_dir,
+    records: Records,
+    threshold: float = 0.5,
+    calibrated_threshold: float | None = None,
+    robustness: dict | None = None,
+    contact_sheet: Sequence | None = None,
+    title: str = "Evaluation report",
+    label: str = "label",
+    score: str = "score",
+    **evaluate_kwargs,
+) -> dict[str, Path]:
+    """``evaluate_records`` then ``write_report`` into ``out_dir`` (metrics.json, report.md, PNGs).
+
+    ``calibrated_threshold`` should come from the model (calibrated on validation genuines), not
+    from this test set, which would leak the answer into the operating point.
+    """
+    from .report import write_report  # matplotlib only when a report is written
+
+    cols = labelled_rows(records, label, score)
+    result = evaluate_records(cols, threshold=threshold, label=label, score=score, **evaluate_kwargs)
+    return write_report(
+        out_dir,
+        result["metrics"],
+        labels=cols[label],
+        scores=cols[score],
+        threshold=threshold,
+        calibrated_threshold=calibrated_threshold,
+        intervals=result["intervals"],
+        groups=result["groups"],
+        robustness=robustness,
+        contact_sheet=contact_sheet,
+        title=title,
+    )
