@@ -123,7 +123,9 @@ def _combine(parts: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n-scores", type=int, default=10_000_000)
     parser.add_argument("--n-masks", type=int, default=1000)
     parser.add_argument("--size", type=int, default=512)

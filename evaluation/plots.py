@@ -16,6 +16,7 @@ from ._checks import as_labels_scores
 from .image import roc_points
 
 MAX_CURVE_POINTS = 5000
+AXIS_LABELS = {"jpeg": "JPEG quality", "blur": "blur sigma (px)", "rescale": "scale factor"}
 
 
 def _save(fig: Figure, path: str | os.PathLike) -> Path:
@@ -114,7 +115,7 @@ def plot_robustness(
         if name == "jpeg":
             ax.invert_xaxis()  # quality falls left to right: stronger compression to the right
         ax.set_title(name)
-        ax.set_xlabel({"jpeg": "JPEG quality", "blur": "blur sigma (px)", "rescale": "scale factor"}.get(name, "strength"))
+        ax.set_xlabel(AXIS_LABELS.get(name, "strength"))
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -31,6 +31,17 @@ def column(cols: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     return cols[name]
 
 
+def numeric(cols: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """A label/score column as floats; CSV readers hand back strings such as "1" or "0.73"."""
+    values = column(cols, name)
+    if values.dtype.kind in "biuf":
+        return values.astype(float)
+    try:
+        return values.astype(float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"column {name!r} must be numeric: {err}") from None
+
+
 def group_names(values: np.ndarray) -> np.ndarray:
     """Group keys as strings; missing values (None, NaN, '') become '' so they group together."""
     out = []
@@ -58,8 +69,8 @@ def by_group(
     each group is scored on its own rows only (the right choice for ``category``).
     """
     cols = as_columns(records)
-    y = np.asarray(column(cols, label))
-    s = np.asarray(column(cols, score), dtype=float)
+    y = numeric(cols, label)
+    s = numeric(cols, score)
     names = group_names(column(cols, column_name))
     out: dict[str, dict] = {}
     negative = y == 0

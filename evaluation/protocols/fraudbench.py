@@ -9,7 +9,7 @@ import numpy as np
 
 from .._checks import UndefinedMetricWarning, as_labels, as_scores, safe_div, warn_undefined
 from ..image import image_metrics
-from ..records import Records, as_columns, column, group_names
+from ..records import Records, as_columns, column, group_names, numeric
 
 
 def _nanmean(values) -> float:
@@ -38,17 +38,18 @@ def fraudbench_protocol(
     Records without a category column (or ``category=None``) form one category.
     """
     cols = as_columns(records)
-    y = as_labels(column(cols, label))
-    s = as_scores(column(cols, score))
+    y = as_labels(numeric(cols, label))
+    s = as_scores(numeric(cols, score))
     pred = s >= threshold
     gen = group_names(column(cols, group)) if group in cols else np.full(y.size, "", object)
+    gen[gen == ""] = "(none)"
     cat = (
         group_names(column(cols, category))
         if category is not None and category in cols
         else np.full(y.size, "all", dtype=object)
     )
     conf = (
-        as_scores(column(cols, confidence), "confidence")
+        as_scores(numeric(cols, confidence), "confidence")
         if confidence
         else np.where(pred, s, 1.0 - s)
     )
@@ -70,8 +71,9 @@ def fraudbench_protocol(
                 "balanced_accuracy": (tpr + tnr) / 2.0,
                 "f1": safe_div(2 * tp, 2 * tp + fp + (np.count_nonzero(fake) - tp)),
                 "tpr_by_generator": {
-                    g: safe_div(np.count_nonzero(pred & fake & (gen == g)), np.count_nonzero(fake & (gen == g)))
+                    g: safe_div(np.count_nonzero(pred & of_g), np.count_nonzero(of_g))
                     for g in generators
+                    for of_g in [fake & (gen == g)]
                 },
                 "n_pos": int(np.count_nonzero(fake)),
                 "n_neg": int(np.count_nonzero(real)),

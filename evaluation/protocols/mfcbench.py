@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_labels, as_scores, safe_div
-from ..records import Records, as_columns, column, group_names
+from ..records import Records, as_columns, column, group_names, numeric
 
 
 def binary_verdict_metrics(labels, predictions) -> dict[str, float]:
@@ -43,8 +43,8 @@ def mfcbench_protocol(
     as when one pool of real images serves every manipulation subset.
     """
     cols = as_columns(records)
-    y = as_labels(column(cols, label))
-    pred = as_scores(column(cols, score)) >= threshold
+    y = as_labels(numeric(cols, label))
+    pred = as_scores(numeric(cols, score)) >= threshold
     out = binary_verdict_metrics(y, pred)
     if group in cols:
         names = group_names(column(cols, group))

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -205,3 +206,13 @@ def test_bri_undefined_cases_warn():
     assert all(math.isnan(v) for v in got.values())
     with pytest.warns(UndefinedMetricWarning):
         assert math.isnan(balanced_robustness_index({"a": [1, 2]})["a"])
+
+
+def test_protocols_accept_csv_strings():
+    # csv.DictReader hands every value back as a string.
+    as_strings = [{k: str(v) for k, v in r.items()} for r in fraudbench_records()]
+    same = json.dumps(fraudbench_protocol(as_strings), sort_keys=True)  # NaN-aware comparison
+    assert same == json.dumps(fraudbench_protocol(fraudbench_records()), sort_keys=True)
+    assert mfcbench_protocol(as_strings)["accuracy"] == mfcbench_protocol(fraudbench_records())["accuracy"]
+    with pytest.raises(ValueError, match="numeric"):
+        fraudbench_protocol([{"label": "yes", "score": "0.2", "group": "g"}])
