@@ -1,0 +1,130 @@
+"""LightningDataModules for image classification: from a manifest or from a labelled folder tree."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import lightning as L
+from torch.utils.data import DataLoader, WeightedRandomSampler
+
+from datamodules.datasets import ImageDataset, collate
+from datamodules.preprocess import Preprocess
+from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder, write_manifest
+from datamodules.transforms import build_transform
+
+log = logging.getLogger(__name__)
+
+
+class RecordsDataModule(L.LightningDataModule):
+    """Splits records by source, builds each split's pipeline from the detector's preprocessing.
+
+    Subclasses only say where records come from (`load_records`). Records that carry a `split`
+    keep it; the others are split by `split_fractions`, keeping every fake of one source together.
+    """
+
+    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, batch_size: int = 32,
+                 eval_batch_size: int | None = None, num_workers: int = 2,
+                 split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
+                 augment: Mapping[str, Any] | None = None, balanced: bool = False,
+                 with_masks: bool = False) -> None:
+        super().__init__()
+        self.preprocess = Preprocess.from_config(preprocess)
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.split_fractions = tuple(split_fractions)
+        self.seed = seed
+        self.augment = dict(augment or {})
+        self.balanced = balanced
+        self.with_masks = with_masks
+        self.splits: dict[str, list[Record]] = {}
+
+    def load_records(self) -> list[Record]:
+        raise NotImplementedError("subclasses say where records come from")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        records = assign_splits(self.load_records(), self.split_fractions, self.seed)
+        self.splits = {name: [r for r in records if r.split == name] for name in SPLITS}
+        unlabelled = sum(r.label is None for r in records)
+        if unlabelled:
+            raise LayoutError(f"{unlabelled} of {len(records)} records have no label; training needs labels")
+        for name, split in self.splits.items():
+            labels = {r.label for r in split}
+            if not split:
+                raise LayoutError(f"the {name} split is empty: add images or change split_fractions")
+            if labels != {0, 1}:
+                log.warning("the %s split holds only label(s) %s: threshold-free metrics will be NaN",
+                            name, sorted(labels))
+        log.info("splits: %s", {name: len(split) for name, split in self.splits.items()})
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        dataset = ImageDataset(self.splits[split], build_transform(self.preprocess, train, self.augment),
+                               with_masks=self.with_masks)
+        sampler = None
+        if train and self.balanced:
+            counts = {label: sum(r.label == label for r in dataset.records) for label in (0, 1)}
+            weights = [1.0 / counts[r.label] for r in dataset.records]
+            sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True)
+        return DataLoader(
+            dataset, batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train and sampler is None, sampler=sampler, drop_last=False,
+            num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+            collate_fn=collate, pin_memory=False)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+
+class ManifestDataModule(RecordsDataModule):
+    """Records from a manifest (DESIGN.md section 3). With `create: embedded`, a missing manifest
+    is made first from the photographs bundled with installed packages (`generate.py`'s default)."""
+
+    def __init__(self, manifest: str, create: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.manifest = Path(manifest)
+        if create not in (None, "embedded"):
+            raise ValueError(f"data.create must be null or 'embedded', got {create!r}")
+        self.create = create
+
+    def prepare_data(self) -> None:
+        if self.create == "embedded" and not self.manifest.is_file():
+            make_embedded_manifest(self.manifest.parent, seed=self.seed, split_fractions=self.split_fractions)
+
+    def load_records(self) -> list[Record]:
+        return read_manifest(self.manifest)
+
+
+class FolderDataModule(RecordsDataModule):
+    """Records from `0_real`/`1_fake` (or `real`/`fake`) folders at any depth below `root`."""
+
+    def __init__(self, root: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root = Path(root)
+
+    def load_records(self) -> list[Record]:
+        return scan_folder(self.root)
+
+
+def make_embedded_manifest(output: str | Path, seed: int = 0,
+                           split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
+                           photos: Sequence[str | Path] | None = None, progress: Any = None, **spec: Any) -> Path:
+    """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
+    photographs) and write its `manifest.csv` with source-grouped splits."""
+    from synthesis.embedded import EmbeddedSpec, build_embedded_dataset
+
+    output = Path(output)
+    log.info("generating a dataset into %s", output)
+    rows = build_embedded_dataset(output, EmbeddedSpec(seed=seed, **spec), photos=photos,
+                                  **({"progress": progress} if progress else {}))
+    records = assign_splits([Record(**row) for row in rows], split_fractions, seed)
+    write_manifest(records, output / "manifest.csv")
+    return output / "manifest.csv"

@@ -1,0 +1,65 @@
+"""The preprocessing config a detector owns.
+
+One small dataclass, read by the training transforms, by `infer.py` and written into the ONNX
+metadata, so that the three can never drift apart.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+MODES = ("resize", "center_crop", "pad", "none")
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image is brought to the network's input.
+
+    `mode`: `resize` scales to `size` x `size`; `center_crop` crops `size` x `size` (random crop in
+    training), padding first when the image is smaller; `pad` places the image unscaled on a
+    `size` x `size` canvas (centre-cropping what does not fit); `none` feeds the image as it is. Frequency detectors
+    avoid `resize` because resampling erases the traces they look for.
+    `mean`/`std` are applied inside the network, recorded here so exported models document them.
+    """
+
+    size: int | None = 224
+    mode: str = "center_crop"
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"preprocess.mode must be one of {MODES}, got {self.mode!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"preprocess.interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
+            )
+        if self.mode != "none" and (self.size is None or int(self.size) <= 0):
+            raise ValueError(f"preprocess.size must be a positive integer for mode {self.mode!r}")
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+
+    @classmethod
+    def from_config(cls, config: "Preprocess | Mapping[str, Any] | None") -> "Preprocess":
+        if isinstance(config, Preprocess):
+            return config
+        config = dict(config or {})
+        known = {f.name for f in fields(cls)} - {"extra"}
+        extra = {k: config.pop(k) for k in list(config) if k not in known}
+        return cls(**config, extra={**config.pop("extra", {}), **extra})
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["mean"], data["std"] = list(self.mean), list(self.std)
+        extra = data.pop("extra")
+        return {**data, **extra}
+
+    @property
+    def fixed_size(self) -> bool:
+        """Whether every preprocessed image has the same size (so images can be batched)."""
+        return self.mode != "none"

@@ -1,0 +1,204 @@
+"""Datasets on disk -> a flat list of `Record`s: the manifest and `0_real`/`1_fake` folder trees.
+
+Every layout ends up as records, so Dataset classes, splits and `infer.py` only ever see one shape.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from datamodules.io import is_image_file
+
+SPLITS = ("train", "val", "test")
+GENUINE_FOLDERS = {"0_real": 0, "real": 0}
+FAKE_FOLDERS = {"1_fake": 1, "fake": 1}
+MANIFEST_COLUMNS = ("path", "label", "mask", "group", "category", "source", "split", "review")
+
+
+class LayoutError(ValueError):
+    """A dataset on disk that does not look like the layout it was read as."""
+
+
+@dataclass
+class Record:
+    """One image and what is known about it (DESIGN.md section 3, manifest columns)."""
+
+    path: str
+    label: int | None = None
+    mask: str | None = None
+    group: str | None = None
+    category: str | None = None
+    source: str | None = None
+    split: str | None = None
+    review: str | None = None
+
+    def to_row(self) -> dict[str, str]:
+        return {k: "" if v is None else str(v) for k, v in asdict(self).items()}
+
+
+def _clean(value: object) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _resolve(base: Path, value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    return str(path if path.is_absolute() else base / path)
+
+
+def _parse_label(value: object, where: str) -> int | None:
+    text = _clean(value)
+    if text is None:
+        return None
+    try:
+        label = int(float(text))
+    except ValueError:
+        raise LayoutError(f"{where}: label must be 0 (genuine) or 1 (fake), got {text!r}") from None
+    if label not in (0, 1):
+        raise LayoutError(f"{where}: label must be 0 (genuine) or 1 (fake), got {text!r}")
+    return label
+
+
+def read_manifest(path: str | os.PathLike) -> list[Record]:
+    """Read a CSV (with header) or JSONL manifest; relative paths are taken from its folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise LayoutError(f"manifest {path} does not exist")
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        with path.open(encoding="utf-8") as handle:
+            rows = [json.loads(line) for line in handle if line.strip()]
+        columns = set().union(*(row.keys() for row in rows)) if rows else set()
+    else:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            columns = set(reader.fieldnames or ())
+    if "path" not in columns:
+        raise LayoutError(
+            f"manifest {path} has no `path` column (found: {', '.join(sorted(columns)) or 'nothing'}); "
+            f"expected columns: {', '.join(MANIFEST_COLUMNS)}")
+    unknown = columns - set(MANIFEST_COLUMNS)
+    base = path.parent
+    records = []
+    for number, row in enumerate(rows, start=2):
+        where = f"{path}:{number}"
+        split = _clean(row.get("split"))
+        if split is not None and split not in SPLITS:
+            raise LayoutError(f"{where}: split must be one of {SPLITS}, got {split!r}")
+        if _clean(row.get("path")) is None:
+            raise LayoutError(f"{where}: empty path")
+        records.append(Record(
+            path=_resolve(base, _clean(row["path"])),
+            label=_parse_label(row.get("label"), where),
+            mask=_resolve(base, _clean(row.get("mask"))),
+            group=_clean(row.get("group")), category=_clean(row.get("category")),
+            source=_clean(row.get("source")), split=split, review=_clean(row.get("review")),
+        ))
+    if unknown:
+        import logging
+        logging.getLogger(__name__).info("manifest %s: ignoring columns %s", path, sorted(unknown))
+    return records
+
+
+def write_manifest(records: Iterable[Record], path: str | os.PathLike) -> None:
+    """Write records as a CSV manifest with paths relative to its folder, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    base = path.parent.resolve()
+    with tmp.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Record)])
+        writer.writeheader()
+        for record in records:
+            row = record.to_row()
+            for key in ("path", "mask"):
+                if row[key]:
+                    absolute = Path(row[key]).resolve()
+                    row[key] = os.path.relpath(absolute, base) if absolute.is_relative_to(base) else str(absolute)
+            writer.writerow(row)
+    os.replace(tmp, path)
+
+
+def scan_folder(root: str | os.PathLike) -> list[Record]:
+    """Images under `0_real`/`1_fake` (or `real`/`fake`) folders at any depth below `root`.
+
+    The folders between `root` and the label folder name the generator (`group`), as in the
+    CNNSpot / UnivFD trees; a `train`/`val`/`test` folder on the way sets the split.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise LayoutError(f"{root} is not a folder")
+    records = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        relative = Path(dirpath).relative_to(root).parts
+        lowered = [part.lower() for part in relative]
+        label_at = [i for i, part in enumerate(lowered) if part in GENUINE_FOLDERS or part in FAKE_FOLDERS]
+        if not label_at:
+            continue
+        at = label_at[-1]
+        label = {**GENUINE_FOLDERS, **FAKE_FOLDERS}[lowered[at]]
+        split = next((part for part in lowered[:at] if part in SPLITS), None)
+        group_parts = [p for p, low in zip(relative[:at], lowered[:at]) if low not in SPLITS]
+        for name in sorted(filenames):
+            if is_image_file(name):
+                records.append(Record(path=str(Path(dirpath) / name), label=label,
+                                      group="/".join(group_parts) or None, split=split))
+    if not records:
+        raise LayoutError(
+            f"{root}: expected images under `0_real`/`1_fake` (or `real`/`fake`) sub-folders at any "
+            "depth, found none")
+    return records
+
+
+def list_images(root: str | os.PathLike) -> list[Record]:
+    """Every image file below `root` (recursively), unlabelled unless it sits in a label folder."""
+    root = Path(root)
+    try:
+        return scan_folder(root)
+    except LayoutError:
+        pass
+    paths = sorted(p for p in root.rglob("*") if p.is_file() and is_image_file(p))
+    return [Record(path=str(p)) for p in paths]
+
+
+def assign_splits(records: Sequence[Record], fractions: Sequence[float] = (0.8, 0.1, 0.1),
+                  seed: int = 0) -> list[Record]:
+    """Give every record without a split one, keeping all images of one `source` together.
+
+    Fakes made from one authentic image must never straddle train and test: the detector would
+    be scored on content it has seen. Records without a source are their own source.
+    """
+    if len(fractions) != 3 or abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
+        raise ValueError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
+    keys = sorted({r.source or r.path for r in records if r.split is None})
+    random.Random(seed).shuffle(keys)
+    bounds = (fractions[0] * len(keys), (fractions[0] + fractions[1]) * len(keys))
+    chosen = {key: SPLITS[0] if i < round(bounds[0]) else SPLITS[1] if i < round(bounds[1]) else SPLITS[2]
+              for i, key in enumerate(keys)}
+    return [r if r.split is not None else Record(**{**asdict(r), "split": chosen[r.source or r.path]})
+            for r in records]
+
+
+MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+
+
+def records_from_input(path: str | os.PathLike) -> list[Record]:
+    """What `infer.py input=...` accepts: one image file, a folder (recursive) or a manifest."""
+    path = Path(path)
+    if path.is_dir():
+        return list_images(path)
+    if not path.exists():
+        raise LayoutError(f"input {path} does not exist")
+    if path.suffix.lower() in MANIFEST_SUFFIXES:
+        return read_manifest(path)
+    return [Record(path=str(path))]

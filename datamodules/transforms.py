@@ -1,0 +1,62 @@
+"""albumentations pipelines built from a detector's `Preprocess`, so training and scoring agree."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import albumentations as A
+import cv2
+import numpy as np
+import torch
+
+from datamodules.preprocess import Preprocess
+
+CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
+                     "area": cv2.INTER_AREA, "lanczos": cv2.INTER_LANCZOS4}
+# Training augmentations: probabilities (0 = off). Artifact detectors keep them off by default
+# because blur and recompression erase the traces they learn; recipes switch them on.
+DEFAULT_AUGMENT = {"hflip": 0.5, "jpeg": 0.0, "jpeg_quality": (30, 100), "blur": 0.0,
+                   "blur_sigma": (0.1, 3.0), "rescale": 0.0, "rescale_limit": 0.2}
+
+
+def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
+    """Bring an image to the network's input size per `preprocess.mode`.
+
+    `center_crop` crops at random in training and at the centre otherwise; `pad` anchors the image
+    at the top-left so the pixel grid (and with it any up-sampling period) keeps its phase.
+    """
+    size = preprocess.size
+    if preprocess.mode == "none":
+        return []
+    if preprocess.mode == "resize":
+        return [A.Resize(size, size, interpolation=CV2_INTERPOLATION[preprocess.interpolation])]
+    position = "center" if preprocess.mode == "center_crop" else "top_left"
+    pad = A.PadIfNeeded(size, size, position=position, border_mode=cv2.BORDER_CONSTANT, fill=0, fill_mask=0)
+    if train:
+        return [pad, A.RandomCrop(size, size)]
+    if preprocess.mode == "center_crop":
+        return [pad, A.CenterCrop(size, size)]
+    return [pad, A.Crop(0, 0, size, size)]
+
+
+def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bool = False,
+                    augment: Mapping[str, Any] | None = None, seed: int | None = None) -> A.Compose:
+    """The pipeline for one split: augmentations (training only), then the detector's geometry."""
+    preprocess = Preprocess.from_config(preprocess)
+    steps: list[A.BasicTransform] = []
+    if train:
+        options = {**DEFAULT_AUGMENT, **(augment or {})}
+        if options["rescale"] > 0:
+            limit = float(options["rescale_limit"])
+            steps.append(A.RandomScale(scale_limit=(-limit, limit), p=options["rescale"]))
+        if options["blur"] > 0:
+            steps.append(A.GaussianBlur(blur_limit=0, sigma_limit=tuple(options["blur_sigma"]), p=options["blur"]))
+        if options["jpeg"] > 0:
+            steps.append(A.ImageCompression(quality_range=tuple(options["jpeg_quality"]), p=options["jpeg"]))
+        if options["hflip"] > 0:
+            steps.append(A.HorizontalFlip(p=options["hflip"]))
+    return A.Compose(steps + geometry(preprocess, train), seed=seed)
+
+
+def to_tensor(image: np.ndarray) -> torch.Tensor:
+    """H x W x 3 uint8 -> 3 x H x W float32 in [0, 1], the detectors' input."""
+    return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div_(255.0)

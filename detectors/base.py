@@ -1,0 +1,35 @@
+"""What every detector is: an `nn.Module` from RGB in [0, 1] to a dict of logits."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from datamodules.preprocess import Preprocess
+
+
+class Detector(nn.Module):
+    """Base class fixing the contract of DESIGN.md section 2.
+
+    `forward(image)` takes float N x 3 x H x W RGB in [0, 1], normalizes inside (so exported graphs
+    need no outside preprocessing) and returns `{"logit": (N,)}`; localizers add
+    `{"mask_logit": (N, 1, H, W)}` and set `is_localizer`. Losses live in `loss()`, never in
+    `forward`, so inference and export need no labels.
+    """
+
+    is_localizer: bool = False
+
+    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.preprocess = Preprocess.from_config(preprocess)
+        self.register_buffer("pixel_mean", torch.tensor(self.preprocess.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(self.preprocess.std).view(1, 3, 1, 1), persistent=False)
+
+    def normalize(self, image: torch.Tensor) -> torch.Tensor:
+        return (image - self.pixel_mean) / self.pixel_std
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
+        """Binary cross-entropy of the image logit; localizers override to add mask terms."""
+        return F.binary_cross_entropy_with_logits(outputs["logit"], batch["label"].float())

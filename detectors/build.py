@@ -1,0 +1,55 @@
+"""Building a detector from plain config values, refusing anything that is not a detector."""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from detectors.base import Detector
+
+TRUSTED_PREFIXES = ("detectors.",)
+
+
+def to_plain(value: Any) -> Any:
+    """OmegaConf containers -> dicts/lists, so hyper-parameters load with `weights_only=True`."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf comes with hydra-core
+        return value
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def resolve_detector_class(target: str, trusted_prefixes: tuple[str, ...] = TRUSTED_PREFIXES) -> type[Detector]:
+    """Import `target` only if it names a `Detector` subclass in a trusted package.
+
+    Checkpoints carry their network's `_target_`; importing an arbitrary name from an untrusted
+    file would run code, so the module must lie under a trusted prefix before it is imported.
+    """
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(f"net._target_ must be a dotted class path, got {target!r}")
+    if not target.startswith(trusted_prefixes):
+        raise ValueError(
+            f"refusing to build {target!r}: only classes under {', '.join(trusted_prefixes)} are built "
+            "from configs and checkpoints")
+    module_name, _, class_name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"cannot find detector class {target!r}: {error}") from error
+    if not (isinstance(cls, type) and issubclass(cls, Detector)):
+        raise ValueError(f"{target!r} is not a Detector subclass")
+    return cls
+
+
+def build_detector(config: Mapping[str, Any]) -> Detector:
+    """`{"_target_": "detectors.npr.NPR", **kwargs}` -> the detector, arguments passed as plain values."""
+    config = dict(to_plain(config))
+    if "_target_" not in config:
+        raise ValueError("detector config needs a `_target_` naming the detector class")
+    cls = resolve_detector_class(config.pop("_target_"))
+    return cls(**config)

@@ -1,0 +1,105 @@
+"""ONNX export with the preprocessing and the calibrated threshold inside, and a parity check."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+import detectors
+from detectors.module import DetectorModule
+
+PARITY_TOLERANCE = 1e-4
+
+
+class ExportError(Exception):
+    """An export that must not be shipped (unsupported graph or failed parity)."""
+
+
+class ScoringGraph(nn.Module):
+    """The exported graph: `image` (N x 3 x H x W, RGB in [0, 1]) -> `score` (N) [, `mask`]."""
+
+    def __init__(self, module: DetectorModule) -> None:
+        super().__init__()
+        self.net = module.net
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs = self.net(image)
+        score = torch.sigmoid(outputs["logit"])
+        if "mask_logit" in outputs:
+            return score, torch.sigmoid(outputs["mask_logit"])
+        return (score,)
+
+
+@dataclass
+class ExportReport:
+    path: Path
+    max_score_difference: float
+    outputs: list[str]
+
+
+def example_size(module: DetectorModule) -> int:
+    preprocess = module.net.preprocess
+    return int(preprocess.size) if preprocess.size else 256
+
+
+def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 18,
+                tolerance: float = PARITY_TOLERANCE, seed: int = 0) -> ExportReport:
+    """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
+    PyTorch's scores within `tolerance` on a batch of size different from the traced one."""
+    import onnx
+    import onnxruntime as ort
+
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    module = module.eval().cpu()
+    graph = ScoringGraph(module).eval()
+    names = ["score", "mask"] if module.net.is_localizer else ["score"]
+    size = example_size(module)
+    generator = torch.Generator().manual_seed(seed)
+    example = torch.rand(2, 3, size, size, generator=generator)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    dims = {0: batch}
+    if module.net.is_localizer:
+        dims.update({2: torch.export.Dim("height", min=32, max=8192), 3: torch.export.Dim("width", min=32, max=8192)})
+    tmp = output.with_name(f".{output.stem}.partial.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(graph, (example,), str(tmp), input_names=["image"], output_names=names,
+                              dynamic_shapes={"image": dims}, opset_version=opset, dynamo=True,
+                              external_data=False, verbose=False)
+        except Exception as error:  # the exporter raises many internal types; report them uniformly
+            raise ExportError(f"torch.onnx.export failed for {type(module.net).__name__}: {error}") from error
+
+    model = onnx.load(str(tmp))
+    metadata = {
+        "detector": module.hparams.get("name") or type(module.net).__name__,
+        "toolkit_version": detectors.__version__,
+        "preprocess": json.dumps(module.net.preprocess.to_dict()),
+        "threshold": repr(float(module.threshold)),
+        "outputs": json.dumps(names),
+    }
+    del model.metadata_props[:]
+    for key, value in metadata.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(tmp))
+    onnx.checker.check_model(str(tmp))
+
+    probe = torch.rand(3, 3, size, size, generator=generator)
+    with torch.inference_mode():
+        expected = graph(probe)[0].numpy()
+    session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    actual = session.run(["score"], {"image": probe.numpy()})[0]
+    difference = float(np.max(np.abs(actual - expected)))
+    if not difference <= tolerance:
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"ONNX parity failed: max |score difference| {difference:.3g} > {tolerance:g}; "
+                          "the file was not written")
+    os.replace(tmp, output)
+    return ExportReport(output, difference, names)

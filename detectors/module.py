@@ -1,0 +1,134 @@
+"""DetectorModule: the LightningModule every detector trains, validates and calibrates under."""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Mapping
+
+import lightning as L
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from detectors.base import Detector
+from detectors.build import build_detector, to_plain
+from evaluation import calibrate_threshold, image_metrics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OPTIMIZER = {"name": "AdamW", "lr": 1e-4, "weight_decay": 0.0}
+DEFAULT_SCHEDULER = {"warmup_fraction": 0.05, "min_lr_ratio": 0.0}
+
+
+class DetectorModule(L.LightningModule):
+    """Optimisation, loss dispatch, whole-split metrics and threshold calibration for one detector.
+
+    Built from plain config values only (`net` holds the detector's `_target_` and arguments) and
+    saved with `save_hyperparameters()`, so a checkpoint rebuilds the network without Hydra.
+    After every validation the decision threshold is calibrated on the genuine validation images to
+    `target_fpr`; it is a buffer, so it travels in every checkpoint and `infer.py` uses it.
+    """
+
+    def __init__(
+        self,
+        net: Mapping[str, Any],
+        optimizer: Mapping[str, Any] | None = None,
+        scheduler: Mapping[str, Any] | None = None,
+        target_fpr: float = 0.01,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        net, optimizer, scheduler = to_plain(net), to_plain(optimizer), to_plain(scheduler)
+        self.save_hyperparameters({"net": net, "optimizer": optimizer, "scheduler": scheduler,
+                                   "target_fpr": float(target_fpr), "name": name})
+        self.net: Detector = build_detector(net)
+        self.register_buffer("threshold", torch.tensor(0.5))
+        self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
+        self.stage_metrics: dict[str, dict[str, float]] = {}
+
+    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.net(image)
+
+    def on_fit_start(self) -> None:
+        trainable = sum(p.numel() for p in self.net.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in self.net.parameters())
+        log.info("%s: %s trainable of %s parameters", self.hparams.name or type(self.net).__name__,
+                 f"{trainable:,}", f"{total:,}")
+
+    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
+        outputs = self.net(batch["image"])
+        loss = self.net.loss(outputs, batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["image"]))
+        return loss
+
+    def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
+        self._evaluation_step("val", batch)
+
+    def test_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
+        self._evaluation_step("test", batch)
+
+    def _evaluation_step(self, stage: str, batch: Mapping[str, Any]) -> None:
+        outputs = self.net(batch["image"])
+        loss = self.net.loss(outputs, batch)
+        self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(batch["image"]))
+        scores = torch.sigmoid(outputs["logit"].float())
+        self._scores[stage].append((batch["index"].detach().cpu(), scores.detach().cpu(),
+                                    batch["label"].detach().cpu()))
+
+    def on_validation_epoch_end(self) -> None:
+        labels, scores = self._gather("val")
+        if self.trainer.sanity_checking:
+            return
+        genuine = scores[labels == 0]
+        if len(genuine):
+            self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr))
+        self._log_metrics("val", labels, scores)
+
+    def on_test_epoch_end(self) -> None:
+        labels, scores = self._gather("test")
+        self._log_metrics("test", labels, scores)
+
+    def _log_metrics(self, stage: str, labels: np.ndarray, scores: np.ndarray) -> None:
+        metrics = image_metrics(labels, scores, threshold=float(self.threshold))
+        metrics["threshold"] = float(self.threshold)
+        self.stage_metrics[stage] = metrics
+        # Every rank holds the same gathered values, so no further reduction is needed.
+        self.log_dict({f"{stage}/{k}": float(v) for k, v in metrics.items()}, prog_bar=False)
+
+    def _gather(self, stage: str) -> tuple[np.ndarray, np.ndarray]:
+        """Scores of the whole split from every rank, each image once (the distributed sampler
+        pads ranks with repeated images, which would otherwise be counted twice)."""
+        chunks = self._scores[stage]
+        self._scores[stage] = []
+        if chunks:
+            local = tuple(torch.cat(parts).numpy() for parts in zip(*chunks))
+        else:
+            local = (np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64))
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            everything: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(everything, local)
+            local = tuple(np.concatenate(parts) for parts in zip(*everything))
+        index, scores, labels = local
+        _, first = np.unique(index, return_index=True)
+        return labels[first], scores[first]
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        settings = {**DEFAULT_OPTIMIZER, **(self.hparams.optimizer or {})}
+        name = settings.pop("name")
+        if not hasattr(torch.optim, name):
+            raise ValueError(f"optimizer.name={name!r} is not an optimizer in torch.optim")
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        optimizer = getattr(torch.optim, name)(params, **settings)
+        schedule = {**DEFAULT_SCHEDULER, **(self.hparams.scheduler or {})}
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(schedule["warmup_fraction"] * total)
+        floor = float(schedule["min_lr_ratio"])
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,121 @@
+"""A trained detector from a `.ckpt` or an `.onnx` file behind one `predict(images)` interface."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datamodules.preprocess import Preprocess
+
+
+class ModelLoadError(Exception):
+    """A model file that cannot be used, with the reason."""
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ModelLoadError(f"device must be auto, cpu or cuda, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError("device=cuda was requested but no CUDA device is available")
+    return device
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "DetectorModule":
+    """Rebuild a `DetectorModule` from a checkpoint without executing code from the file.
+
+    The file is read with `torch.load(weights_only=True)` (tensors and plain containers only), and
+    the network class named in it must be a `Detector` under the toolkit's `detectors` package.
+    """
+    from detectors.module import DetectorModule
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"checkpoint {path} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ModelLoadError(f"{path}: refusing to load: the file holds objects other than weights and plain "
+                             f"values, and loading them could run code ({error})") from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise ModelLoadError(f"{path}: not a readable checkpoint ({error})") from None
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not isinstance(hparams, dict) or "net" not in hparams or "state_dict" not in checkpoint:
+        raise ModelLoadError(f"{path}: not a checkpoint written by this toolkit's train.py "
+                             "(no hyper_parameters.net / state_dict)")
+    try:
+        module = DetectorModule(**hparams)
+        module.load_state_dict(checkpoint["state_dict"])
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
+    return module.eval()
+
+
+class TorchRuntime:
+    """A `.ckpt` detector in PyTorch."""
+
+    def __init__(self, path: str | os.PathLike, device: str = "auto") -> None:
+        self.device = resolve_device(device)
+        self.module = load_checkpoint(path).to(self.device)
+        self.net = self.module.net
+        self.name = self.module.hparams.get("name") or type(self.net).__name__
+        self.preprocess: Preprocess = self.net.preprocess
+        self.threshold = float(self.module.threshold)
+        self.is_localizer = bool(self.net.is_localizer)
+
+    @torch.inference_mode()
+    def predict(self, images: torch.Tensor) -> dict[str, np.ndarray]:
+        outputs = self.net(images.to(self.device, non_blocking=True))
+        result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
+        if "mask_logit" in outputs:
+            result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
+        return result
+
+
+class OnnxRuntime:
+    """An exported `.onnx` detector in onnxruntime; preprocessing and threshold from its metadata."""
+
+    def __init__(self, path: str | os.PathLike, device: str = "auto") -> None:
+        import onnxruntime as ort
+
+        path = Path(path)
+        if not path.is_file():
+            raise ModelLoadError(f"ONNX model {path} does not exist")
+        self.device = resolve_device(device)
+        providers = ["CPUExecutionProvider"]
+        if self.device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        try:
+            self.session = ort.InferenceSession(str(path), providers=providers)
+        except Exception as error:  # onnxruntime raises its own unexported exception types
+            raise ModelLoadError(f"{path}: onnxruntime cannot load it ({error})") from None
+        meta = self.session.get_modelmeta().custom_metadata_map
+        missing = {"detector", "preprocess", "threshold", "outputs"} - set(meta)
+        if missing:
+            raise ModelLoadError(f"{path}: not exported by this toolkit's export.py (missing metadata "
+                                 f"{sorted(missing)})")
+        self.name = meta["detector"]
+        self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
+        self.threshold = float(meta["threshold"])
+        self.output_names = json.loads(meta["outputs"])
+        self.is_localizer = "mask" in self.output_names
+
+    def predict(self, images: torch.Tensor) -> dict[str, np.ndarray]:
+        values = self.session.run(self.output_names, {"image": images.detach().cpu().numpy().astype(np.float32)})
+        return dict(zip(self.output_names, values))
+
+
+def load_runtime(path: str | os.PathLike, device: str = "auto") -> TorchRuntime | OnnxRuntime:
+    """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".onnx":
+        return OnnxRuntime(path, device)
+    if suffix in (".ckpt", ".pt", ".pth"):
+        return TorchRuntime(path, device)
+    raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")

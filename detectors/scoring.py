@@ -1,0 +1,165 @@
+"""Scoring many images with a loaded detector, streaming rows to CSV or JSONL as batches finish."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import cv2
+import numpy as np
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from datamodules.datasets import ImageDataset, collate
+from datamodules.io import write_image
+from datamodules.records import Record
+from datamodules.transforms import build_transform
+from evaluation import image_metrics
+
+log = logging.getLogger(__name__)
+COLUMNS = ("path", "score", "label", "status", "error")
+
+
+class ResultWriter:
+    """Appends rows to a CSV or JSONL file, one flushed write per batch.
+
+    Each batch goes out as whole lines with a single write followed by fsync, so the file holds
+    only complete rows whatever moment the run is stopped at; `resume` drops a torn last line
+    (from a crash mid-write) and reports which paths are already done.
+    """
+
+    def __init__(self, path: str | os.PathLike, columns: Sequence[str] = COLUMNS, resume: bool = False) -> None:
+        self.path = Path(path)
+        if self.path.suffix.lower() not in (".csv", ".jsonl"):
+            raise ValueError(f"output must end in .csv or .jsonl, got {self.path}")
+        self.is_csv = self.path.suffix.lower() == ".csv"
+        self.columns = list(columns)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: dict[str, dict[str, Any]] = {}
+        if resume and self.path.is_file():
+            self._drop_torn_line()
+            self.done = {row["path"]: row for row in read_results(self.path)}
+            self.handle = self.path.open("a", encoding="utf-8", newline="")
+        else:
+            self.handle = self.path.open("w", encoding="utf-8", newline="")
+            if self.is_csv:
+                self._write([dict(zip(self.columns, self.columns))], header=True)
+
+    def _drop_torn_line(self) -> None:
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
+
+    def _write(self, rows: list[dict[str, Any]], header: bool = False) -> None:
+        buffer = io.StringIO()
+        if self.is_csv:
+            writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
+            for row in rows:
+                writer.writerow(row)
+        else:
+            for row in rows:
+                buffer.write(json.dumps({k: row.get(k) for k in self.columns}) + "\n")
+        self.handle.write(buffer.getvalue())
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._write(rows)
+            self.done.update({row["path"]: row for row in rows})
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> "ResultWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as handle:
+        if path.suffix.lower() == ".csv":
+            rows = list(csv.DictReader(handle))
+        else:
+            rows = [json.loads(line) for line in handle if line.strip()]
+    for row in rows:
+        row["score"] = float(row["score"]) if row.get("score") not in (None, "") else None
+        row["label"] = int(row["label"]) if row.get("label") not in (None, "") else None
+    return rows
+
+
+def safe_mask_name(index: int, path: str) -> str:
+    """A file name that cannot leave the masks folder, whatever the input path contains."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(path).stem)[:80].lstrip(".") or "image"
+    return f"{index:07d}_{stem}.png"
+
+
+def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, batch_size: int = 32,
+                  num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
+                  progress: bool = True) -> dict[str, int]:
+    """Score every record not already in `writer`; unreadable files become `status=error` rows."""
+    threshold = runtime.threshold if threshold is None else float(threshold)
+    todo = [r for r in records if r.path not in writer.done]
+    if not runtime.preprocess.fixed_size and batch_size != 1:
+        log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
+        batch_size = 1
+    dataset = ImageDataset(todo, build_transform(runtime.preprocess, train=False), keep_size=True)
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate,
+                        shuffle=False, persistent_workers=False)
+    counts = {"ok": 0, "error": 0, "skipped": len(records) - len(todo)}
+    masks_dir = Path(masks_dir) if masks_dir is not None else None
+    for batch in tqdm(loader, desc="scoring", unit="batch", disable=not progress):
+        rows = [{"path": path, "score": "", "label": "", "status": "error", "error": reason}
+                for path, reason in batch["errors"]]
+        if "image" in batch:
+            try:
+                outputs = runtime.predict(batch["image"])
+            except Exception as error:  # a model failure on one batch is reported per image, not fatal
+                log.error("model failed on a batch: %s", error)
+                rows += [{"path": p, "score": "", "label": "", "status": "error", "error": f"model error: {error}"}
+                         for p in batch["path"]]
+            else:
+                for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
+                    row = {"path": path, "score": float(score), "label": int(score >= threshold),
+                           "status": "ok", "error": ""}
+                    if masks_dir is not None and "mask" in outputs:
+                        row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
+                                                    tuple(int(v) for v in batch["size"][i])))
+                    rows.append(row)
+        for row in rows:
+            counts[row["status"]] += 1
+        writer.write(rows)
+    return counts
+
+
+def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int]) -> Path:
+    """Write a probability map as an 8-bit PNG at the input image's original size."""
+    target = masks_dir / safe_mask_name(index, path)
+    pixels = np.clip(np.rint(probabilities * 255), 0, 255).astype(np.uint8)
+    if pixels.shape != size:
+        pixels = cv2.resize(pixels, (size[1], size[0]), interpolation=cv2.INTER_LINEAR)
+    write_image(target, pixels)
+    return target
+
+
+def labelled_metrics(records: Iterable[Record], results: Iterable[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
+    """Image metrics for the scored rows whose record carries a label; None when none does."""
+    truth = {r.path: r.label for r in records if r.label is not None}
+    if not truth:
+        return None
+    pairs = [(truth[row["path"]], row["score"]) for row in results
+             if row.get("status") == "ok" and row["path"] in truth and row.get("score") is not None]
+    if not pairs:
+        return None
+    labels, scores = map(np.asarray, zip(*pairs))
+    return {**image_metrics(labels, scores, threshold=threshold), "threshold": threshold}

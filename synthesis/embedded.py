@@ -1,0 +1,114 @@
+"""The embedded default dataset: the sample photographs that ship inside installed packages.
+
+scikit-image and scikit-learn bundle a few dozen real photographs, so the toolkit can generate a
+labelled training set offline on a fresh machine: crops of the genuine photos at several scales,
+and for each crop a fake made by re-rendering the frame.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+import cv2
+import numpy as np
+
+from datamodules.io import read_image, write_image
+
+# Natural photographs only: synthetic test patterns (chessboard, logo, phantom, ...) would teach
+# the detector nothing about camera images.
+SKIMAGE_PHOTOS = (
+    "astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "clock_motion.png",
+    "coffee.png", "coins.png", "grass.png", "gravel.png", "hubble_deep_field.jpg", "ihc.png",
+    "microaneurysms.png", "moon.png", "motorcycle_left.png", "motorcycle_right.png", "page.png",
+    "retina.jpg", "rocket.jpg", "text.png",
+)
+SKLEARN_PHOTOS = ("china.jpg", "flower.jpg")
+
+UPSAMPLERS = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR,
+              "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}
+DOWNSAMPLERS = {"area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC}
+
+
+def bundled_photo_paths() -> list[Path]:
+    """Paths of the bundled photographs that exist in this installation."""
+    import skimage
+    import sklearn
+
+    folders = [(Path(skimage.__file__).parent / "data", SKIMAGE_PHOTOS),
+               (Path(sklearn.__file__).parent / "datasets" / "images", SKLEARN_PHOTOS)]
+    paths = [folder / name for folder, names in folders for name in names if (folder / name).is_file()]
+    if not paths:
+        raise FileNotFoundError("no bundled sample photographs found: is scikit-image installed?")
+    return paths
+
+
+def rerender(image: np.ndarray, rng: np.random.Generator, factor: float = 2.0) -> tuple[np.ndarray, str]:
+    """Re-render the frame by down- then up-sampling: the up-sampling trace of a generator's decoder.
+
+    A stand-in for a real generator (the data issue's autoencoder replaces it); the interpolation
+    pair varies so a detector cannot key on one kernel.
+    """
+    height, width = image.shape[:2]
+    down_name = str(rng.choice(sorted(DOWNSAMPLERS)))
+    up_name = str(rng.choice(sorted(UPSAMPLERS)))
+    small = cv2.resize(image, (max(1, round(width / factor)), max(1, round(height / factor))),
+                       interpolation=DOWNSAMPLERS[down_name])
+    return cv2.resize(small, (width, height), interpolation=UPSAMPLERS[up_name]), f"rerender_{up_name}"
+
+
+def grid_crops(image: np.ndarray, size: int, limit: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Non-overlapping `size` x `size` crops on a centred grid, at most `limit` of them."""
+    height, width = image.shape[:2]
+    rows, cols = height // size, width // size
+    top0, left0 = (height - rows * size) // 2, (width - cols * size) // 2
+    count = 0
+    for r in range(rows):
+        for c in range(cols):
+            if count >= limit:
+                return
+            y, x = top0 + r * size, left0 + c * size
+            yield y, x, image[y:y + size, x:x + size]
+            count += 1
+
+
+@dataclass(frozen=True)
+class EmbeddedSpec:
+    crop_size: int = 96
+    scales: Sequence[float] = (1.0, 0.75, 0.5)
+    max_crops_per_scale: int = 16
+    seed: int = 0
+
+
+def build_embedded_dataset(output: str | os.PathLike, spec: EmbeddedSpec = EmbeddedSpec(),
+                           photos: Sequence[str | os.PathLike] | None = None,
+                           progress: Callable[[Iterable], Iterable] = lambda it: it) -> list[dict]:
+    """Write genuine crops and their re-rendered fakes under `output`; return manifest rows.
+
+    `photos` defaults to the bundled photographs; any list of authentic images works the same way.
+    Deterministic per `spec.seed`: every crop draws from its own generator seeded by
+    (seed, photo, scale, position), so the result does not depend on order. Files that already
+    exist are kept, so an interrupted run resumes.
+    """
+    output = Path(output)
+    rows: list[dict] = []
+    for photo_index, photo in enumerate(progress([Path(p) for p in photos or bundled_photo_paths()])):
+        image = read_image(photo)
+        for scale_index, scale in enumerate(spec.scales):
+            scaled = image if scale == 1.0 else cv2.resize(
+                image, (round(image.shape[1] * scale), round(image.shape[0] * scale)), interpolation=cv2.INTER_AREA)
+            for y, x, crop in grid_crops(scaled, spec.crop_size, spec.max_crops_per_scale):
+                source = f"{photo.stem}_s{scale_index}_{y}_{x}"
+                rng = np.random.default_rng([spec.seed, photo_index, scale_index, y, x])
+                fake, method = rerender(crop, rng)
+                real_path = output / "real" / f"{source}.png"
+                fake_path = output / "fake" / f"{source}.png"
+                for path, pixels in ((real_path, crop), (fake_path, fake)):
+                    if not path.exists():
+                        write_image(path, pixels)
+                rows.append({"path": str(real_path), "label": 0, "group": "genuine",
+                             "category": photo.stem, "source": source})
+                rows.append({"path": str(fake_path), "label": 1, "group": method,
+                             "category": photo.stem, "source": source})
+    return rows

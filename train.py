@@ -1,0 +1,65 @@
+"""Train, calibrate and test a detector: `python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]`."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from detectors.module import DetectorModule
+from evaluation import write_metrics_json
+
+log = logging.getLogger("train")
+
+
+def instantiate_group(group: DictConfig | None) -> list[Any]:
+    """Every `_target_` entry of a config group such as `callbacks` or `logger`."""
+    return [hydra.utils.instantiate(entry) for entry in (group or {}).values()
+            if isinstance(entry, DictConfig) and "_target_" in entry]
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit on the train split, calibrate on val, test the best checkpoint; returns metrics.json."""
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    output_dir = Path(cfg.paths.output_dir)
+    module = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.get("optimizer"),
+                            scheduler=cfg.detector.get("scheduler"), target_fpr=cfg.target_fpr,
+                            name=cfg.detector.get("name"))
+    datamodule = hydra.utils.instantiate(cfg.data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")),
+                                                 logger=instantiate_group(cfg.get("logger")) or False)
+    if trainer.is_global_zero:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics: dict[str, Any] = {"detector": cfg.detector.get("name"), "val": module.stage_metrics.get("val", {})}
+    if cfg.get("test"):
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
+        metrics = {**module.stage_metrics.get("test", {}), **metrics, "checkpoint": best or None}
+    if trainer.is_global_zero:
+        write_metrics_json(output_dir / "metrics.json", metrics)
+        log.info("%s", summary(metrics, output_dir))
+    return metrics
+
+
+def summary(metrics: dict[str, Any], output_dir: Path) -> str:
+    keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold")
+    test = "  ".join(f"{k}={metrics[k]:.4f}" for k in keys if k in metrics)
+    val = metrics.get("val", {})
+    return (f"\n  detector {metrics.get('detector')}\n  val auroc={val.get('auroc', float('nan')):.4f}"
+            f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> None:
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
