@@ -113,12 +113,12 @@ class PixelMetricAccumulator:
     threshold: float = 0.5
     boundary_tolerance: int = 0
     per_image_curves: bool = True
-    f1: list = field(default_factory=list)
-    iou: list = field(default_factory=list)
-    auroc: list = field(default_factory=list)
-    f1_best: list = field(default_factory=list)
-    counts: list = field(default_factory=list)  # (tp, fp, fn) per manipulated image
-    fpr_genuine: list = field(default_factory=list)
+    f1: list = field(default_factory=list, init=False, repr=False)
+    iou: list = field(default_factory=list, init=False, repr=False)
+    auroc: list = field(default_factory=list, init=False, repr=False)
+    f1_best: list = field(default_factory=list, init=False, repr=False)
+    counts: list = field(default_factory=list, init=False, repr=False)  # (tp, fp, fn) per image
+    fpr_genuine: list = field(default_factory=list, init=False, repr=False)
 
     def update(self, masks: Iterable, probs: Iterable) -> None:
         """Add a batch: ``masks`` and ``probs`` are N x H x W (or N x 1 x H x W) arrays/tensors or
