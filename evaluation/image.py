@@ -1,4 +1,4 @@
-"""Image-level metrics (DESIGN.md sections 3-4), computed from one sort so 10 M scores take seconds.
+"""Image-level metrics (DESIGN.md sections 3-4) from sorted scores: 10 M scores in seconds.
 
 Label rule everywhere: predicted fake  <=>  score >= threshold.
 """
