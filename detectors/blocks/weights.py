@@ -1,0 +1,132 @@
+"""Finding pretrained weights offline, and saying clearly when they are not there.
+
+The machines this toolkit runs on often have no internet. Pretrained backbones are therefore
+resolved to a local file first (an explicit path, the Hugging Face cache, the torch hub cache or
+open_clip's URL cache) and loaded from that file, so nothing is downloaded when the files exist.
+When they do not, one `MissingWeightsError` says where we looked and how to provide them; we never
+fall back silently to random weights (DESIGN.md section 5).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+_ARCHITECTURE_ONLY = False
+
+
+class MissingWeightsError(FileNotFoundError):
+    """Pretrained weights were asked for but are not on this machine."""
+
+
+@contextlib.contextmanager
+def architecture_only() -> Iterator[None]:
+    """Build backbones without loading pretrained weights, because a checkpoint will overwrite them.
+
+    `DetectorModule.load_from_checkpoint` rebuilds the network from its hyper-parameters and then
+    loads the full state dict, so a machine that only holds the trained checkpoint must not need
+    the original pretrained files. Use as `with architecture_only(): load_from_checkpoint(...)`.
+    """
+    global _ARCHITECTURE_ONLY
+    previous, _ARCHITECTURE_ONLY = _ARCHITECTURE_ONLY, True
+    try:
+        yield
+    finally:
+        _ARCHITECTURE_ONLY = previous
+
+
+def weights_deferred() -> bool:
+    """True inside `architecture_only()`: loaders build the architecture and skip the weights."""
+    return _ARCHITECTURE_ONLY
+
+
+def hf_cache_lookup(repo_id: str, filenames: Sequence[str], cache_dir: str | None = None) -> str | None:
+    """Path of the first of `filenames` of `repo_id` already in the Hugging Face cache, else None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub comes with timm and open_clip
+        return None
+    for filename in filenames:
+        found = try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir)
+        if isinstance(found, str) and os.path.isfile(found):
+            return found
+    return None
+
+
+def url_cache_lookup(url: str, folders: Sequence[str | Path]) -> str | None:
+    """Path of `url`'s file name in one of `folders` (open_clip's and torch hub's caches), else None."""
+    if not url:
+        return None
+    name = os.path.basename(url.rstrip("/"))
+    for folder in folders:
+        candidate = Path(folder).expanduser() / name
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+def missing_weights_message(what: str, looked: Sequence[str], how: Sequence[str]) -> str:
+    lines = [f"pretrained weights for {what} are not on this machine (no download is attempted).",
+             "Looked in:", *[f"  - {place}" for place in looked], "Provide them by one of:",
+             *[f"  - {step}" for step in how],
+             "Or set `pretrained: null` to train from random initialization (logged as such)."]
+    return "\n".join(lines)
+
+
+TIMM_HF_FILENAMES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
+
+
+def resolve_timm_weights(name: str, pretrained: bool | str, cache_dir: str | None = None) -> str:
+    """Local file holding timm weights for `name` (a `model.tag` name picks the tag).
+
+    `pretrained` is True (the default tag of `name`) or a path to a weights file.
+    """
+    if isinstance(pretrained, str) and pretrained not in ("true", "True", "default"):
+        if os.path.isfile(pretrained):
+            return pretrained
+        raise MissingWeightsError(f"timm weights file {pretrained!r} for {name!r} does not exist")
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name)
+    if cfg is None:
+        raise MissingWeightsError(f"timm has no pretrained weights registered for {name!r}")
+    looked: list[str] = []
+    if cfg.hf_hub_id:
+        found = hf_cache_lookup(cfg.hf_hub_id, TIMM_HF_FILENAMES, cache_dir)
+        looked.append(f"Hugging Face cache ({cache_dir or 'HF_HOME'}) repo {cfg.hf_hub_id}")
+        if found:
+            return found
+    hub_dir = Path(os.environ.get("TORCH_HOME", "~/.cache/torch")).expanduser() / "hub" / "checkpoints"
+    found = url_cache_lookup(cfg.url or "", [hub_dir])
+    looked.append(f"torch hub cache {hub_dir}")
+    if found:
+        return found
+    how = [f"with internet once: python -c \"import timm; timm.create_model('{name}', pretrained=True)\" "
+           "(fills the cache), then copy the cache to this machine",
+           f"download {cfg.hf_hub_id or cfg.url} yourself and pass the file path as `pretrained: /path/to/file`"]
+    raise MissingWeightsError(missing_weights_message(f"timm model {name!r}", looked, how))
+
+
+def load_timm_encoder(name: str, pretrained: bool | str | None = None, cache_dir: str | None = None,
+                      **kwargs: Any) -> nn.Module:
+    """A timm model, with ImageNet (or other tagged) weights read from a local file only.
+
+    `pretrained`: None/False random init (logged), True the default tag's weights from the cache,
+    or a path to a weights file. Extra keyword arguments go to `timm.create_model` (for example
+    `features_only=True`, `out_indices`, `in_chans`).
+    """
+    import timm
+
+    if not pretrained or weights_deferred():
+        reason = "weights come from the checkpoint" if pretrained else "pretrained: null"
+        log.warning("timm %s: random initialization (%s)", name, reason)
+        return timm.create_model(name, pretrained=False, **kwargs)
+    path = resolve_timm_weights(name, pretrained, cache_dir)
+    log.info("timm %s: loading pretrained weights from %s", name, path)
+    return timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": path}, **kwargs)
