@@ -1,0 +1,49 @@
+"""The recipes in configs/experiment compose with train.yaml and build their (tiny) networks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from detectors.build import build_detector
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+RECIPES = {  # recipe: (detector, data override, GPU precision, a tiny detector to build on CPU)
+    "univfd": ("clip_linear", "data.root=/data/tree", "16-mixed", "clip_linear_tiny"),
+    "npr": ("npr", "data.root=/data/tree", "16-mixed", None),
+    "cospy": ("clip_freq", "data.manifest=/data/manifest.csv", "bf16-mixed", "clip_freq_tiny"),
+    "effort": ("clip_linear", "data.manifest=/data/manifest.csv", "bf16-mixed", "clip_linear_tiny"),
+}
+
+
+def compose_train(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_recipe_composes_for_gpus(recipe):
+    detector, data, precision, _ = RECIPES[recipe]
+    assert (CONFIGS / "experiment" / f"{recipe}.yaml").read_text().startswith("# @package _global_")
+    cfg = compose_train([f"experiment={recipe}", data])
+    assert cfg.detector.net._target_ == OmegaConf.load(CONFIGS / "detector" / f"{detector}.yaml").net._target_
+    assert cfg.trainer.precision == precision and cfg.trainer.strategy == "ddp"
+    assert cfg.detector.net.preprocess.mode == "center_crop"
+    if recipe in ("npr", "cospy"):
+        assert cfg.data.augment.blur == 0.0  # artifact branches must not be trained on blurred traces
+    if recipe == "effort":
+        assert cfg.detector.net.adapter == "svd" and cfg.detector.net.residual_rank == 1
+
+
+@pytest.mark.parametrize("recipe", ["univfd", "effort", "cospy"])
+def test_recipe_runs_on_cpu_with_a_tiny_detector(recipe):
+    _, data, _, tiny = RECIPES[recipe]
+    cfg = compose_train([f"experiment={recipe}", data, f"detector={tiny}", "trainer=cpu"])
+    assert cfg.trainer.accelerator == "cpu"
+    assert OmegaConf.is_dict(cfg.detector.net.model) and cfg.detector.net.pretrained is None  # the tiny tower
+    net = build_detector(cfg.detector.net)  # the recipe's settings on top of the tiny architecture
+    assert net.preprocess.size == cfg.detector.net.preprocess.size
+    adapter = net.encoder.adapter if hasattr(net, "encoder") else net.semantic.adapter
+    assert adapter == ("svd" if recipe == "effort" else "frozen")
