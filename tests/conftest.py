@@ -1,0 +1,26 @@
+"""Shared fixtures: a small generated dataset and composed train configs writing into tmp_path."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from tests.helpers import prepare_train_config, small_train_overrides
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> Path:
+    """~160 images (64 px crops of the bundled photographs and their re-rendered fakes)."""
+    from datamodules.classification import make_embedded_manifest
+
+    output = tmp_path_factory.mktemp("small_dataset")
+    return make_embedded_manifest(output, seed=0, crop_size=64, scales=(0.5,), max_crops_per_scale=4)
+
+
+@pytest.fixture
+def train_config(tmp_path, small_dataset):
+    """A factory: the real train config on the small dataset, run directory in tmp_path."""
+    yield lambda *overrides: prepare_train_config([*small_train_overrides(small_dataset), *overrides],
+                                                  tmp_path / "run")
+    GlobalHydra.instance().clear()

@@ -1,0 +1,39 @@
+"""Helpers shared by tests: composing the real Hydra configs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+TINY_NPR = ["detector.net.width=8", "detector.net.layers=[1,1]", "detector.net.block=basic"]
+
+
+def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+    """The config an entry point would see for these command-line overrides."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+
+
+def small_train_overrides(manifest: Path) -> list[str]:
+    """The real train config on a small manifest: tiny NPR, CPU, no progress bar, no workers."""
+    return ["data=manifest", f"data.manifest={manifest}", "data.num_workers=0", "data.batch_size=16",
+            "trainer=cpu", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+            "detector.net.preprocess.size=64", *TINY_NPR]
+
+
+def prepare_train_config(overrides: list[str], output_dir: Path) -> DictConfig:
+    """What `python train.py <overrides>` would hand to `train()`, with its run directory at `output_dir`."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    cfg = compose_config("train", overrides)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        del cfg["hydra"]  # a real run's config has no `hydra` node; `${hydra:...}` reads HydraConfig
+    return cfg

@@ -1,0 +1,124 @@
+"""End to end on tiny data: generate -> train -> infer (.ckpt) -> export -> infer (.onnx); resume."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from datamodules.records import read_manifest
+from detectors.export import ExportError, export_onnx
+from detectors.runtime import ModelLoadError, load_checkpoint
+from detectors.scoring import read_results
+from infer import infer
+from tests.helpers import compose_config, prepare_train_config, small_train_overrides
+from train import train
+
+METRIC_KEYS = {"auroc", "pauroc@0.1", "ap", "tpr@fpr=0.001", "tpr@fpr=0.01", "tpr@fpr=0.05", "tpr@fpr=0.1",
+               "tpr", "tnr", "balanced_accuracy", "f1", "n_pos", "n_neg"}
+
+
+def infer_config(model: Path, input: Path, output: Path, *extra: str):
+    return compose_config("infer", [f"model={model}", f"input={input}", f"output={output}", "num_workers=0",
+                                    "progress=false", "batch_size=16", *extra])
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, small_dataset):
+    """One short training run shared by the tests of this module."""
+    run = tmp_path_factory.mktemp("run")
+    cfg = prepare_train_config([*small_train_overrides(small_dataset), "trainer.max_epochs=2",
+                                "detector.optimizer.lr=2e-3"], run)
+    return run, train(cfg), cfg
+
+
+def test_training_writes_checkpoints_metrics_and_resolved_config(trained_run):
+    run, metrics, _ = trained_run
+    for name in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "metrics.json", "config.yaml"):
+        assert (run / name).is_file(), name
+    written = json.loads((run / "metrics.json").read_text())
+    assert METRIC_KEYS <= set(written) and METRIC_KEYS <= set(written["val"])
+    assert written["n_pos"] > 0 and written["n_neg"] > 0
+    assert 0.0 < written["threshold"] < 1.0
+    assert "${" not in (run / "config.yaml").read_text()  # resolved
+
+
+def test_checkpoint_loads_without_hydra_and_keeps_the_calibrated_threshold(trained_run):
+    run, metrics, _ = trained_run
+    module = load_checkpoint(run / "checkpoints" / "best.ckpt")
+    assert float(module.threshold) == pytest.approx(metrics["threshold"])
+    assert module.net.preprocess.size == 64
+
+
+def test_ckpt_and_onnx_score_identically_through_infer(trained_run, small_dataset, tmp_path):
+    run, _, _ = trained_run
+    best = run / "checkpoints" / "best.ckpt"
+    from_ckpt = infer(infer_config(best, small_dataset, tmp_path / "ckpt.csv"))
+    report = export_onnx(load_checkpoint(best), tmp_path / "model.onnx")
+    assert report.max_score_difference <= 1e-4
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    assert {"detector", "toolkit_version", "preprocess", "threshold", "outputs"} <= set(metadata)
+    assert json.loads(metadata["preprocess"])["size"] == 64
+    assert [i.name for i in model.graph.input] == ["image"] and [o.name for o in model.graph.output] == ["score"]
+    from_onnx = infer(infer_config(tmp_path / "model.onnx", small_dataset, tmp_path / "onnx.jsonl", "batch_size=7"))
+
+    ckpt_rows = {r["path"]: r for r in read_results(tmp_path / "ckpt.csv")}
+    onnx_rows = {r["path"]: r for r in read_results(tmp_path / "onnx.jsonl")}
+    assert set(ckpt_rows) == set(onnx_rows) == {r.path for r in read_manifest(small_dataset)}
+    differences = [abs(ckpt_rows[p]["score"] - onnx_rows[p]["score"]) for p in ckpt_rows]
+    assert max(differences) <= 1e-4
+    assert from_ckpt["metrics"]["auroc"] == pytest.approx(from_onnx["metrics"]["auroc"], abs=1e-3)
+    assert (tmp_path / "ckpt.metrics.json").is_file() and (tmp_path / "onnx.metrics.json").is_file()
+
+
+def test_export_refuses_a_model_that_onnx_cannot_reproduce(trained_run, tmp_path):
+    module = load_checkpoint(trained_run[0] / "checkpoints" / "last.ckpt")
+    with pytest.raises(ExportError, match="parity failed"):
+        export_onnx(module, tmp_path / "strict.onnx", tolerance=-1.0)
+    assert not (tmp_path / "strict.onnx").exists()
+
+
+def test_untrusted_checkpoints_do_not_run_code(tmp_path):
+    class Payload:
+        def __reduce__(self):
+            return (print, ("code ran",))
+
+    torch.save({"state_dict": {}, "hyper_parameters": {"net": Payload()}}, tmp_path / "evil.ckpt")
+    with pytest.raises(ModelLoadError, match="refusing to load"):
+        load_checkpoint(tmp_path / "evil.ckpt")
+    torch.save({"state_dict": {}, "hyper_parameters": {"net": {"_target_": "os.system", "command": "true"}}},
+               tmp_path / "target.ckpt")
+    with pytest.raises(ModelLoadError, match="refusing to build"):
+        load_checkpoint(tmp_path / "target.ckpt")
+
+
+def test_resume_from_last_checkpoint_continues_the_run(trained_run, small_dataset, tmp_path):
+    run, _, _ = trained_run
+    last = run / "checkpoints" / "last.ckpt"
+    before = torch.load(last, weights_only=True)
+    train(prepare_train_config([*small_train_overrides(small_dataset), "trainer.max_epochs=3",
+                                f"ckpt_path={last}", "test=false"], tmp_path / "resumed"))
+    after = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert before["epoch"] == 1 and after["epoch"] == 2
+    steps_per_epoch = before["global_step"] // 2
+    assert after["global_step"] == before["global_step"] + steps_per_epoch
+
+
+def test_seed_zero_is_honoured(train_config):
+    import lightning as L
+
+    cfg = train_config()
+    L.seed_everything(123)
+    assert cfg.seed == 0
+    from detectors.module import DetectorModule
+
+    def first_weights():
+        L.seed_everything(cfg.seed)
+        return DetectorModule(net=cfg.detector.net).net.head.weight.detach().clone()
+
+    assert torch.equal(first_weights(), first_weights())
+    assert not np.isnan(first_weights().numpy()).any()

@@ -1,0 +1,90 @@
+"""read_image: every odd file kind becomes upright 8-bit RGB, or an ImageReadError with a reason."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datamodules.io import ImageReadError, read_image, read_mask, write_image
+
+RNG = np.random.default_rng(0)
+RGB = RNG.integers(0, 256, (20, 30, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("suffix,options", [
+    (".png", {}), (".jpg", {"quality": 95}), (".webp", {"lossless": True}), (".bmp", {}), (".tiff", {}),
+])
+def test_common_formats_decode_to_rgb(tmp_path, suffix, options):
+    path = tmp_path / f"image{suffix}"
+    Image.fromarray(RGB).save(path, **options)
+    image = read_image(path)
+    assert image.shape == (20, 30, 3) and image.dtype == np.uint8
+    if suffix != ".jpg":
+        np.testing.assert_array_equal(image, RGB)
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    path = tmp_path / "rotated.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display"
+    Image.fromarray(RGB).save(path, exif=exif, quality=95)
+    assert read_image(path).shape == (30, 20, 3)
+
+
+@pytest.mark.parametrize("mode", ["L", "P", "RGBA", "LA", "CMYK", "1"])
+def test_modes_become_rgb(tmp_path, mode):
+    path = tmp_path / ("image.jpg" if mode == "CMYK" else "image.png")
+    Image.fromarray(RGB).convert(mode).save(path)
+    image = read_image(path)
+    assert image.shape == (20, 30, 3) and image.dtype == np.uint8
+
+
+def test_transparent_pixels_become_white(tmp_path):
+    rgba = np.zeros((4, 4, 4), np.uint8)
+    rgba[..., 3] = 0
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "clear.png")
+    assert (read_image(tmp_path / "clear.png") == 255).all()
+
+
+@pytest.mark.parametrize("suffix", [".png", ".tiff"])
+def test_16_bit_images_are_rescaled_not_clipped(tmp_path, suffix):
+    values = np.linspace(0, 65535, 64, dtype=np.uint16).reshape(8, 8)
+    path = tmp_path / f"deep{suffix}"
+    Image.fromarray(values).save(path)
+    image = read_image(path)
+    assert image.shape == (8, 8, 3)
+    assert image.min() == 0 and image.max() == 255
+    assert np.all(np.diff(image[..., 0].ravel().astype(int)) >= 0)  # order preserved
+
+
+def test_truncated_file_is_an_error_with_reason(tmp_path):
+    path = tmp_path / "cut.jpg"
+    Image.fromarray(RGB).save(path, quality=95)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImageReadError, match="truncated"):
+        read_image(path)
+
+
+def test_corrupt_and_missing_files_are_errors(tmp_path):
+    (tmp_path / "noise.png").write_bytes(b"not an image at all")
+    with pytest.raises(ImageReadError, match="not a recognised image"):
+        read_image(tmp_path / "noise.png")
+    with pytest.raises(ImageReadError, match="file not found"):
+        read_image(tmp_path / "absent.png")
+
+
+def test_decompression_bomb_is_refused_before_decoding(tmp_path):
+    path = tmp_path / "big.png"
+    Image.new("RGB", (400, 300)).save(path)
+    with pytest.raises(ImageReadError, match="exceeds the limit"):
+        read_image(path, max_pixels=100_000)
+    assert read_image(path, max_pixels=120_000).shape == (300, 400, 3)
+
+
+def test_write_image_round_trips_and_read_mask_binarizes(tmp_path):
+    mask = np.zeros((6, 6), np.uint8)
+    mask[2:4, 1:5] = 255
+    write_image(tmp_path / "sub" / "mask.png", mask)
+    np.testing.assert_array_equal(read_mask(tmp_path / "sub" / "mask.png"), mask // 255)
+    assert not list((tmp_path / "sub").glob(".*tmp"))

@@ -1,0 +1,95 @@
+"""Layouts -> records: manifests, labelled folder trees, and leakage-free splits."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from datamodules.records import (LayoutError, Record, assign_splits, read_manifest, records_from_input,
+                                 scan_folder, write_manifest)
+
+
+def touch_image(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8)).save(path)
+    return path
+
+
+def test_csv_manifest_resolves_relative_paths_and_reads_every_column(tmp_path):
+    (tmp_path / "m.csv").write_text(
+        "path,label,mask,group,category,source,split,review\n"
+        "a.png,1,a_mask.png,sdxl,shoes,src1,train,r1\n"
+        "/abs/b.png,0,,,,,,\n")
+    first, second = read_manifest(tmp_path / "m.csv")
+    assert first == Record(str(tmp_path / "a.png"), 1, str(tmp_path / "a_mask.png"), "sdxl", "shoes", "src1",
+                           "train", "r1")
+    assert second == Record("/abs/b.png", 0)
+
+
+def test_jsonl_manifest_is_read_like_csv(tmp_path):
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in [{"path": "x.png", "label": 0},
+                                                                       {"path": "y.png", "label": 1}]))
+    assert [r.label for r in read_manifest(tmp_path / "m.jsonl")] == [0, 1]
+
+
+@pytest.mark.parametrize("content,message", [
+    ("file,label\na.png,1\n", "no `path` column"),
+    ("path,label\na.png,2\n", "label must be 0"),
+    ("path,split\na.png,holdout\n", "split must be one of"),
+])
+def test_bad_manifests_say_what_is_wrong(tmp_path, content, message):
+    (tmp_path / "m.csv").write_text(content)
+    with pytest.raises(LayoutError, match=message):
+        read_manifest(tmp_path / "m.csv")
+
+
+def test_write_then_read_manifest_round_trips(tmp_path):
+    records = [Record(str(tmp_path / "img" / "a.png"), 1, group="g", source="s")]
+    write_manifest(records, tmp_path / "manifest.csv")
+    assert "img/a.png" in (tmp_path / "manifest.csv").read_text()
+    assert read_manifest(tmp_path / "manifest.csv") == records
+
+
+def test_scan_folder_finds_label_folders_at_any_depth(tmp_path):
+    touch_image(tmp_path / "progan" / "cat" / "0_real" / "a.png")
+    touch_image(tmp_path / "progan" / "cat" / "1_fake" / "b.png")
+    touch_image(tmp_path / "test" / "sd" / "fake" / "c.jpg")
+    touch_image(tmp_path / "test" / "sd" / "real" / "d.webp")
+    (tmp_path / "progan" / "cat" / "0_real" / "notes.txt").write_text("ignored")
+    records = {r.path.rsplit("/", 1)[-1]: r for r in scan_folder(tmp_path)}
+    assert set(records) == {"a.png", "b.png", "c.jpg", "d.webp"}
+    assert (records["a.png"].label, records["b.png"].label) == (0, 1)
+    assert records["a.png"].group == "progan/cat" and records["a.png"].split is None
+    assert records["c.jpg"].group == "sd" and records["c.jpg"].split == "test"
+
+
+def test_scan_folder_without_label_folders_says_what_it_expected(tmp_path):
+    touch_image(tmp_path / "images" / "a.png")
+    with pytest.raises(LayoutError, match="0_real"):
+        scan_folder(tmp_path)
+
+
+def test_records_from_input_accepts_file_folder_and_manifest(tmp_path):
+    image = touch_image(tmp_path / "deep" / "er" / "a.png")
+    assert [r.path for r in records_from_input(image)] == [str(image)]
+    assert [r.path for r in records_from_input(tmp_path)] == [str(image)]
+    (tmp_path / "m.csv").write_text("path\ndeep/er/a.png\n")
+    assert [r.path for r in records_from_input(tmp_path / "m.csv")] == [str(image)]
+    with pytest.raises(LayoutError, match="does not exist"):
+        records_from_input(tmp_path / "nothing")
+
+
+def test_splits_keep_every_image_of_a_source_together_and_are_deterministic():
+    records = [Record(f"{s}_{k}.png", label=k % 2, source=f"src{s}") for s in range(50) for k in range(3)]
+    records.append(Record("pinned.png", label=0, split="test"))
+    first = assign_splits(records, (0.6, 0.2, 0.2), seed=3)
+    assert first == assign_splits(records, (0.6, 0.2, 0.2), seed=3)
+    by_source: dict[str, set] = {}
+    for record in first[:-1]:
+        by_source.setdefault(record.source, set()).add(record.split)
+    assert all(len(splits) == 1 for splits in by_source.values())
+    counts = {name: sum(r.split == name for r in first[:-1]) // 3 for name in ("train", "val", "test")}
+    assert counts == {"train": 30, "val": 10, "test": 10}
+    assert first[-1].split == "test"
+    assert assign_splits(records, (0.6, 0.2, 0.2), seed=4) != first

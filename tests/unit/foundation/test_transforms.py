@@ -1,0 +1,52 @@
+"""Preprocessing modes give the network input the detector asked for; evaluation is deterministic."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datamodules.preprocess import Preprocess
+from datamodules.transforms import build_transform, to_tensor
+
+IMAGE = np.random.default_rng(0).integers(0, 256, (45, 71, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("mode", ["resize", "center_crop", "pad"])
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("size", [32, 96])
+def test_fixed_size_modes_give_size_by_size(mode, train, size):
+    out = build_transform({"size": size, "mode": mode}, train=train)(image=IMAGE)["image"]
+    assert out.shape == (size, size, 3)
+
+
+def test_none_mode_keeps_the_image_and_eval_is_deterministic():
+    assert build_transform({"mode": "none", "size": None})(image=IMAGE)["image"].shape == IMAGE.shape
+    transform = build_transform({"size": 32, "mode": "center_crop"})
+    np.testing.assert_array_equal(transform(image=IMAGE)["image"], transform(image=IMAGE)["image"])
+
+
+def test_center_crop_takes_the_centre_and_pad_keeps_the_pixel_grid_phase():
+    crop = build_transform({"size": 32, "mode": "center_crop"})(image=IMAGE)["image"]
+    np.testing.assert_array_equal(crop, IMAGE[6:38, 19:51])
+    padded = build_transform({"size": 96, "mode": "pad"})(image=IMAGE)["image"]
+    np.testing.assert_array_equal(padded[:45, :71], IMAGE)
+    assert padded[45:].max() == 0 and padded[:, 71:].max() == 0
+
+
+def test_masks_follow_the_image_geometry():
+    mask = np.zeros(IMAGE.shape[:2], np.uint8)
+    mask[10:20, 30:40] = 1
+    out = build_transform({"size": 32, "mode": "center_crop"}, train=True, seed=1)(image=IMAGE, mask=mask)
+    assert out["mask"].shape == (32, 32)
+
+
+def test_preprocess_rejects_unknown_modes_and_round_trips():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Preprocess(mode="stretch")
+    config = Preprocess(size=64, mode="pad", extra={"tiles": 4})
+    assert Preprocess.from_config(config.to_dict()) == config
+
+
+def test_to_tensor_scales_to_unit_range():
+    tensor = to_tensor(IMAGE)
+    assert tensor.shape == (3, 45, 71) and tensor.dtype.is_floating_point
+    assert float(tensor.max()) <= 1.0 and abs(float(tensor[0, 0, 0]) - IMAGE[0, 0, 0] / 255) < 1e-7
