@@ -4,7 +4,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["as_rgb_uint8", "as_bool_mask", "inner_alpha", "composite", "changed_pixels"]
+__all__ = ["as_rgb_uint8", "as_bool_mask", "inner_alpha", "composite", "changed_pixels", "random_ellipse"]
 
 
 def as_rgb_uint8(image: np.ndarray, name: str = "image") -> np.ndarray:
@@ -56,3 +56,16 @@ def changed_pixels(a: np.ndarray, b: np.ndarray, tolerance: int = 0) -> np.ndarr
     """Boolean map of pixels that differ by more than `tolerance` in any channel."""
     diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
     return diff.reshape(diff.shape[0], diff.shape[1], -1).max(axis=2) > tolerance
+
+
+def random_ellipse(shape: tuple[int, int], rng: np.random.Generator, fraction: float) -> np.ndarray:
+    """A randomly placed and rotated ellipse covering about `fraction` of the frame."""
+    h, w = shape
+    mask = np.zeros((h, w), np.uint8)
+    ax = max(4, int(np.sqrt(fraction * h * w / np.pi) * rng.uniform(0.7, 1.4)))
+    ay = max(4, int(fraction * h * w / (np.pi * ax)))
+    ax, ay = min(ax, w // 3), min(ay, h // 3)
+    cx = int(rng.integers(ax, w - ax)) if w > 2 * ax else w // 2
+    cy = int(rng.integers(ay, h - ay)) if h > 2 * ay else h // 2
+    cv2.ellipse(mask, (cx, cy), (ax, ay), float(rng.uniform(0, 180)), 0, 360, 1, -1)
+    return mask.astype(bool)

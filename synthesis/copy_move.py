@@ -13,7 +13,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha
+from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha, random_ellipse
 from synthesis.segment import largest_component, object_candidates
 
 __all__ = ["ForgeryResult", "farthest_grid_position", "copy_move", "inpaint_region"]
@@ -102,18 +102,6 @@ def copy_move(
     return ForgeryResult(out, pasted, meta)
 
 
-def _random_blob(shape: tuple[int, int], rng: np.random.Generator, fraction: float) -> np.ndarray:
-    h, w = shape
-    mask = np.zeros((h, w), np.uint8)
-    ax = max(4, int(np.sqrt(fraction * h * w / np.pi) * rng.uniform(0.7, 1.4)))
-    ay = max(4, int(fraction * h * w / (np.pi * ax)))
-    ax, ay = min(ax, w // 3), min(ay, h // 3)
-    cx = int(rng.integers(ax, w - ax)) if w > 2 * ax else w // 2
-    cy = int(rng.integers(ay, h - ay)) if h > 2 * ay else h // 2
-    cv2.ellipse(mask, (cx, cy), (ax, ay), float(rng.uniform(0, 180)), 0, 360, 1, -1)
-    return mask.astype(bool)
-
-
 def inpaint_region(
     image: np.ndarray,
     rng: np.random.Generator,
@@ -141,7 +129,7 @@ def inpaint_region(
             region = candidates[int(rng.integers(len(candidates)))]
             source = "segment"
         else:
-            region = _random_blob((h, w), rng, float(rng.uniform(*fraction)))
+            region = random_ellipse((h, w), rng, float(rng.uniform(*fraction)))
             source = "ellipse"
         region = cv2.dilate(region.astype(np.uint8), np.ones((7, 7), np.uint8)).astype(bool)
     if not region.any():
