@@ -1,0 +1,99 @@
+"""infer.py on real-world folders: bad files become error rows, runs resume, exit codes mean something."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from detectors.scoring import read_results
+from infer import InferenceFailed, infer
+from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
+from train import train
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, small_dataset) -> Path:
+    run = tmp_path_factory.mktemp("infer_run")
+    train(prepare_train_config([*small_train_overrides(small_dataset), "+trainer.limit_train_batches=2",
+                                "test=false"], run))
+    return run / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture
+def mixed_folder(tmp_path) -> Path:
+    """Good images of several sizes and formats, next to files no decoder can read."""
+    folder = tmp_path / "uploads"
+    rng = np.random.default_rng(0)
+    for i, (size, suffix) in enumerate([((40, 50), ".png"), ((64, 64), ".jpg"), ((100, 31), ".webp"),
+                                        ((80, 90), ".png")]):
+        (folder / "sub" / str(i)).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(folder / "sub" / str(i) / f"img{suffix}")
+    (folder / "broken.png").write_bytes(b"these bytes are no image")
+    good = folder / "sub" / "0" / "img.png"
+    (folder / "truncated.png").write_bytes(good.read_bytes()[:60])
+    (folder / "notes.txt").write_text("not an image, not listed")
+    return folder
+
+
+def run_infer(model: Path, input: Path, output: Path, *extra: str) -> dict:
+    return infer(compose_config("infer", [f"model={model}", f"input={input}", f"output={output}",
+                                          "num_workers=0", "progress=false", "batch_size=2", *extra]))
+
+
+def test_unreadable_files_become_error_rows_and_never_stop_the_run(checkpoint, mixed_folder, tmp_path):
+    result = run_infer(checkpoint, mixed_folder, tmp_path / "scores.csv", "num_workers=2")
+    rows = {Path(r["path"]).name if "sub" not in r["path"] else r["path"]: r
+            for r in read_results(tmp_path / "scores.csv")}
+    assert result["counts"] == {"ok": 4, "error": 2, "skipped": 0}
+    assert rows["broken.png"]["status"] == "error" and "recognised" in rows["broken.png"]["error"]
+    assert rows["truncated.png"]["status"] == "error" and "truncated" in rows["truncated.png"]["error"]
+    assert rows["truncated.png"]["score"] is None
+    ok = [r for r in rows.values() if r["status"] == "ok"]
+    assert len(ok) == 4 and all(0.0 <= r["score"] <= 1.0 and r["label"] in (0, 1) for r in ok)
+    assert result["metrics"] is None and not (tmp_path / "scores.metrics.json").exists()
+
+
+def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, mixed_folder, tmp_path):
+    output = tmp_path / "scores.jsonl"
+    run_infer(checkpoint, mixed_folder, output)
+    complete = output.read_text().splitlines(keepends=True)
+    output.write_text("".join(complete[:2]) + complete[2][:15])  # interrupted mid-line
+    result = run_infer(checkpoint, mixed_folder, output, "resume=true")
+    assert result["counts"]["skipped"] == 2 and result["counts"]["ok"] + result["counts"]["error"] == 4
+    rows = read_results(output)
+    assert sorted(r["path"] for r in rows) == sorted(__import__("json").loads(l)["path"] for l in complete)
+
+
+def test_threshold_override_changes_labels_not_scores(checkpoint, small_dataset, tmp_path):
+    run_infer(checkpoint, small_dataset, tmp_path / "all.csv", "threshold=0.0")
+    assert all(r["label"] == 1 for r in read_results(tmp_path / "all.csv"))
+    run_infer(checkpoint, small_dataset, tmp_path / "none.csv", "threshold=1.01")
+    assert all(r["label"] == 0 for r in read_results(tmp_path / "none.csv"))
+
+
+def test_nothing_scorable_or_unusable_model_is_a_clear_failure(checkpoint, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.jpg").write_bytes(b"nope")
+    with pytest.raises(InferenceFailed, match="nothing could be scored"):
+        run_infer(checkpoint, bad, tmp_path / "out.csv")
+    with pytest.raises(InferenceFailed, match="does not exist"):
+        run_infer(tmp_path / "missing.ckpt", bad, tmp_path / "out.csv")
+    with pytest.raises(InferenceFailed, match=r"\.ckpt .* or \.onnx"):
+        run_infer(tmp_path / "model.bin", bad, tmp_path / "out.csv")
+
+
+def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "infer.py"), *args, "num_workers=0", "progress=false"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+    ok = run(f"model={checkpoint}", f"input={mixed_folder}", "output=out.csv")
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "out.csv").read_text().count("\n") == 7  # header + 6 rows
+    failed = run(f"model={tmp_path / 'nope.ckpt'}", f"input={mixed_folder}", "output=out2.csv")
+    assert failed.returncode == 1 and "does not exist" in failed.stdout + failed.stderr
