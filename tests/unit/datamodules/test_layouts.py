@@ -1,0 +1,137 @@
+"""Every published layout read from a small tree in tmp_path, plus detection and its errors."""
+import json
+from pathlib import Path
+
+import pytest
+
+from datamodules.layouts import (
+    detect_layout, fraudbench_metadata, read_casia_list, read_fraudbench, read_genimage, read_imdl,
+    read_imdl_json, read_layout, read_themis,
+)
+from datamodules.records import LayoutError
+
+
+def _touch(root: Path, *names: str) -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\x89PNG\r\n")  # readers only list files; content is not decoded here
+
+
+def test_genimage(tmp_path):
+    _touch(tmp_path, "sdv4/imagenet_ai_0419_sdv4/train/ai/a.png", "sdv4/imagenet_ai_0419_sdv4/train/nature/b.JPEG",
+           "midjourney/val/ai/c.png", "midjourney/val/nature/d.png", "midjourney/val/nature/notes.txt")
+    records = read_genimage(tmp_path)
+    by_name = {Path(r.path).name: r for r in records}
+    assert set(by_name) == {"a.png", "b.JPEG", "c.png", "d.png"}
+    assert (by_name["a.png"].label, by_name["a.png"].group, by_name["a.png"].split) == (1, "sdv4", "train")
+    assert (by_name["d.png"].label, by_name["d.png"].group, by_name["d.png"].split) == (0, "midjourney", "val")
+    assert detect_layout(tmp_path) == "genimage"
+
+
+def _fraudbench_tree(root: Path) -> None:
+    _touch(root, "Electronics/Positive/Review_001/Image_001_01.jpg",
+           "Electronics/Negative/Review_002/Image_002_01.jpg", "Electronics/Negative/Review_002/Image_002_02.jpg",
+           "Electronics/DeepFake/gpt-image-1/Review_001/Image_001_01.jpg",
+           "Electronics/DeepFake/flux-kontext/Review_001/Image_001_01.jpg",
+           "Hotels/Negative/Review_010/Image_010_01.jpg", "Hotels/DeepFake/gpt-image-1/Review_011/Image_011_01.jpg",
+           "Hotels/Positive/Review_011/Image_011_01.jpg")
+    (root / "Electronics/Negative/Review_002/MetaReview_002.json").write_text(
+        json.dumps({"review_id": "002", "text": "arrived cracked", "category": "Electronics"}))
+    (root / "Electronics/DeepFake/Metadata").mkdir(parents=True)
+    (root / "Electronics/DeepFake/Metadata/Edit_001.json").write_text(
+        json.dumps({"damage_type": "crack", "target": "screen", "review": "screen came cracked"}))
+
+
+def test_fraudbench(tmp_path):
+    _fraudbench_tree(tmp_path)
+    records = read_fraudbench(tmp_path)
+    assert not any("/Positive/" in r.path for r in records)  # sources only, excluded from evaluation
+    negatives = [r for r in records if r.label == 0]
+    fakes = [r for r in records if r.label == 1]
+    assert len(negatives) == 3 and len(fakes) == 3
+    assert {r.group for r in fakes} == {"gpt-image-1", "flux-kontext"}
+    assert {r.review for r in negatives if r.category == "Electronics"} == {"Electronics/Negative/Review_002"}
+    fake = next(r for r in fakes if r.group == "flux-kontext")
+    assert fake.source.endswith("Electronics/Positive/Review_001/Image_001_01.jpg")
+    assert fake.category == "Electronics"
+    with_positive = read_fraudbench(tmp_path, include_positive=True)
+    assert sum(r.group == "positive" for r in with_positive) == 2
+    meta = fraudbench_metadata(tmp_path)
+    assert meta["Electronics/DeepFake/Review_001"]["damage_type"] == "crack"
+    assert meta["Electronics/Negative/Review_002"]["text"] == "arrived cracked"
+    assert detect_layout(tmp_path) == "fraudbench"
+
+
+def test_imdl_folders_pair_masks_by_name(tmp_path):
+    _touch(tmp_path, "Tp/Tp_D_001.jpg", "Tp/Tp_S_002.tif", "Gt/Tp_D_001_gt.png", "Gt/Tp_S_002.png",
+           "Au/Au_003.jpg")
+    records = read_imdl(tmp_path)
+    masks = {Path(r.path).name: (r.label, r.mask and Path(r.mask).name) for r in records}
+    assert masks == {"Tp_D_001.jpg": (1, "Tp_D_001_gt.png"), "Tp_S_002.tif": (1, "Tp_S_002.png"),
+                     "Au_003.jpg": (0, None)}
+    assert detect_layout(tmp_path) == "imdl"
+    _touch(tmp_path, "Tp/Tp_D_999.jpg")
+    with pytest.raises(LayoutError, match="no mask in Gt/.*Tp_D_999.jpg"):
+        read_imdl(tmp_path)
+
+
+def test_imdl_json_and_casia_lists(tmp_path):
+    (tmp_path / "list.json").write_text(json.dumps([["img/a.jpg", "gt/a.png"], ["img/b.jpg", "Negative"]]))
+    records = read_imdl_json(tmp_path / "list.json")
+    assert [(r.label, r.mask) for r in records] == [(1, str(tmp_path / "gt/a.png")), (0, None)]
+    assert records[0].path == str(tmp_path / "img/a.jpg")
+    assert detect_layout(tmp_path / "list.json") == "imdl_json"
+    (tmp_path / "bad.json").write_text(json.dumps({"images": []}))
+    with pytest.raises(LayoutError, match="expected a JSON list.*found a dict"):
+        read_imdl_json(tmp_path / "bad.json")
+
+    (tmp_path / "casia.txt").write_text("tp/x.jpg gt/x.png 1\n\nau/y.jpg None 0\n")
+    records = read_casia_list(tmp_path / "casia.txt")
+    assert [(Path(r.path).name, r.mask and Path(r.mask).name, r.label) for r in records] == [
+        ("x.jpg", "x.png", 1), ("y.jpg", None, 0)]
+    assert read_layout(tmp_path / "casia.txt") == records
+    (tmp_path / "broken.txt").write_text("tp/x.jpg 1\n")
+    with pytest.raises(LayoutError, match=r"broken.txt:1: expected `image mask label`.*found 'tp/x.jpg 1'"):
+        read_casia_list(tmp_path / "broken.txt")
+
+
+def test_themis_triplets(tmp_path):
+    _touch(tmp_path, "original/p1.png", "original/p2.png", "forged/p1.png", "mask/p1.png")
+    records = read_themis(tmp_path)
+    forged = [r for r in records if r.label == 1]
+    assert len(forged) == 1 and forged[0].mask.endswith("mask/p1.png")
+    assert forged[0].source.endswith("original/p1.png")
+    assert sum(r.label == 0 for r in records) == 2
+    assert detect_layout(tmp_path) == "themis"
+
+
+def test_detection_of_folder_and_manifest(tmp_path):
+    _touch(tmp_path / "cnnspot", "progan/car/0_real/a.png", "progan/car/1_fake/b.png")
+    assert detect_layout(tmp_path / "cnnspot") == "folder"
+    records = read_layout(tmp_path / "cnnspot")
+    assert {(r.label, r.group) for r in records} == {(0, "progan/car"), (1, "progan/car")}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m/manifest.csv").write_text("path,label\na.png,0\nb.png,1\n")
+    assert detect_layout(tmp_path / "m") == "manifest"
+    assert [r.label for r in read_layout(tmp_path / "m")] == [0, 1]
+
+
+def test_errors_say_what_was_expected_and_found(tmp_path):
+    _touch(tmp_path / "plain", "holiday/beach.jpg", "notes/readme.md")
+    with pytest.raises(LayoutError) as error:
+        detect_layout(tmp_path / "plain")
+    message = str(error.value)
+    assert "Tp/ and Gt/" in message and "{ai,nature}" in message and "holiday/" in message
+    _touch(tmp_path / "both", "Tp/a.jpg", "Gt/a.png", "x/0_real/b.png")
+    with pytest.raises(LayoutError, match="ambiguous layout, matches imdl, folder"):
+        detect_layout(tmp_path / "both")
+    assert len(read_layout(tmp_path / "both", layout="imdl")) == 1
+    with pytest.raises(LayoutError, match="expected GenImage"):
+        read_genimage(tmp_path / "plain")
+    with pytest.raises(LayoutError, match="expected FraudBench"):
+        read_fraudbench(tmp_path / "plain")
+    with pytest.raises(LayoutError, match="unknown layout 'coco'"):
+        read_layout(tmp_path / "plain", layout="coco")
+    with pytest.raises(LayoutError, match="does not exist"):
+        detect_layout(tmp_path / "missing")
