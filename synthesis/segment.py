@@ -55,9 +55,10 @@ def otsu_object_mask(image: np.ndarray) -> np.ndarray:
 
 def object_candidates(image: np.ndarray, min_fraction: float = 0.10,
                       max_fraction: float = 0.60) -> list[np.ndarray]:
-    """Plausible objects covering `min_fraction`..`max_fraction` of the frame, most compact first.
+    """Plausible objects covering `min_fraction`..`max_fraction` of the frame, most object-like first.
 
-    Stand-in for SAM's automatic masks: Felzenszwalb segments (scale tied to the image size) and both
+    Object-like = compact and clear of the frame border (segments along the border are usually
+    background). Stand-in for SAM's automatic masks: Felzenszwalb segments (scale tied to the image size) and both
     Otsu sides, each refined and reduced to its largest component; near-duplicates are dropped.
     """
     rgb = as_rgb_uint8(image)
@@ -81,7 +82,9 @@ def object_candidates(image: np.ndarray, min_fraction: float = 0.10,
             continue
         contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         perimeter = sum(cv2.arcLength(c, True) for c in contours)
-        scores.append(4 * np.pi * m.sum() / max(perimeter, 1.0) ** 2)  # isoperimetric compactness
+        compact = 4 * np.pi * m.sum() / max(perimeter, 1.0) ** 2  # isoperimetric compactness
+        border = np.concatenate([m[0], m[-1], m[:, 0], m[:, -1]]).mean()  # backgrounds touch the frame
+        scores.append(compact / (1.0 + 10.0 * border))
         out.append(m)
     order = np.argsort(scores)[::-1]
     return [out[i] for i in order]
