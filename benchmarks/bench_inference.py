@@ -1,0 +1,121 @@
+"""What the scoring pipeline costs: `infer.py` with .ckpt and .onnx vs the raw forward pass (a script).
+
+    python benchmarks/bench_inference.py [--detectors dct_tiny clip_linear_tiny clip_freq_tiny npr]
+                                         [--images 64] [--batch-sizes 1 32] [--threads 2]
+
+For each detector config (untrained: speed does not depend on the weights) it writes a checkpoint,
+exports it with `detectors.export`, writes `--images` PNGs at the detector's input size, and
+reports images/second of `infer.infer` (decode, preprocess, batch, score, write CSV) with the
+.ckpt and the .onnx, next to the raw PyTorch forward pass on the same images already decoded to
+tensors, in the same run. `ratio` = pipeline / raw: how much of the model's speed survives the
+pipeline. CPU only, so numbers are comparable across machines of the same kind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from detectors.export import export_onnx  # noqa: E402
+from detectors.module import DetectorModule  # noqa: E402
+
+
+def build_module(name: str) -> DetectorModule:
+    config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
+    return DetectorModule(net=config["net"], optimizer=config.get("optimizer"), scheduler=config.get("scheduler"),
+                          name=config.get("name", name)).eval()
+
+
+def write_images(folder: Path, count: int, size: int, seed: int = 0) -> torch.Tensor:
+    """PNG files under folder/0_real and folder/1_fake; returns the same images as one tensor."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(count, size, size, 3), dtype=np.uint8)
+    for index, image in enumerate(images):
+        target = folder / ("0_real" if index % 2 == 0 else "1_fake")
+        target.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(target / f"{index:05d}.png")
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255.0)
+
+
+@torch.no_grad()
+def raw_forward_rate(module: DetectorModule, tensors: torch.Tensor, batch_size: int) -> float:
+    module.net(tensors[:batch_size])  # warm-up
+    start = time.perf_counter()
+    for first in range(0, len(tensors), batch_size):
+        torch.sigmoid(module.net(tensors[first:first + batch_size])["logit"])
+    return len(tensors) / (time.perf_counter() - start)
+
+
+def pipeline_rate(model: Path, images: Path, output: Path, batch_size: int) -> float:
+    from infer import infer
+
+    cfg = OmegaConf.create({"model": str(model), "input": str(images), "output": str(output),
+                            "batch_size": batch_size, "num_workers": 0, "device": "cpu", "threshold": None,
+                            "save_masks": False, "masks_dir": None, "resume": False, "progress": False})
+    infer(cfg)  # warm-up run (also loads the model once); the timed run loads it again, as a user would
+    output.unlink()
+    start = time.perf_counter()
+    infer(cfg)
+    seconds = time.perf_counter() - start
+    output.unlink()
+    return sum(1 for _ in images.rglob("*.png")) / seconds
+
+
+def bench(name: str, count: int, batch_sizes: list[int], workdir: Path) -> list[dict]:
+    module = build_module(name)
+    size = int(module.net.preprocess.size)
+    folder = workdir / name
+    checkpoint, onnx_path = folder / "model.ckpt", folder / "model.onnx"
+    folder.mkdir(parents=True)
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, checkpoint)
+    export_onnx(module, onnx_path)
+    tensors = write_images(folder / "images", count, size)
+    rows = []
+    for batch_size in batch_sizes:
+        raw = raw_forward_rate(module, tensors, batch_size)
+        for kind, path in (("ckpt", checkpoint), ("onnx", onnx_path)):
+            rate = pipeline_rate(path, folder / "images", folder / f"scores_{kind}.csv", batch_size)
+            rows.append({"detector": name, "size": size, "batch_size": batch_size, "runtime": kind,
+                         "images_per_s": round(rate, 2), "raw_forward_images_per_s": round(raw, 2),
+                         "ratio": round(rate / raw, 3)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--detectors", nargs="+", default=["dct_tiny", "clip_linear_tiny", "clip_freq_tiny", "npr"])
+    parser.add_argument("--images", type=int, default=64)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--output", type=Path, default=None, help="also write the rows here as JSON")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for name in args.detectors:
+            rows += bench(name, args.images, args.batch_sizes, Path(workdir))
+    print(f"\n{'detector':<18}{'batch':>6}{'runtime':>9}{'img/s':>10}{'raw img/s':>11}{'ratio':>8}")
+    for row in rows:
+        print(f"{row['detector']:<18}{row['batch_size']:>6}{row['runtime']:>9}{row['images_per_s']:>10.1f}"
+              f"{row['raw_forward_images_per_s']:>11.1f}{row['ratio']:>8.3f}")
+    if args.output:
+        args.output.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
