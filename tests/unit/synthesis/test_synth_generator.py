@@ -1,4 +1,5 @@
 """The autoencoder "AI generator": variants, tiny training (PSNR), save/load, re-render, region edits."""
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -113,3 +114,31 @@ def test_region_edit_mask_covers_changes(trained):
     assert np.array_equal(edited.mask, given)
     assert not changed_pixels(edited.image, HELD_OUT)[~given].any()
     assert edited.meta["generator"] == "pixel_shuffle"
+
+
+def _residual_features(image: np.ndarray, patch: int = 32) -> np.ndarray:
+    """Per-patch log energy of the Laplacian and of the NPR residual (x - up(down(x)))."""
+    grey = image.astype(np.float32).mean(axis=2)
+    lap = np.abs(cv2.Laplacian(grey, cv2.CV_32F))
+    npr = np.abs(grey - np.repeat(np.repeat(grey[::2, ::2], 2, 0), 2, 1)[:grey.shape[0], :grey.shape[1]])
+    feats = []
+    for y in range(0, grey.shape[0] - patch + 1, patch):
+        for x in range(0, grey.shape[1] - patch + 1, patch):
+            feats.append([np.log1p(lap[y:y + patch, x:x + patch].mean()),
+                          np.log1p(npr[y:y + patch, x:x + patch].mean())])
+    return np.array(feats)
+
+
+def test_rerenders_are_separable_by_a_simple_detector(trained):
+    from sklearn.linear_model import LogisticRegression
+
+    def dataset(images):
+        real = np.concatenate([_residual_features(im) for im in images])
+        fake = np.concatenate([_residual_features(rerender_image(trained, im)) for im in images])
+        return np.concatenate([real, fake]), np.r_[np.zeros(len(real)), np.ones(len(fake))]
+
+    x_train, y_train = dataset([TRAIN[0], HELD_OUT])
+    x_test, y_test = dataset([TRAIN[1], data.rocket()[::2, ::2].copy()])
+    accuracy = LogisticRegression().fit(x_train, y_train).score(x_test, y_test)
+    print(f"patch-level real vs re-rendered accuracy of a 2-feature logistic regression: {accuracy:.3f}")
+    assert accuracy >= 0.8
