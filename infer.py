@@ -1,6 +1,7 @@
 """Score images with a trained detector: `python infer.py model=M.ckpt|M.onnx input=DIR|FILE|MANIFEST output=F.csv`."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -9,10 +10,15 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+import shutil
+
+import numpy as np
+
+from datamodules.io import ImageReadError, read_image
 from datamodules.records import LayoutError, records_from_input
 from detectors.runtime import ModelLoadError, load_runtime
-from detectors.scoring import COLUMNS, ResultWriter, labelled_metrics, read_results, score_records
-from evaluation import write_metrics_json
+from detectors.scoring import COLUMNS, ResultWriter, image_score_fn, labelled_rows, read_results, score_records
+from evaluation import report_records, robustness_sweep
 
 log = logging.getLogger("infer")
 
@@ -52,12 +58,38 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     results = read_results(output)
     if not any(row["status"] == "ok" for row in results):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
-    metrics = labelled_metrics(records, results, threshold)
-    if metrics is not None:
-        write_metrics_json(output.with_suffix(".metrics.json"), metrics)
-        log.info("auroc %.4f, tpr %.4f, tnr %.4f -> %s", metrics["auroc"], metrics["tpr"], metrics["tnr"],
-                 output.with_suffix(".metrics.json"))
+    rows = labelled_rows(records, results)
+    if not rows:
+        if cfg.robustness:
+            log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
+        return {"counts": counts, "metrics": None}
+    robustness = sweep(runtime, rows, cfg) if cfg.robustness else None
+    report_dir = output.with_name(f"{output.stem}_report")
+    written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
+                             robustness=robustness, title=f"{runtime.name} on {cfg.input}")
+    metrics_path = output.with_suffix(".metrics.json")
+    shutil.copyfile(written["metrics"], metrics_path.with_name(f".{metrics_path.name}.tmp"))
+    metrics_path.with_name(f".{metrics_path.name}.tmp").replace(metrics_path)
+    metrics = json.loads(metrics_path.read_text())
+    log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
+             metrics_path, written["report"])
     return {"counts": counts, "metrics": metrics}
+
+
+def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
+    """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input."""
+    rng = np.random.default_rng(cfg.seed)
+    chosen = sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])
+    images, labels = [], []
+    for i in chosen:
+        try:
+            images.append(read_image(rows[i]["path"]))
+            labels.append(rows[i]["label"])
+        except ImageReadError as error:
+            log.warning("robustness sweep skips %s: %s", rows[i]["path"], error.reason)
+    log.info("robustness sweep on %d images", len(images))
+    return robustness_sweep(image_score_fn(runtime, cfg.batch_size), images, np.asarray(labels),
+                            threshold=float(cfg.threshold if cfg.threshold is not None else runtime.threshold))
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="infer")

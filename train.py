@@ -1,6 +1,7 @@
 """Train, calibrate and test a detector: `python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]`."""
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from detectors.module import DetectorModule
-from evaluation import write_metrics_json
+from evaluation import report_records, write_metrics_json
 
 log = logging.getLogger("train")
 
@@ -43,9 +44,27 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
         metrics = {**module.stage_metrics.get("test", {}), **metrics, "checkpoint": best or None}
     if trainer.is_global_zero:
-        write_metrics_json(output_dir / "metrics.json", metrics)
+        if "test" in module.stage_scores:
+            metrics = write_test_report(output_dir, module, datamodule.splits["test"], metrics)
+        else:
+            write_metrics_json(output_dir / "metrics.json", metrics)
         log.info("%s", summary(metrics, output_dir))
     return metrics
+
+
+def write_test_report(output_dir: Path, module: DetectorModule, test_records: list, extra: dict[str, Any]) -> dict[str, Any]:
+    """report.md, figures and metrics.json (with per-group breakdowns and bootstrap intervals) for
+    the test split, at the threshold calibrated on validation genuines; validation figures nest
+    under `val`."""
+    scored = module.stage_scores["test"]
+    rows = [{**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
+            for i, label, score in zip(scored["index"], scored["label"], scored["score"])]
+    threshold = float(module.threshold)
+    written = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
+                             title=f"Test report: {extra.get('detector')}")
+    payload = {**json.loads(written["metrics"].read_text()), **extra}
+    write_metrics_json(written["metrics"], payload)
+    return {**module.stage_metrics["test"], **payload}
 
 
 def summary(metrics: dict[str, Any], output_dir: Path) -> str:

@@ -45,6 +45,7 @@ class DetectorModule(L.LightningModule):
         self.register_buffer("threshold", torch.tensor(0.5))
         self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
         self.stage_metrics: dict[str, dict[str, float]] = {}
+        self.stage_scores: dict[str, dict[str, np.ndarray]] = {}
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.net(image)
@@ -76,28 +77,28 @@ class DetectorModule(L.LightningModule):
                                     batch["label"].detach().cpu()))
 
     def on_validation_epoch_end(self) -> None:
-        labels, scores = self._gather("val")
+        gathered = self._gather("val")
         if self.trainer.sanity_checking:
             return
-        genuine = scores[labels == 0]
+        genuine = gathered["score"][gathered["label"] == 0]
         if len(genuine):
             self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr))
-        self._log_metrics("val", labels, scores)
+        self._log_metrics("val", gathered)
 
     def on_test_epoch_end(self) -> None:
-        labels, scores = self._gather("test")
-        self._log_metrics("test", labels, scores)
+        self._log_metrics("test", self._gather("test"))
 
-    def _log_metrics(self, stage: str, labels: np.ndarray, scores: np.ndarray) -> None:
-        metrics = image_metrics(labels, scores, threshold=float(self.threshold))
+    def _log_metrics(self, stage: str, gathered: dict[str, np.ndarray]) -> None:
+        metrics = image_metrics(gathered["label"], gathered["score"], threshold=float(self.threshold))
         metrics["threshold"] = float(self.threshold)
         self.stage_metrics[stage] = metrics
+        self.stage_scores[stage] = gathered
         # Every rank holds the same gathered values, so no further reduction is needed.
         self.log_dict({f"{stage}/{k}": float(v) for k, v in metrics.items()}, prog_bar=False)
 
-    def _gather(self, stage: str) -> tuple[np.ndarray, np.ndarray]:
-        """Scores of the whole split from every rank, each image once (the distributed sampler
-        pads ranks with repeated images, which would otherwise be counted twice)."""
+    def _gather(self, stage: str) -> dict[str, np.ndarray]:
+        """Index, score and label of the whole split from every rank, each image once (the
+        distributed sampler pads ranks with repeated images, which would otherwise count twice)."""
         chunks = self._scores[stage]
         self._scores[stage] = []
         if chunks:
@@ -110,7 +111,7 @@ class DetectorModule(L.LightningModule):
             local = tuple(np.concatenate(parts) for parts in zip(*everything))
         index, scores, labels = local
         _, first = np.unique(index, return_index=True)
-        return labels[first], scores[first]
+        return {"index": index[first], "score": scores[first], "label": labels[first]}
 
     def configure_optimizers(self) -> dict[str, Any]:
         settings = {**DEFAULT_OPTIMIZER, **(self.hparams.optimizer or {})}

@@ -8,18 +8,18 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import cv2
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from datamodules.datasets import ImageDataset, collate
 from datamodules.io import write_image
 from datamodules.records import Record
-from datamodules.transforms import build_transform
-from evaluation import image_metrics
+from datamodules.transforms import build_transform, to_tensor
 
 log = logging.getLogger(__name__)
 COLUMNS = ("path", "score", "label", "status", "error")
@@ -152,14 +152,24 @@ def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray,
     return target
 
 
-def labelled_metrics(records: Iterable[Record], results: Iterable[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
-    """Image metrics for the scored rows whose record carries a label; None when none does."""
-    truth = {r.path: r.label for r in records if r.label is not None}
-    if not truth:
-        return None
-    pairs = [(truth[row["path"]], row["score"]) for row in results
-             if row.get("status") == "ok" and row["path"] in truth and row.get("score") is not None]
-    if not pairs:
-        return None
-    labels, scores = map(np.asarray, zip(*pairs))
-    return {**image_metrics(labels, scores, threshold=threshold), "threshold": threshold}
+def labelled_rows(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scored rows joined with what the input knew about each image (label, group, category...)."""
+    known = {r.path: r for r in records if r.label is not None}
+    return [{**known[row["path"]].to_row(), "label": known[row["path"]].label, "score": row["score"]}
+            for row in results
+            if row.get("status") == "ok" and row["path"] in known and row.get("score") is not None]
+
+
+def image_score_fn(runtime: Any, batch_size: int = 32) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """`uint8 RGB images -> scores` through the model's own preprocessing (for robustness sweeps)."""
+    transform = build_transform(runtime.preprocess, train=False)
+    step = batch_size if runtime.preprocess.fixed_size else 1
+
+    def score(images: list[np.ndarray]) -> np.ndarray:
+        out = []
+        for start in range(0, len(images), step):
+            batch = torch.stack([to_tensor(transform(image=image)["image"]) for image in images[start:start + step]])
+            out.append(np.asarray(runtime.predict(batch)["score"], dtype=np.float64))
+        return np.concatenate(out) if out else np.zeros(0)
+
+    return score

@@ -97,3 +97,16 @@ def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
     assert (tmp_path / "out.csv").read_text().count("\n") == 7  # header + 6 rows
     failed = run(f"model={tmp_path / 'nope.ckpt'}", f"input={mixed_folder}", "output=out2.csv")
     assert failed.returncode == 1 and "does not exist" in failed.stdout + failed.stderr
+
+
+def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_dataset, tmp_path):
+    result = run_infer(checkpoint, small_dataset, tmp_path / "scores.csv", "robustness=true",
+                       "robustness_max_images=12")
+    report = tmp_path / "scores_report"
+    for name in ("report.md", "metrics.json", "roc.png", "score_histogram.png", "robustness.png"):
+        assert (report / name).is_file(), name
+    metrics = result["metrics"]
+    assert metrics == __import__("json").loads((tmp_path / "scores.metrics.json").read_text())
+    assert set(metrics["robustness"]["curves"]) == {"jpeg", "blur", "rescale"}
+    assert "by_group" in metrics and "genuine" not in metrics["by_group"]
+    assert "## Robustness" in (report / "report.md").read_text()

@@ -37,11 +37,15 @@ def trained_run(tmp_path_factory, small_dataset):
 
 def test_training_writes_checkpoints_metrics_and_resolved_config(trained_run):
     run, metrics, _ = trained_run
-    for name in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "metrics.json", "config.yaml"):
+    for name in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "metrics.json", "config.yaml", "report.md",
+                 "roc.png", "score_histogram.png"):
         assert (run / name).is_file(), name
     written = json.loads((run / "metrics.json").read_text())
     assert METRIC_KEYS <= set(written) and METRIC_KEYS <= set(written["val"])
     assert written["n_pos"] > 0 and written["n_neg"] > 0
+    generators = set(written["by_group"])
+    assert generators and generators <= {"rerender_nearest", "rerender_bilinear", "rerender_bicubic", "rerender_lanczos"}
+    assert written["intervals"]["auroc"][0] <= written["auroc"] <= written["intervals"]["auroc"][1]
     assert 0.0 < written["threshold"] < 1.0
     assert "${" not in (run / "config.yaml").read_text()  # resolved
 

@@ -64,9 +64,10 @@ def test_gather_counts_each_image_once_even_when_padded_with_repeats(monkeypatch
     module = DetectorModule(net=TINY)
     index = torch.tensor([0, 1, 2, 2, 0])
     module._scores["test"] = [(index, torch.tensor([0.1, 0.9, 0.4, 0.4, 0.1]), torch.tensor([0, 1, 0, 0, 0]))]
-    labels, scores = module._gather("test")
-    np.testing.assert_array_equal(labels, [0, 1, 0])
-    np.testing.assert_allclose(scores, [0.1, 0.9, 0.4])
+    gathered = module._gather("test")
+    np.testing.assert_array_equal(gathered["index"], [0, 1, 2])
+    np.testing.assert_array_equal(gathered["label"], [0, 1, 0])
+    np.testing.assert_allclose(gathered["score"], [0.1, 0.9, 0.4])
 
 
 def test_cosine_schedule_warms_up_then_decays():
