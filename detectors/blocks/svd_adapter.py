@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from detectors.blocks.weights import weights_deferred
+
 log = logging.getLogger(__name__)
 
 ADAPTERS = ("frozen", "svd", "full")
@@ -66,7 +68,12 @@ class SVDResidualLinear(nn.Module):
         us, ss, vs, residual = [], [], [], []
         with torch.no_grad():
             for part in weight.detach().chunk(chunks, dim=0):
-                u, s, vh = smallest_singular_triplets(part, residual_rank)
+                if weights_deferred():  # a checkpoint overwrites every factor: skip the decomposition
+                    u, s, vh = (torch.zeros(rows, residual_rank, dtype=torch.float64),
+                                torch.zeros(residual_rank, dtype=torch.float64),
+                                torch.zeros(residual_rank, in_features, dtype=torch.float64))
+                else:
+                    u, s, vh = smallest_singular_triplets(part, residual_rank)
                 us.append(u), ss.append(s), vs.append(vh)
                 residual.append(u @ torch.diag(s) @ vh)
             dtype = weight.dtype

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from detectors.blocks.clip import load_clip_visual
+from detectors.blocks.weights import architecture_only
 from detectors.blocks.svd_adapter import (SVDMultiheadAttention, SVDResidualLinear, apply_adapter,
                                           smallest_singular_triplets)
 
@@ -71,3 +72,15 @@ def test_frozen_and_full_adapters_and_refusals():
         apply_adapter(nn.Sequential(nn.Linear(4, 4)), "svd")
     with pytest.raises(ValueError, match="residual_rank"):
         SVDResidualLinear(torch.randn(4, 4), None, residual_rank=5)
+
+
+def test_checkpoint_rebuild_skips_the_decomposition_and_loads_the_trained_factors():
+    torch.manual_seed(0)
+    trained = SVDResidualLinear(torch.randn(12, 8), torch.randn(12), residual_rank=1, chunks=3)
+    with torch.no_grad():
+        trained.S_residual.add_(0.5)  # "training" moved the residual away from its initial value
+    with architecture_only():
+        rebuilt = SVDResidualLinear(torch.randn(12, 8), torch.randn(12), residual_rank=1, chunks=3)
+    assert rebuilt.S_residual.abs().sum() == 0  # no decomposition was computed
+    rebuilt.load_state_dict(trained.state_dict())
+    torch.testing.assert_close(rebuilt.weight, trained.weight)
