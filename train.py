@@ -68,10 +68,12 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
 
 
 def summary(metrics: dict[str, Any], output_dir: Path) -> str:
+    def show(value: Any) -> str:
+        return "n/a" if value is None or value != value else f"{value:.4f}"
+
     keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold")
-    test = "  ".join(f"{k}={metrics[k]:.4f}" for k in keys if k in metrics)
-    val = metrics.get("val", {})
-    return (f"\n  detector {metrics.get('detector')}\n  val auroc={val.get('auroc', float('nan')):.4f}"
+    test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
+    return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(metrics.get('val', {}).get('auroc'))}"
             f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import random
 from dataclasses import asdict, dataclass, fields
@@ -17,6 +18,7 @@ from datamodules.io import is_image_file
 SPLITS = ("train", "val", "test")
 GENUINE_FOLDERS = {"0_real": 0, "real": 0}
 FAKE_FOLDERS = {"1_fake": 1, "fake": 1}
+log = logging.getLogger(__name__)
 MANIFEST_COLUMNS = ("path", "label", "mask", "group", "category", "source", "split", "review")
 
 
@@ -104,8 +106,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             source=_clean(row.get("source")), split=split, review=_clean(row.get("review")),
         ))
     if unknown:
-        import logging
-        logging.getLogger(__name__).info("manifest %s: ignoring columns %s", path, sorted(unknown))
+        log.info("manifest %s: ignoring columns %s", path, sorted(unknown))
     return records
 
 

@@ -26,7 +26,7 @@ from detectors.base import Detector
 from detectors.blocks.clip import ClipImageEncoder, clip_preprocess, clip_spec
 from detectors.blocks.frequency import dct_highpass_residual
 from detectors.blocks.residuals import neighboring_pixel_residual
-from detectors.npr import BLOCKS, truncated_resnet
+from detectors.blocks.resnet import BLOCKS, truncated_resnet
 
 ARTIFACTS = ("npr", "dct", "both")
 FUSIONS = ("concat", "late")

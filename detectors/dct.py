@@ -16,7 +16,7 @@ from torch import nn
 from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.blocks.frequency import SpectrumStandardizer, frequency_coordinates, log_dct_spectrum
-from detectors.npr import BLOCKS, truncated_resnet
+from detectors.blocks.resnet import BLOCKS, truncated_resnet
 
 
 class DCT(Detector):

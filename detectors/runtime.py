@@ -33,6 +33,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
     The file is read with `torch.load(weights_only=True)` (tensors and plain containers only), and
     the network class named in it must be a `Detector` under the toolkit's `detectors` package.
     """
+    from detectors.blocks.weights import architecture_only
     from detectors.module import DetectorModule
 
     path = Path(path)
@@ -50,7 +51,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
         raise ModelLoadError(f"{path}: not a checkpoint written by this toolkit's train.py "
                              "(no hyper_parameters.net / state_dict)")
     try:
-        module = DetectorModule(**hparams)
+        with architecture_only():  # every weight comes from the checkpoint, not from pretrained files
+            module = DetectorModule(**hparams)
         module.load_state_dict(checkpoint["state_dict"])
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
