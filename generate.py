@@ -1,33 +1,42 @@
-"""Generate a labelled dataset from authentic images: `python generate.py [source=DIR] [output=DIR]`."""
+"""Generate a labelled dataset from authentic images: `python generate.py [kind=...] [source=DIR] [output=DIR]`.
+
+The logic lives in `synthesis.dataset` (and `synthesis.embedded` for `kind=aigi_quick`); this entry
+point reads the config, finds the photos and prints what was made.
+"""
 from __future__ import annotations
 
 import logging
 import sys
 from collections import Counter
+from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from datamodules.classification import make_embedded_manifest
+from datamodules.classification import make_embedded_manifest, make_generated_manifest
 from datamodules.records import LayoutError, list_images, read_manifest
 
 log = logging.getLogger("generate")
 
 
-@hydra.main(version_base="1.3", config_path="configs", config_name="generate")
-def main(cfg: DictConfig) -> None:
-    photos = None
-    if cfg.source:
-        try:
-            photos = [r.path for r in list_images(cfg.source)]
-        except LayoutError as error:
-            log.error("%s", error)
-            sys.exit(1)
-        if not photos:
-            log.error("no images found in %s", cfg.source)
-            sys.exit(1)
-    manifest = make_embedded_manifest(cfg.output, seed=cfg.seed, split_fractions=tuple(cfg.split_fractions),
+def find_photos(source: str | None) -> list[str] | None:
+    """Image files below `source`, or None for the bundled photographs; exits with a reason if empty."""
+    if not source:
+        return None
+    try:
+        photos = [r.path for r in list_images(source)]
+    except LayoutError as error:
+        log.error("%s", error)
+        sys.exit(1)
+    if not photos:
+        log.error("no images found in %s", source)
+        sys.exit(1)
+    return photos
+
+
+def quick(cfg: DictConfig, output: str, photos: list[str] | None) -> None:
+    manifest = make_embedded_manifest(output, seed=cfg.seed, split_fractions=tuple(cfg.split_fractions),
                                       photos=photos, progress=lambda it: tqdm(it, desc="photos", unit="photo"),
                                       crop_size=cfg.crop_size, scales=tuple(cfg.scales),
                                       max_crops_per_scale=cfg.max_crops_per_scale)
@@ -35,6 +44,42 @@ def main(cfg: DictConfig) -> None:
     by_split = Counter((r.split, r.label) for r in records)
     log.info("wrote %s: %d images (%s)", manifest, len(records),
              ", ".join(f"{s}: {by_split[(s, 0)]} genuine + {by_split[(s, 1)]} fake" for s in ("train", "val", "test")))
+
+
+def spec_from_config(cfg: DictConfig):
+    """The `DatasetSpec` a config describes (plain Python values, no OmegaConf nodes)."""
+    from synthesis.dataset import DatasetSpec, GeneratorOptions
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    return DatasetSpec(kind=plain["kind"], ops=plain["ops"], seed=plain["seed"], **plain["panels"],
+                       split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
+                       local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
+                       generator=GeneratorOptions(**plain["generator"]))
+
+
+def generate(cfg: DictConfig) -> Path:
+    """Run what `cfg` asks for; returns the manifest written."""
+    from synthesis.dataset import format_summary
+
+    photos = find_photos(cfg.source)
+    output = cfg.output or ("data/embedded" if cfg.kind == "aigi_quick" else "data/generated")
+    if cfg.kind == "aigi_quick":
+        quick(cfg, output, photos)
+        return Path(output) / "manifest.csv"
+    manifest, summary = make_generated_manifest(output, spec_from_config(cfg), photos=photos,
+                                                root=cfg.source or None, workers=cfg.workers,
+                                                progress=cfg.progress)
+    log.info("wrote %s\n%s", manifest, format_summary(summary))
+    return manifest
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="generate")
+def main(cfg: DictConfig) -> None:
+    try:
+        generate(cfg)
+    except ValueError as error:  # a bad option or an output folder made with other options
+        log.error("%s", error)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

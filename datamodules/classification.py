@@ -128,3 +128,23 @@ def make_embedded_manifest(output: str | Path, seed: int = 0,
     records = assign_splits([Record(**row) for row in rows], split_fractions, seed)
     write_manifest(records, output / "manifest.csv")
     return output / "manifest.csv"
+
+
+def make_generated_manifest(output: str | Path, spec: Any = None, photos: Sequence[str | Path] | None = None,
+                            root: str | Path | None = None, workers: int = 1,
+                            progress: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Generate the full dataset (`synthesis.dataset`: AI re-renders and region edits, THEMIS and
+    FraudBench forgeries) under `output` and write its `manifest.csv`; returns (manifest, summary).
+
+    Splits are drawn per authentic photo by the generator, so the manifest keeps them as they are.
+    """
+    from synthesis.dataset import DatasetSpec, generate_dataset
+
+    output = Path(output)
+    result = generate_dataset(output, spec or DatasetSpec(), photos=photos, root=root, workers=workers,
+                              progress=progress)
+    records = [Record(**{**row, "path": str(output.resolve() / row["path"]),
+                         "mask": str(output.resolve() / row["mask"]) if row.get("mask") else None})
+               for row in result["rows"]]
+    write_manifest(records, output / "manifest.csv")
+    return output / "manifest.csv", result["summary"]
