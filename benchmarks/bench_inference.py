@@ -27,7 +27,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
 from detectors.export import export_onnx  # noqa: E402
 from detectors.module import DetectorModule  # noqa: E402
@@ -40,14 +40,31 @@ def build_module(name: str) -> DetectorModule:
 
 
 def write_images(folder: Path, count: int, size: int, seed: int = 0) -> torch.Tensor:
-    """PNG files under folder/0_real and folder/1_fake; returns the same images as one tensor."""
+    """PNG files in one unlabelled folder; returns the same images as one tensor.
+
+    Unlabelled on purpose: with labels, `infer.py` also writes a metrics report with figures,
+    which is not the scoring pipeline this benchmark measures.
+    """
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, size=(count, size, size, 3), dtype=np.uint8)
+    folder.mkdir(parents=True, exist_ok=True)
     for index, image in enumerate(images):
-        target = folder / ("0_real" if index % 2 == 0 else "1_fake")
-        target.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(image).save(target / f"{index:05d}.png")
+        Image.fromarray(image).save(folder / f"{index:05d}.png")
     return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255.0)
+
+
+def infer_config(model: Path, images: Path, output: Path, batch_size: int) -> DictConfig:
+    """The config `python infer.py model=... input=... ...` would get (composed from configs/infer.yaml)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="infer", overrides=[
+            f"model={model}", f"input={images}", f"output={output}", f"batch_size={batch_size}",
+            "num_workers=0", "device=cpu", "progress=false"])
+    GlobalHydra.instance().clear()
+    return cfg
 
 
 @torch.no_grad()
@@ -62,9 +79,7 @@ def raw_forward_rate(module: DetectorModule, tensors: torch.Tensor, batch_size: 
 def pipeline_rate(model: Path, images: Path, output: Path, batch_size: int) -> float:
     from infer import infer
 
-    cfg = OmegaConf.create({"model": str(model), "input": str(images), "output": str(output),
-                            "batch_size": batch_size, "num_workers": 0, "device": "cpu", "threshold": None,
-                            "save_masks": False, "masks_dir": None, "resume": False, "progress": False})
+    cfg = infer_config(model, images, output, batch_size)
     infer(cfg)  # warm-up run (also loads the model once); the timed run loads it again, as a user would
     output.unlink()
     start = time.perf_counter()

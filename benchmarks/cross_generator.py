@@ -1,0 +1,241 @@
+"""Cross-generator generalization: train on some generators, test on held-out ones (a script).
+
+    python benchmarks/cross_generator.py [--manifest data/embedded/manifest.csv]
+        [--train-groups rerender_nearest rerender_bilinear] [--test-groups rerender_bicubic rerender_lanczos]
+        [--detectors npr dct_tiny clip_linear_tiny clip_freq_tiny] [--epochs 8]
+        [--output-dir outputs/cross_generator] [--override KEY=VALUE ...]
+
+From a generated manifest (`python generate.py output=DIR` writes one; a missing
+`data/embedded/manifest.csv` is generated first), it builds one cross-generator split:
+
+- train + val: the fakes of `--train-groups` and the genuine images they were made from
+  (their `source`), split by source (`--val-fraction` of the sources go to val, where the
+  threshold is calibrated on the genuine images to `target_fpr`);
+- test: the fakes of `--test-groups` and *their* genuine sources, none of which is seen in
+  training. No source is in two splits: a source with fakes on both sides is given to one side
+  (seeded), and its fakes of the other side's groups are left out. Fakes of groups named in
+  neither option are left out; genuine images with no fake in either are shared out between the
+  sides in proportion.
+
+Group names may be shell patterns (`--test-groups 'autoencoder_*'`); held-out groups win over
+`--train-groups` (so `--train-groups '*'` trains on everything not held out); a name that matches no
+group of the manifest is an error listing the groups there are. The split is written as
+`<output-dir>/manifest.csv`, then every detector is trained on it by `train.py` (one subprocess
+each, run directory `<output-dir>/<detector>`, log in `train.log` there) with
+`data=manifest trainer=cpu trainer.max_epochs=<epochs> detector.net.preprocess.size=<crop size>`
+and any `--override`. The table (test AUROC, standardized partial AUROC at FPR <= 0.1, TPR at 1 %
+FPR, genuine TNR at the threshold calibrated on validation genuines, per held-out generator AUROC,
+validation AUROC on the seen generators, training time) is printed and written to
+`<output-dir>/cross_generator.md` (and `results.json`).
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from datamodules.records import Record, read_manifest, write_manifest  # noqa: E402
+
+DEFAULT_TRAIN = ["rerender_nearest", "rerender_bilinear"]
+DEFAULT_TEST = ["rerender_bicubic", "rerender_lanczos"]
+DEFAULT_DETECTORS = ["npr", "dct_tiny", "clip_linear_tiny", "clip_freq_tiny"]
+
+
+class SplitError(ValueError):
+    """The manifest cannot give the cross-generator split asked for."""
+
+
+def match_groups(patterns: list[str], available: set[str], option: str) -> set[str]:
+    chosen: set[str] = set()
+    for pattern in patterns:
+        hits = set(fnmatch.filter(sorted(available), pattern))
+        if not hits:
+            raise SplitError(f"{option} {pattern!r} matches no generator group of the manifest; "
+                             f"groups there: {', '.join(sorted(available)) or 'none'}")
+        chosen |= hits
+    return chosen
+
+
+def cross_generator_split(records: list[Record], train_groups: list[str], test_groups: list[str],
+                          val_fraction: float = 0.15, seed: int = 0) -> tuple[list[Record], dict]:
+    """Records with `split` set for a cross-generator run, and a summary of what went where."""
+    fakes = [r for r in records if r.label == 1]
+    genuine = [r for r in records if r.label == 0]
+    available = {r.group or "(none)" for r in fakes}
+    seen = match_groups(train_groups, available, "--train-groups")
+    held_out = match_groups(test_groups, available, "--test-groups")
+    seen -= held_out  # a pattern such as 'rerender_*' trains on every group that is not held out
+    if not seen:
+        raise SplitError("every group matched by --train-groups is held out by --test-groups")
+
+    key = lambda r: r.source or r.path  # noqa: E731  (an image without a source is its own source)
+    sides_of: dict[str, set[str]] = defaultdict(set)
+    for r in fakes:
+        group = r.group or "(none)"
+        if group in seen or group in held_out:
+            sides_of[key(r)].add("train" if group in seen else "test")
+    rng = random.Random(seed)
+    side: dict[str, str] = {}
+    for source in sorted(sides_of):  # a source with fakes on both sides goes to one of them
+        options = sorted(sides_of[source])
+        side[source] = options[0] if len(options) == 1 else rng.choice(options)
+    orphans = sorted({key(r) for r in genuine} - set(side))
+    if orphans:  # genuine images with no selected fake: shared out in proportion to the sides
+        train_share = sum(s == "train" for s in side.values()) / max(1, len(side))
+        rng.shuffle(orphans)
+        cut = round(train_share * len(orphans))
+        side.update({s: "train" for s in orphans[:cut]})
+        side.update({s: "test" for s in orphans[cut:]})
+
+    train_sources = sorted(s for s, v in side.items() if v == "train")
+    rng.shuffle(train_sources)
+    val_sources = set(train_sources[:round(val_fraction * len(train_sources))])
+
+    out, dropped = [], defaultdict(int)
+    for r in records:
+        source = key(r)
+        group = r.group or "(none)"
+        where = side.get(source)
+        if r.label == 1 and not ((where == "train" and group in seen) or (where == "test" and group in held_out)):
+            dropped[group] += 1
+            continue
+        if where is None:
+            dropped[group] += 1
+            continue
+        split = "test" if where == "test" else "val" if source in val_sources else "train"
+        out.append(Record(**{**asdict(r), "split": split}))
+
+    summary = {"train_groups": sorted(seen), "test_groups": sorted(held_out), "dropped": dict(dropped),
+               "counts": {split: {"genuine": sum(r.split == split and r.label == 0 for r in out),
+                                  "fake": sum(r.split == split and r.label == 1 for r in out)}
+                          for split in ("train", "val", "test")}}
+    for split, count in summary["counts"].items():
+        if not count["genuine"] or not count["fake"]:
+            raise SplitError(f"the {split} split would hold {count['genuine']} genuine and {count['fake']} "
+                             "fake images; it needs both (more data, or another --val-fraction)")
+    by_split: dict[str, set[str]] = defaultdict(set)
+    for r in out:
+        by_split[r.split].add(key(r))
+    assert not (by_split["train"] & by_split["val"] or by_split["train"] & by_split["test"]
+                or by_split["val"] & by_split["test"]), "a source in two splits"
+    return out, summary
+
+
+def crop_size(records: list[Record]) -> int:
+    """The side of the (square) generated crops, taken from the first image."""
+    from PIL import Image
+
+    with Image.open(records[0].path) as image:
+        return min(image.size)
+
+
+def train_detector(detector: str, manifest: Path, run_dir: Path, epochs: int, size: int, seed: int,
+                   overrides: list[str]) -> tuple[dict | None, float, str | None]:
+    """`python train.py ...` for one detector; (metrics.json or None, seconds, error or None)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", "data=manifest",
+               f"data.manifest={manifest}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
+               "trainer.enable_progress_bar=false", f"detector.net.preprocess.size={size}", f"seed={seed}",
+               f"hydra.run.dir={run_dir}", *overrides]
+    print(f"[{detector}] {' '.join(command[1:])}", flush=True)
+    start = time.perf_counter()
+    with (run_dir / "train.log").open("w") as log:
+        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - start
+    metrics_file = run_dir / "metrics.json"
+    if done.returncode != 0 or not metrics_file.is_file():
+        return None, seconds, f"train.py exited {done.returncode}; see {run_dir / 'train.log'}"
+    return json.loads(metrics_file.read_text()), seconds, None
+
+
+def fmt(value) -> str:
+    return "n/a" if value is None or value != value else f"{value:.3f}"
+
+
+def table(results: list[dict], test_groups: list[str]) -> str:
+    head = ["detector", "AUROC", "pAUROC@0.1", "TPR@1% FPR", "genuine TNR", "threshold",
+            *[f"AUROC {g}" for g in test_groups], "val AUROC (seen)", "train s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in results:
+        m = row["metrics"]
+        if m is None:
+            lines.append("| " + " | ".join([row["detector"], f"failed: {row['error']}", *[""] * (len(head) - 2)]) + " |")
+            continue
+        groups = m.get("by_group", {})
+        cells = [row["detector"], fmt(m.get("auroc")), fmt(m.get("pauroc@0.1")), fmt(m.get("tpr@fpr=0.01")),
+                 fmt(m.get("tnr")), fmt(m.get("threshold")),
+                 *[fmt(groups.get(g, {}).get("auroc")) for g in test_groups],
+                 fmt(m.get("val", {}).get("auroc")), f"{row['seconds']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "embedded" / "manifest.csv",
+                        help="a generated manifest (default: the embedded dataset, generated if missing)")
+    parser.add_argument("--train-groups", nargs="+", default=DEFAULT_TRAIN, help="fake groups to train on")
+    parser.add_argument("--test-groups", nargs="+", default=DEFAULT_TEST, help="held-out fake groups to test on")
+    parser.add_argument("--detectors", nargs="+", default=DEFAULT_DETECTORS, help="configs/detector names")
+    parser.add_argument("--epochs", type=int, default=8, help="trainer.max_epochs of every run")
+    parser.add_argument("--val-fraction", type=float, default=0.15, help="share of training sources used for val")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "cross_generator")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more train.py overrides for every run (e.g. data.batch_size=64)")
+    parser.add_argument("--split-only", action="store_true", help="write the split manifest and stop")
+    args = parser.parse_args(argv)
+
+    manifest = args.manifest.resolve()
+    if not manifest.is_file():
+        if manifest != (ROOT / "data" / "embedded" / "manifest.csv").resolve():
+            parser.error(f"{manifest} does not exist (make one with `python generate.py output=DIR`)")
+        from datamodules.classification import make_embedded_manifest
+        make_embedded_manifest(manifest.parent, seed=args.seed)
+    try:
+        records, summary = cross_generator_split(read_manifest(manifest), args.train_groups, args.test_groups,
+                                                 args.val_fraction, args.seed)
+    except SplitError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    output_dir = args.output_dir.resolve()
+    split_manifest = output_dir / "manifest.csv"
+    write_manifest(records, split_manifest)
+    print(f"split of {manifest} -> {split_manifest}\n{json.dumps(summary, indent=1)}", flush=True)
+    if args.split_only:
+        return 0
+
+    size = crop_size(records)
+    results = []
+    for detector in args.detectors:
+        metrics, seconds, error = train_detector(detector, split_manifest, output_dir / detector, args.epochs,
+                                                 size, args.seed, list(args.override))
+        results.append({"detector": detector, "metrics": metrics, "seconds": seconds, "error": error})
+        print(f"[{detector}] {error or 'done'} in {seconds:.0f} s: test auroc "
+              f"{fmt((metrics or {}).get('auroc'))}", flush=True)
+
+    command = "python benchmarks/cross_generator.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    markdown = (f"Train on {', '.join(summary['train_groups'])}; test on {', '.join(summary['test_groups'])} "
+                f"(held out), {args.epochs} epochs each, {size} px crops.\n"
+                f"Images (genuine + fake): " + ", ".join(f"{s} {c['genuine']} + {c['fake']}"
+                                                          for s, c in summary["counts"].items()) +
+                f".\n\n{table(results, summary['test_groups'])}\n\n`{command.strip()}`\n")
+    (output_dir / "cross_generator.md").write_text(markdown)
+    (output_dir / "results.json").write_text(json.dumps({"summary": summary, "epochs": args.epochs,
+                                                         "results": results}, indent=2, default=str))
+    print("\n" + markdown)
+    return 1 if any(r["error"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
