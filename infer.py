@@ -16,7 +16,7 @@ import numpy as np
 
 from datamodules.io import ImageReadError, read_image
 from datamodules.records import LayoutError, records_from_input
-from detectors.runtime import ModelLoadError, load_runtime
+from detectors.runtime import ModelLoadError, TiledRuntime, load_runtime
 from detectors.scoring import COLUMNS, ResultWriter, image_score_fn, labelled_rows, read_results, score_records
 from evaluation import report_records, robustness_sweep
 
@@ -31,6 +31,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     output = Path(cfg.output)
     try:
         runtime = load_runtime(cfg.model, cfg.device)
+        if cfg.tiles:
+            runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
         records = records_from_input(cfg.input)
     except (ModelLoadError, LayoutError, ValueError) as error:
         raise InferenceFailed(str(error)) from None

@@ -126,3 +126,27 @@ def test_seed_zero_is_honoured(train_config):
 
     assert torch.equal(first_weights(), first_weights())
     assert not np.isnan(first_weights().numpy()).any()
+
+
+def test_tiled_scoring_averages_native_tiles_covering_the_whole_image(trained_run, tmp_path):
+    from PIL import Image
+
+    from detectors.runtime import TiledRuntime, TorchRuntime, tile_image, tile_positions
+
+    assert tile_positions(150, 64) == [0, 64, 86] and tile_positions(40, 64) == [0]
+    pixels = np.random.default_rng(0).integers(0, 256, (100, 150, 3), dtype=np.uint8)
+    (tmp_path / "big").mkdir()
+    Image.fromarray(pixels).save(tmp_path / "big" / "photo.png")
+    best = trained_run[0] / "checkpoints" / "best.ckpt"
+    run = infer(infer_config(best, tmp_path / "big", tmp_path / "tiled.csv", "tiles=true"))
+    assert run["counts"]["ok"] == 1
+    score = read_results(tmp_path / "tiled.csv")[0]["score"]
+
+    image = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
+    tiles = tile_image(image, 64)
+    assert tiles.shape == (2 * 3, 3, 64, 64)
+    torch.testing.assert_close(tiles[-1], image[:, 36:100, 86:150])
+    expected = TorchRuntime(best, "cpu").predict(tiles)["score"].mean()
+    assert score == pytest.approx(float(expected), abs=1e-6)
+    with pytest.raises(ModelLoadError, match="tile_reduce"):
+        TiledRuntime(TorchRuntime(best, "cpu"), reduce="median")
