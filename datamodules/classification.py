@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import lightning as L
-from torch.utils.data import DataLoader, WeightedRandomSampler
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from datamodules.datasets import ImageDataset, collate
+from datamodules.layouts import read_layout
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder, write_manifest
 from datamodules.transforms import build_transform
@@ -21,14 +23,16 @@ class RecordsDataModule(L.LightningDataModule):
 
     Subclasses only say where records come from (`load_records`). Records that carry a `split`
     keep it; the others are split by `split_fractions`, keeping every fake of one source together.
+    `with_groups` adds each record's `group` (generator or operation, "" when unknown) to batches.
     """
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 2,
                  split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  augment: Mapping[str, Any] | None = None, balanced: bool = False,
-                 with_masks: bool = False) -> None:
+                 with_masks: bool = False, with_groups: bool = False) -> None:
         super().__init__()
+        self.with_groups = with_groups
         self.preprocess = Preprocess.from_config(preprocess)
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -60,9 +64,14 @@ class RecordsDataModule(L.LightningDataModule):
                             name, sorted(labels))
         log.info("splits: %s", {name: len(split) for name, split in self.splits.items()})
 
+    def make_dataset(self, records: list[Record], transform: Any) -> Dataset:
+        """The Dataset of one split; subclasses return other sample shapes (e.g. localization)."""
+        if self.with_groups:
+            return GroupedImageDataset(records, transform, with_masks=self.with_masks)
+        return ImageDataset(records, transform, with_masks=self.with_masks)
+
     def _loader(self, split: str, train: bool) -> DataLoader:
-        dataset = ImageDataset(self.splits[split], build_transform(self.preprocess, train, self.augment),
-                               with_masks=self.with_masks)
+        dataset = self.make_dataset(self.splits[split], build_transform(self.preprocess, train, self.augment))
         sampler = None
         if train and self.balanced:
             counts = {label: sum(r.label == label for r in dataset.records) for label in (0, 1)}
@@ -112,6 +121,48 @@ class FolderDataModule(RecordsDataModule):
 
     def load_records(self) -> list[Record]:
         return scan_folder(self.root)
+
+
+class GroupedImageDataset(ImageDataset):
+    """ImageDataset whose samples also carry the record's `group` (for per-generator breakdowns)."""
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        sample = super().__getitem__(index)
+        if "error" not in sample:
+            sample["group"] = self.records[index].group or ""
+        return sample
+
+
+class LayoutDataModule(RecordsDataModule):
+    """Records from any published layout (`datamodules.layouts`): a manifest, `0_real`/`1_fake`
+    trees, GenImage, FraudBench, IMDL folders or JSON lists, CASIA/MVSS lists, THEMIS triplets.
+
+    `layout` is `auto` (detected, with an error listing the layouts when it cannot tell) or a name.
+    GenImage ships `train` and `val` only and its `val` is the benchmark's test set, so when a
+    layout has val but no test, val becomes test and a validation split is carved from train by
+    source. `ignore_splits` re-splits everything by `split_fractions` instead.
+    """
+
+    def __init__(self, root: str, layout: str = "auto", ignore_splits: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root = Path(root)
+        self.layout = layout
+        self.ignore_splits = ignore_splits
+
+    def load_records(self) -> list[Record]:
+        records = read_layout(self.root, self.layout)
+        if self.ignore_splits:
+            return [replace(r, split=None) for r in records]
+        given = {r.split for r in records}
+        if "val" in given and "test" not in given:
+            log.info("%s has train/val splits but no test: its val split is used as test, and validation "
+                     "is carved from train by source", self.root)
+            train, val_fraction = self.split_fractions[0], self.split_fractions[1]
+            carve = (train / (train + val_fraction), val_fraction / (train + val_fraction), 0.0)
+            retest = [replace(r, split="test") if r.split == "val" else r for r in records]
+            pool = [replace(r, split=None) for r in retest if r.split in ("train", None)]
+            return [r for r in retest if r.split == "test"] + assign_splits(pool, carve, self.seed)
+        return records
 
 
 def make_embedded_manifest(output: str | Path, seed: int = 0,

@@ -319,6 +319,8 @@ def detect_layout(path: str | os.PathLike) -> str:
         matches.append("folder")
     if len(matches) == 1:
         return matches[0]
+    if "manifest" in matches:  # a manifest at the top is an explicit index of the folder (generate.py writes one)
+        return "manifest"
     expected = "; ".join(f"{k}: {v}" for k, v in _EXPECTED.items())
     if not matches:
         raise LayoutError(f"{path}: no known dataset layout. Expected one of: {expected}. "

@@ -15,7 +15,10 @@ CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR,
 # Training augmentations: probabilities (0 = off). Artifact detectors keep them off by default
 # because blur and recompression erase the traces they learn; recipes switch them on.
 DEFAULT_AUGMENT = {"hflip": 0.5, "jpeg": 0.0, "jpeg_quality": (30, 100), "blur": 0.0,
-                   "blur_sigma": (0.1, 3.0), "rescale": 0.0, "rescale_limit": 0.2}
+                   "blur_sigma": (0.1, 3.0), "rescale": 0.0, "rescale_limit": 0.2, "vflip": 0.0}
+# The point-6 recipe for manipulation localizers (masks follow every geometric step): flips, JPEG
+# q30-100 and Gaussian blur sigma 0-3 each with probability 0.5, rescale +-0.2.
+LOCALIZATION_AUGMENT = {"hflip": 0.5, "vflip": 0.5, "jpeg": 0.5, "blur": 0.5, "rescale": 0.5}
 
 
 def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
@@ -44,6 +47,9 @@ def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bo
     preprocess = Preprocess.from_config(preprocess)
     steps: list[A.BasicTransform] = []
     if train:
+        unknown = set(augment or {}) - set(DEFAULT_AUGMENT)
+        if unknown:  # a mistyped option would otherwise be ignored silently
+            raise ValueError(f"unknown augment options {sorted(unknown)}; expected among {sorted(DEFAULT_AUGMENT)}")
         options = {**DEFAULT_AUGMENT, **(augment or {})}
         if options["rescale"] > 0:
             limit = float(options["rescale_limit"])
@@ -54,6 +60,8 @@ def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bo
             steps.append(A.ImageCompression(quality_range=tuple(options["jpeg_quality"]), p=options["jpeg"]))
         if options["hflip"] > 0:
             steps.append(A.HorizontalFlip(p=options["hflip"]))
+        if options["vflip"] > 0:
+            steps.append(A.VerticalFlip(p=options["vflip"]))
     return A.Compose(steps + geometry(preprocess, train), seed=seed)
 
 

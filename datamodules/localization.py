@@ -1,0 +1,121 @@
+"""Manipulation localization data: image, mask, boundary ("edge") mask and label per sample.
+
+Localizers (MVSS-Net, TruFor, the segmentation baseline) learn from pixel masks; MVSS-Net also
+supervises an edge branch with the mask's boundary band (dilate - erode). Masks go through the same
+albumentations pipeline as their image, so crops, flips and rescaling keep them aligned; the edge
+band is computed after the geometry, so its width is in network-input pixels.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from datamodules.classification import LayoutDataModule
+from datamodules.datasets import UNLABELLED
+from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image, read_mask
+from datamodules.records import LayoutError, Record
+from datamodules.transforms import LOCALIZATION_AUGMENT, to_tensor
+
+log = logging.getLogger(__name__)
+
+MISSING_MASKS = ("drop", "full", "error")
+
+
+def edge_mask(mask: np.ndarray, width: int = 3) -> np.ndarray:
+    """Pixels within `width` px of the mask boundary, on either side (MVSS-Net: dilate - erode)."""
+    mask = np.asarray(mask).astype(np.uint8)
+    if width <= 0 or not mask.any() or mask.all():
+        return np.zeros_like(mask)
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * width + 1, 2 * width + 1))
+    return (cv2.dilate(mask, kernel) - cv2.erode(mask, kernel)).astype(np.uint8)
+
+
+class LocalizationDataset(Dataset):
+    """`records[i]` -> {"image", "mask", "edge", "label", "group", "index", "path"}.
+
+    Genuine images get an empty mask. A manipulated record without a mask file gets a full mask
+    when `full_when_missing` (the whole frame was generated), otherwise it is an error sample.
+    Unreadable files give {"index", "path", "error"}, which `collate` sets aside.
+    """
+
+    def __init__(self, records: Sequence[Record], transform: Any = None, edge_width: int = 3,
+                 full_when_missing: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+        self.records = list(records)
+        self.transform = transform
+        self.edge_width = edge_width
+        self.full_when_missing = full_when_missing
+        self.max_pixels = max_pixels
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _mask(self, record: Record, shape: tuple[int, int]) -> np.ndarray:
+        if record.mask:
+            mask = read_mask(record.mask, self.max_pixels)
+            if mask.shape != shape:
+                raise ImageReadError(record.mask, f"mask size {mask.shape[::-1]} differs from image size {shape[::-1]}")
+            return mask
+        if record.label == 1:
+            if not self.full_when_missing:
+                raise ImageReadError(record.path, "manipulated image without a mask")
+            return np.ones(shape, np.uint8)
+        return np.zeros(shape, np.uint8)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        record = self.records[index]
+        try:
+            image = read_image(record.path, self.max_pixels)
+            mask = self._mask(record, image.shape[:2])
+        except ImageReadError as error:
+            return {"index": index, "path": record.path, "error": error.reason}
+        if self.transform is not None:
+            out = self.transform(image=image, mask=mask)
+            image, mask = out["image"], out["mask"]
+        mask = (np.asarray(mask) > 0).astype(np.uint8)
+        return {"image": to_tensor(image), "index": index, "path": record.path,
+                "label": UNLABELLED if record.label is None else int(record.label),
+                "group": record.group or "",
+                "mask": torch.from_numpy(mask).unsqueeze(0).float(),
+                "edge": torch.from_numpy(edge_mask(mask, self.edge_width)).unsqueeze(0).float()}
+
+
+class LocalizationDataModule(LayoutDataModule):
+    """Localization batches from any layout with masks (manifest, IMDL, CASIA/MVSS lists, THEMIS ...).
+
+    `edge_width`: half-width in px of the boundary band for edge supervision. `missing_masks` says
+    what to do with manipulated images that have no mask: `drop` them (logged), treat them as
+    wholly manipulated (`full`), or `error`. `augment` defaults to the localization recipe
+    (`LOCALIZATION_AUGMENT`); validation and test transforms are deterministic.
+    """
+
+    def __init__(self, edge_width: int = 3, missing_masks: str = "drop", **kwargs: Any) -> None:
+        if kwargs.get("augment") is None or kwargs.get("augment") == {}:
+            kwargs["augment"] = dict(LOCALIZATION_AUGMENT)
+        super().__init__(**kwargs)
+        if missing_masks not in MISSING_MASKS:
+            raise ValueError(f"missing_masks must be one of {MISSING_MASKS}, got {missing_masks!r}")
+        self.edge_width = edge_width
+        self.missing_masks = missing_masks
+
+    def load_records(self) -> list[Record]:
+        records = super().load_records()
+        missing = [r for r in records if r.label == 1 and not r.mask]
+        if missing and self.missing_masks == "error":
+            raise LayoutError(f"{len(missing)} manipulated images have no mask, e.g. {missing[0].path}; "
+                              "set data.missing_masks=drop or full")
+        if missing and self.missing_masks == "drop":
+            log.warning("dropping %d manipulated images without a mask (data.missing_masks=full keeps them "
+                        "as wholly manipulated)", len(missing))
+            records = [r for r in records if not (r.label == 1 and not r.mask)]
+        if not any(r.label == 1 for r in records):
+            raise LayoutError(f"{self.root}: no manipulated image with a mask; localization needs masks")
+        return records
+
+    def make_dataset(self, records: list[Record], transform: Any) -> Dataset:
+        return LocalizationDataset(records, transform, self.edge_width,
+                                   full_when_missing=self.missing_masks == "full")
