@@ -8,17 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
-
-import shutil
-
 import numpy as np
+from omegaconf import DictConfig
 
 from datamodules.io import ImageReadError, read_image
 from datamodules.records import LayoutError, records_from_input
 from detectors.runtime import ModelLoadError, TiledRuntime, load_runtime
 from detectors.scoring import COLUMNS, ResultWriter, image_score_fn, labelled_rows, read_results, score_records
-from evaluation import report_records, robustness_sweep
+from evaluation import report_records, robustness_sweep, write_metrics_json
 
 log = logging.getLogger("infer")
 
@@ -70,9 +67,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
                              robustness=robustness, title=f"{runtime.name} on {cfg.input}")
     metrics_path = output.with_suffix(".metrics.json")
-    shutil.copyfile(written["metrics"], metrics_path.with_name(f".{metrics_path.name}.tmp"))
-    metrics_path.with_name(f".{metrics_path.name}.tmp").replace(metrics_path)
-    metrics = json.loads(metrics_path.read_text())
+    metrics = json.loads(written["metrics"].read_text())
+    write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, written["report"])
     return {"counts": counts, "metrics": metrics}
