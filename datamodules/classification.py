@@ -141,15 +141,33 @@ class LayoutDataModule(RecordsDataModule):
     GenImage ships `train` and `val` only and its `val` is the benchmark's test set, so when a
     layout has val but no test, val becomes test and a validation split is carved from train by
     source. `ignore_splits` re-splits everything by `split_fractions` instead.
+
+    `exclude_groups` drops records of those groups (e.g. the duplication panels of a generated set,
+    which only make sense as pairs). `test_groups` sets up cross-generator evaluation: fakes of those
+    groups are tested on, all other fakes trained and validated on, never both (genuine images are
+    split as usual, so no source straddles the splits).
     """
 
-    def __init__(self, root: str, layout: str = "auto", ignore_splits: bool = False, **kwargs: Any) -> None:
+    def __init__(self, root: str, layout: str = "auto", ignore_splits: bool = False,
+                 exclude_groups: Sequence[str] = (), test_groups: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.root = Path(root)
         self.layout = layout
         self.ignore_splits = ignore_splits
+        self.exclude_groups = set(exclude_groups or ())
+        self.test_groups = set(test_groups or ())
 
     def load_records(self) -> list[Record]:
+        records = [r for r in self._split_records() if r.group not in self.exclude_groups]
+        if not self.test_groups:
+            return records
+        known = {r.group for r in records if r.label == 1}
+        if not self.test_groups & known:
+            raise LayoutError(f"test_groups {sorted(self.test_groups)} match no fake; groups: {sorted(map(str, known))}")
+        records = assign_splits(records, self.split_fractions, self.seed)
+        return [r for r in records if r.label != 1 or (r.group in self.test_groups) == (r.split == "test")]
+
+    def _split_records(self) -> list[Record]:
         records = read_layout(self.root, self.layout)
         if self.ignore_splits:
             return [replace(r, split=None) for r in records]

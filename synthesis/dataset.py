@@ -187,15 +187,17 @@ def _panels_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _generator_task(task: dict[str, Any]) -> dict[str, Any]:
-    from synthesis.generator import save_generator, train_generator
+    from synthesis.generator import psnr, rerender_image, save_generator, train_generator
 
     out, options = Path(task["output"]), task["training"]
     images = [np.array(read_image(out / p)) for p in task["images"]]  # writable for torch
     started = time.perf_counter()
     model = train_generator(images, task["variant"], seed=task["seed"], **options)
     save_generator(model, task["weights"])
+    # how close re-renders are to their input: close enough to pass as the photo, yet re-generated
+    quality = [psnr(rerender_image(model, im), im) for im in images[:8]]
     sidecar = {"variant": task["variant"], "seed": task["seed"], "training": options, "images": task["images"],
-               "seconds": round(time.perf_counter() - started, 1)}
+               "psnr_db": round(float(np.mean(quality)), 2), "seconds": round(time.perf_counter() - started, 1)}
     Path(task["weights"]).with_suffix(".json").write_text(json.dumps(sidecar, indent=1))
     return {"rows": [], "pairs": [], "generator": sidecar}
 
@@ -367,7 +369,7 @@ def _generators(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]], p
         if weights.is_file():
             meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
             if options.dir or (meta.get("training") == training and meta.get("seed") == spec.seed + index):
-                status[variant] = f"reused {weights}"
+                status[variant] = f"reused {weights}" + _psnr_note(meta)
                 continue
             log.info("generator %s: cached weights were trained with other options; retraining", variant)
         status[variant] = f"trained -> {weights}"
@@ -376,11 +378,20 @@ def _generators(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]], p
                       "training": training, "images": train_panels, "weights": str(weights)})
     if tasks and not train_panels:
         raise ValueError(f"no genuine panel is at least {options.crop} px: cannot train the generators")
-    _execute(tasks, pool, "generators", progress, Counter())
-    for task in tasks:  # the marker of a training task is its weights file, not a fragment
+    results = _execute(tasks, pool, "generators", progress, Counter())
+    for task, result in zip(tasks, results):  # the marker of a training task is its weights file
         _fragment_path(output, task["id"]).unlink(missing_ok=True)
+        if "skipped" in result:
+            raise ValueError(f"generator {task['variant']}: {result['skipped']}")
+        status[task["variant"]] += _psnr_note(result["generator"])
     counts["generators_trained"] += len(tasks)
     return paths, status
+
+
+def _psnr_note(meta: Mapping[str, Any]) -> str:
+    if "psnr_db" not in meta:
+        return ""
+    return f" (re-render PSNR {meta['psnr_db']} dB on its training panels, {meta.get('seconds', '?')} s to train)"
 
 
 def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(),
@@ -428,13 +439,16 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
     pairs = [pair for f in fragments for pair in f["pairs"]]
     skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks):]) if f.get("skipped"))
     _write_pairs(output / "duplication_pairs.csv", pairs)
+    from synthesis.contact_sheet import contact_sheet
+
+    sheet = contact_sheet(output, rows)
     summary = {
         "output": str(output), "photos": len(table), "panels": len(panels), "images": len(rows),
         "items": len(panel_tasks) + len(items), "made": counts["made"], "reused": counts["reused"],
         "skipped": dict(sorted(skipped.items())), "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
         "by_split": {s: {"genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
                          "fake": sum(r["split"] == s and r["label"] == 1 for r in rows)} for s in SPLITS},
-        "pairs": len(pairs), "generators": generator_status, "seconds": round(time.perf_counter() - started, 1),
+        "pairs": len(pairs), "generators": generator_status, "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1),
     }
     return {"rows": rows, "pairs": pairs, "summary": summary}
 
@@ -467,4 +481,6 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                      + ", ".join(f"{op} {n}" for op, n in summary["skipped"].items()))
     for variant, status in summary["generators"].items():
         lines.append(f"generator {variant}: {status}")
+    if summary.get("contact_sheet"):
+        lines.append(f"examples of every operation: {summary['contact_sheet']}")
     return "\n".join(lines)

@@ -53,6 +53,8 @@ def test_every_operation_is_in_the_manifest_with_its_files(serial):
             assert read_mask(r.mask).shape == read_image(r.path).shape[:2]
             assert read_mask(r.mask).any() and Path(r.mask).with_suffix(".json").is_file()
     assert summary["images"] == len(records) and summary["made"] == summary["items"]
+    assert read_image(summary["contact_sheet"]).shape[0] > 8 * 160  # a row per operation
+    assert all("PSNR" in status for status in summary["generators"].values())
 
 
 def test_masks_cover_every_changed_pixel(serial):

@@ -61,3 +61,22 @@ def test_a_generated_dataset_folder_is_read_through_its_manifest(tmp_path):
     write_image(root / "fake" / "splicing" / "b.png", np.zeros((8, 8, 3), np.uint8))
     (root / "manifest.csv").write_text("path,label\nreal/a.png,0\nfake/splicing/b.png,1\n")
     assert detect_layout(root) == "manifest"
+
+
+def test_cross_generator_split_and_excluded_groups(tmp_path):
+    rng = np.random.default_rng(2)
+    lines = ["path,label,group,source"]
+    for i in range(30):
+        write_image(tmp_path / f"g{i}.png", rng.integers(0, 256, (36, 36, 3), dtype=np.uint8))
+        lines.append(f"g{i}.png,0,genuine,s{i}")
+        for group in ("ae_transposed", "ae_pixel_shuffle", "duplication_global"):
+            write_image(tmp_path / f"{group}{i}.png", rng.integers(0, 256, (36, 36, 3), dtype=np.uint8))
+            lines.append(f"{group}{i}.png,1,{group},s{i}")
+    (tmp_path / "manifest.csv").write_text("\n".join(lines) + "\n")
+    module = _data(["data=layout", f"data.root={tmp_path}", "data.exclude_groups=[duplication_global]",
+                    "data.test_groups=[ae_pixel_shuffle]", "data.split_fractions=[0.6,0.2,0.2]"])
+    module.setup()
+    fakes = {name: {r.group for r in split if r.label == 1} for name, split in module.splits.items()}
+    assert fakes == {"train": {"ae_transposed"}, "val": {"ae_transposed"}, "test": {"ae_pixel_shuffle"}}
+    sources = {name: {r.source for r in split} for name, split in module.splits.items()}
+    assert not (sources["train"] & sources["test"]) and not (sources["val"] & sources["test"])

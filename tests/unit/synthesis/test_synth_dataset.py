@@ -1,0 +1,67 @@
+"""Dataset planning pieces: region records of known masks, leak-free splits, spec checks, contact sheet."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datamodules.io import read_image, write_image
+from synthesis.contact_sheet import contact_sheet
+from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec, _assign_splits, _photo_table
+from synthesis.operations import regions_from_mask
+
+
+def test_regions_of_a_known_mask_are_ordered_by_area_with_exact_boxes():
+    mask = np.zeros((50, 80), bool)
+    mask[5:15, 10:20] = True  # 100 px
+    mask[30:45, 40:70] = True  # 450 px
+    regions = regions_from_mask(mask)
+    assert [r["bbox"] for r in regions] == [[40, 30, 70, 45], [10, 5, 20, 15]]
+    assert regions[0]["primary"] and not regions[1]["primary"]
+    assert regions[0]["area_fraction"] == pytest.approx(450 / 4000)
+    assert all(not r["machine_derived"] and len(r["polygon"]) >= 4 for r in regions)
+    assert regions_from_mask(np.zeros((4, 4), bool)) == []
+
+
+def test_splits_are_drawn_per_source_and_a_few_photos_still_fill_every_split():
+    assert set(_assign_splits(["a", "b", "c"], (0.7, 0.15, 0.15), 0).values()) == {"train", "val", "test"}
+    many = _assign_splits([f"s{i}" for i in range(100)], (0.8, 0.1, 0.1), 1)
+    assert sorted(list(many.values()).count(s) for s in ("train", "val", "test")) == [10, 10, 80]
+    assert many == _assign_splits([f"s{i}" for i in reversed(range(100))], (0.8, 0.1, 0.1), 1)
+
+
+def test_photo_keys_are_unique_and_a_stereo_pair_is_one_source(tmp_path):
+    paths = [tmp_path / "shoes" / "a.png", tmp_path / "bags" / "a.png", tmp_path / "x_left.png",
+             tmp_path / "x_right.png"]
+    table = _photo_table(paths, tmp_path)
+    assert len({t["key"] for t in table}) == 4
+    assert {t["source"] for t in table} == {"bags__a", "shoes__a", "x"}
+    assert {t["category"] for t in table} == {"bags", "shoes", None}
+
+
+def test_spec_checks_names_and_kinds_select_operations():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        DatasetSpec(kind="everything")
+    with pytest.raises(ValueError, match="unknown operations"):
+        DatasetSpec(ops={"splice": 1.0})
+    assert set(DatasetSpec(kind="aigi").active) == {"rerender", "region_edit"}
+    assert "rerender" not in DatasetSpec(kind="forgery").active
+    assert set(DatasetSpec(kind="all", ops={op: 1.0 for op in OPERATIONS}).active) == set(KINDS["all"])
+    assert DatasetSpec(seed=1).fingerprint() != DatasetSpec(seed=2).fingerprint()
+
+
+def test_contact_sheet_shows_one_row_per_operation(tmp_path):
+    rng = np.random.default_rng(0)
+    source = rng.integers(0, 255, (40, 60, 3), dtype=np.uint8)
+    write_image(tmp_path / "real/p.png", source)
+    rows = []
+    for op in ("splicing", "copy_move"):
+        fake, mask = source.copy(), np.zeros((40, 60), np.uint8)
+        mask[5:20, 5:25] = 255
+        fake[mask > 0] = 0
+        write_image(tmp_path / f"fake/{op}/p.png", fake)
+        write_image(tmp_path / f"masks/{op}/p.png", mask)
+        (tmp_path / f"masks/{op}/p.json").write_text('{"source_panel": "real/p.png"}')
+        rows += [{"path": f"fake/{op}/p.png", "mask": f"masks/{op}/p.png", "label": 1, "group": op}] * 2
+    sheet = read_image(contact_sheet(tmp_path, rows, tile=64))
+    assert sheet.shape == (22 + 2 * (22 + 64), 4 * 64, 3)
+    assert contact_sheet(tmp_path, rows[:0]) is None
