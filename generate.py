@@ -25,7 +25,8 @@ def find_photos(source: str | None) -> list[str] | None:
     if not source:
         return None
     try:
-        photos = [r.path for r in list_images(source)]
+        # a labelled tree (0_real/1_fake) may hold fakes already: only authentic images are sources
+        photos = [r.path for r in list_images(source) if r.label != 1]
     except LayoutError as error:
         log.error("%s", error)
         sys.exit(1)
@@ -50,7 +51,9 @@ def spec_from_config(cfg: DictConfig):
     """The `DatasetSpec` a config describes (plain Python values, no OmegaConf nodes)."""
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
+            "d15_fraction", "generator")
+    plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
     return DatasetSpec(kind=plain["kind"], ops=plain["ops"], seed=plain["seed"], **plain["panels"],
                        split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
                        local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],

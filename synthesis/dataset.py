@@ -112,6 +112,9 @@ class DatasetSpec:
 
 
 # ------------------------------------------------------------------------------------ photos
+_LABEL_FOLDERS = {"0_real", "real", "1_fake", "fake"}
+
+
 def _photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None
                  ) -> list[dict[str, str]]:
     """key (unique file name stem), source (what splits group by) and category of every photo."""
@@ -124,6 +127,8 @@ def _photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.Path
     table, seen = [], set()
     for path in sorted(paths, key=str):
         rel = Path(path).relative_to(root) if root is not None and Path(path).is_relative_to(root) else Path(path.name)
+        # label folders of a 0_real/1_fake tree say nothing about the content
+        rel = Path(*[p for p in rel.parent.parts if p.lower() not in _LABEL_FOLDERS], rel.name)
         key = "__".join(rel.with_suffix("").parts).replace(" ", "_")
         if key in seen:
             key = f"{key}_{zlib.crc32(str(path).encode()):08x}"
@@ -296,16 +301,33 @@ def _execute(tasks: list[dict[str, Any]], pool: Executor | None, desc: str, prog
 
 
 # ------------------------------------------------------------------------------------ planning
-def _similar_partner(panel: dict[str, Any], pool: list[dict[str, Any]], rng: np.random.Generator,
-                     images: dict[str, np.ndarray], used: set, limit: int) -> dict[str, Any] | None:
-    """The most similar panel (THEMIS score) among `limit` random panels of other photos, pair unused."""
-    from synthesis.splicing import pair_similarity
+def _similarity_features(image: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """What `synthesis.splicing.pair_similarity` looks at, computed once per panel: the 224 x 224
+    grey image, its 256-bin histogram and the original size (a few dozen KB instead of the panel)."""
+    grey = cv2.resize(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY), (224, 224), interpolation=cv2.INTER_AREA)
+    return grey.astype(np.float64) / 255.0, cv2.calcHist([grey], [0], None, [256], [0, 256]), image.shape[:2]
 
+
+def _feature_similarity(a: tuple, b: tuple) -> float:
+    """`pair_similarity` on precomputed features (same formula; a test checks they agree)."""
+    (x, ha, (h1, w1)), (y, hb, (h2, w2)) = a, b
+    hist = (cv2.compareHist(ha, hb, cv2.HISTCMP_CORREL) + 1.0) / 2.0
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    mx, my = x.mean(), y.mean()
+    cov = ((x - mx) * (y - my)).mean()
+    ssim = ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx ** 2 + my ** 2 + c1) * (x.var() + y.var() + c2))
+    size = (1 - abs(h1 - h2) / max(h1, h2)) * (1 - abs(w1 - w2) / max(w1, w2))
+    return float(0.4 * hist + 0.4 * max(ssim, 0.0) + 0.2 * size)
+
+
+def _similar_partner(panel: dict[str, Any], pool: list[dict[str, Any]], rng: np.random.Generator,
+                     features: dict[str, tuple], used: set, limit: int) -> dict[str, Any] | None:
+    """The most similar panel (THEMIS score) among `limit` random panels of other photos, pair unused."""
     others = [p for p in pool if p["source"] != panel["source"]]
     if not others:
         return None
     picks = rng.choice(len(others), size=min(limit, len(others)), replace=False)
-    scored = sorted(((pair_similarity(images[others[j]["path"]], images[panel["path"]]), others[j]["path"])
+    scored = sorted(((_feature_similarity(features[others[j]["path"]], features[panel["path"]]), others[j]["path"])
                      for j in picks), reverse=True)
     for _, path in scored:
         if frozenset((path, panel["path"])) not in used:
@@ -318,7 +340,8 @@ def _plan_items(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]],
                 generators: dict[str, str]) -> list[dict[str, Any]]:
     active = spec.active
     variants = list(spec.generator.variants)
-    images = ({p["path"]: read_image(output / p["path"]) for p in panels} if "splicing" in active else {})
+    features = ({p["path"]: _similarity_features(read_image(output / p["path"])) for p in panels}
+                if "splicing" in active else {})
     by_split = {s: [p for p in panels if p["split"] == s] for s in SPLITS}
     used: set = set()
     items = []
@@ -340,11 +363,11 @@ def _plan_items(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]],
                 if op in ("rerender", "region_edit"):
                     variant = variants[(offset + j) % len(variants)]
                     item["options"] = {**options, "variant": variant, "generator_path": generators[variant]}
-                    item["id"] = item["name"] = f"{stem}_{variant}_{j}"
-                    item["id"] = f"{op}/{item['id']}"
+                    item["name"] = f"{stem}_{variant}_{j}"
+                    item["id"] = f"{op}/{item['name']}"
                 if op == "splicing":
                     partner = _similar_partner(panel, by_split[panel["split"]], _rng(spec.seed, item["id"]),
-                                               images, used, spec.splice_candidates)
+                                               features, used, spec.splice_candidates)
                     if partner is None:
                         continue
                     item["panels"] = [panel, partner]

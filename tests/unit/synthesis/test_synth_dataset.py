@@ -65,3 +65,16 @@ def test_contact_sheet_shows_one_row_per_operation(tmp_path):
     sheet = read_image(contact_sheet(tmp_path, rows, tile=64))
     assert sheet.shape == (22 + 2 * (22 + 64), 4 * 64, 3)
     assert contact_sheet(tmp_path, rows[:0]) is None
+
+
+def test_precomputed_similarity_equals_the_splicing_score():
+    from skimage import data
+
+    from synthesis.dataset import _feature_similarity, _similarity_features
+    from synthesis.splicing import pair_similarity
+
+    images = [data.astronaut(), data.coffee(), data.chelsea()[:200, :300].copy()]
+    for a in images:
+        for b in images:
+            expected = pair_similarity(a, b)
+            assert _feature_similarity(_similarity_features(a), _similarity_features(b)) == pytest.approx(expected, abs=1e-9)
