@@ -428,17 +428,16 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
     """
     output = Path(output).resolve()
     started = time.perf_counter()
-    stamp = output / ".items" / "spec.json"
-    fingerprint = spec.fingerprint()
-    if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
-        raise ValueError(f"{output} holds a dataset generated with other options ({stamp}); "
-                         "choose a new output folder or delete the old one")
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
-
     table = _photo_table(photos, root)
     if not table:
         raise ValueError("no photos to generate from")
+    stamp = output / ".items" / "spec.json"
+    fingerprint = {**spec.fingerprint(), "photos": [p["key"] for p in table]}
+    if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
+        raise ValueError(f"{output} holds a dataset generated with other options or photos ({stamp}); "
+                         "choose a new output folder or delete the old one")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
     splits = _assign_splits([p["source"] for p in table], spec.split_fractions, spec.seed)
     spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
     counts: Counter = Counter()
