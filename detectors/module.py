@@ -62,6 +62,22 @@ class DetectorModule(L.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["image"]))
         return loss
 
+    def on_validation_epoch_start(self) -> None:
+        self._share_buffers_of_rank_zero()
+
+    def on_test_epoch_start(self) -> None:
+        self._share_buffers_of_rank_zero()
+
+    def _share_buffers_of_rank_zero(self) -> None:
+        """Make every rank evaluate the model that rank 0 checkpoints.
+
+        Under DDP each rank updates BatchNorm running statistics from its own last batches, so
+        without this the ranks would score their shards with slightly different networks.
+        """
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            for buffer in self.net.buffers():
+                dist.broadcast(buffer, src=0)
+
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
         self._evaluation_step("val", batch)
 
