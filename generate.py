@@ -65,7 +65,7 @@ def generate(cfg: DictConfig) -> Path:
     from synthesis.dataset import format_summary
 
     photos = find_photos(cfg.source)
-    output = cfg.output or ("data/embedded" if cfg.kind == "aigi_quick" else "data/generated")
+    output = cfg.output or {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}")
     if cfg.kind == "aigi_quick":
         quick(cfg, output, photos)
         return Path(output) / "manifest.csv"
