@@ -72,7 +72,7 @@ def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 image.load()
             image = ImageOps.exif_transpose(image)
-            array = np.asarray(_to_rgb(image), dtype=np.uint8)
+            array = np.array(_to_rgb(image), dtype=np.uint8)  # a writable copy
     except ImageReadError:
         raise
     except UnidentifiedImageError:
