@@ -3,7 +3,7 @@
     python benchmarks/cross_generator.py [--manifest data/embedded/manifest.csv]
         [--train-groups rerender_nearest rerender_bilinear] [--test-groups rerender_bicubic rerender_lanczos]
         [--detectors npr dct_tiny clip_linear_tiny clip_freq_tiny] [--epochs 8]
-        [--output-dir outputs/cross_generator] [--override KEY=VALUE ...]
+        [--size CROP] [--output-dir outputs/cross_generator] [--override KEY=VALUE ...]
 
 From a generated manifest (`python generate.py output=DIR` writes one; a missing
 `data/embedded/manifest.csv` is generated first), it builds one cross-generator split:
@@ -22,8 +22,10 @@ Group names may be shell patterns (`--test-groups 'autoencoder_*'`); held-out gr
 group of the manifest is an error listing the groups there are. The split is written as
 `<output-dir>/manifest.csv`, then every detector is trained on it by `train.py` (one subprocess
 each, run directory `<output-dir>/<detector>`, log in `train.log` there) with
-`data=manifest trainer=cpu trainer.max_epochs=<epochs> detector.net.preprocess.size=<crop size>`
-and any `--override`. The table (test AUROC, standardized partial AUROC at FPR <= 0.1, TPR at 1 %
+`data=manifest trainer=cpu trainer.max_epochs=<epochs> detector.net.preprocess.size=<--size>`
+(default: the crop size of the generated images, as `python train.py` does on the embedded data, so
+every detector sees the whole crop; `--size 0` keeps each detector's configured size) and any
+`--override`. The table (test AUROC, standardized partial AUROC at FPR <= 0.1, TPR at 1 %
 FPR, genuine TNR at the threshold calibrated on validation genuines, per held-out generator AUROC,
 validation AUROC on the seen generators, training time) is printed and written to
 `<output-dir>/cross_generator.md` (and `results.json`).
@@ -145,8 +147,8 @@ def train_detector(detector: str, manifest: Path, run_dir: Path, epochs: int, si
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", "data=manifest",
                f"data.manifest={manifest}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
-               "trainer.enable_progress_bar=false", f"detector.net.preprocess.size={size}", f"seed={seed}",
-               f"hydra.run.dir={run_dir}", *overrides]
+               "trainer.enable_progress_bar=false", f"seed={seed}", f"hydra.run.dir={run_dir}",
+               *([f"detector.net.preprocess.size={size}"] if size else []), *overrides]
     print(f"[{detector}] {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     with (run_dir / "train.log").open("w") as log:
@@ -188,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-groups", nargs="+", default=DEFAULT_TEST, help="held-out fake groups to test on")
     parser.add_argument("--detectors", nargs="+", default=DEFAULT_DETECTORS, help="configs/detector names")
     parser.add_argument("--epochs", type=int, default=8, help="trainer.max_epochs of every run")
+    parser.add_argument("--size", type=int, default=None,
+                        help="detector.net.preprocess.size (default: the crop size; 0: each detector's own)")
     parser.add_argument("--val-fraction", type=float, default=0.15, help="share of training sources used for val")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "cross_generator")
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.split_only:
         return 0
 
-    size = crop_size(records)
+    size = crop_size(records) if args.size is None else args.size
     results = []
     for detector in args.detectors:
         metrics, seconds, error = train_detector(detector, split_manifest, output_dir / detector, args.epochs,
@@ -226,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python benchmarks/cross_generator.py " + " ".join(sys.argv[1:] if argv is None else argv)
     markdown = (f"Train on {', '.join(summary['train_groups'])}; test on {', '.join(summary['test_groups'])} "
-                f"(held out), {args.epochs} epochs each, {size} px crops.\n"
+                f"(held out), {args.epochs} epochs each, detector input {f'{size} px' if size else 'as configured'}.\n"
                 f"Images (genuine + fake): " + ", ".join(f"{s} {c['genuine']} + {c['fake']}"
                                                           for s, c in summary["counts"].items()) +
                 f".\n\n{table(results, summary['test_groups'])}\n\n`{command.strip()}`\n")
