@@ -26,7 +26,7 @@ each, run directory `<output-dir>/<detector>`, log in `train.log` there) with
 (default: the crop size of the generated images, as `python train.py` does on the embedded data, so
 every detector sees the whole crop; `--size 0` keeps each detector's configured size) and any
 `--override`. The table (test AUROC, standardized partial AUROC at FPR <= 0.1, TPR at 1 %
-FPR, genuine TNR at the threshold calibrated on validation genuines, per held-out generator AUROC,
+FPR, TPR and genuine TNR at the threshold calibrated on validation genuines, per held-out generator AUROC,
 validation AUROC on the seen generators, training time) is printed and written to
 `<output-dir>/cross_generator.md` (and `results.json`).
 """
@@ -165,8 +165,8 @@ def fmt(value) -> str:
 
 
 def table(results: list[dict], test_groups: list[str]) -> str:
-    head = ["detector", "AUROC", "pAUROC@0.1", "TPR@1% FPR", "genuine TNR", "threshold",
-            *[f"AUROC {g}" for g in test_groups], "val AUROC (seen)", "train s"]
+    head = ["detector", "AUROC [95 % CI]", "pAUROC@0.1", "TPR@1% FPR", "TPR / genuine TNR at threshold",
+            "threshold", *[f"AUROC {g}" for g in test_groups], "val AUROC (seen)", "train s"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in results:
         m = row["metrics"]
@@ -174,8 +174,10 @@ def table(results: list[dict], test_groups: list[str]) -> str:
             lines.append("| " + " | ".join([row["detector"], f"failed: {row['error']}", *[""] * (len(head) - 2)]) + " |")
             continue
         groups = m.get("by_group", {})
-        cells = [row["detector"], fmt(m.get("auroc")), fmt(m.get("pauroc@0.1")), fmt(m.get("tpr@fpr=0.01")),
-                 fmt(m.get("tnr")), fmt(m.get("threshold")),
+        low, high = (m.get("intervals") or {}).get("auroc", (None, None))
+        interval = f" [{fmt(low)}, {fmt(high)}]" if low is not None else ""
+        cells = [row["detector"], fmt(m.get("auroc")) + interval, fmt(m.get("pauroc@0.1")),
+                 fmt(m.get("tpr@fpr=0.01")), f"{fmt(m.get('tpr'))} / {fmt(m.get('tnr'))}", fmt(m.get("threshold")),
                  *[fmt(groups.get(g, {}).get("auroc")) for g in test_groups],
                  fmt(m.get("val", {}).get("auroc")), f"{row['seconds']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
