@@ -23,8 +23,8 @@ group of the manifest is an error listing the groups there are. The split is wri
 `<output-dir>/manifest.csv`, then every detector is trained on it by `train.py` (one subprocess
 each, run directory `<output-dir>/<detector>`, log in `train.log` there) with
 `data=manifest trainer=cpu trainer.max_epochs=<epochs> detector.net.preprocess.size=<--size>`
-(default: the crop size of the generated images, as `python train.py` does on the embedded data, so
-every detector sees the whole crop; `--size 0` keeps each detector's configured size) and any
+(default: the shortest image side of the split, so no image is padded; on the quickstart set that is
+its 96 px crop size, as `python train.py` uses; `--size 0` keeps each detector's configured size) and any
 `--override`. The table (test AUROC, standardized partial AUROC at FPR <= 0.1, TPR at 1 %
 FPR, TPR and genuine TNR at the threshold calibrated on validation genuines, per held-out generator AUROC,
 validation AUROC on the seen generators, training time) is printed and written to
@@ -134,11 +134,14 @@ def cross_generator_split(records: list[Record], train_groups: list[str], test_g
 
 
 def crop_size(records: list[Record]) -> int:
-    """The side of the (square) generated crops, taken from the first image."""
+    """The shortest image side in the split: every image holds a crop of that size (no padding)."""
     from PIL import Image
 
-    with Image.open(records[0].path) as image:
-        return min(image.size)
+    sides = []
+    for record in records:
+        with Image.open(record.path) as image:  # reads the header only
+            sides.append(min(image.size))
+    return min(sides)
 
 
 def train_detector(detector: str, manifest: Path, run_dir: Path, epochs: int, size: int, seed: int,
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--detectors", nargs="+", default=DEFAULT_DETECTORS, help="configs/detector names")
     parser.add_argument("--epochs", type=int, default=8, help="trainer.max_epochs of every run")
     parser.add_argument("--size", type=int, default=None,
-                        help="detector.net.preprocess.size (default: the crop size; 0: each detector's own)")
+                        help="detector.net.preprocess.size (default: the shortest image side; 0: each detector's own)")
     parser.add_argument("--val-fraction", type=float, default=0.15, help="share of training sources used for val")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "cross_generator")
