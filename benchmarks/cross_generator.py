@@ -111,7 +111,7 @@ def cross_generator_split(records: list[Record], train_groups: list[str], test_g
         if r.label == 1 and not ((where == "train" and group in seen) or (where == "test" and group in held_out)):
             dropped[group] += 1
             continue
-        if where is None:
+        if where is None or r.label is None:  # unlabelled rows cannot be trained or scored
             dropped[group] += 1
             continue
         split = "test" if where == "test" else "val" if source in val_sources else "train"
