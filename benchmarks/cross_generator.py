@@ -174,7 +174,8 @@ def table(results: list[dict], test_groups: list[str]) -> str:
     for row in results:
         m = row["metrics"]
         if m is None:
-            lines.append("| " + " | ".join([row["detector"], f"failed: {row['error']}", *[""] * (len(head) - 2)]) + " |")
+            cells = [row["detector"], f"failed: {row['error']}", *[""] * (len(head) - 2)]
+            lines.append("| " + " | ".join(cells) + " |")
             continue
         groups = m.get("by_group", {})
         low, high = (m.get("intervals") or {}).get("auroc", (None, None))
