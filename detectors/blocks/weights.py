@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import torch
 from torch import nn
 
 log = logging.getLogger(__name__)
@@ -130,3 +131,59 @@ def load_timm_encoder(name: str, pretrained: bool | str | None = None, cache_dir
     path = resolve_timm_weights(name, pretrained, cache_dir)
     log.info("timm %s: loading pretrained weights from %s", name, path)
     return timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": path}, **kwargs)
+
+
+def resolve_smp_weights(name: str, pretrained: str, cache_dir: str | None = None) -> str:
+    """Local file holding segmentation-models-pytorch encoder weights: a path, or a tag such as
+    `imagenet` found in the Hugging Face cache (smp publishes them there)."""
+    if os.path.isfile(pretrained):
+        return pretrained
+    from segmentation_models_pytorch.encoders import encoders
+
+    if name not in encoders:
+        raise MissingWeightsError(f"segmentation-models-pytorch has no encoder named {name!r}")
+    settings = encoders[name]["pretrained_settings"]
+    if pretrained not in settings:
+        raise MissingWeightsError(f"encoder {name!r} has no weights tagged {pretrained!r} and no such file exists "
+                                  f"(tags: {', '.join(settings)})")
+    repo_id = settings[pretrained]["repo_id"]
+    found = hf_cache_lookup(repo_id, ("model.safetensors",), cache_dir)
+    if found:
+        return found
+    how = [f"with internet once: python -c \"import segmentation_models_pytorch as smp; "
+           f"smp.encoders.get_encoder('{name}', weights='{pretrained}')\" (fills the cache), then copy it here",
+           f"download {repo_id}/model.safetensors yourself and pass the file path as `pretrained: /path/to/file`"]
+    raise MissingWeightsError(missing_weights_message(
+        f"smp encoder {name!r} ({pretrained})", [f"Hugging Face cache ({cache_dir or 'HF_HOME'}) repo {repo_id}"], how))
+
+
+def load_smp_encoder(name: str, pretrained: str | None = None, in_channels: int = 3, depth: int = 5,
+                     output_stride: int = 32, cache_dir: str | None = None) -> nn.Module:
+    """A segmentation-models-pytorch encoder, with weights read from a local file or the cache only.
+
+    `pretrained`: None random init (logged), a tag such as `imagenet`, or a path to a state dict
+    (`.safetensors`, or a `.pth` read with `weights_only=True`). `tu-` (timm) encoders take their
+    weights through `load_timm_encoder` instead.
+    """
+    from segmentation_models_pytorch.encoders import get_encoder
+
+    if not pretrained or weights_deferred():
+        reason = "weights come from the checkpoint" if pretrained else "pretrained: null"
+        log.warning("smp encoder %s: random initialization (%s)", name, reason)
+        return get_encoder(name, in_channels=in_channels, depth=depth, weights=None, output_stride=output_stride)
+    if name.startswith("tu-"):
+        raise MissingWeightsError(f"{name!r} is a timm encoder: load it with load_timm_encoder({name[3:]!r}, ...)")
+    path = resolve_smp_weights(name, pretrained, cache_dir)
+    log.info("smp encoder %s: loading pretrained weights from %s", name, path)
+    encoder = get_encoder(name, in_channels=3, depth=depth, weights=None)
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        state = load_file(path, device="cpu")
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    encoder.load_state_dict(state)
+    encoder.set_in_channels(in_channels, pretrained=True)
+    if output_stride != 32:
+        encoder.make_dilated(output_stride)
+    return encoder
