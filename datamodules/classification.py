@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -18,7 +19,7 @@ from datamodules.transforms import build_transform
 log = logging.getLogger(__name__)
 
 
-class RecordsDataModule(L.LightningDataModule):
+class RecordsDataModule(L.LightningDataModule, ABC):
     """Splits records by source, builds each split's pipeline from the detector's preprocessing.
 
     Subclasses only say where records come from (`load_records`). Records that carry a `split`
@@ -30,7 +31,7 @@ class RecordsDataModule(L.LightningDataModule):
                  eval_batch_size: int | None = None, num_workers: int = 2,
                  split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  augment: Mapping[str, Any] | None = None, balanced: bool = False,
-                 with_masks: bool = False, with_groups: bool = False) -> None:
+                 with_groups: bool = False) -> None:
         super().__init__()
         self.with_groups = with_groups
         self.preprocess = Preprocess.from_config(preprocess)
@@ -41,11 +42,11 @@ class RecordsDataModule(L.LightningDataModule):
         self.seed = seed
         self.augment = dict(augment or {})
         self.balanced = balanced
-        self.with_masks = with_masks
         self.splits: dict[str, list[Record]] = {}
 
+    @abstractmethod
     def load_records(self) -> list[Record]:
-        raise NotImplementedError("subclasses say where records come from")
+        """Where the records come from (a manifest, a folder tree, a public layout)."""
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
@@ -67,8 +68,8 @@ class RecordsDataModule(L.LightningDataModule):
     def make_dataset(self, records: list[Record], transform: Any) -> Dataset:
         """The Dataset of one split; subclasses return other sample shapes (e.g. localization)."""
         if self.with_groups:
-            return GroupedImageDataset(records, transform, with_masks=self.with_masks)
-        return ImageDataset(records, transform, with_masks=self.with_masks)
+            return GroupedImageDataset(records, transform)
+        return ImageDataset(records, transform)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         dataset = self.make_dataset(self.splits[split], build_transform(self.preprocess, train, self.augment))

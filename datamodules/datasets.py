@@ -4,11 +4,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image, read_mask
+from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image
 from datamodules.records import Record
 from datamodules.transforms import to_tensor
 
@@ -17,19 +16,18 @@ UNLABELLED = -1
 
 
 class ImageDataset(Dataset):
-    """`records[i]` -> {"image", "label", "index", "path"} (+ "mask" when `with_masks`).
+    """`records[i]` -> {"image", "label", "index", "path"} (masks: `LocalizationDataset`).
 
     `keep_size` adds the original (H, W) as "size", so outputs can be mapped back onto the file.
     A file that cannot be read yields {"index", "path", "error"} instead of raising, so one bad
     upload never stops an epoch or an inference run; `collate` sets such samples aside.
     """
 
-    def __init__(self, records: Sequence[Record], transform: Any = None, with_masks: bool = False,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, keep_size: bool = False) -> None:
+    def __init__(self, records: Sequence[Record], transform: Any = None, max_pixels: int = DEFAULT_MAX_PIXELS,
+                 keep_size: bool = False) -> None:
         self.records = list(records)
         self.keep_size = keep_size
         self.transform = transform
-        self.with_masks = with_masks
         self.max_pixels = max_pixels
 
     def __len__(self) -> int:
@@ -39,24 +37,15 @@ class ImageDataset(Dataset):
         record = self.records[index]
         try:
             image = read_image(record.path, self.max_pixels)
-            mask = None
-            if self.with_masks:
-                mask = read_mask(record.mask, self.max_pixels) if record.mask else np.zeros(image.shape[:2], np.uint8)
-                if mask.shape != image.shape[:2]:
-                    raise ImageReadError(record.mask, f"mask size {mask.shape[::-1]} differs from image size "
-                                                      f"{image.shape[1::-1]}")
         except ImageReadError as error:
             return {"index": index, "path": record.path, "error": error.reason}
         size = image.shape[:2]
         if self.transform is not None:
-            out = self.transform(image=image, mask=mask) if mask is not None else self.transform(image=image)
-            image, mask = out["image"], out.get("mask")
+            image = self.transform(image=image)["image"]
         sample = {"image": to_tensor(image), "index": index, "path": record.path,
                   "label": UNLABELLED if record.label is None else int(record.label)}
         if self.keep_size:
             sample["size"] = torch.tensor(size)
-        if mask is not None:
-            sample["mask"] = torch.from_numpy(np.ascontiguousarray(mask)).unsqueeze(0).float()
         return sample
 
 

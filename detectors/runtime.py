@@ -5,12 +5,15 @@ import json
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from datamodules.preprocess import Preprocess
+
+if TYPE_CHECKING:
+    from detectors.module import DetectorModule
 
 
 class ModelLoadError(Exception):

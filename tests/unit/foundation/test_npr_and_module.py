@@ -53,7 +53,6 @@ def test_threshold_is_calibrated_on_genuine_validation_scores(monkeypatch):
     labels = torch.cat([torch.zeros(100, dtype=torch.long), torch.ones(50, dtype=torch.long)])
     module._scores["val"] = [(torch.arange(150), scores, labels)]
     module.on_validation_epoch_end()
-    threshold = float(module.threshold)
     flagged = int((genuine >= module.threshold).sum())
     assert 8 <= flagged <= 10  # at most 10 % of the 100 genuine scores, and not needlessly fewer
     assert module.stage_metrics["val"]["tnr"] >= 0.9 and module.stage_metrics["val"]["tpr"] == 1.0
