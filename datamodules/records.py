@@ -166,10 +166,9 @@ def list_images(root: str | os.PathLike) -> list[Record]:
     root = Path(root)
     try:
         return scan_folder(root)
-    except LayoutError:
-        pass
-    paths = sorted(p for p in root.rglob("*") if p.is_file() and is_image_file(p))
-    return [Record(path=str(p)) for p in paths]
+    except LayoutError:  # no label folders: the images are simply unlabelled
+        paths = sorted(p for p in root.rglob("*") if p.is_file() and is_image_file(p))
+        return [Record(path=str(p)) for p in paths]
 
 
 def assign_splits(records: Sequence[Record], fractions: Sequence[float] = (0.8, 0.1, 0.1),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
@@ -37,3 +38,19 @@ def prepare_train_config(overrides: list[str], output_dir: Path) -> DictConfig:
         cfg.paths.output_dir = str(output_dir)
         del cfg["hydra"]  # a real run's config has no `hydra` node; `${hydra:...}` reads HydraConfig
     return cfg
+
+
+class TensorLike:
+    """Stands in for a torch tensor (detach().cpu().numpy()), without paying torch's import here."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.array

@@ -12,6 +12,7 @@ from evaluation.pixel import (
     pixel_metrics,
     resize_mask_nearest,
 )
+from tests.helpers import TensorLike
 
 
 def sk_reference(masks, probs, threshold=0.5):
@@ -79,22 +80,6 @@ def test_streaming_equals_one_shot():
     left.update(masks[:7], probs[:7])
     right.update(masks[7:], probs[7:])
     assert left.merge(right).compute() == one_shot
-
-
-class TensorLike:
-    """Stands in for a torch tensor (detach().cpu().numpy()), without paying torch's import here."""
-
-    def __init__(self, array):
-        self.array = np.asarray(array)
-
-    def detach(self):
-        return self
-
-    def cpu(self):
-        return self
-
-    def numpy(self):
-        return self.array
 
 
 def test_tensors_accepted():

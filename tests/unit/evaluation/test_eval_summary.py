@@ -7,6 +7,7 @@ from evaluation import image_metrics
 from evaluation.image import ImageScoreAccumulator
 from evaluation.records import by_group
 from evaluation.summary import evaluate_records, report_records
+from tests.helpers import TensorLike
 
 
 def rows():
@@ -40,20 +41,6 @@ def test_report_records_writes_everything(tmp_path):
     data = json.loads(written["metrics"].read_text())
     assert data["n_pos"] + data["n_neg"] == 120 and data["calibrated_threshold"] == 0.7
     assert "by_category" in data and (tmp_path / "roc.png").exists()
-
-
-class TensorLike:
-    def __init__(self, array):
-        self.array = np.asarray(array)
-
-    def detach(self):
-        return self
-
-    def cpu(self):
-        return self
-
-    def numpy(self):
-        return self.array
 
 
 def test_image_accumulator_equals_one_shot():
