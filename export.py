@@ -8,7 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from detectors.export import ExportError, export_onnx
-from detectors.runtime import ModelLoadError, load_checkpoint
+from inference.runtime import ModelLoadError, load_checkpoint
 
 log = logging.getLogger("export")
 

@@ -13,8 +13,10 @@ from omegaconf import DictConfig
 
 from datamodules.io import ImageReadError, read_image
 from datamodules.records import LayoutError, records_from_input
-from detectors.runtime import ModelLoadError, TiledRuntime, load_runtime
-from detectors.scoring import COLUMNS, ResultWriter, image_score_fn, labelled_rows, read_results, score_records
+from inference.runtime import ModelLoadError, load_runtime
+from inference.scoring import image_score_fn, labelled_rows, score_records
+from inference.tiling import TiledRuntime
+from inference.writer import COLUMNS, ResultWriter, read_results
 from evaluation import report_records, robustness_sweep, write_metrics_json
 
 log = logging.getLogger("infer")

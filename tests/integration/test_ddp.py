@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 
 from datamodules.classification import ManifestDataModule
-from detectors.runtime import load_checkpoint
+from inference.runtime import load_checkpoint
 from tests.helpers import ROOT, small_train_overrides
 
 

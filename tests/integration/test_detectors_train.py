@@ -30,7 +30,7 @@ from datamodules.classification import ManifestDataModule
 from datamodules.datasets import ImageDataset, collate
 from datamodules.transforms import build_transform
 from detectors.module import DetectorModule
-from detectors.runtime import load_checkpoint
+from inference.runtime import load_checkpoint
 from tests.helpers import TINY_NPR, prepare_train_config, small_train_overrides
 from train import train
 

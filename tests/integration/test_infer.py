@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detectors.scoring import read_results
+from inference.writer import read_results
 from infer import InferenceFailed, infer
 from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
 from train import train

@@ -11,8 +11,8 @@ import torch
 
 from datamodules.records import read_manifest
 from detectors.export import ExportError, export_onnx
-from detectors.runtime import ModelLoadError, load_checkpoint
-from detectors.scoring import read_results
+from inference.runtime import ModelLoadError, load_checkpoint
+from inference.writer import read_results
 from infer import infer
 from tests.helpers import compose_config, prepare_train_config, small_train_overrides
 from train import train
@@ -131,7 +131,8 @@ def test_seed_zero_is_honoured(train_config):
 def test_tiled_scoring_averages_native_tiles_covering_the_whole_image(trained_run, tmp_path):
     from PIL import Image
 
-    from detectors.runtime import TiledRuntime, TorchRuntime, tile_image, tile_positions
+    from inference.runtime import TorchRuntime
+    from inference.tiling import TiledRuntime, tile_image, tile_positions
 
     assert tile_positions(150, 64) == [0, 64, 86] and tile_positions(40, 64) == [0]
     pixels = np.random.default_rng(0).integers(0, 256, (100, 150, 3), dtype=np.uint8)

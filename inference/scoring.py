@@ -1,9 +1,6 @@
 """Scoring many images with a loaded detector, streaming rows to CSV or JSONL as batches finish."""
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
 import os
 import re
@@ -19,83 +16,11 @@ from tqdm import tqdm
 from datamodules.datasets import ImageDataset, collate
 from datamodules.io import write_image
 from datamodules.records import Record
-from datamodules.transforms import build_transform, to_tensor
+from datamodules.transforms import to_tensor
+from inference.runtime import runtime_transform
+from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
-COLUMNS = ("path", "score", "label", "status", "error")
-
-
-class ResultWriter:
-    """Appends rows to a CSV or JSONL file, one flushed write per batch.
-
-    Each batch goes out as whole lines with a single write followed by fsync, so the file holds
-    only complete rows whatever moment the run is stopped at; `resume` drops a torn last line
-    (from a crash mid-write) and reports which paths are already done.
-    """
-
-    def __init__(self, path: str | os.PathLike, columns: Sequence[str] = COLUMNS, resume: bool = False) -> None:
-        self.path = Path(path)
-        if self.path.suffix.lower() not in (".csv", ".jsonl"):
-            raise ValueError(f"output must end in .csv or .jsonl, got {self.path}")
-        self.is_csv = self.path.suffix.lower() == ".csv"
-        self.columns = list(columns)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.done: dict[str, dict[str, Any]] = {}
-        if resume and self.path.is_file():
-            self._drop_torn_line()
-            self.done = {row["path"]: row for row in read_results(self.path)}
-            self.handle = self.path.open("a", encoding="utf-8", newline="")
-        else:
-            self.handle = self.path.open("w", encoding="utf-8", newline="")
-            if self.is_csv:
-                self._write([dict(zip(self.columns, self.columns))], header=True)
-
-    def _drop_torn_line(self) -> None:
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with self.path.open("r+b") as handle:
-                handle.truncate(data.rfind(b"\n") + 1)
-
-    def _write(self, rows: list[dict[str, Any]], header: bool = False) -> None:
-        buffer = io.StringIO()
-        if self.is_csv:
-            writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
-            for row in rows:
-                writer.writerow(row)
-        else:
-            for row in rows:
-                buffer.write(json.dumps({k: row.get(k) for k in self.columns}) + "\n")
-        self.handle.write(buffer.getvalue())
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            self._write(rows)
-            self.done.update({row["path"]: row for row in rows})
-
-    def close(self) -> None:
-        self.handle.close()
-
-    def __enter__(self) -> "ResultWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
-    path = Path(path)
-    with path.open(encoding="utf-8", newline="") as handle:
-        if path.suffix.lower() == ".csv":
-            rows = list(csv.DictReader(handle))
-        else:
-            rows = [json.loads(line) for line in handle if line.strip()]
-    for row in rows:
-        row["score"] = float(row["score"]) if row.get("score") not in (None, "") else None
-        row["label"] = int(row["label"]) if row.get("label") not in (None, "") else None
-    return rows
 
 
 def safe_mask_name(index: int, path: str) -> str:
@@ -113,7 +38,7 @@ def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter,
     if not runtime.preprocess.fixed_size and batch_size != 1:
         log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
         batch_size = 1
-    dataset = ImageDataset(todo, build_transform(runtime.preprocess, train=False), keep_size=True)
+    dataset = ImageDataset(todo, runtime_transform(runtime), keep_size=True)
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate,
                         shuffle=False, persistent_workers=False)
     counts = {"ok": 0, "error": 0, "skipped": len(records) - len(todo)}
@@ -162,7 +87,7 @@ def labelled_rows(records: Iterable[Record], results: Iterable[dict[str, Any]]) 
 
 def image_score_fn(runtime: Any, batch_size: int = 32) -> Callable[[list[np.ndarray]], np.ndarray]:
     """`uint8 RGB images -> scores` through the model's own preprocessing (for robustness sweeps)."""
-    transform = build_transform(runtime.preprocess, train=False)
+    transform = runtime_transform(runtime)
     step = batch_size if runtime.preprocess.fixed_size else 1
 
     def score(images: list[np.ndarray]) -> np.ndarray:

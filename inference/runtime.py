@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from datamodules.preprocess import Preprocess
+from datamodules.transforms import build_transform
 
 if TYPE_CHECKING:
     from detectors.module import DetectorModule
@@ -126,51 +127,7 @@ def load_runtime(path: str | os.PathLike, device: str = "auto") -> TorchRuntime 
     raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
 
 
-def tile_positions(length: int, size: int) -> list[int]:
-    """Offsets of `size`-long windows covering `length`: a grid from 0, plus one flush with the end."""
-    if length <= size:
-        return [0]
-    positions = list(range(0, length - size + 1, size))
-    return positions + [length - size] if positions[-1] != length - size else positions
-
-
-def tile_image(image: torch.Tensor, size: int) -> torch.Tensor:
-    """3 x H x W -> T x 3 x size x size tiles covering the image (zero-padded at the bottom/right
-    when it is smaller than a tile, as the `pad` mode does)."""
-    _, height, width = image.shape
-    if height < size or width < size:
-        image = torch.nn.functional.pad(image, (0, max(0, size - width), 0, max(0, size - height)))
-        _, height, width = image.shape
-    return torch.stack([image[:, y:y + size, x:x + size]
-                        for y in tile_positions(height, size) for x in tile_positions(width, size)])
-
-
-class TiledRuntime:
-    """Scores every image as the mean (or max) over native-resolution tiles that cover all of it.
-
-    Artifact detectors are trained on crops; cropping once at inference ignores most of a large
-    image, and resizing would erase the traces. Wraps any runtime (.ckpt or .onnx); images are fed
-    whole (`preprocess.mode` none), one at a time, and their tiles are batched.
-    """
-
-    REDUCTIONS = ("mean", "max")
-
-    def __init__(self, runtime: TorchRuntime | OnnxRuntime, reduce: str = "mean", batch_size: int = 32) -> None:
-        if reduce not in self.REDUCTIONS:
-            raise ModelLoadError(f"tile_reduce must be one of {self.REDUCTIONS}, got {reduce!r}")
-        if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode == "resize":
-            raise ModelLoadError(f"tiling needs a classifier with a crop or pad input size; {runtime.name} has "
-                                 f"mode={runtime.preprocess.mode!r}, size={runtime.preprocess.size}")
-        self.runtime, self.reduce, self.batch_size = runtime, reduce, batch_size
-        self.name, self.threshold, self.is_localizer = runtime.name, runtime.threshold, False
-        self.tile_size = int(runtime.preprocess.size)
-        self.preprocess = Preprocess(size=None, mode="none", mean=runtime.preprocess.mean, std=runtime.preprocess.std)
-
-    def predict(self, images: torch.Tensor) -> dict[str, np.ndarray]:
-        scores = []
-        for image in images:
-            tiles = tile_image(image, self.tile_size)
-            tile_scores = np.concatenate([np.asarray(self.runtime.predict(tiles[i:i + self.batch_size])["score"])
-                                          for i in range(0, len(tiles), self.batch_size)])
-            scores.append(tile_scores.max() if self.reduce == "max" else tile_scores.mean())
-        return {"score": np.asarray(scores, dtype=np.float32)}
+def runtime_transform(runtime: "TorchRuntime | OnnxRuntime"):
+    """The evaluation transform a runtime expects, built from its own preprocessing config: the one
+    place `infer.py`, the robustness sweep and the benchmarks take it from."""
+    return build_transform(runtime.preprocess, train=False)

@@ -1,0 +1,84 @@
+"""Result files of a scoring run: rows streamed to CSV or JSONL, safe to stop and resume."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+COLUMNS = ("path", "score", "label", "status", "error")
+
+
+class ResultWriter:
+    """Appends rows to a CSV or JSONL file, one flushed write per batch.
+
+    Each batch goes out as whole lines with a single write followed by fsync, so the file holds
+    only complete rows whatever moment the run is stopped at; `resume` drops a torn last line
+    (from a crash mid-write) and reports which paths are already done.
+    """
+
+    def __init__(self, path: str | os.PathLike, columns: Sequence[str] = COLUMNS, resume: bool = False) -> None:
+        self.path = Path(path)
+        if self.path.suffix.lower() not in (".csv", ".jsonl"):
+            raise ValueError(f"output must end in .csv or .jsonl, got {self.path}")
+        self.is_csv = self.path.suffix.lower() == ".csv"
+        self.columns = list(columns)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: dict[str, dict[str, Any]] = {}
+        if resume and self.path.is_file():
+            self._drop_torn_line()
+            self.done = {row["path"]: row for row in read_results(self.path)}
+            self.handle = self.path.open("a", encoding="utf-8", newline="")
+        else:
+            self.handle = self.path.open("w", encoding="utf-8", newline="")
+            if self.is_csv:
+                self._write([dict(zip(self.columns, self.columns))], header=True)
+
+    def _drop_torn_line(self) -> None:
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
+
+    def _write(self, rows: list[dict[str, Any]], header: bool = False) -> None:
+        buffer = io.StringIO()
+        if self.is_csv:
+            writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
+            for row in rows:
+                writer.writerow(row)
+        else:
+            for row in rows:
+                buffer.write(json.dumps({k: row.get(k) for k in self.columns}) + "\n")
+        self.handle.write(buffer.getvalue())
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._write(rows)
+            self.done.update({row["path"]: row for row in rows})
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> "ResultWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as handle:
+        if path.suffix.lower() == ".csv":
+            rows = list(csv.DictReader(handle))
+        else:
+            rows = [json.loads(line) for line in handle if line.strip()]
+    for row in rows:
+        row["score"] = float(row["score"]) if row.get("score") not in (None, "") else None
+        row["label"] = int(row["label"]) if row.get("label") not in (None, "") else None
+    return rows
