@@ -36,6 +36,13 @@ TRAINED_PARTS = {
     "detect": ("confidence_decoder", "detection_head"),
     "full": ("fingerprint", "encoder", "anomaly_decoder", "confidence_decoder", "detection_head"),
 }
+# What `init_from` (the previous phase's checkpoint) provides to each phase: what earlier phases trained.
+INHERITED_PARTS = {
+    "fingerprint": (),
+    "localize": ("fingerprint",),
+    "detect": ("fingerprint", "encoder", "anomaly_decoder"),
+    "full": TRAINED_PARTS["full"],
+}
 DEFAULT_FINGERPRINT = {"depth": 17, "width": 64, "weights": None}
 DEFAULT_PREPROCESS = {"size": 512, "mode": "center_crop"}
 
@@ -60,10 +67,11 @@ class TruFor(Localizer):
                  encoder_name: str = "mit_b2", drop_path_rate: float = 0.1,
                  fingerprint: Mapping[str, Any] | None = None, noise_input: str = "fingerprint",
                  decoder_embed_dim: int = 512, pretrained: str | None = None, phase: str = "full",
+                 init_from: str | None = None,
                  ce_class_weights: Sequence[float] = (0.5, 2.5), ce_weight: float = 0.3, dice_weight: float = 0.7,
                  confidence_erode: int = 15, confidence_dilate: int = 11, detection_weight: float = 0.5,
                  detection_class_weights: Sequence[float] = (0.5 / 0.3, 0.5 / 0.7),
-                 fingerprint_patch: int = 16, fingerprint_temperature: float = 1.0,
+                 fingerprint_patch: int = 16, fingerprint_pool: int = 8, fingerprint_temperature: float = 1.0,
                  loss_weights: Mapping[str, float] | None = None, topk_fraction: float = 0.01) -> None:
         super().__init__({**DEFAULT_PREPROCESS, **dict(preprocess or {})} if not isinstance(preprocess, Preprocess)
                          else preprocess, image_score=image_score, loss_weights=loss_weights,
@@ -91,7 +99,10 @@ class TruFor(Localizer):
         self.detection_weight = float(detection_weight)
         self.detection_class_weights = tuple(float(w) for w in detection_class_weights)
         self.fingerprint_patch, self.fingerprint_temperature = int(fingerprint_patch), float(fingerprint_temperature)
+        self.fingerprint_pool = int(fingerprint_pool)
         self._load_weights(pretrained, encoder_weights, encoder_name, fingerprint["weights"])
+        if init_from and not weights_deferred():
+            self.inherit(init_from, INHERITED_PARTS[phase])
         self.set_phase(phase)
 
     # ---------------------------------------------------------------- weights and phases
@@ -123,6 +134,21 @@ class TruFor(Localizer):
             load_fingerprint(self.fingerprint, fingerprint_weights)
         else:
             log.warning("trufor: fingerprint extractor randomly initialized (fingerprint.weights: null)")
+
+    def inherit(self, path: str, parts: Sequence[str]) -> None:
+        """Take `parts` from a train.py checkpoint of this network (the previous phase's result)."""
+        from detectors.trufor_weights import read_weights_file
+
+        state = read_weights_file(path, "previous phase checkpoint")
+        state = state.get("state_dict", state)
+        state = {k[len("net."):] if k.startswith("net.") else k: v for k, v in state.items()}
+        for part in parts:
+            module = getattr(self, part)
+            taken = {k[len(part) + 1:]: v for k, v in state.items() if k.startswith(part + ".")}
+            if not taken:
+                raise ValueError(f"{path} holds no weights of `{part}`: is it a trufor checkpoint?")
+            module.load_state_dict(taken)
+        log.info("trufor: %s taken from %s", ", ".join(parts) or "nothing", path)
 
     def set_phase(self, phase: str) -> None:
         """Freeze every part the phase does not train (their BatchNorm statistics stay fixed too)."""
@@ -177,7 +203,8 @@ class TruFor(Localizer):
         if self.phase == "fingerprint":
             chain = batch["chain"] if "chain" in batch else batch["label"]
             return patch_contrastive_loss(outputs["fingerprint"], chain, self.fingerprint_patch,
-                                          self.fingerprint_temperature)
+                                          self.fingerprint_temperature, self.fingerprint_pool,
+                                          margin=self.fingerprint.depth)
         if self.phase == "localize":
             return self.localization_loss(outputs, batch)
         if self.phase == "detect":

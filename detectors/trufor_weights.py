@@ -114,7 +114,7 @@ def to_published_state_dict(ours: Mapping[str, torch.Tensor]) -> dict[str, torch
     return published
 
 
-def _load_file(path: str, what: str) -> dict:
+def read_weights_file(path: str, what: str) -> dict:
     if not os.path.isfile(path):
         raise MissingWeightsError(
             f"{what} file {path!r} does not exist (no download is attempted). The published TruFor weights "
@@ -129,7 +129,7 @@ def _load_file(path: str, what: str) -> dict:
 
 def load_published(model: nn.Module, path: str) -> None:
     """Load the published `trufor.pth.tar` (or its bare state dict) into `model`, strictly."""
-    checkpoint = _load_file(path, "TruFor checkpoint")
+    checkpoint = read_weights_file(path, "TruFor checkpoint")
     state = checkpoint.get("state_dict", checkpoint)
     mapped = map_published_state_dict(state)
     missing, unexpected = model.load_state_dict(mapped, strict=False)
@@ -142,7 +142,7 @@ def load_published(model: nn.Module, path: str) -> None:
 
 def load_fingerprint(extractor: nn.Module, path: str) -> None:
     """Noiseprint++ weights (`{"network": state}`, keys `0.weight`...) or a state dict of ours."""
-    state = _load_file(path, "fingerprint weights")
+    state = read_weights_file(path, "fingerprint weights")
     state = state.get("network", state)
     state = {(k if k.startswith("layers.") else f"layers.{k}"): v for k, v in state.items()}
     extractor.load_state_dict(state)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -57,33 +58,76 @@ class NoiseFingerprint(nn.Module):
 
 
 def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, patch: int = 16,
-                           temperature: float = 1.0) -> torch.Tensor:
+                           temperature: float = 1.0, pool: int = 4, margin: int = 0) -> torch.Tensor:
     """Noiseprint's patch-level objective over processing chains.
 
     The fingerprint (N x C x H x W) is cut into `patch` x `patch` tiles; each tile is a point, its
-    label the chain of its image. For every tile i with at least one other tile of its chain the
-    loss is `-log(sum_{j same chain} exp(-d_ij / T) / sum_{j != i} exp(-d_ij / T))`, d the mean
-    squared distance between zero-mean tiles (Cozzolino and Verdoliva 2019, eq. 3, with tiles of
-    one batch as the candidate set). Tiles of the same chain are pulled together and tiles of
-    different chains pushed apart, whatever the scene: the scene cannot help, because tiles of
-    one image see different content but share the chain.
+    label the chain of its image. For every tile i the loss is
+    `-log(sum_{j same chain} exp(-d_ij / T) / sum_j exp(-d_ij / T))` over the tiles j of the *other*
+    images of the batch (Cozzolino and Verdoliva 2019, eq. 3, with the tiles of one batch as the
+    candidate set), d the mean squared distance between the tiles' descriptors (`tile_vectors`).
+    Tiles of the same chain are pulled together and tiles of different chains pushed apart
+    whatever their content, so the extractor must suppress the scene and keep the traces of the
+    chain (noise level, compression, resampling).
     """
-    n, c, height, width = fingerprint.shape
-    rows, cols = height // patch, width // patch
-    if rows * cols == 0:
-        raise ValueError(f"fingerprint {height}x{width} is smaller than one {patch}px patch")
-    tiles = fingerprint[..., : rows * patch, : cols * patch]
-    tiles = tiles.reshape(n, c, rows, patch, cols, patch).permute(0, 2, 4, 1, 3, 5).reshape(n * rows * cols, -1)
-    tiles = tiles - tiles.mean(dim=1, keepdim=True)
-    labels = chain.reshape(n, 1).expand(n, rows * cols).reshape(-1)
-    distance = torch.cdist(tiles, tiles).pow(2) / tiles.shape[1]
-    logits = -distance / temperature
-    eye = torch.eye(len(labels), dtype=torch.bool, device=tiles.device)
-    logits = logits.masked_fill(eye, float("-inf"))
-    same = (labels[:, None] == labels[None, :]) & ~eye
+    n, _, height, width = fingerprint.shape
+    if min(height, width) - 2 * margin < patch:
+        raise ValueError(f"fingerprint {height}x{width} less a {margin}px margin is smaller than one {patch}px patch")
+    per_image = tile_vectors(fingerprint, patch, pool, margin)
+    tiles = per_image.reshape(-1, per_image.shape[-1])
+    rows_cols = per_image.shape[1]
+    labels = chain.reshape(n, 1).expand(n, rows_cols).reshape(-1)
+    image = torch.arange(n, device=tiles.device).repeat_interleave(rows_cols)
+    logits = -(torch.cdist(tiles, tiles).pow(2) / tiles.shape[1]) / temperature
+    # Tiles of one image are left out of each other's sums: they share the scene as well as the
+    # chain, and matching scenes is the shortcut the extractor must not learn.
+    same_image = image[:, None] == image[None, :]
+    logits = logits.masked_fill(same_image, float("-inf"))
+    same = (labels[:, None] == labels[None, :]) & ~same_image
     has_positive = same.any(dim=1)
     if not has_positive.any():
-        raise ValueError("patch_contrastive_loss needs at least two tiles of one chain in the batch")
+        raise ValueError("patch_contrastive_loss needs two images of one chain in the batch")
     log_all = torch.logsumexp(logits, dim=1)
     log_same = torch.logsumexp(logits.masked_fill(~same, float("-inf")), dim=1)
     return (log_all - log_same)[has_positive].mean()
+
+
+def tile_vectors(fingerprint: torch.Tensor, patch: int, pool: int = 4, margin: int = 0) -> torch.Tensor:
+    """Each `patch` x `patch` tile of the fingerprint as the log of its local energy (mean square)
+    in `pool` x `pool` cells: (N, tiles per image, C * (patch / pool)^2).
+
+    Noiseprint compares raw residual pixels, which works for sensor patterns aligned to the pixel
+    grid of one camera. Our chains are applied to crops at random offsets, so what they leave is
+    the residual's power and how it varies locally (blockiness, smoothing, resampling), not a
+    pattern at fixed pixels; log-energies also keep the distance independent of the residual's
+    overall scale. `margin` pixels are dropped on every side first: there the convolutions saw
+    zero padding, which no processing chain explains.
+    """
+    if margin > 0:
+        fingerprint = fingerprint[..., margin:-margin, margin:-margin]
+    energy = F.avg_pool2d(fingerprint.float().pow(2), pool) if pool > 1 else fingerprint.float().pow(2)
+    cells = patch // pool
+    n, c, height, width = energy.shape
+    rows, cols = height // cells, width // cells
+    tiles = energy[..., : rows * cells, : cols * cells].reshape(n, c, rows, cells, cols, cells)
+    return torch.log(tiles.permute(0, 2, 4, 1, 3, 5).reshape(n, rows * cols, -1) + 1e-6)
+
+
+def chain_separation_auroc(fingerprint: torch.Tensor, chain: torch.Tensor, patch: int = 16, pool: int = 4,
+                           margin: int = 0) -> float:
+    """How well residual similarity tells same-chain from different-chain tile pairs: the AUROC of
+    `-distance` between tiles of *different* images (so a shared scene cannot help), positives
+    being pairs whose images went through the same chain. 0.5 is chance, 1.0 perfect."""
+    from sklearn.metrics import roc_auc_score
+
+    tiles = tile_vectors(fingerprint.float(), patch, pool, margin)
+    n, per_image, dim = tiles.shape
+    flat = tiles.reshape(n * per_image, dim)
+    image = torch.arange(n).repeat_interleave(per_image)
+    labels = chain.reshape(-1).repeat_interleave(per_image)
+    similarity = -torch.cdist(flat, flat).pow(2) / dim
+    pairs = torch.triu(image[:, None] != image[None, :], diagonal=1)
+    same = (labels[:, None] == labels[None, :])[pairs]
+    if same.all() or not same.any():
+        return float("nan")
+    return float(roc_auc_score(same.numpy(), similarity[pairs].numpy()))
