@@ -1,6 +1,7 @@
 """albumentations pipelines built from a detector's `Preprocess`, so training and scoring agree."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
 import albumentations as A
@@ -30,6 +31,10 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     size = preprocess.size
     if preprocess.mode == "none":
         return []
+    if preprocess.mode == "tile":
+        tile = partial(tile_to_cover, size=size)
+        return [A.Lambda(image=tile, mask=tile, name="tile"),
+                A.RandomCrop(size, size) if train else A.CenterCrop(size, size)]
     if preprocess.mode == "resize":
         return [A.Resize(size, size, interpolation=CV2_INTERPOLATION[preprocess.interpolation])]
     position = "center" if preprocess.mode == "center_crop" else "top_left"
@@ -39,6 +44,15 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     if preprocess.mode == "center_crop":
         return [pad, A.CenterCrop(size, size)]
     return [pad, A.Crop(0, 0, size, size)]
+
+
+def tile_to_cover(image: np.ndarray, size: int, **_: Any) -> np.ndarray:
+    """Repeat the image along each side shorter than `size` (whole copies, from the top-left)
+    until it reaches `size`; longer sides are left as they are."""
+    reps = [max(1, -(-size // image.shape[axis])) for axis in (0, 1)]
+    if reps == [1, 1]:
+        return image
+    return np.tile(image, reps + [1] * (image.ndim - 2))
 
 
 def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bool = False,
