@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -59,8 +59,9 @@ def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch
     return state
 
 
-def regex_key_map(rules: Iterable[tuple[str, str | None]]) -> KeyMap:
-    """A key map from (pattern, replacement) pairs, first full match wins; replacement None drops
+def regex_key_map(rules: Iterable[tuple[str, Any]]) -> KeyMap:
+    """A key map from (pattern, replacement) pairs, first full match wins; a replacement is a
+    `re.sub` template or function of the match, or None, which drops
     the key (constants our modules compute themselves, parts with no counterpart)."""
     compiled = [(re.compile(pattern), replacement) for pattern, replacement in rules]
 
