@@ -122,10 +122,12 @@ class ForgeLens(Detector):
         if not 1 <= count <= self.depth:
             raise ValueError(f"wsgm_count must be between 1 and the tower depth {self.depth}, got {count}")
         self.wsgm = nn.ModuleList(GuidanceModule(self.width, hidden, self.dropout_p) for _ in range(count))
+        self.wsgm.train(self.training)
 
     def build_faformer(self, layers: int, hidden: int) -> None:
         self.faformer = nn.ModuleList(FAFormerBlock(self.embed_dim, self.faformer_heads, hidden, self.dropout_p)
                                       for _ in range(layers))
+        self.faformer.train(self.training)
 
     def set_stage(self, stage: int) -> None:
         """Stage 1 trains the guidance modules and their head; stage 2 only FAFormer and its head."""
@@ -221,14 +223,20 @@ def counts_from_weights(state: Mapping[str, torch.Tensor], wsgm_count: int, wsgm
         raise IncompatibleWeightsError("the weights hold no guidance modules (WSGM_modules): not a ForgeLens file")
     if found_wsgm != set(range(len(found_wsgm))) or (found_former and found_former != set(range(len(found_former)))):
         raise IncompatibleWeightsError("the weights number their WSGM / FAFormer modules with gaps")
-    read = {"wsgm_count": len(found_wsgm), "wsgm_hidden": state["wsgm.0.down.weight"].shape[0]}
+    read = {"wsgm_count": len(found_wsgm), "wsgm_hidden": _rows(state, r"wsgm\.\d+\.down\.weight")}
     if found_former:
-        read.update(faformer_layers=len(found_former), faformer_hidden=state["faformer.0.fc1.weight"].shape[0])
+        read.update(faformer_layers=len(found_former), faformer_hidden=_rows(state, r"faformer\.\d+\.fc1\.weight"))
     configured = {"wsgm_count": wsgm_count, "wsgm_hidden": wsgm_hidden, "faformer_layers": faformer_layers,
                   "faformer_hidden": faformer_hidden}
     for name, value in read.items():
         if configured[name] is not None and configured[name] != value:
             log.info("ForgeLens: %s=%s from the weights (configured %s)", name, value, configured[name])
-    configured.update(read)
+    configured.update({k: v for k, v in read.items() if v is not None})
     return (configured["wsgm_count"], configured["wsgm_hidden"], configured["faformer_layers"],
             configured["faformer_hidden"])
+
+
+def _rows(state: Mapping[str, torch.Tensor], pattern: str) -> int | None:
+    """Output width of the first matching linear layer (None when the file has none: the load
+    then reports the missing keys)."""
+    return next((v.shape[0] for k, v in state.items() if re.fullmatch(pattern, k)), None)
