@@ -50,6 +50,20 @@ def test_training_writes_checkpoints_metrics_and_resolved_config(trained_run):
     assert "${" not in (run / "config.yaml").read_text()  # resolved
 
 
+def test_metrics_and_report_say_how_far_the_calibration_can_be_trusted(trained_run, small_dataset):
+    run, _, _ = trained_run
+    written = json.loads((run / "metrics.json").read_text())
+    calibration = written["calibration"]
+    val_genuine = sum(r.label == 0 and r.split == "val" for r in read_manifest(small_dataset))
+    assert calibration["n_genuine"] == val_genuine > 0
+    low, high = calibration["fpr_interval"]
+    assert 0.0 <= low <= calibration["fpr"] <= high <= 1.0
+    # a tiny validation split cannot support a 1 % target: said in metrics.json and report.md
+    assert val_genuine < 299 and not calibration["sufficient"] and str(val_genuine) in calibration["warning"]
+    report = (run / "report.md").read_text()
+    assert "Clopper-Pearson" in report and "Warning" in report
+
+
 def test_checkpoint_loads_without_hydra_and_keeps_the_calibrated_threshold(trained_run):
     run, metrics, _ = trained_run
     module = load_checkpoint(run / "checkpoints" / "best.ckpt")
