@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import torch
 
+from datamodules.geometry import tile_to_cover
 from datamodules.preprocess import Preprocess
 
 CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
@@ -44,15 +45,6 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     if preprocess.mode == "center_crop":
         return [pad, A.CenterCrop(size, size)]
     return [pad, A.Crop(0, 0, size, size)]
-
-
-def tile_to_cover(image: np.ndarray, size: int, **_: Any) -> np.ndarray:
-    """Repeat the image along each side shorter than `size` (whole copies, from the top-left)
-    until it reaches `size`; longer sides are left as they are."""
-    reps = [max(1, -(-size // image.shape[axis])) for axis in (0, 1)]
-    if reps == [1, 1]:
-        return image
-    return np.tile(image, reps + [1] * (image.ndim - 2))
 
 
 def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bool = False,
