@@ -1,7 +1,6 @@
 """Score images with a trained detector: `python infer.py model=M.ckpt|M.onnx input=DIR|FILE|MANIFEST output=F.csv`."""
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -12,11 +11,12 @@ import numpy as np
 from omegaconf import DictConfig
 
 from datamodules.io import ImageReadError, read_image
-from datamodules.records import LayoutError, records_from_input
+from datamodules.layouts import records_from_input
+from datamodules.records import LayoutError
 from inference.runtime import ModelLoadError, load_runtime
-from inference.scoring import image_score_fn, labelled_rows, score_records
+from inference.scoring import image_score_fn, join_truth, score_records
 from inference.tiling import TiledRuntime
-from inference.writer import COLUMNS, ResultWriter, read_results
+from inference.writer import COLUMNS, ResultWriter
 from evaluation import report_records, robustness_sweep, write_metrics_json
 
 log = logging.getLogger("infer")
@@ -32,7 +32,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         runtime = load_runtime(cfg.model, cfg.device)
         if cfg.tiles:
             runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
-        records = records_from_input(cfg.input)
+        records = records_from_input(cfg.input, cfg.get("layout", "auto"))
     except (ModelLoadError, LayoutError, ValueError) as error:
         raise InferenceFailed(str(error)) from None
     if not records:
@@ -53,26 +53,26 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             counts = score_records(runtime, records, writer, batch_size=cfg.batch_size,
                                    num_workers=cfg.num_workers, threshold=threshold, masks_dir=masks_dir,
                                    progress=cfg.progress)
+            results = list(writer.done.values())  # rows resumed from the file and rows just scored
     except KeyboardInterrupt:
         raise InferenceFailed(f"interrupted; the rows in {output} are complete: rerun with resume=true") from None
     log.info("scored %(ok)d, unreadable %(error)d, already done %(skipped)d", counts)
-    results = read_results(output)
     if not any(row["status"] == "ok" for row in results):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
-    rows = labelled_rows(records, results)
+    rows = join_truth(records, results)
     if not rows:
         if cfg.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
         return {"counts": counts, "metrics": None}
     robustness = sweep(runtime, rows, cfg) if cfg.robustness else None
     report_dir = output.with_name(f"{output.stem}_report")
-    written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
-                             robustness=robustness, title=f"{runtime.name} on {cfg.input}")
+    report = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
+                            robustness=robustness, title=f"{runtime.name} on {cfg.input}")
     metrics_path = output.with_suffix(".metrics.json")
-    metrics = json.loads(written["metrics"].read_text())
+    metrics = report.metrics
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
-             metrics_path, written["report"])
+             metrics_path, report.files["report"])
     return {"counts": counts, "metrics": metrics}
 
 

@@ -77,8 +77,9 @@ def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray,
     return target
 
 
-def labelled_rows(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Scored rows joined with what the input knew about each image (label, group, category...)."""
+def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scored rows of labelled inputs, joined with what the input knew about each image (label,
+    group, category, mask...): the table `evaluation.report_records` scores."""
     known = {r.path: r for r in records if r.label is not None}
     return [{**known[row["path"]].to_row(), "label": known[row["path"]].label, "score": row["score"]}
             for row in results
