@@ -10,14 +10,13 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from datamodules.io import ImageReadError, read_image
 from datamodules.layouts import records_from_input
-from datamodules.records import LayoutError
+from datamodules.records import LayoutError, Record
 from inference.runtime import ModelLoadError, load_runtime
-from inference.scoring import image_score_fn, join_truth, score_records
+from inference.scoring import join_truth, score_perturbed_fn, score_records
 from inference.tiling import TiledRuntime
 from inference.writer import COLUMNS, ResultWriter
-from evaluation import report_records, robustness_sweep, write_metrics_json
+from evaluation import report_records, robustness_curves, write_metrics_json
 
 log = logging.getLogger("infer")
 
@@ -79,17 +78,12 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
     """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input."""
     rng = np.random.default_rng(cfg.seed)
-    chosen = sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])
-    images, labels = [], []
-    for i in chosen:
-        try:
-            images.append(read_image(rows[i]["path"]))
-            labels.append(rows[i]["label"])
-        except ImageReadError as error:
-            log.warning("robustness sweep skips %s: %s", rows[i]["path"], error.reason)
-    log.info("robustness sweep on %d images", len(images))
-    return robustness_sweep(image_score_fn(runtime, cfg.batch_size), images, np.asarray(labels),
-                            threshold=float(cfg.threshold if cfg.threshold is not None else runtime.threshold))
+    chosen = [rows[i] for i in sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])]
+    log.info("robustness sweep on %d images", len(chosen))
+    score = score_perturbed_fn(runtime, [Record(path=row["path"]) for row in chosen], cfg.batch_size,
+                               cfg.num_workers)
+    return robustness_curves(score, np.asarray([row["label"] for row in chosen]),
+                             threshold=float(cfg.threshold if cfg.threshold is not None else runtime.threshold))
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="infer")

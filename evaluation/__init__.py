@@ -17,6 +17,7 @@ _LAZY = {
     "write_report": "report",
     "write_metrics_json": "report",
     "robustness_sweep": "robustness",
+    "robustness_curves": "robustness",
 }
 
 
@@ -39,6 +40,7 @@ __all__ = [
     "image_metrics",
     "pixel_metrics",
     "robustness_sweep",
+    "robustness_curves",
     "roc_points",
     "write_metrics_json",
     "write_report",

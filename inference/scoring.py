@@ -9,14 +9,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 import cv2
 import numpy as np
-import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from datamodules.datasets import ImageDataset, collate
 from datamodules.io import write_image
 from datamodules.records import Record
-from datamodules.transforms import to_tensor
 from inference.runtime import runtime_transform
 from inference.writer import ResultWriter
 
@@ -86,16 +84,20 @@ def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> 
             if row.get("status") == "ok" and row["path"] in known and row.get("score") is not None]
 
 
-def image_score_fn(runtime: Any, batch_size: int = 32) -> Callable[[list[np.ndarray]], np.ndarray]:
-    """`uint8 RGB images -> scores` through the model's own preprocessing (for robustness sweeps)."""
+def score_perturbed_fn(runtime: Any, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0
+                       ) -> Callable[[Callable[[np.ndarray], np.ndarray] | None], np.ndarray]:
+    """`perturbation -> scores of records` for `evaluation.robustness_curves`: the files are decoded
+    and preprocessed by the same dataset and transform as a scoring run, the perturbation applied
+    right after decoding. Unreadable files score NaN."""
     transform = runtime_transform(runtime)
     step = batch_size if runtime.preprocess.fixed_size else 1
 
-    def score(images: list[np.ndarray]) -> np.ndarray:
-        out = []
-        for start in range(0, len(images), step):
-            batch = torch.stack([to_tensor(transform(image=image)["image"]) for image in images[start:start + step]])
-            out.append(np.asarray(runtime.predict(batch)["score"], dtype=np.float64))
-        return np.concatenate(out) if out else np.zeros(0)
+    def score(perturb: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+        dataset = ImageDataset(records, transform, perturb=perturb)
+        scores = np.full(len(records), np.nan)
+        for batch in DataLoader(dataset, batch_size=step, num_workers=num_workers, collate_fn=collate):
+            if "image" in batch:
+                scores[batch["index"].numpy()] = np.asarray(runtime.predict(batch["image"])["score"], dtype=np.float64)
+        return scores
 
     return score
