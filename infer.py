@@ -16,7 +16,6 @@ from inference.runtime import ModelLoadError, load_runtime
 from inference.scoring import join_truth, score_perturbed_fn, score_records
 from inference.tiling import TiledRuntime
 from inference.writer import COLUMNS, ResultWriter
-from evaluation import report_records, robustness_curves, write_metrics_json
 
 log = logging.getLogger("infer")
 
@@ -64,6 +63,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
         return {"counts": counts, "metrics": None}
     robustness = sweep(runtime, rows, cfg) if cfg.robustness else None
+    from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
+
     report_dir = output.with_name(f"{output.stem}_report")
     report = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
                             robustness=robustness, title=f"{runtime.name} on {cfg.input}")
@@ -77,6 +78,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
 
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
     """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input."""
+    from evaluation import robustness_curves
+
     rng = np.random.default_rng(cfg.seed)
     chosen = [rows[i] for i in sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])]
     log.info("robustness sweep on %d images", len(chosen))

@@ -10,7 +10,7 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from detectors.module import DetectorModule
-from evaluation import report_records, write_metrics_json
+from evaluation import calibration_markdown, report_records, write_metrics_json
 
 log = logging.getLogger("train")
 
@@ -38,6 +38,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     metrics: dict[str, Any] = {"detector": cfg.detector.get("name"), "val": module.stage_metrics.get("val", {})}
+    if module.calibration is not None:
+        metrics["calibration"] = module.calibration
     if cfg.get("test"):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
@@ -48,6 +50,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         else:
             write_metrics_json(output_dir / "metrics.json", metrics)
         log.info("%s", summary(metrics, output_dir))
+        if (metrics.get("calibration") or {}).get("warning"):
+            log.warning("calibration: %s", metrics["calibration"]["warning"])
     return metrics
 
 
@@ -61,6 +65,9 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     threshold = float(module.threshold)
     report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
                             title=f"Test report: {extra.get('detector')}", extra=extra)
+    if extra.get("calibration"):
+        markdown = report.files["report"]
+        markdown.write_text(markdown.read_text() + "\n" + calibration_markdown(extra["calibration"]))
     return {**module.stage_metrics["test"], **report.metrics}
 
 

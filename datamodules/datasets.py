@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any, Sequence
 
 import torch
 from torch.utils.data import Dataset, default_collate
@@ -21,16 +19,13 @@ class ImageDataset(Dataset):
     """`records[i]` -> {"image", "label", "index", "path"} (masks: `LocalizationDataset`).
 
     `keep_size` adds the original (H, W) as "size", so outputs can be mapped back onto the file.
-    `perturb` changes the decoded uint8 RGB pixels before the transform (the robustness sweep's
-    JPEG, blur and rescaling), so perturbed inputs take exactly the path of clean ones.
     A file that cannot be read yields {"index", "path", "error"} instead of raising, so one bad
     upload never stops an epoch or an inference run; `collate` sets such samples aside.
     """
 
     def __init__(self, records: Sequence[Record], transform: Any = None, max_pixels: int = DEFAULT_MAX_PIXELS,
-                 keep_size: bool = False, perturb: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 keep_size: bool = False) -> None:
         self.records = list(records)
-        self.perturb = perturb
         self.keep_size = keep_size
         self.transform = transform
         self.max_pixels = max_pixels
@@ -45,8 +40,6 @@ class ImageDataset(Dataset):
         except ImageReadError as error:
             return {"index": index, "path": record.path, "error": error.reason}
         size = image.shape[:2]
-        if self.perturb is not None:
-            image = self.perturb(image)
         if self.transform is not None:
             image = self.transform(image=image)["image"]
         sample = {"image": to_tensor(image), "index": index, "path": record.path,

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from detectors.base import Detector
 from detectors.build import build_detector, to_plain
-from evaluation import calibrate_threshold, image_metrics
+from evaluation import calibrate_threshold, calibration_check, image_metrics
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ class DetectorModule(L.LightningModule):
         self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
         self.stage_metrics: dict[str, dict[str, float]] = {}
         self.stage_scores: dict[str, dict[str, np.ndarray]] = {}
+        self.calibration: dict[str, Any] | None = None  # how far the last calibration can be trusted
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.net(image)
@@ -99,6 +100,7 @@ class DetectorModule(L.LightningModule):
         genuine = gathered["score"][gathered["label"] == 0]
         if len(genuine):
             self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr))
+            self.calibration = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
         self._log_metrics("val", gathered)
 
     def on_test_epoch_end(self) -> None:

@@ -3,7 +3,7 @@ growing strength and report metric-vs-strength curves.
 
 The detector is injected, so this module needs no model code: ``robustness_curves`` takes
 ``score_perturbed(perturbation or None) -> scores`` (infer.py scores its input files through the same
-dataset and transform as the scoring run, applying the perturbation right after decoding), and
+batches and geometry as the scoring run, applying the perturbation right after decoding), and
 ``robustness_sweep`` takes ``score_fn(list of uint8 H x W x 3 RGB images) -> scores`` for images
 already in memory.
 """

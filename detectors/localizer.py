@@ -1,0 +1,111 @@
+"""What every manipulation localizer shares: map -> image score, the default loss, padding to stride.
+
+A localizer's `forward(image)` returns `{"logit": (N,), "mask_logit": (N, 1, H, W)}` at the input's
+size, plus optionally `"edge_logit"` and `"confidence_logit"` (N, 1, H, W). A new localizer is a
+constructor and a forward that ends with `self.outputs(mask_logit, ...)`; the image score, the loss
+and the handling of arbitrary input sizes come from here, so nothing else in the toolkit changes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from datamodules.preprocess import Preprocess
+from detectors.base import Detector
+from detectors.losses import bce_loss, dice_loss
+
+IMAGE_SCORES = ("max", "topk_mean", "head")
+LOSS_TERMS = ("mask_dice", "mask_bce", "edge_dice", "image_bce")
+DEFAULT_LOSS_WEIGHTS = {"mask_dice": 1.0, "mask_bce": 1.0, "edge_dice": 0.0, "image_bce": 0.0}
+
+
+def pad_to_multiple(image: torch.Tensor, stride: int) -> torch.Tensor:
+    """Pad bottom/right (replicating the border) so height and width are multiples of `stride`.
+
+    Always pads, even by zero pixels, so the exported graph has no size-dependent branch.
+    Replicating the border adds no edges a forensic network could take for a splice boundary.
+    """
+    height, width = image.shape[-2:]
+    return F.pad(image, (0, (-width) % stride, 0, (-height) % stride), mode="replicate")
+
+
+class Localizer(Detector):
+    """Base of the manipulation localizers (MVSS-Net, TruFor, the segmentation baseline).
+
+    `image_score`: how the image logit comes from the map: `max` (the FraudBench / MVSS-Net rule),
+    `topk_mean` (mean of the `topk_fraction` highest pixel logits: less sensitive to one hot pixel),
+    or `head` (the network's own detection head; only for networks that have one).
+    `loss_weights`: weights of `mask_dice`, `mask_bce`, `edge_dice` (needs an `edge_logit`) and
+    `image_bce` (the image logit against the label); missing keys take `DEFAULT_LOSS_WEIGHTS`.
+    Subclasses set `stride` (the factor the input size must divide by) and `has_image_head`.
+    """
+
+    is_localizer = True
+    has_image_head = False
+    stride = 1
+
+    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "max",
+                 loss_weights: Mapping[str, float] | None = None, topk_fraction: float = 0.01) -> None:
+        super().__init__(preprocess)
+        if image_score not in IMAGE_SCORES:
+            raise ValueError(f"image_score must be one of {IMAGE_SCORES}, got {image_score!r}")
+        if image_score == "head" and not self.has_image_head:
+            raise ValueError(f"{type(self).__name__} has no detection head; use image_score max or topk_mean")
+        unknown = set(loss_weights or {}) - set(LOSS_TERMS)
+        if unknown:
+            raise ValueError(f"unknown loss_weights {sorted(unknown)}; known terms: {', '.join(LOSS_TERMS)}")
+        if not 0.0 < topk_fraction <= 1.0:
+            raise ValueError(f"topk_fraction must be in (0, 1], got {topk_fraction}")
+        self.image_score = image_score
+        self.loss_weights = {**DEFAULT_LOSS_WEIGHTS, **{k: float(v) for k, v in (loss_weights or {}).items()}}
+        # An integer divisor keeps k an integer expression of the (possibly symbolic) map size.
+        self.topk_divisor = max(1, round(1.0 / topk_fraction))
+
+    def image_logit_from_map(self, mask_logit: torch.Tensor) -> torch.Tensor:
+        """(N, 1, H, W) pixel logits -> (N,) image logit by `max` or `topk_mean`."""
+        flat = mask_logit.flatten(1)
+        if self.image_score == "topk_mean":
+            k = torch.sym_max(1, flat.shape[1] // self.topk_divisor)
+            return flat.topk(k, dim=1).values.mean(1)
+        return flat.amax(1)
+
+    def outputs(self, mask_logit: torch.Tensor, head_logit: torch.Tensor | None = None,
+                **extra: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The forward's result dict: image logit from the head or the map, plus the given maps."""
+        if self.image_score == "head":
+            logit = head_logit.reshape(-1)
+        else:
+            logit = self.image_logit_from_map(mask_logit)
+        result = {"logit": logit, "mask_logit": mask_logit}
+        result.update({k: v for k, v in extra.items() if v is not None})
+        return result
+
+    def run_padded(self, image: torch.Tensor,
+                   forward: Callable[[torch.Tensor], Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Call `forward` on the image padded to a multiple of `stride`; crop its maps back.
+
+        Lets a fully convolutional network take any input size: 4-D outputs are cropped to the
+        input's height and width, other outputs are returned as they are.
+        """
+        height, width = image.shape[-2:]
+        produced = forward(pad_to_multiple(image, self.stride))
+        return {k: v[..., :height, :width] if v.dim() == 4 else v for k, v in produced.items()}
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
+        """Weighted sum of mask Dice, mask BCE, edge Dice and image BCE (zero weights are skipped)."""
+        weights = self.loss_weights
+        mask = batch["mask"].to(outputs["mask_logit"])
+        total = outputs["mask_logit"].new_zeros(())
+        if weights["mask_dice"]:
+            total = total + weights["mask_dice"] * dice_loss(outputs["mask_logit"], mask)
+        if weights["mask_bce"]:
+            total = total + weights["mask_bce"] * bce_loss(outputs["mask_logit"], mask)
+        if weights["edge_dice"]:
+            if "edge_logit" not in outputs:
+                raise ValueError(f"{type(self).__name__} has no edge_logit output; set loss_weights.edge_dice to 0")
+            total = total + weights["edge_dice"] * dice_loss(outputs["edge_logit"], batch["edge"])
+        if weights["image_bce"]:
+            total = total + weights["image_bce"] * bce_loss(outputs["logit"], batch["label"].to(outputs["logit"]))
+        return total
