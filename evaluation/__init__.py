@@ -5,7 +5,8 @@ Imports neither ``detectors`` nor ``datamodules``: detectors are injected as sco
 
 from ._checks import UndefinedMetricWarning
 from .bootstrap import bootstrap_image_ci, bootstrap_pixel_ci
-from .calibration import calibrate_threshold
+from .calibration import (calibrate_threshold, calibration_check, calibration_markdown, clopper_pearson,
+                          genuine_needed)
 from .image import ImageScoreAccumulator, image_metrics, roc_points
 from .pixel import PixelMetricAccumulator, pixel_metrics
 from .records import by_category, by_group
@@ -17,6 +18,7 @@ _LAZY = {
     "write_report": "report",
     "write_metrics_json": "report",
     "robustness_sweep": "robustness",
+    "robustness_curves": "robustness",
 }
 
 
@@ -36,9 +38,14 @@ __all__ = [
     "by_category",
     "by_group",
     "calibrate_threshold",
+    "calibration_check",
+    "calibration_markdown",
+    "clopper_pearson",
+    "genuine_needed",
     "image_metrics",
     "pixel_metrics",
     "robustness_sweep",
+    "robustness_curves",
     "roc_points",
     "write_metrics_json",
     "write_report",

@@ -44,3 +44,72 @@ def calibrate_threshold(genuine_scores, target_fpr: float) -> float:
         middle = dtype.type((float(boundary) + float(above[0])) / 2)
         t = max(t, middle)  # the midpoint can round onto the boundary when the gap is one ulp
     return float(t)
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) two-sided interval of a binomial proportion seen as k in n.
+
+    Used for the false-positive rate at a threshold: with few genuine images a measured FPR of 0
+    is compatible with a large true FPR, and this interval says how large. n = 0 gives (0, 1).
+    """
+    from scipy.stats import beta
+
+    k, n = int(k), int(n)
+    if n < 0 or not 0 <= k <= max(n, 0):
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if n == 0:
+        return 0.0, 1.0
+    alpha = 1.0 - confidence
+    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return low, high
+
+
+def genuine_needed(target_fpr: float, confidence: float = 0.95) -> int:
+    """Smallest n for which zero false positives among n genuine images bounds the FPR below
+    `target_fpr` at `confidence` (one-sided): (1 - target_fpr)**n <= 1 - confidence, about
+    3 / target_fpr at 95 % (the rule of three; 299 for 1 %)."""
+    if not 0.0 < float(target_fpr) < 1.0:
+        raise ValueError(f"target_fpr must be in (0, 1), got {target_fpr!r}")
+    return int(math.ceil(math.log(1.0 - confidence) / math.log1p(-float(target_fpr)) - 1e-9))
+
+
+def calibration_check(genuine_scores, threshold: float, target_fpr: float,
+                      confidence: float = 0.95) -> dict:
+    """How much a threshold calibrated on `genuine_scores` can be trusted at `target_fpr`.
+
+    Returns n_genuine, false_positives, fpr and its Clopper-Pearson interval at `threshold`,
+    genuine_needed, sufficient (n_genuine >= genuine_needed) and, when not sufficient, a warning
+    sentence a user can act on.
+    """
+    s = as_scores(genuine_scores, "genuine_scores")
+    n = int(s.size)
+    fp = int(np.sum(s >= threshold)) if n else 0
+    low, high = clopper_pearson(fp, n, confidence)
+    needed = genuine_needed(target_fpr, confidence)
+    result = {"n_genuine": n, "false_positives": fp, "fpr": fp / n if n else float("nan"),
+              "fpr_interval": [low, high], "interval_confidence": confidence,
+              "target_fpr": float(target_fpr), "genuine_needed": needed, "sufficient": n >= needed}
+    if n < needed:
+        result["warning"] = (
+            f"the threshold was calibrated on {n} genuine validation images; a target FPR of "
+            f"{target_fpr:g} needs at least {needed} to be meaningful. The FPR at this threshold is "
+            f"{fp}/{n}, {confidence:.0%} Clopper-Pearson interval [{low:.3f}, {high:.3f}]: expect more "
+            "genuine images flagged than the target. Add genuine images to validation or raise target_fpr.")
+    return result
+
+
+def calibration_markdown(check: dict) -> str:
+    """The calibration sample as a report section: size, FPR with its interval, and the warning."""
+    low, high = check["fpr_interval"]
+    lines = ["## Calibration", "",
+             f"Threshold calibrated to target FPR {check['target_fpr']:g} on {check['n_genuine']} genuine "
+             f"validation images: {check['false_positives']} of them at or above it, FPR "
+             f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "
+             f"Clopper-Pearson interval [{low:.3f}, {high:.3f}]. A meaningful target needs at least "
+             f"{check['genuine_needed']} genuine validation images."]
+    if check.get("warning"):
+        lines += ["", f"**Warning**: {check['warning']}"]
+    return "\n".join(lines) + "\n"

@@ -50,6 +50,20 @@ def test_training_writes_checkpoints_metrics_and_resolved_config(trained_run):
     assert "${" not in (run / "config.yaml").read_text()  # resolved
 
 
+def test_metrics_and_report_say_how_far_the_calibration_can_be_trusted(trained_run, small_dataset):
+    run, _, _ = trained_run
+    written = json.loads((run / "metrics.json").read_text())
+    calibration = written["calibration"]
+    val_genuine = sum(r.label == 0 and r.split == "val" for r in read_manifest(small_dataset))
+    assert calibration["n_genuine"] == val_genuine > 0
+    low, high = calibration["fpr_interval"]
+    assert 0.0 <= low <= calibration["fpr"] <= high <= 1.0
+    # a tiny validation split cannot support a 1 % target: said in metrics.json and report.md
+    assert val_genuine < 299 and not calibration["sufficient"] and str(val_genuine) in calibration["warning"]
+    report = (run / "report.md").read_text()
+    assert "Clopper-Pearson" in report and "Warning" in report
+
+
 def test_checkpoint_loads_without_hydra_and_keeps_the_calibrated_threshold(trained_run):
     run, metrics, _ = trained_run
     module = load_checkpoint(run / "checkpoints" / "best.ckpt")
@@ -143,10 +157,10 @@ def test_tiled_scoring_averages_native_tiles_covering_the_whole_image(trained_ru
     assert run["counts"]["ok"] == 1
     score = read_results(tmp_path / "tiled.csv")[0]["score"]
 
-    image = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
+    image = pixels.transpose(2, 0, 1).astype(np.float32) / 255
     tiles = tile_image(image, 64)
     assert tiles.shape == (2 * 3, 3, 64, 64)
-    torch.testing.assert_close(tiles[-1], image[:, 36:100, 86:150])
+    np.testing.assert_array_equal(tiles[-1], image[:, 36:100, 86:150])
     expected = TorchRuntime(best, "cpu").predict(tiles)["score"].mean()
     assert score == pytest.approx(float(expected), abs=1e-6)
     with pytest.raises(ModelLoadError, match="tile_reduce"):

@@ -65,3 +65,36 @@ def test_edges():
         calibrate_threshold([0.1, float("nan")], 0.05)
     with pytest.raises(ValueError, match="target_fpr"):
         calibrate_threshold([0.1], 1.5)
+
+
+# ---------------------------------------------------------------- how far a calibration can be trusted
+from scipy.stats import binomtest  # noqa: E402
+
+from evaluation import calibration_check, clopper_pearson, genuine_needed  # noqa: E402
+
+
+@pytest.mark.parametrize("k, n", [(0, 20), (1, 20), (3, 100), (7, 7), (0, 300)])
+def test_clopper_pearson_matches_the_exact_binomial_interval(k, n):
+    expected = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    low, high = clopper_pearson(k, n)
+    assert low == pytest.approx(expected.low, abs=1e-9) and high == pytest.approx(expected.high, abs=1e-9)
+
+
+def test_zero_false_positives_bound_the_fpr_by_the_rule_of_three():
+    assert genuine_needed(0.01) == 299 and genuine_needed(0.05) == 59
+    # the one-sided 95 % bound of 0/n is 1 - 0.05**(1/n): below the target exactly from genuine_needed on
+    n = genuine_needed(0.01)
+    assert 1 - 0.05 ** (1 / n) <= 0.01 < 1 - 0.05 ** (1 / (n - 1))
+    assert clopper_pearson(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        clopper_pearson(5, 4)
+
+
+def test_calibration_check_warns_when_the_validation_genuines_are_too_few():
+    scores = np.linspace(0.0, 1.0, 20)
+    check = calibration_check(scores, threshold=0.96, target_fpr=0.01)
+    assert check["n_genuine"] == 20 and check["false_positives"] == 1
+    assert check["fpr_interval"][0] < 0.05 < check["fpr_interval"][1]
+    assert not check["sufficient"] and "299" in check["warning"] and "20 genuine" in check["warning"]
+    enough = calibration_check(np.linspace(0.0, 1.0, 400), threshold=2.0, target_fpr=0.01)
+    assert enough["sufficient"] and "warning" not in enough and enough["fpr_interval"][1] < 0.01
