@@ -61,6 +61,7 @@ class TruFor(Localizer):
     """
 
     has_image_head = True
+    has_confidence = True
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "head",
                  encoder: Mapping[str, Sequence[int]] | None = None, encoder_weights: str | None = None,

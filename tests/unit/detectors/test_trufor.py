@@ -215,3 +215,29 @@ def test_published_checkpoint_with_unknown_keys_is_refused(tmp_path):
 def test_missing_published_file_says_so():
     with pytest.raises(MissingWeightsError, match="does not exist"):
         tiny_net(pretrained="/nonexistent/trufor.pth.tar")
+
+
+# ------------------------------------------------------------------ export
+@pytest.mark.slow  # the dynamo ONNX export of two MiT streams takes about a minute on a shared CPU
+def test_export_reproduces_score_mask_and_confidence_at_two_sizes(tmp_path):
+    import numpy as np
+    ort = pytest.importorskip("onnxruntime")
+    from detectors.export import export_onnx
+    from detectors.module import DetectorModule
+
+    config = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())
+    torch.manual_seed(0)
+    module = DetectorModule(net=config["net"], optimizer=config["optimizer"], scheduler=config["scheduler"],
+                            name=config["name"]).eval()
+    report = export_onnx(module, tmp_path / "trufor_tiny.onnx")
+    assert report.outputs == ["score", "mask", "confidence"]
+    session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    for size in ((64, 64), (72, 104)):
+        image = torch.rand(2, 3, *size)
+        with torch.no_grad():
+            outputs = module.net(image)
+        score, mask, confidence = session.run(["score", "mask", "confidence"], {"image": image.numpy()})
+        assert mask.shape == confidence.shape == (2, 1, *size)
+        assert np.abs(score - torch.sigmoid(outputs["logit"]).numpy()).max() <= 1e-4
+        assert np.abs(mask - torch.sigmoid(outputs["mask_logit"]).numpy()).max() <= 1e-3
+        assert np.abs(confidence - torch.sigmoid(outputs["confidence_logit"]).numpy()).max() <= 1e-3
