@@ -27,7 +27,7 @@ class InferenceFailed(Exception):
 def infer(cfg: DictConfig) -> dict[str, Any]:
     output = Path(cfg.output)
     try:
-        runtime = load_runtime(cfg.model, cfg.device)
+        runtime = load_runtime(cfg.model, cfg.device, tta=bool(cfg.get("tta", False)))
         if cfg.tiles:
             runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
         records = records_from_input(cfg.input, cfg.get("layout", "auto"))

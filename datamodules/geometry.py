@@ -29,6 +29,15 @@ def pad_to(image: np.ndarray, size: int, centre: bool) -> np.ndarray:
     return np.pad(image, widths, mode="constant", constant_values=0)
 
 
+def tile_to_cover(image: np.ndarray, size: int, **_: object) -> np.ndarray:
+    """Repeat the image along each side shorter than `size` (whole copies, from the top-left)
+    until it reaches `size`; longer sides are left as they are (mode `tile`)."""
+    reps = [max(1, -(-size // image.shape[axis])) for axis in (0, 1)]
+    if reps == [1, 1]:
+        return image
+    return np.tile(image, reps + [1] * (image.ndim - 2))
+
+
 def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
     """`H x W x 3 uint8 -> size x size x 3 uint8` (or the image itself for mode `none`)."""
     preprocess = Preprocess.from_config(preprocess)
@@ -46,9 +55,9 @@ def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
             return cv2.resize(image, (size, size), interpolation=flag)
 
         return resize
-    if mode == "center_crop":
+    if mode in ("center_crop", "tile"):
         def center_crop(image: np.ndarray) -> np.ndarray:
-            image = pad_to(image, size, centre=True)
+            image = tile_to_cover(image, size) if mode == "tile" else pad_to(image, size, centre=True)
             top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
             return image[top:top + size, left:left + size]
 
