@@ -39,7 +39,7 @@ class TiledRuntime:
     def __init__(self, runtime: TorchRuntime | OnnxRuntime, reduce: str = "mean", batch_size: int = 32) -> None:
         if reduce not in self.REDUCTIONS:
             raise ModelLoadError(f"tile_reduce must be one of {self.REDUCTIONS}, got {reduce!r}")
-        if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode == "resize":
+        if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode in ("resize", "resize_crop"):
             raise ModelLoadError(f"tiling needs a classifier with a crop or pad input size; {runtime.name} has "
                                  f"mode={runtime.preprocess.mode!r}, size={runtime.preprocess.size}")
         self.runtime, self.reduce, self.batch_size = runtime, reduce, batch_size

@@ -163,3 +163,49 @@ def test_tile_preprocessing_repeats_small_images_instead_of_resizing():
     assert np.array_equal(out, tiled[top:top + 32, left:left + 32])
     big = np.random.default_rng(1).integers(0, 256, (40, 40, 3), dtype=np.uint8)
     assert np.array_equal(build_transform(Preprocess(size=32, mode="tile"))(image=big)["image"], big[4:36, 4:36])
+
+
+def test_checkpoint_made_from_a_released_file_rebuilds_without_it(tmp_path):
+    """The toolkit checkpoint keeps the configured counts in its hyper-parameters; its weights
+    carry the released counts, and loading follows the weights (the released file is gone)."""
+    from detectors.module import DetectorModule
+    from inference.runtime import load_checkpoint
+
+    released = tmp_path / "setting_1.pth"
+    torch.save({"model_state_dict": authors_state_dict(tiny(), wsgm=3, layers=2)}, released)
+    module = DetectorModule(net={**TINY, "pretrained": str(released)}, name="forgelens_tiny").eval()
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, tmp_path / "f.ckpt")
+    released.unlink()
+    rebuilt = load_checkpoint(tmp_path / "f.ckpt")
+    assert len(rebuilt.net.wsgm) == 3 and len(rebuilt.net.faformer) == 2
+    image = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(rebuilt.net(image)["logit"], module.net(image)["logit"])
+
+
+def test_step_schedule_decays_per_epoch_and_optimises_trainable_parameters_only():
+    from detectors.module import DetectorModule
+
+    module = DetectorModule(net={**TINY, "stage": 1}, optimizer={"name": "Adam", "lr": 5e-5},
+                            scheduler={"name": "step", "step_size": 2, "gamma": 0.7})
+    configured = module.configure_optimizers()
+    scheduler = configured["lr_scheduler"]["scheduler"]
+    assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and configured["lr_scheduler"]["interval"] == "epoch"
+    assert (scheduler.step_size, scheduler.gamma) == (2, 0.7)
+    optimised = {id(p) for group in configured["optimizer"].param_groups for p in group["params"]}
+    assert optimised == {id(p) for p in module.net.parameters() if p.requires_grad}
+    assert optimised == {id(p) for p in [*module.net.wsgm.parameters(), *module.net.stage1_head.parameters()]}
+
+
+@pytest.mark.parametrize("recipe, stage, lr", [("forgelens_stage1", 1, 5e-5), ("forgelens_stage2", 2, 2.5e-6)])
+def test_training_recipes_compose_with_the_authors_settings(recipe, stage, lr):
+    from hydra import compose, initialize_config_dir
+
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    overrides = [f"experiment={recipe}", "data.manifest=/data/m.csv", "detector.net.pretrained=/w/stage1.ckpt"]
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    assert cfg.detector.net._target_ == "detectors.forgelens.ForgeLens" and cfg.detector.net.stage == stage
+    assert cfg.detector.optimizer.name == "Adam" and cfg.detector.optimizer.lr == lr
+    assert (cfg.detector.scheduler.name, cfg.detector.scheduler.step_size, cfg.detector.scheduler.gamma) == ("step", 2, 0.7)
+    assert cfg.detector.net.preprocess.mode == "tile" and cfg.data.batch_size == 16

@@ -168,3 +168,29 @@ def test_tta_is_refused_for_detectors_without_context(tmp_path):
     config = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs/detector/clip_linear_tiny.yaml").read_text())
     with pytest.raises(ModelLoadError, match="no test-time adaptation"):
         TorchRuntime(write_checkpoint(tmp_path, "clip_linear_tiny", config), device="cpu", tta=True)
+
+
+def test_infer_with_tta_scores_every_image(tmp_path):
+    from infer import infer
+    from inference.writer import read_results
+    from tests.helpers import compose_config, write_images
+
+    model = write_checkpoint(tmp_path, "iapl_tiny", CONFIG)
+    images = write_images(tmp_path / "images", [(300, 260), (40, 90)])
+    cfg = compose_config("infer", [f"model={model}", f"input={tmp_path / 'images'}", f"output={tmp_path / 's.csv'}",
+                                   "tta=true", "device=cpu", "num_workers=0", "progress=false", "batch_size=2"])
+    infer(cfg)
+    rows = read_results(tmp_path / "s.csv")
+    assert sorted(Path(r["path"]).name for r in rows) == sorted(p.name for p in images)
+    assert all(r["status"] == "ok" and 0.0 <= float(r["score"]) <= 1.0 for r in rows)
+
+
+def test_iapl_recipe_composes_with_the_authors_settings():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[3] / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=iapl", "data.manifest=/data/m.csv"])
+    assert cfg.detector.net._target_ == "detectors.iapl.IAPL" and list(cfg.detector.net.adapter_layers) == [
+        3, 7, 11, 15, 19, 23]
+    assert (cfg.detector.optimizer.name, cfg.detector.optimizer.lr, cfg.data.batch_size) == ("Adam", 5e-5, 32)
+    assert cfg.detector.net.label_smoothing == 0.1 and cfg.trainer.max_epochs == 5
