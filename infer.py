@@ -52,6 +52,14 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         masks_dir = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
         overlays_dir = masks_dir / "overlays" if cfg.overlays else None
         columns.append("mask")
+    confidence_dir = None
+    if cfg.get("save_confidence", False):
+        if not runtime.is_localizer or cfg.tiles:
+            log.warning("save_confidence requested, but %s gives no whole-image confidence map%s", runtime.name,
+                        " when tiled" if runtime.is_localizer else " (not a localizer)")
+        else:
+            confidence_dir = output.with_name(f"{output.stem}_confidence")
+            columns.append("confidence")
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     log.info("%s (%s, threshold %.4f): %d inputs -> %s", runtime.name, Path(cfg.model).suffix, threshold,
              len(records), output)
@@ -59,7 +67,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         with ResultWriter(output, columns, resume=cfg.resume) as writer:
             counts = score_records(runtime, records, writer, batch_size=cfg.batch_size,
                                    num_workers=cfg.num_workers, threshold=threshold, masks_dir=masks_dir,
-                                   progress=cfg.progress, overlays_dir=overlays_dir)
+                                   progress=cfg.progress, overlays_dir=overlays_dir,
+                                   confidence_dir=confidence_dir)
             results = list(writer.done.values())  # rows resumed from the file and rows just scored
     except KeyboardInterrupt:
         raise InferenceFailed(f"interrupted; the rows in {output} are complete: rerun with resume=true") from None

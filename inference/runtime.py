@@ -107,6 +107,8 @@ class TorchRuntime:
             result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
             if "mask_logit" in outputs:
                 result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
+            if "confidence_logit" in outputs:
+                result["confidence"] = torch.sigmoid(outputs["confidence_logit"].float()).cpu().numpy()
         return result
 
 

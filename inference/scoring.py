@@ -23,9 +23,11 @@ def error_row(path: str, reason: str) -> dict[str, Any]:
 
 
 def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
-               masks_dir: Path | None = None, overlays_dir: Path | None = None) -> list[dict[str, Any]]:
+               masks_dir: Path | None = None, overlays_dir: Path | None = None,
+               confidence_dir: Path | None = None) -> list[dict[str, Any]]:
     """Result rows for one decoded batch (see `inference.batches.collate_samples`): unreadable files
-    and model failures become `status=error` rows, never exceptions."""
+    and model failures become `status=error` rows, never exceptions. `confidence_dir`: where the
+    reliability maps of localizers that give one (TruFor) go, named like the masks."""
     rows = [error_row(path, reason) for path, reason in batch["errors"]]
     if "image" not in batch:
         return rows
@@ -39,6 +41,9 @@ def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
                                         tuple(int(v) for v in batch["size"][i])))
+        if confidence_dir is not None and "confidence" in outputs:
+            row["confidence"] = str(save_mask(confidence_dir, int(batch["index"][i]), path,
+                                              outputs["confidence"][i][0], tuple(int(v) for v in batch["size"][i])))
         if overlays_dir is not None and "mask" in outputs:
             save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(batch["image"][i]),
                          outputs["mask"][i][0])
@@ -55,7 +60,8 @@ def effective_batch_size(runtime: Any, batch_size: int) -> int:
 
 def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, batch_size: int = 32,
                   num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
-                  progress: bool = True, overlays_dir: str | os.PathLike | None = None) -> dict[str, int]:
+                  progress: bool = True, overlays_dir: str | os.PathLike | None = None,
+                  confidence_dir: str | os.PathLike | None = None) -> dict[str, int]:
     """Score every record not already in `writer`, in input order; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline)."""
     threshold = runtime.threshold if threshold is None else float(threshold)
@@ -64,10 +70,11 @@ def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter,
     counts = {"ok": 0, "error": 0, "skipped": len(records) - len(todo)}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
+    confidence_dir = Path(confidence_dir) if confidence_dir is not None else None
     batches = iter_batches(todo, runtime_transform(runtime), batch_size, workers=num_workers)
     total = -(-len(todo) // batch_size)
     for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
-        rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir)
+        rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir, confidence_dir)
         for row in rows:
             counts[row["status"]] += 1
         writer.write(rows)
