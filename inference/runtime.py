@@ -92,7 +92,9 @@ class TorchRuntime:
                 self.adapter = ContextAdapter(self.net, size=int(self.preprocess.size))
             except ValueError as error:
                 raise ModelLoadError(f"tta=true: {error}") from None
-            self.preprocess = replace(self.preprocess, size=self.adapter.settings.load_size, mode="resize")
+            settings = self.adapter.settings
+            self.preprocess = replace(self.preprocess, size=settings.load_size, mode="resize",
+                                      interpolation=settings.interpolation)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""

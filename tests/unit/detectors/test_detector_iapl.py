@@ -156,7 +156,8 @@ def write_checkpoint(tmp_path, name: str, config: dict) -> Path:
 
 def test_ckpt_runtime_adapts_per_image_and_onnx_refuses(tmp_path):
     runtime = TorchRuntime(write_checkpoint(tmp_path, "iapl_tiny", CONFIG), device="cpu", tta=True)
-    assert runtime.preprocess.mode == "resize" and runtime.preprocess.size == 256  # views are cut from this
+    assert (runtime.preprocess.mode, runtime.preprocess.size, runtime.preprocess.interpolation) == (
+        "resize", 256, "bilinear")  # views are cut from this resize, as the authors' are
     runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=4, steps=1, load_size=80))
     scores = runtime.predict(torch.rand(2, 3, 80, 80))["score"]
     assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
