@@ -1,6 +1,7 @@
 """What the scoring pipeline costs: `infer.py` with .ckpt and .onnx vs the raw forward pass (a script).
 
-    python benchmarks/bench_inference.py [--detectors dct_tiny clip_linear_tiny clip_freq_tiny npr forgelens_tiny iapl_tiny]
+    python benchmarks/bench_inference.py [--detectors dct_tiny clip_linear_tiny clip_freq_tiny npr forgelens_tiny
+                                          iapl_tiny cospy_tiny cospy_progan_tiny effort_tiny]
                                          [--images 64] [--batch-sizes 1 32] [--repeats 3] [--threads 2]
                                          [--size 512] [--save-masks]
     # localizers at 512 x 512 (MVSS-Net: the model dominates, so the pipeline must keep up):
@@ -163,7 +164,8 @@ def bench(name: str, count: int, batch_sizes: list[int], workdir: Path, repeats:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--detectors", nargs="+", default=["dct_tiny", "clip_linear_tiny", "clip_freq_tiny", "npr",
-                                                         "forgelens_tiny", "iapl_tiny"])
+                                                         "forgelens_tiny", "iapl_tiny", "cospy_tiny",
+                                                         "cospy_progan_tiny", "effort_tiny"])
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per figure; the best is kept")
