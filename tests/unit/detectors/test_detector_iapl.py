@@ -91,7 +91,8 @@ def authors_checkpoint(net) -> dict:
         if key.startswith("condition.branch_"):
             side, _, stage, *part, kind = key.split(".")[1:]
             name = f"conditional_ctx.model_{side[len('branch_'):]}.{theirs_stage[int(stage)]}.{theirs_part['.'.join(part)]}.{kind}"
-            state[name] = value.clone() if kind == "num_batches_tracked" else rand(value.shape)
+            state[name] = value.clone() if kind == "num_batches_tracked" else rand(value.shape).abs() + 0.5 \
+                if kind == "running_var" else rand(value.shape)
     state.update({"conditional_ctx.gamma": rand((64,)), "conditional_ctx.gamma_2": rand((64,)),
                   "conditional_ctx.sup.weight": rand((1, 64)), "conditional_ctx.sup.bias": rand((1,)),
                   "conditional_ctx.hpf.hpf.weight": rand((30, 3, 5, 5)),
