@@ -13,10 +13,12 @@ from omegaconf import DictConfig
 
 from datamodules.io import ImageReadError, read_image
 from datamodules.records import LayoutError, records_from_input
+from inference.parts import Shard, merge_parts
+from inference.runs import launch, score_to_output
 from inference.runtime import ModelLoadError, load_runtime
-from inference.scoring import image_score_fn, labelled_rows, score_records
+from inference.scoring import image_score_fn, labelled_rows
 from inference.tiling import TiledRuntime
-from inference.writer import COLUMNS, ResultWriter, read_results
+from inference.writer import COLUMNS, read_results
 
 log = logging.getLogger("infer")
 
@@ -26,9 +28,12 @@ class InferenceFailed(Exception):
 
 
 def infer(cfg: DictConfig) -> dict[str, Any]:
+    """Score, merge (multi-process runs) and report; see configs/infer.yaml for the options."""
     output = Path(cfg.output)
     try:
-        runtime = load_runtime(cfg.model, cfg.device)
+        shard = Shard.parse(cfg.shard)
+        processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
+        runtime = load_runtime(cfg.model, processes.device)
         if cfg.tiles:
             runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
         records = records_from_input(cfg.input)
@@ -47,14 +52,22 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     log.info("%s (%s, threshold %.4f): %d inputs -> %s", runtime.name, Path(cfg.model).suffix, threshold,
              len(records), output)
-    try:
-        with ResultWriter(output, columns, resume=cfg.resume) as writer:
-            counts = score_records(runtime, records, writer, batch_size=cfg.batch_size,
-                                   num_workers=cfg.num_workers, threshold=threshold, masks_dir=masks_dir,
-                                   progress=cfg.progress)
-    except KeyboardInterrupt:
-        raise InferenceFailed(f"interrupted; the rows in {output} are complete: rerun with resume=true") from None
-    log.info("scored %(ok)d, unreadable %(error)d, already done %(skipped)d", counts)
+    if cfg.merge:
+        merged = merge_parts(output, records, columns)
+        if merged["missing"]:
+            log.warning("%d inputs have no row in %s yet: run their shards (resume=true), then merge again",
+                        merged["missing"], output)
+        counts = {"ok": 0, "error": 0, "skipped": merged["rows"]}
+    else:
+        try:
+            counts = score_to_output(runtime, records, output, columns, processes, shard, resume=cfg.resume,
+                                     batch_size=cfg.batch_size, num_workers=cfg.num_workers, threshold=threshold,
+                                     masks_dir=masks_dir, progress=cfg.progress and processes.is_main)
+        except KeyboardInterrupt:
+            raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
+        log.info("scored %(ok)d, unreadable %(error)d, already done %(skipped)d", counts)
+        if not processes.is_main or shard.count > 1:
+            return {"counts": counts, "metrics": None}  # rank 0 reports; shards report after the merge
     results = read_results(output)
     if not any(row["status"] == "ok" for row in results):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
