@@ -10,8 +10,10 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from detectors.localization_metrics import PIXEL_PROTOCOL
 from detectors.module import DetectorModule
 from evaluation import calibration_markdown, report_records, write_metrics_json
+from evaluation.pixel import PIXEL_KEYS
 
 log = logging.getLogger("train")
 
@@ -30,6 +32,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.get("optimizer"),
                             scheduler=cfg.detector.get("scheduler"), target_fpr=cfg.target_fpr,
                             name=cfg.detector.get("name"))
+    if cfg.get("monitor", "auto") == "auto":
+        cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(cfg.data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")),
                                                  logger=instantiate_group(cfg.get("logger")) or False)
@@ -64,13 +68,21 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     rows = [{**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
             for i, label, score in zip(scored["index"], scored["label"], scored["score"])]
     threshold = float(module.threshold)
+    pixel = {k: v for k, v in module.stage_metrics["test"].items() if k in PIXEL_KEYS}
+    sheet = [(image, mask, prob.astype("float32"), f"{Path(test_records[index].path).name}  pixel F1 {f1:.2f}")
+             for f1, index, image, mask, prob in module.stage_cases.get("test", [])]
     written = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
-                             title=f"Test report: {extra.get('detector')}")
+                             title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
+                             contact_sheet=sheet or None)
     payload = {**json.loads(written["metrics"].read_text()), **extra}
+    notes = [calibration_markdown(extra["calibration"])] if extra.get("calibration") else []
+    if pixel:
+        payload["pixel_protocol"] = PIXEL_PROTOCOL
+        notes.append(f"Pixel metrics: {PIXEL_PROTOCOL}. Contact sheet: the worst and best test images by pixel F1.")
     write_metrics_json(written["metrics"], payload)
-    if extra.get("calibration"):
+    if notes:
         report = written["report"]
-        report.write_text(report.read_text() + "\n" + calibration_markdown(extra["calibration"]))
+        report.write_text(report.read_text() + "\n" + "\n\n".join(notes) + "\n")
     return {**module.stage_metrics["test"], **payload}
 
 
@@ -78,7 +90,8 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     def show(value: Any) -> str:
         return "n/a" if value is None or value != value else f"{value:.4f}"
 
-    keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold")
+    keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold",
+            "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_fpr_genuine")
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(metrics.get('val', {}).get('auroc'))}"
             f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")

@@ -72,9 +72,13 @@ def report_records(
     title: str = "Evaluation report",
     label: str = "label",
     score: str = "score",
+    pixel: dict | None = None,
     **evaluate_kwargs,
 ) -> dict[str, Path]:
     """``evaluate_records`` then ``write_report`` into ``out_dir`` (metrics.json, report.md, PNGs).
+
+    ``pixel``: a localizer's pixel metrics (``PixelMetricAccumulator.compute()``), reported beside
+    the image metrics.
 
     ``calibrated_threshold`` should come from the model (calibrated on validation genuines), not
     from this test set, which would leak the answer into the operating point.
@@ -85,7 +89,7 @@ def report_records(
     result = evaluate_records(cols, threshold=threshold, label=label, score=score, **evaluate_kwargs)
     return write_report(
         out_dir,
-        result["metrics"],
+        {**result["metrics"], **(pixel or {})},
         labels=cols[label],
         scores=cols[score],
         threshold=threshold,
