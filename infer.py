@@ -71,11 +71,19 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     results = read_results(output)
     if not any(row["status"] == "ok" for row in results):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
+    reviews = None
+    if cfg.group_by:
+        from inference.reviews import score_reviews
+
+        reviews = score_reviews(output, records, results, cfg.group_by, cfg.review_aggregation, threshold,
+                                cfg.input, title=f"{runtime.name} on {cfg.input}")
+        log.info("%d reviews (%s of images grouped by %s) -> %s", reviews["reviews"], cfg.review_aggregation,
+                 cfg.group_by, reviews["path"])
     rows = labelled_rows(records, results)
     if not rows:
         if cfg.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
-        return {"counts": counts, "metrics": None}
+        return {"counts": counts, "metrics": None, "reviews": reviews}
     robustness = sweep(runtime, rows, cfg) if cfg.robustness else None
     from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
 
@@ -87,7 +95,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, written["report"])
-    return {"counts": counts, "metrics": metrics}
+    return {"counts": counts, "metrics": metrics, "reviews": reviews}
 
 
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
