@@ -1,7 +1,6 @@
 """Train, calibrate and test a detector: `python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]`."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -71,19 +70,18 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     pixel = {k: v for k, v in module.stage_metrics["test"].items() if k in PIXEL_KEYS}
     sheet = [(image, mask, prob.astype("float32"), f"{Path(test_records[index].path).name}  pixel F1 {f1:.2f}")
              for f1, index, image, mask, prob in module.stage_cases.get("test", [])]
-    written = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
-                             title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
-                             contact_sheet=sheet or None)
-    payload = {**json.loads(written["metrics"].read_text()), **extra}
+    if pixel:
+        extra = {**extra, "pixel_protocol": PIXEL_PROTOCOL}
+    report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
+                            title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
+                            contact_sheet=sheet or None, extra=extra)
     notes = [calibration_markdown(extra["calibration"])] if extra.get("calibration") else []
     if pixel:
-        payload["pixel_protocol"] = PIXEL_PROTOCOL
         notes.append(f"Pixel metrics: {PIXEL_PROTOCOL}. Contact sheet: the worst and best test images by pixel F1.")
-    write_metrics_json(written["metrics"], payload)
     if notes:
-        report = written["report"]
-        report.write_text(report.read_text() + "\n" + "\n\n".join(notes) + "\n")
-    return {**module.stage_metrics["test"], **payload}
+        markdown = report.files["report"]
+        markdown.write_text(markdown.read_text() + "\n" + "\n\n".join(notes) + "\n")
+    return {**module.stage_metrics["test"], **report.metrics}
 
 
 def summary(metrics: dict[str, Any], output_dir: Path) -> str:

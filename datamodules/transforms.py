@@ -32,12 +32,16 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
         return []
     if preprocess.mode == "resize":
         return [A.Resize(size, size, interpolation=CV2_INTERPOLATION[preprocess.interpolation])]
-    position = "center" if preprocess.mode == "center_crop" else "top_left"
+    position = "top_left" if preprocess.mode == "pad" else "center"
     pad = A.PadIfNeeded(size, size, position=position, border_mode=cv2.BORDER_CONSTANT, fill=0, fill_mask=0)
+    steps: list[A.BasicTransform] = [pad]
+    if preprocess.mode == "resize_crop":
+        short_side = int(preprocess.load_size or size)
+        steps.insert(0, A.SmallestMaxSize(short_side, interpolation=CV2_INTERPOLATION[preprocess.interpolation]))
     if train:
-        return [pad, A.RandomCrop(size, size)]
-    if preprocess.mode == "center_crop":
-        return [pad, A.CenterCrop(size, size)]
+        return steps + [A.RandomCrop(size, size)]
+    if preprocess.mode != "pad":
+        return steps + [A.CenterCrop(size, size)]
     return [pad, A.Crop(0, 0, size, size)]
 
 

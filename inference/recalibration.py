@@ -133,7 +133,7 @@ def calibrate_model(model: str, input: str, output: str | os.PathLike, target_fp
     `input` is a folder of genuine images (no labels: every image is genuine) or a labelled
     manifest / layout (label 0 genuine, 1 fake; unlabelled rows are then left out).
     """
-    from datamodules.records import records_from_input
+    from datamodules.layouts import records_from_input
     from inference.runtime import load_runtime
     from inference.scoring import score_records
     from inference.writer import ResultWriter, read_results

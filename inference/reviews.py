@@ -102,8 +102,8 @@ def score_reviews(output: Path, records: Sequence[Record], results: Sequence[dic
     metrics = None
     if rows and "true_label" in rows[0]:
         labelled = [{"path": r["review"], "label": r["true_label"], "score": r["score"]} for r in rows]
-        written = report_records(output.with_name(f"{output.stem}_reviews_report"), labelled, threshold=threshold,
-                                 title=f"{title}: reviews by {group_by} ({method})")
-        metrics = {**json.loads(written["metrics"].read_text()), "group_by": group_by, "aggregation": method}
+        report = report_records(output.with_name(f"{output.stem}_reviews_report"), labelled, threshold=threshold,
+                                title=f"{title}: reviews by {group_by} ({method})")
+        metrics = {**report.metrics, "group_by": group_by, "aggregation": method}
         write_metrics_json(output.with_suffix(".reviews.metrics.json"), metrics)
     return {"path": path, "reviews": len(rows), "metrics": metrics}
