@@ -35,24 +35,35 @@ def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
     size, mode = preprocess.size, preprocess.mode
     if mode == "none":
         return lambda image: image
-    if mode == "resize":
+    if mode in ("resize", "resize_crop"):
         import cv2  # loaded only by resizing detectors
 
         flag = getattr(cv2, CV2_INTERPOLATION_NAMES[preprocess.interpolation])
 
-        def resize(image: np.ndarray) -> np.ndarray:
-            if image.shape[:2] == (size, size):
+        def resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
+            if image.shape[:2] == (height, width):
                 return image
-            return cv2.resize(image, (size, size), interpolation=flag)
+            return cv2.resize(image, (width, height), interpolation=flag)
 
-        return resize
+    if mode == "resize":
+        return lambda image: resize(image, size, size)
+
+    def center_crop(image: np.ndarray) -> np.ndarray:
+        image = pad_to(image, size, centre=True)
+        top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
+        return image[top:top + size, left:left + size]
+
     if mode == "center_crop":
-        def center_crop(image: np.ndarray) -> np.ndarray:
-            image = pad_to(image, size, centre=True)
-            top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
-            return image[top:top + size, left:left + size]
-
         return center_crop
+    if mode == "resize_crop":
+        short_side = int(preprocess.load_size or size)
+
+        def resize_crop(image: np.ndarray) -> np.ndarray:
+            scale = short_side / min(image.shape[:2])  # albumentations' SmallestMaxSize, its rounding too
+            height, width = max(1, round(image.shape[0] * scale)), max(1, round(image.shape[1] * scale))
+            return center_crop(resize(image, height, width))
+
+        return resize_crop
 
     def pad(image: np.ndarray) -> np.ndarray:
         return pad_to(image, size, centre=False)[:size, :size]

@@ -18,11 +18,12 @@ from tests.helpers import ROOT, compose_config, write_images
 SHAPES = [(45, 71), (32, 32), (31, 33), (100, 20), (7, 9), (64, 64)]
 
 
-@pytest.mark.parametrize("mode", ["center_crop", "pad", "resize", "none"])
+@pytest.mark.parametrize("mode", ["center_crop", "pad", "resize", "resize_crop", "none"])
 @pytest.mark.parametrize("interpolation", ["nearest", "bilinear", "bicubic", "area", "lanczos"])
 @pytest.mark.parametrize("size", [32, 33])
 def test_numpy_geometry_is_pixel_identical_to_the_albumentations_eval_transform(mode, interpolation, size):
-    preprocess = {"size": None if mode == "none" else size, "mode": mode, "interpolation": interpolation}
+    preprocess = {"size": None if mode == "none" else size, "mode": mode, "interpolation": interpolation,
+                  "load_size": 40 if size == 33 else None}
     reference, ours = build_transform(preprocess, train=False), eval_geometry(preprocess)
     rng = np.random.default_rng(size)
     for shape in SHAPES:
