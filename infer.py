@@ -32,7 +32,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     try:
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
-        runtime = load_runtime(cfg.model, processes.device)
+        runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
         if cfg.tiles:
             runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
         records = records_from_input(cfg.input, cfg.get("layout", "auto"))
@@ -70,6 +70,13 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     results = read_results(output)
     if not any(row["status"] == "ok" for row in results):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
+    return {"counts": counts, **report(cfg, runtime, records, results, threshold)}
+
+
+def report(cfg: DictConfig, runtime: Any, records: list[Record], results: list[dict[str, Any]],
+           threshold: float) -> dict[str, Any]:
+    """Review verdicts (`group_by`), then metrics and a report when the input carries labels."""
+    output = Path(cfg.output)
     reviews = None
     if cfg.group_by:
         from inference.reviews import score_reviews
@@ -82,7 +89,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     if not rows:
         if cfg.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
-        return {"counts": counts, "metrics": None, "reviews": reviews}
+        return {"metrics": None, "reviews": reviews}
     robustness = sweep(runtime, rows, cfg) if cfg.robustness else None
     from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
 
@@ -94,7 +101,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, report.files["report"])
-    return {"counts": counts, "metrics": metrics, "reviews": reviews}
+    return {"metrics": metrics, "reviews": reviews}
 
 
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:

@@ -29,41 +29,39 @@ def pad_to(image: np.ndarray, size: int, centre: bool) -> np.ndarray:
     return np.pad(image, widths, mode="constant", constant_values=0)
 
 
+def tile_to_cover(image: np.ndarray, size: int, **_: object) -> np.ndarray:
+    """Repeat the image along each side shorter than `size` (whole copies, from the top-left)
+    until it reaches `size`; longer sides are left as they are (mode `tile`)."""
+    reps = [max(1, -(-size // image.shape[axis])) for axis in (0, 1)]
+    if reps == [1, 1]:
+        return image
+    return np.tile(image, reps + [1] * (image.ndim - 2))
+
+
 def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
     """`H x W x 3 uint8 -> size x size x 3 uint8` (or the image itself for mode `none`)."""
     preprocess = Preprocess.from_config(preprocess)
     size, mode = preprocess.size, preprocess.mode
     if mode == "none":
         return lambda image: image
-    if mode in ("resize", "resize_crop"):
+    if mode == "resize":
         import cv2  # loaded only by resizing detectors
 
         flag = getattr(cv2, CV2_INTERPOLATION_NAMES[preprocess.interpolation])
 
-        def resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-            if image.shape[:2] == (height, width):
+        def resize(image: np.ndarray) -> np.ndarray:
+            if image.shape[:2] == (size, size):
                 return image
-            return cv2.resize(image, (width, height), interpolation=flag)
+            return cv2.resize(image, (size, size), interpolation=flag)
 
-    if mode == "resize":
-        return lambda image: resize(image, size, size)
+        return resize
+    if mode in ("center_crop", "tile"):
+        def center_crop(image: np.ndarray) -> np.ndarray:
+            image = tile_to_cover(image, size) if mode == "tile" else pad_to(image, size, centre=True)
+            top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
+            return image[top:top + size, left:left + size]
 
-    def center_crop(image: np.ndarray) -> np.ndarray:
-        image = pad_to(image, size, centre=True)
-        top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
-        return image[top:top + size, left:left + size]
-
-    if mode == "center_crop":
         return center_crop
-    if mode == "resize_crop":
-        short_side = int(preprocess.load_size or size)
-
-        def resize_crop(image: np.ndarray) -> np.ndarray:
-            scale = short_side / min(image.shape[:2])  # albumentations' SmallestMaxSize, its rounding too
-            height, width = max(1, round(image.shape[0] * scale)), max(1, round(image.shape[1] * scale))
-            return center_crop(resize(image, height, width))
-
-        return resize_crop
 
     def pad(image: np.ndarray) -> np.ndarray:
         return pad_to(image, size, centre=False)[:size, :size]

@@ -71,9 +71,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
 
 
 class TorchRuntime:
-    """A `.ckpt` detector in PyTorch."""
+    """A `.ckpt` detector in PyTorch. `tta=True` adapts prompt-based detectors (iapl) to each image
+    before scoring it (`inference.tta`); images are then read at the adaptation's load size."""
 
-    def __init__(self, path: str | os.PathLike, device: str = "auto") -> None:
+    def __init__(self, path: str | os.PathLike, device: str = "auto", tta: bool = False) -> None:
         self.device = resolve_device(device)
         self.module = load_checkpoint(path).to(self.device)
         self.net = self.module.net
@@ -81,11 +82,25 @@ class TorchRuntime:
         self.preprocess: Preprocess = self.net.preprocess
         self.threshold = float(self.module.threshold)
         self.is_localizer = bool(self.net.is_localizer)
+        self.adapter = None
+        if tta:
+            from dataclasses import replace
+
+            from inference.tta import ContextAdapter
+
+            try:
+                self.adapter = ContextAdapter(self.net, size=int(self.preprocess.size))
+            except ValueError as error:
+                raise ModelLoadError(f"tta=true: {error}") from None
+            self.preprocess = replace(self.preprocess, size=self.adapter.settings.load_size, mode="resize")
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""
         import torch
 
+        if self.adapter is not None:  # adapting needs gradients: no inference mode around it
+            batch = torch.as_tensor(images).to(self.device, non_blocking=True)
+            return {"score": np.asarray([self.adapter.score(image) for image in batch], dtype=np.float32)}
         with torch.inference_mode():
             outputs = self.net(torch.as_tensor(images).to(self.device, non_blocking=True))
             result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
@@ -97,10 +112,13 @@ class TorchRuntime:
 class OnnxRuntime:
     """An exported `.onnx` detector in onnxruntime; preprocessing and threshold from its metadata."""
 
-    def __init__(self, path: str | os.PathLike, device: str = "auto") -> None:
+    def __init__(self, path: str | os.PathLike, device: str = "auto", tta: bool = False) -> None:
         import onnxruntime as ort
 
         path = Path(path)
+        if tta:
+            raise ModelLoadError(f"{path}: test-time adaptation takes gradient steps, which an ONNX graph cannot; "
+                                 "use the .ckpt for tta=true (the exported model is the non-adapted one)")
         if not path.is_file():
             raise ModelLoadError(f"ONNX model {path} does not exist")
         self.device = device
@@ -157,13 +175,13 @@ def onnx_providers(device: str, available: list[str]) -> list[Any]:
     return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
 
 
-def load_runtime(path: str | os.PathLike, device: str = "auto") -> TorchRuntime | OnnxRuntime:
+def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = False) -> TorchRuntime | OnnxRuntime:
     """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason."""
     suffix = Path(path).suffix.lower()
     if suffix == ".onnx":
-        return OnnxRuntime(path, device)
+        return OnnxRuntime(path, device, tta)
     if suffix in (".ckpt", ".pt", ".pth"):
-        return TorchRuntime(path, device)
+        return TorchRuntime(path, device, tta)
     raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
 
 

@@ -13,17 +13,16 @@ from datamodules.transforms import build_transform, to_tensor
 from inference.batches import iter_batches
 from inference.writer import read_results
 from infer import infer
-from tests.helpers import ROOT, compose_config, write_images
+from tests.helpers import ROOT, compose_config, write_images, write_tiny_model
 
 SHAPES = [(45, 71), (32, 32), (31, 33), (100, 20), (7, 9), (64, 64)]
 
 
-@pytest.mark.parametrize("mode", ["center_crop", "pad", "resize", "resize_crop", "none"])
+@pytest.mark.parametrize("mode", ["center_crop", "pad", "resize", "tile", "none"])
 @pytest.mark.parametrize("interpolation", ["nearest", "bilinear", "bicubic", "area", "lanczos"])
 @pytest.mark.parametrize("size", [32, 33])
 def test_numpy_geometry_is_pixel_identical_to_the_albumentations_eval_transform(mode, interpolation, size):
-    preprocess = {"size": None if mode == "none" else size, "mode": mode, "interpolation": interpolation,
-                  "load_size": 40 if size == 33 else None}
+    preprocess = {"size": None if mode == "none" else size, "mode": mode, "interpolation": interpolation}
     reference, ours = build_transform(preprocess, train=False), eval_geometry(preprocess)
     rng = np.random.default_rng(size)
     for shape in SHAPES:
@@ -51,6 +50,11 @@ def test_threaded_batches_keep_input_order_and_report_unreadable_files(tmp_path,
     assert [i for b in batches for i in b["index"]] == [0, 1, 3, 4, 5, 6]
     assert batches[1]["size"] == [(23, 30), (24, 30), (25, 30)]
     assert batches[1]["image"].shape == (3, 3, 16, 16) and batches[1]["image"].dtype == np.float32
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny_onnx"))
 
 
 def test_onnx_run_imports_neither_torch_nor_lightning_and_matches_the_checkpoint(tiny_model, tmp_path):
