@@ -93,6 +93,7 @@ class TorchRuntime:
             except ValueError as error:
                 raise ModelLoadError(f"tta=true: {error}") from None
             self.preprocess = replace(self.preprocess, size=self.adapter.settings.load_size, mode="resize")
+        self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""
@@ -143,6 +144,7 @@ class OnnxRuntime:
         self.threshold = float(meta["threshold"])
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
+        self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array (or a CPU tensor)."""
@@ -150,6 +152,16 @@ class OnnxRuntime:
             images = images.detach().cpu().numpy()
         values = self.session.run(self.output_names, {"image": np.asarray(images, dtype=np.float32)})
         return dict(zip(self.output_names, values))
+
+
+def scoring_preprocess(preprocess: Preprocess, is_localizer: bool) -> Preprocess:
+    """What a runtime feeds its network: localizers take the whole image at its own size (they pad
+    to their stride inside and crop their map back), so the map covers every pixel of the original;
+    classifiers keep the crop or resize they were trained with."""
+    if not is_localizer:
+        return preprocess
+    return Preprocess(size=None, mode="none", interpolation=preprocess.interpolation, mean=preprocess.mean,
+                      std=preprocess.std, extra=dict(preprocess.extra))
 
 
 def gpu_present() -> bool:
