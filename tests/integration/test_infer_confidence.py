@@ -43,7 +43,7 @@ def test_confidence_maps_are_written_beside_the_masks(trufor, images, tmp_path):
     assert result["counts"]["ok"] == len(SIZES)
     for row in read_results(output):
         saved = Path(row["confidence"])
-        assert saved.parent == tmp_path / "out" / "scores_confidence" and Path(row["mask"]).is_file()
+        assert saved.parent == tmp_path / "out" / "scores_masks" / "confidence" and Path(row["mask"]).is_file()
         pixels = np.asarray(Image.open(saved))
         name = Path(row["path"]).name
         assert pixels.shape == SIZES[name]
@@ -58,4 +58,4 @@ def test_without_the_option_no_confidence_column(trufor, images, tmp_path):
     output = tmp_path / "scores.csv"
     run_infer(checkpoint, images, output, "save_masks=true")
     assert all("confidence" not in row for row in read_results(output))
-    assert not (tmp_path / "scores_confidence").exists()
+    assert not (tmp_path / "scores_masks" / "confidence").exists()
