@@ -241,3 +241,50 @@ def test_export_reproduces_score_mask_and_confidence_at_two_sizes(tmp_path):
         assert np.abs(score - torch.sigmoid(outputs["logit"]).numpy()).max() <= 1e-4
         assert np.abs(mask - torch.sigmoid(outputs["mask_logit"]).numpy()).max() <= 1e-3
         assert np.abs(confidence - torch.sigmoid(outputs["confidence_logit"]).numpy()).max() <= 1e-3
+
+
+# ------------------------------------------------------------------ phases chained by checkpoints
+def save_phase(net: TruFor, path) -> None:
+    torch.save({"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}}, path)
+
+
+def same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_each_phase_takes_what_earlier_phases_trained_from_the_previous_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    first = tiny_net(phase="fingerprint")
+    save_phase(first, tmp_path / "phase1.ckpt")
+    torch.manual_seed(1)
+    second = tiny_net(phase="localize", init_from=str(tmp_path / "phase1.ckpt"))
+    assert same(second.fingerprint, first.fingerprint) and not same(second.encoder, first.encoder)
+    save_phase(second, tmp_path / "phase2.ckpt")
+    torch.manual_seed(2)
+    third = tiny_net(phase="detect", init_from=str(tmp_path / "phase2.ckpt"))
+    for part in ("fingerprint", "encoder", "anomaly_decoder"):
+        assert same(getattr(third, part), getattr(second, part))
+    assert not same(third.confidence_decoder, second.confidence_decoder)
+
+
+@pytest.mark.parametrize("recipe,phase", [("trufor_fingerprint", "fingerprint"), ("trufor_localize", "localize"),
+                                          ("trufor_detect", "detect")])
+def test_phase_recipes_compose_and_build_the_tiny_network(recipe, phase, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    torch.manual_seed(0)
+    save_phase(tiny_net(), tmp_path / "previous.ckpt")
+    overrides = [f"experiment={recipe}", "detector=trufor_tiny", "trainer=cpu"]
+    if phase != "fingerprint":
+        overrides += ["data.root=/data/forgeries", f"detector.net.init_from={tmp_path / 'previous.ckpt'}"]
+    with initialize_config_dir(config_dir=str(CONFIGS.parent), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    assert cfg.detector.net.phase == phase
+    net = build_detector(cfg.detector.net)
+    assert count(net, trainable_only=True) == sum(count(getattr(net, p)) for p in TRAINED_PARTS[phase])
+    if phase == "fingerprint":
+        assert cfg.data._target_.endswith("ChainPatchDataModule")
+        assert cfg.callbacks.model_checkpoint.monitor == "val/loss" and cfg.callbacks.model_checkpoint.mode == "min"
+    else:
+        assert cfg.detector.optimizer.name == "SGD" and cfg.detector.optimizer.lr == 0.005
+        assert cfg.detector.optimizer.momentum == 0.9 and cfg.detector.optimizer.weight_decay == 5e-4
