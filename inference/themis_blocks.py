@@ -12,7 +12,8 @@ image in `--partitions`: pixel value = region id, 0 = no region); a block is *pr
 at least `--pred-coverage` of its pixels reach `--threshold` in the saved map, and *truly* forged
 when the true mask covers more than `--true-coverage` of it. Means are over the manipulated
 images of each task (groups matched by substring, `--task GROUP=TASK`); genuine images report the
-fraction of them with any block flagged. The table puts the MLLM figures of THEMIS Tables 9-11
+fraction of them with any block flagged. A row answering every block shows what a map that flags
+everything would score (the reference any detector must beat). The table puts the MLLM figures of THEMIS Tables 9-11
 beside ours: those were measured on THEMIS's academic panels, ours on whatever data you score, so
 the rows are the same protocol on different images, not a head-to-head comparison.
 """
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--true-coverage", type=float, default=0.0)
     parser.add_argument("--task", action="append", default=[], help="GROUP=TASK (substring of the group)")
     parser.add_argument("--output", type=Path, help="write the table (markdown) and a .json beside it")
+    parser.add_argument("--no-baseline", action="store_true", help="leave out the every-block-flagged row")
     args = parser.parse_args(argv)
     tasks = dict(item.split("=", 1) for item in args.task) if args.task else DEFAULT_TASKS
     names = args.names or [path.stem for path in args.results]
@@ -195,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{results}: no scored image with a saved map matches the manifest (save_masks=true?)")
         ours[name] = summarize(score_images(items, args.grid, args.threshold, args.pred_coverage,
                                             args.true_coverage, args.partitions))
+    if not args.no_baseline:  # answering every block: what a map that flags everything would score
+        items = [{**item, "map": np.ones_like(item["map"])} for item in load_items(args.results[0], args.manifest, tasks)]
+        ours["(every block flagged)"] = summarize(score_images(items, args.grid, args.threshold, args.pred_coverage,
+                                                                args.true_coverage, args.partitions))
     text = table(ours)
     settings = (f"Grid {args.grid[0]}x{args.grid[1]}" if not args.partitions else "Given partitions") + \
         f"; pixel threshold {args.threshold}; a block is flagged at {args.pred_coverage:.0%} coverage."

@@ -87,4 +87,6 @@ def test_command_reads_infer_results_and_the_manifest(tmp_path):
     (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
     assert main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"),
                  "--output", str(tmp_path / "table.md")]) == 0
-    assert "| scores | ours | 100.00 (n=1) | 100.00 |" in (tmp_path / "table.md").read_text()
+    text = (tmp_path / "table.md").read_text()
+    assert "| scores | ours | 100.00 (n=1) | 100.00 |" in text
+    assert "| (every block flagged) | ours | 11.11 (n=1) | 20.00 |" in text  # 1 true block of 9
