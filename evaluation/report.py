@@ -1,4 +1,4 @@
-"""Write an evaluation to disk: ``metrics.json`` (machine-readable, DESIGN.md keys), ``report.md``
+"""Write an evaluation to disk: ``metrics.json`` (machine-readable, the keys of docs/architecture.md), ``report.md``
 (tables a person can read, with intervals) and PNG figures."""
 
 from __future__ import annotations
