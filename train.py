@@ -9,10 +9,9 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from detectors.localization_metrics import PIXEL_PROTOCOL
 from detectors.module import DetectorModule
 from evaluation import calibration_markdown, report_records, write_metrics_json
-from evaluation.pixel import PIXEL_KEYS
+from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 
 log = logging.getLogger("train")
 
@@ -21,6 +20,15 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
     """Every `_target_` entry of a config group such as `callbacks` or `logger`."""
     return [hydra.utils.instantiate(entry) for entry in (group or {}).values()
             if isinstance(entry, DictConfig) and "_target_" in entry]
+
+
+def data_config(data: DictConfig, localizer: bool) -> DictConfig:
+    """The DataModule config; a default data config may carry a `localizers` variant (with masks),
+    which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument."""
+    variants = data.get("localizers")
+    if localizer and variants is not None:
+        return variants
+    return OmegaConf.masked_copy(data, [k for k in data if k != "localizers"]) if variants is not None else data
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -33,7 +41,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                             name=cfg.detector.get("name"))
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
-    datamodule = hydra.utils.instantiate(cfg.data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
+    datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),
+                                         preprocess=module.net.preprocess.to_dict(), _convert_="all")
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")),
                                                  logger=instantiate_group(cfg.get("logger")) or False)
     if trainer.is_global_zero:

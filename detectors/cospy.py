@@ -35,7 +35,7 @@ from detectors.blocks.hf_clip import load_hf_clip_vision
 from detectors.blocks.residuals import neighboring_pixel_residual
 from detectors.blocks.resnet import truncated_resnet
 from detectors.blocks.vae import VAEReconstruction
-from detectors.blocks.weights import MissingWeightsError
+from detectors.blocks.weights import MissingWeightsError, weights_deferred
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,12 @@ class CoSpy(Detector):
         with torch.no_grad():
             self.fusion.weight += facts["fusion_weight_init"] if fusion_weight_init is None else fusion_weight_init
             self.fusion.bias.fill_(self.fusion_bias_floor)
-        for part, path in (("semantic", init_semantic), ("artifact", init_artifact)):
-            if path:
-                self.load_branch(part, path)
-        if pretrained:
-            self.load_release(pretrained)
+        if not weights_deferred():  # a toolkit checkpoint being loaded brings every weight itself
+            for part, path in (("semantic", init_semantic), ("artifact", init_artifact)):
+                if path:
+                    self.load_branch(part, path)
+            if pretrained:
+                self.load_release(pretrained)
         self._freeze_for_stage()
 
     def train(self, mode: bool = True) -> "CoSpy":

@@ -14,12 +14,9 @@ import torch
 import torch.distributed as dist
 
 from evaluation import PixelMetricAccumulator
+from evaluation.pixel import PIXEL_PROTOCOL  # noqa: F401  (re-exported for train.py)
 
 PER_MASK_FIELDS = ("f1", "iou", "auroc", "f1_best", "counts")
-PIXEL_PROTOCOL = ("pixel F1 / IoU / AUROC per manipulated image at probability 0.5, averaged over manipulated "
-                  "images; genuine images scored by the fraction of pixels predicted positive "
-                  "(pixel_fpr_genuine); _pooled sums pixel counts over the set; pixel_f1_best is a "
-                  "per-image oracle threshold")
 
 
 def all_gather_objects(local: Any) -> list[Any]:

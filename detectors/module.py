@@ -160,6 +160,12 @@ class DetectorModule(L.LightningModule):
         params = [p for p in self.net.parameters() if p.requires_grad]
         optimizer = getattr(torch.optim, name)(params, **settings)
         schedule = {**DEFAULT_SCHEDULER, **(self.hparams.scheduler or {})}
+        if schedule.get("name", "cosine") == "step":
+            # Recipes that decay per epoch (ForgeLens, IAPL): lr * gamma every `step_size` epochs.
+            step = torch.optim.lr_scheduler.StepLR(optimizer, int(schedule["step_size"]), float(schedule["gamma"]))
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": step, "interval": "epoch"}}
+        if schedule.get("name", "cosine") != "cosine":
+            raise ValueError(f"scheduler.name must be cosine or step, got {schedule['name']!r}")
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(schedule["warmup_fraction"] * total)
         floor = float(schedule["min_lr_ratio"])

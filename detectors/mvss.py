@@ -190,7 +190,8 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # unpickling errors have no common base class
-            raise ValueError(f"cannot read {path} as a weights file (loaded with weights_only=True): {error}") from error
+            raise ValueError(f"cannot read {path} as a weights file (read with weights_only=True): "
+                             f"{error}") from error
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):

@@ -36,3 +36,14 @@ class SquaresDataset(Dataset):
 
 def squares_loader(n: int = 9, batch_size: int = 4) -> DataLoader:
     return DataLoader(SquaresDataset(n), batch_size=batch_size, shuffle=False)
+
+
+def save_untrained_checkpoint(path, net: dict | None = None, seed: int = 0):
+    """A checkpoint in train.py's format holding a randomly initialized localizer (no training needed
+    to test what infer.py and export.py do with maps)."""
+    from detectors.module import DetectorModule
+
+    torch.manual_seed(seed)
+    module = DetectorModule(net=net or SEG_TINY, name="seg_tiny")
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, path)
+    return module.eval()

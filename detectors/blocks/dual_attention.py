@@ -43,6 +43,15 @@ class ChannelAttention(nn.Module):
         self.gamma = nn.Parameter(torch.zeros(1))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
+        device = features.device.type
+        if torch.is_autocast_enabled(device):
+            # The energies sum H*W products: in float16 they overflow on large images (NaN losses
+            # under mixed precision), so this block always runs in float32.
+            with torch.autocast(device, enabled=False):
+                return self.attend(features.float()).to(features.dtype)
+        return self.attend(features)
+
+    def attend(self, features: torch.Tensor) -> torch.Tensor:
         flat = features.flatten(2)  # N x C x HW
         energy = torch.bmm(flat, flat.transpose(1, 2))  # N x C x C
         attention = torch.softmax(energy.amax(-1, keepdim=True) - energy, dim=-1)

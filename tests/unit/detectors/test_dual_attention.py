@@ -39,3 +39,16 @@ def test_head_maps_features_to_logits_at_the_same_resolution():
     assert head.position_in[0].out_channels == 16
     assert head.position.query.out_channels == 2
     assert head(torch.randn(2, 64, 6, 5)).shape == (2, 1, 6, 5)
+
+
+def test_channel_attention_runs_in_float32_under_mixed_precision():
+    torch.manual_seed(0)
+    block = ChannelAttention()
+    with torch.no_grad():
+        block.gamma.fill_(1.0)
+    features = torch.rand(1, 8, 32, 32) * 4  # energies in the thousands
+    expected = block(features)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = block(features)
+    assert mixed.dtype == torch.float32
+    assert torch.allclose(mixed, expected, rtol=1e-5, atol=1e-5)

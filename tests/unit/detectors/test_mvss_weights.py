@@ -124,10 +124,9 @@ def test_values_land_where_they_belong():
     assert torch.equal(model.rgb_backbone.layer2[0].downsample[1].weight, state["model.layer2.0.downsample.1.weight"])
     assert torch.equal(model.noise_backbone.conv1.weight, state["noise_extractor.model.conv1.weight"])
     # The Bayar kernel: the authors raw-reshape (in, out, 24) to (out, in, 5, 5); so do we.
-    their_weight = torch.cat([state["constrain_conv.kernel"][..., :12] / state["constrain_conv.kernel"].sum(-1, keepdim=True),
-                              -torch.ones(1, 3, 1),
-                              state["constrain_conv.kernel"][..., 12:] / state["constrain_conv.kernel"].sum(-1, keepdim=True)],
-                             dim=-1).reshape(3, 1, 5, 5)
+    kernel = state["constrain_conv.kernel"]
+    taps = kernel / kernel.sum(-1, keepdim=True)
+    their_weight = torch.cat([taps[..., :12], -torch.ones(1, 3, 1), taps[..., 12:]], dim=-1).reshape(3, 1, 5, 5)
     assert torch.allclose(model.bayar.constrained_weight(), their_weight)
 
 
@@ -172,3 +171,11 @@ def test_unknown_keys_and_edited_sobel_filters_are_refused():
     edited["sobel_x2.0.weight"] = edited["sobel_x2.0.weight"] * 2
     with pytest.raises(ValueError, match="sobel_x2.0.weight"):
         map_authors_state_dict(edited)
+
+
+def test_rebuilding_from_a_checkpoint_does_not_need_the_original_pretrained_file(tmp_path):
+    from detectors.blocks.weights import architecture_only
+
+    with architecture_only():
+        model = small_mvss(pretrained=str(tmp_path / "was_on_another_machine.pt"))
+    assert isinstance(model, MVSSNet)
