@@ -114,34 +114,6 @@ def test_untrusted_checkpoints_do_not_run_code(tmp_path):
         load_checkpoint(tmp_path / "target.ckpt")
 
 
-def test_resume_from_last_checkpoint_continues_the_run(trained_run, small_dataset, tmp_path):
-    run, _, _ = trained_run
-    last = run / "checkpoints" / "last.ckpt"
-    before = torch.load(last, weights_only=True)
-    train(prepare_train_config([*small_train_overrides(small_dataset), "trainer.max_epochs=3",
-                                f"ckpt_path={last}", "test=false"], tmp_path / "resumed"))
-    after = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert before["epoch"] == 1 and after["epoch"] == 2
-    steps_per_epoch = before["global_step"] // 2
-    assert after["global_step"] == before["global_step"] + steps_per_epoch
-
-
-def test_seed_zero_is_honoured(train_config):
-    import lightning as L
-
-    cfg = train_config()
-    L.seed_everything(123)
-    assert cfg.seed == 0
-    from detectors.module import DetectorModule
-
-    def first_weights():
-        L.seed_everything(cfg.seed)
-        return DetectorModule(net=cfg.detector.net).net.head.weight.detach().clone()
-
-    assert torch.equal(first_weights(), first_weights())
-    assert not np.isnan(first_weights().numpy()).any()
-
-
 def test_tiled_scoring_averages_native_tiles_covering_the_whole_image(trained_run, tmp_path):
     from PIL import Image
 
