@@ -22,6 +22,9 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
     log.info("wrote %s (outputs %s; max |score difference| vs PyTorch %.2e)", report.path,
              ", ".join(report.outputs), report.max_score_difference)
+    if report.max_mask_difference is not None:
+        log.info("max |mask difference| vs PyTorch %.2e on inputs %s", report.max_mask_difference,
+                 report.checked_shapes)
 
 
 if __name__ == "__main__":

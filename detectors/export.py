@@ -6,6 +6,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +16,7 @@ import detectors
 from detectors.module import DetectorModule
 
 PARITY_TOLERANCE = 1e-4
+MASK_PARITY_TOLERANCE = 1e-3  # probabilities of a whole map: float32 reductions differ more than one score
 
 
 class ExportError(Exception):
@@ -41,6 +43,33 @@ class ExportReport:
     path: Path
     max_score_difference: float
     outputs: list[str]
+    max_mask_difference: float | None = None
+    checked_shapes: list[tuple[int, ...]] | None = None
+
+
+def parity_probes(module: DetectorModule, size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Inputs the export is checked on: a batch of 3 (the graph was traced with 2) and, for
+    localizers, whose height and width are dynamic, a second batch at another, odd size."""
+    probes = [torch.rand(3, 3, size, size, generator=generator)]
+    if module.net.is_localizer:
+        probes.append(torch.rand(1, 3, size + size // 2 + 3, max(32, size - 5), generator=generator))
+    return probes
+
+
+def parity_differences(graph: nn.Module, session: Any, names: list[str],
+                       probes: list[torch.Tensor]) -> tuple[float, float | None]:
+    """Largest |onnxruntime - PyTorch| difference of the score and (for localizers) of the map."""
+    score_difference, mask_difference = 0.0, None
+    for probe in probes:
+        with torch.inference_mode():
+            expected = [t.numpy() for t in graph(probe)]
+        actual = session.run(names, {"image": probe.numpy()})
+        score_difference = max(score_difference, float(np.max(np.abs(actual[0] - expected[0]))))
+        if len(names) > 1:
+            if actual[1].shape != expected[1].shape:
+                raise ExportError(f"ONNX mask shape {actual[1].shape} differs from PyTorch's {expected[1].shape}")
+            mask_difference = max(mask_difference or 0.0, float(np.max(np.abs(actual[1] - expected[1]))))
+    return score_difference, mask_difference
 
 
 def example_size(module: DetectorModule) -> int:
@@ -49,9 +78,11 @@ def example_size(module: DetectorModule) -> int:
 
 
 def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 18,
-                tolerance: float = PARITY_TOLERANCE, seed: int = 0) -> ExportReport:
+                tolerance: float = PARITY_TOLERANCE, seed: int = 0,
+                mask_tolerance: float = MASK_PARITY_TOLERANCE) -> ExportReport:
     """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
-    PyTorch's scores within `tolerance` on a batch of size different from the traced one."""
+    PyTorch's scores within `tolerance` on a batch of size different from the traced one; for
+    localizers also the maps within `mask_tolerance`, at two different input sizes."""
     import onnx
     import onnxruntime as ort
 
@@ -91,15 +122,21 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
     onnx.save(model, str(tmp))
     onnx.checker.check_model(str(tmp))
 
-    probe = torch.rand(3, 3, size, size, generator=generator)
-    with torch.inference_mode():
-        expected = graph(probe)[0].numpy()
+    probes = parity_probes(module, size, generator)
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    actual = session.run(["score"], {"image": probe.numpy()})[0]
-    difference = float(np.max(np.abs(actual - expected)))
+    try:
+        difference, mask_difference = parity_differences(graph, session, names, probes)
+    except Exception as error:  # a shape the graph cannot take is a failed export too
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"ONNX parity check could not run: {error}; the file was not written") from error
+    shapes = [tuple(p.shape) for p in probes]
     if not difference <= tolerance:
         tmp.unlink(missing_ok=True)
-        raise ExportError(f"ONNX parity failed: max |score difference| {difference:.3g} > {tolerance:g}; "
-                          "the file was not written")
+        raise ExportError(f"ONNX parity failed: max |score difference| {difference:.3g} > {tolerance:g} "
+                          f"on inputs {shapes}; the file was not written")
+    if mask_difference is not None and not mask_difference <= mask_tolerance:
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"ONNX parity failed: max |mask difference| {mask_difference:.3g} > {mask_tolerance:g} "
+                          f"on inputs {shapes}; the file was not written")
     os.replace(tmp, output)
-    return ExportReport(output, difference, names)
+    return ExportReport(output, difference, names, mask_difference, shapes)
