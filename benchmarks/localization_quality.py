@@ -58,7 +58,7 @@ def train(detector: str, data: Path, run: Path, epochs: int, minutes: float) -> 
     """Train in a subprocess (`train.py`), return (best checkpoint, seconds)."""
     command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", "data=localization",
                f"data.root={data}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
-               f"+trainer.max_time={{minutes: {minutes}}}", "trainer.enable_progress_bar=false", "test=false",
+               f"+trainer.max_time='00:00:{int(minutes):02d}:{round(minutes % 1 * 60):02d}'", "trainer.enable_progress_bar=false", "test=false",
                f"hydra.run.dir={run}"]
     started = time.perf_counter()
     run.mkdir(parents=True, exist_ok=True)
