@@ -24,6 +24,7 @@ import json
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,8 @@ SPEC = {"kind": "forgery", "ops": {"splicing": 0.5, "copy_move": 0.75, "inpainti
                                    "damage": 0.5},
         "max_side": 160, "crops_per_photo": 3, "crop_size": 96, "crop_scales": (0.4, 0.8), "min_panel_side": 96,
         "generator": {"variants": ("nearest_conv", "bilinear_conv"), "steps": 150}}
-COLUMNS = ("pixel_f1", "pixel_f1_best", "pixel_iou", "pixel_auroc", "image_auroc", "pixel_fpr_genuine", "n_masks")
+COLUMNS = ("pixel_f1", "pixel_f1_best", "pixel_iou", "pixel_auroc", "image_auroc", "pixel_fpr_genuine",
+           "whole_image_f1", "n_masks")
 MARKERS = ("<!-- localization-quality:start -->", "<!-- localization-quality:end -->")
 
 
@@ -54,8 +56,16 @@ def make_data(folder: Path) -> Path:
     return folder / "manifest.csv"
 
 
-def train(detector: str, data: Path, run: Path, epochs: int, minutes: float) -> tuple[Path, float]:
-    """Train in a subprocess (`train.py`), return (best checkpoint, seconds)."""
+def operation(group: str | None) -> str | None:
+    """The operation of a generated group (region edits are named after their generator)."""
+    return "region_edit" if group and group.endswith("_region") else group
+
+
+def train(detector: str, data: Path, run: Path, epochs: int, minutes: float, reuse: bool) -> tuple[Path, float]:
+    """Train in a subprocess (`train.py`), return (best checkpoint, seconds); `reuse` keeps a finished run."""
+    timing = run / "train_seconds.txt"
+    if reuse and timing.is_file() and (run / "checkpoints" / "best.ckpt").is_file():
+        return run / "checkpoints" / "best.ckpt", float(timing.read_text())
     command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", "data=localization",
                f"data.root={data}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
                f"+trainer.max_time='00:00:{int(minutes):02d}:{round(minutes % 1 * 60):02d}'", "trainer.enable_progress_bar=false", "test=false",
@@ -64,7 +74,9 @@ def train(detector: str, data: Path, run: Path, epochs: int, minutes: float) -> 
     run.mkdir(parents=True, exist_ok=True)
     with open(run / "train.log", "w") as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    return run / "checkpoints" / "best.ckpt", time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    timing.write_text(f"{seconds:.1f}")
+    return run / "checkpoints" / "best.ckpt", seconds
 
 
 @torch.inference_mode()
@@ -82,8 +94,8 @@ def evaluate(checkpoint: Path, manifest: Path) -> dict[str, dict[str, float]]:
         if record.label == 0:
             genuine_probs.append(prob)
             genuine_scores.append(score)
-        elif record.group in by_op and record.mask:
-            by_op[record.group].append((read_mask(record.mask), prob, score))
+        elif operation(record.group) in by_op and record.mask:
+            by_op[operation(record.group)].append((read_mask(record.mask), prob, score))
     table = {}
     for op, items in by_op.items():
         if not items:
@@ -94,9 +106,16 @@ def evaluate(checkpoint: Path, manifest: Path) -> dict[str, dict[str, float]]:
         for prob in genuine_probs:
             accumulator.add(None, prob)
         pixel = accumulator.compute()
+        whole = PixelMetricAccumulator()  # the trivial map that marks every pixel, for reference
+        for mask, prob, _ in items:
+            whole.add(mask, np.ones_like(prob))
+        with warnings.catch_warnings():  # no genuine images here: its genuine FPR is undefined, unused
+            warnings.simplefilter("ignore")
+            whole_f1 = whole.compute()["pixel_f1"]
         labels = np.r_[np.ones(len(items)), np.zeros(len(genuine_scores))]
         scores = np.r_[[s for *_, s in items], genuine_scores]
-        table[op] = {**pixel, "image_auroc": image_metrics(labels, scores)["auroc"]}
+        table[op] = {**pixel, "image_auroc": image_metrics(labels, scores)["auroc"],
+                     "whole_image_f1": whole_f1}
     return table
 
 
@@ -126,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-time budget of each training run")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_quality")
     parser.add_argument("--readme", type=Path, default=None, help="also write the table into this file")
+    parser.add_argument("--reuse", action="store_true", help="evaluate finished runs again without retraining")
     args = parser.parse_args(argv)
     manifest = make_data(args.output_dir / "data")
     results = []
     for detector in args.detectors:
-        checkpoint, seconds = train(detector, manifest.parent, args.output_dir / detector, args.epochs, args.minutes)
+        checkpoint, seconds = train(detector, manifest.parent, args.output_dir / detector, args.epochs, args.minutes,
+                                    args.reuse)
         results.append({"detector": detector, "train_seconds": seconds, "operations": evaluate(checkpoint, manifest)})
     text = markdown(results)
     (args.output_dir / "results.json").write_text(json.dumps(results, indent=1))
