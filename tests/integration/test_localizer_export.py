@@ -66,5 +66,5 @@ def test_infer_gives_the_same_rows_and_maps_with_ckpt_and_onnx(exported, tmp_pat
 def test_export_is_refused_when_the_map_drifts(exported, tmp_path):
     _, module, _ = exported
     with pytest.raises(ExportError, match="mask difference"):
-        export_onnx(module, tmp_path / "strict.onnx", mask_tolerance=-1.0)
+        export_onnx(module, tmp_path / "strict.onnx", map_tolerance=-1.0)
     assert not (tmp_path / "strict.onnx").exists()

@@ -128,3 +128,25 @@ def test_export_reproduces_the_mask_at_two_sizes(tmp_path):
         assert mask.shape == (2, 1, *size)
         assert np.abs(score - torch.sigmoid(outputs["logit"]).numpy()).max() <= 1e-4
         assert np.abs(mask - torch.sigmoid(outputs["mask_logit"]).numpy()).max() <= 1e-3
+
+
+@pytest.mark.slow  # about 10 s on quiet cores, 40 s on a loaded machine
+def test_a_few_steps_on_one_batch_fit_the_mask_and_start_on_the_edges():
+    from detectors.losses import dice_loss
+
+    model = tiny_mvss().train()
+    batch = square_batch((64, 64), 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    history = []
+    for _ in range(21):
+        optimizer.zero_grad()
+        outputs = model(batch["image"])
+        loss = model.loss(outputs, batch)
+        loss.backward()
+        optimizer.step()
+        history.append((loss.item(), dice_loss(outputs["mask_logit"], batch["mask"]).item(),
+                        dice_loss(outputs["edge_logit"], batch["edge"]).item()))
+    (loss_0, mask_0, edge_0), (loss_n, mask_n, edge_n) = history[0], history[-1]
+    assert loss_n < 0.92 * loss_0
+    assert mask_n < mask_0 - 0.15
+    assert edge_n < edge_0 - 0.02

@@ -179,3 +179,12 @@ def test_rebuilding_from_a_checkpoint_does_not_need_the_original_pretrained_file
     with architecture_only():
         model = small_mvss(pretrained=str(tmp_path / "was_on_another_machine.pt"))
     assert isinstance(model, MVSSNet)
+
+
+def test_imagenet_backbones_come_from_the_local_cache_or_one_clear_error(tmp_path, monkeypatch):
+    import detectors.blocks.weights as weights
+
+    monkeypatch.setattr(weights, "hf_cache_lookup", lambda *args, **kwargs: None)  # an empty cache
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    with pytest.raises(MissingWeightsError, match="resnet18"):
+        MVSSNet(backbone="resnet18", pretrained="imagenet", layer4_dilations=[1, 2])
