@@ -47,39 +47,3 @@ def save_untrained_checkpoint(path, net: dict | None = None, seed: int = 0):
     module = DetectorModule(net=net or SEG_TINY, name="seg_tiny")
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, path)
     return module.eval()
-
-
-def spliced_photo_crops(n: int, size: int = 48, seed: int = 0, noise: float = 6.0) -> list[dict]:
-    """Splicing forgeries from the bundled photographs, blended as `synthesis.splicing` does.
-
-    Hosts carry sensor-like noise; donors are clean crops of other photos, so the pasted region
-    (an ellipse of 5-15 % of the frame) is inconsistent in noise, the trace forensic localizers use.
-    Every third sample is genuine. Different `seed`s draw different crops (held-out data).
-    """
-    import numpy as np
-
-    from datamodules.io import read_image
-    from synthesis.common import composite, inner_alpha, random_ellipse
-    from synthesis.embedded import bundled_photo_paths
-
-    rng = np.random.default_rng(seed)
-    photos = [read_image(p) for p in bundled_photo_paths() if p.stat().st_size < 400_000][:8]
-
-    def crop() -> np.ndarray:
-        photo = photos[int(rng.integers(len(photos)))]
-        y = int(rng.integers(0, photo.shape[0] - size))
-        x = int(rng.integers(0, photo.shape[1] - size))
-        return photo[y:y + size, x:x + size]
-
-    samples = []
-    for index in range(n):
-        host = np.clip(crop() + rng.normal(0, noise, (size, size, 3)), 0, 255).astype(np.uint8)
-        mask = np.zeros((size, size), bool)
-        if index % 3:
-            mask = random_ellipse((size, size), rng, float(rng.uniform(0.05, 0.15)))
-            host = composite(crop(), host, inner_alpha(mask, float(rng.uniform(1.0, 2.5))))
-        image = torch.from_numpy(host).permute(2, 0, 1).float() / 255
-        target = torch.from_numpy(mask).float()[None]
-        samples.append({"image": image, "mask": target, "edge": torch.zeros_like(target),
-                        "label": int(mask.any()), "index": index, "group": "splicing" if mask.any() else "genuine"})
-    return samples
