@@ -46,6 +46,9 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
                                         tuple(int(v) for v in batch["size"][i])))
+        if masks_dir is not None and "confidence" in outputs:  # asked for: `save_confidence=true`
+            row["confidence"] = str(save_mask(masks_dir / "confidence", int(batch["index"][i]), path,
+                                              outputs["confidence"][i][0], tuple(int(v) for v in batch["size"][i])))
         if overlays_dir is not None and "mask" in outputs:
             save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(batch["image"][i]),
                          outputs["mask"][i][0])
