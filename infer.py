@@ -47,6 +47,12 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         raise InferenceFailed(f"no images found in {cfg.input}")
     masks_dir, overlays_dir = map_folders(cfg, runtime, records)
     columns = list(COLUMNS) + (["mask"] if masks_dir is not None else [])
+    if cfg.get("save_confidence", False):
+        if getattr(runtime, "confidence_maps", None) is None or not runtime.is_localizer:
+            log.warning("save_confidence requested, but %s gives no whole-image confidence map", runtime.name)
+        else:
+            runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
+            columns.append("confidence")
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     log.info("%s (%s, threshold %.4f): %d inputs -> %s", runtime.name, Path(cfg.model).suffix, threshold,
              len(records), output)
@@ -75,7 +81,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
 
 def map_folders(cfg: DictConfig, runtime: Any, records: list[Record]) -> tuple[Path | None, Path | None]:
     """Where a localizer's maps (and overlays) go: asked for, or needed for pixel metrics."""
-    wants_maps = cfg.save_masks or cfg.overlays or records_with_masks(records)
+    wants_maps = cfg.save_masks or cfg.overlays or cfg.get("save_confidence", False) or records_with_masks(records)
     if wants_maps and not runtime.is_localizer:
         if cfg.save_masks or cfg.overlays:
             log.warning("save_masks/overlays requested, but %s gives no masks (not a localizer)", runtime.name)

@@ -82,6 +82,7 @@ class TorchRuntime:
         self.preprocess: Preprocess = self.net.preprocess
         self.threshold = float(self.module.threshold)
         self.is_localizer = bool(self.net.is_localizer)
+        self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
         if tta:
             from dataclasses import replace
@@ -109,6 +110,8 @@ class TorchRuntime:
             result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
             if "mask_logit" in outputs:
                 result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
+            if "confidence_logit" in outputs and self.confidence_maps:
+                result["confidence"] = torch.sigmoid(outputs["confidence_logit"].float()).cpu().numpy()
         return result
 
 
@@ -146,6 +149,7 @@ class OnnxRuntime:
         self.threshold = float(meta["threshold"])
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
+        self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported
         self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
         # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
         # graph: feed each image whole (mode none), one at a time.
