@@ -88,13 +88,32 @@ def example_size(module: DetectorModule) -> int:
     return int(preprocess.size) if preprocess.size else 256
 
 
+def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None:
+    """Write what a user of the file needs (detector, version, preprocessing, threshold, outputs)
+    into its `metadata_props`, then run `onnx.checker` on the result."""
+    import onnx
+
+    model = onnx.load(str(path))
+    metadata = {
+        "detector": module.hparams.get("name") or type(module.net).__name__,
+        "toolkit_version": detectors.__version__,
+        "preprocess": json.dumps(module.net.preprocess.to_dict()),
+        "threshold": repr(float(module.threshold)),
+        "outputs": json.dumps(names),
+    }
+    del model.metadata_props[:]
+    for key, value in metadata.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))
+    onnx.checker.check_model(str(path))
+
+
 def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 18,
                 tolerance: float = PARITY_TOLERANCE, seed: int = 0,
                 map_tolerance: float = MAP_PARITY_TOLERANCE) -> ExportReport:
     """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
     PyTorch's scores within `tolerance` on a batch of size different from the traced one; for
     localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes."""
-    import onnx
     import onnxruntime as ort
 
     output = Path(output)
@@ -119,19 +138,7 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
         except Exception as error:  # the exporter raises many internal types; report them uniformly
             raise ExportError(f"torch.onnx.export failed for {type(module.net).__name__}: {error}") from error
 
-    model = onnx.load(str(tmp))
-    metadata = {
-        "detector": module.hparams.get("name") or type(module.net).__name__,
-        "toolkit_version": detectors.__version__,
-        "preprocess": json.dumps(module.net.preprocess.to_dict()),
-        "threshold": repr(float(module.threshold)),
-        "outputs": json.dumps(names),
-    }
-    del model.metadata_props[:]
-    for key, value in metadata.items():
-        model.metadata_props.add(key=key, value=value)
-    onnx.save(model, str(tmp))
-    onnx.checker.check_model(str(tmp))
+    stamp_metadata(tmp, module, names)
 
     probes = parity_probes(module, size, generator)
     shapes = [tuple(p.shape) for p in probes]
