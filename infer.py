@@ -17,7 +17,6 @@ from inference.runtime import ModelLoadError, load_runtime
 from inference.scoring import image_score_fn, labelled_rows, score_records
 from inference.tiling import TiledRuntime
 from inference.writer import COLUMNS, ResultWriter, read_results
-from evaluation import report_records, robustness_sweep, write_metrics_json
 
 log = logging.getLogger("infer")
 
@@ -65,6 +64,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
         return {"counts": counts, "metrics": None}
     robustness = sweep(runtime, rows, cfg) if cfg.robustness else None
+    from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
+
     report_dir = output.with_name(f"{output.stem}_report")
     written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
                              robustness=robustness, title=f"{runtime.name} on {cfg.input}")
@@ -78,6 +79,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
 
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
     """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input."""
+    from evaluation import robustness_sweep
+
     rng = np.random.default_rng(cfg.seed)
     chosen = sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])
     images, labels = [], []

@@ -5,16 +5,18 @@ import json
 import os
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
 
+from datamodules.geometry import eval_geometry
 from datamodules.preprocess import Preprocess
-from datamodules.transforms import build_transform
 
 if TYPE_CHECKING:
     from detectors.module import DetectorModule
+
+# torch is imported inside the functions that need it: scoring with an `.onnx` model never loads it
+# (its import alone takes seconds, longer than scoring a handful of images).
 
 
 class ModelLoadError(Exception):
@@ -22,6 +24,9 @@ class ModelLoadError(Exception):
 
 
 def resolve_device(device: str = "auto") -> str:
+    """`auto` | `cpu` | `cuda` | `cuda:N` for a PyTorch model, checked against the machine."""
+    import torch
+
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
@@ -37,6 +42,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
     The file is read with `torch.load(weights_only=True)` (tensors and plain containers only), and
     the network class named in it must be a `Detector` under the toolkit's `detectors` package.
     """
+    import torch
+
     from detectors.blocks.weights import architecture_only
     from detectors.module import DetectorModule
 
@@ -75,12 +82,15 @@ class TorchRuntime:
         self.threshold = float(self.module.threshold)
         self.is_localizer = bool(self.net.is_localizer)
 
-    @torch.inference_mode()
-    def predict(self, images: torch.Tensor) -> dict[str, np.ndarray]:
-        outputs = self.net(images.to(self.device, non_blocking=True))
-        result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
-        if "mask_logit" in outputs:
-            result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
+    def predict(self, images: Any) -> dict[str, np.ndarray]:
+        """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""
+        import torch
+
+        with torch.inference_mode():
+            outputs = self.net(torch.as_tensor(images).to(self.device, non_blocking=True))
+            result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
+            if "mask_logit" in outputs:
+                result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
         return result
 
 
@@ -93,14 +103,18 @@ class OnnxRuntime:
         path = Path(path)
         if not path.is_file():
             raise ModelLoadError(f"ONNX model {path} does not exist")
-        self.device = resolve_device(device)
-        providers = ["CPUExecutionProvider"]
-        if self.device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
+        self.device = device
+        providers = onnx_providers(device, ort.get_available_providers())
+        options = ort.SessionOptions()
+        if device == "auto":
+            options.log_severity_level = 4  # a GPU that cannot start is not an error here: the CPU is used
         try:
-            self.session = ort.InferenceSession(str(path), providers=providers)
+            self.session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as error:  # onnxruntime raises its own unexported exception types
             raise ModelLoadError(f"{path}: onnxruntime cannot load it ({error})") from None
+        if device.startswith("cuda") and "CUDAExecutionProvider" not in self.session.get_providers():
+            raise ModelLoadError(f"device={device} was requested but onnxruntime could not start CUDA "
+                                 "(see its log above: missing CUDA / cuDNN libraries?)")
         meta = self.session.get_modelmeta().custom_metadata_map
         missing = {"detector", "preprocess", "threshold", "outputs"} - set(meta)
         if missing:
@@ -112,9 +126,35 @@ class OnnxRuntime:
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
 
-    def predict(self, images: torch.Tensor) -> dict[str, np.ndarray]:
-        values = self.session.run(self.output_names, {"image": images.detach().cpu().numpy().astype(np.float32)})
+    def predict(self, images: Any) -> dict[str, np.ndarray]:
+        """`images`: N x 3 x H x W float in [0, 1], a numpy array (or a CPU tensor)."""
+        if hasattr(images, "detach"):
+            images = images.detach().cpu().numpy()
+        values = self.session.run(self.output_names, {"image": np.asarray(images, dtype=np.float32)})
         return dict(zip(self.output_names, values))
+
+
+def gpu_present() -> bool:
+    """Whether this process may see an NVIDIA GPU, asked of the driver files rather than of torch
+    (whose import alone costs seconds). An onnxruntime-gpu build on a machine without a GPU then
+    stays on the CPU quietly instead of logging a failed CUDA start."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    return Path("/dev/nvidiactl").exists() or any(Path("/proc/driver/nvidia/gpus").glob("*"))
+
+
+def onnx_providers(device: str, available: list[str]) -> list[Any]:
+    """onnxruntime execution providers for `auto` | `cpu` | `cuda` | `cuda:N` (N: the GPU of this
+    process, e.g. its rank's local device), checked against what the installed build offers."""
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise ModelLoadError(f"device must be auto, cpu or cuda, got {device!r}")
+    has_cuda = "CUDAExecutionProvider" in available
+    if device.startswith("cuda") and not has_cuda:
+        raise ModelLoadError(f"device={device} was requested but this onnxruntime has no CUDA execution provider")
+    if device == "cpu" or not has_cuda or (device == "auto" and not gpu_present()):
+        return ["CPUExecutionProvider"]
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
 
 
 def load_runtime(path: str | os.PathLike, device: str = "auto") -> TorchRuntime | OnnxRuntime:
@@ -127,7 +167,8 @@ def load_runtime(path: str | os.PathLike, device: str = "auto") -> TorchRuntime 
     raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
 
 
-def runtime_transform(runtime: "TorchRuntime | OnnxRuntime"):
-    """The evaluation transform a runtime expects, built from its own preprocessing config: the one
-    place `infer.py`, the robustness sweep and the benchmarks take it from."""
-    return build_transform(runtime.preprocess, train=False)
+def runtime_transform(runtime: "TorchRuntime | OnnxRuntime") -> Callable[[np.ndarray], np.ndarray]:
+    """The evaluation geometry a runtime expects (`uint8 H x W x 3 -> network size`), built from its
+    own preprocessing config: the one place `infer.py`, the robustness sweep and the benchmarks take
+    it from. Identical to the albumentations eval transform, without importing torch."""
+    return eval_geometry(runtime.preprocess)

@@ -7,16 +7,13 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-import cv2
 import numpy as np
-import torch
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from datamodules.datasets import ImageDataset, collate
+from datamodules.geometry import to_network_input
 from datamodules.io import write_image
 from datamodules.records import Record
-from datamodules.transforms import to_tensor
+from inference.batches import iter_batches
 from inference.runtime import runtime_transform
 from inference.writer import ResultWriter
 
@@ -29,38 +26,52 @@ def safe_mask_name(index: int, path: str) -> str:
     return f"{index:07d}_{stem}.png"
 
 
+def error_row(path: str, reason: str) -> dict[str, Any]:
+    return {"path": path, "score": "", "label": "", "status": "error", "error": reason}
+
+
+def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
+               masks_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Result rows for one decoded batch (see `inference.batches.collate_samples`): unreadable files
+    and model failures become `status=error` rows, never exceptions."""
+    rows = [error_row(path, reason) for path, reason in batch["errors"]]
+    if "image" not in batch:
+        return rows
+    try:
+        outputs = runtime.predict(batch["image"])
+    except Exception as error:  # a model failure on one batch is reported per image, not fatal
+        log.error("model failed on a batch: %s", error)
+        return rows + [error_row(p, f"model error: {error}") for p in batch["path"]]
+    for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
+        row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
+        if masks_dir is not None and "mask" in outputs:
+            row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
+                                        tuple(int(v) for v in batch["size"][i])))
+        rows.append(row)
+    return rows
+
+
+def effective_batch_size(runtime: Any, batch_size: int) -> int:
+    if not runtime.preprocess.fixed_size and batch_size != 1:
+        log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
+        return 1
+    return batch_size
+
+
 def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, batch_size: int = 32,
                   num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
                   progress: bool = True) -> dict[str, int]:
-    """Score every record not already in `writer`; unreadable files become `status=error` rows."""
+    """Score every record not already in `writer`, in input order; unreadable files become
+    `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline)."""
     threshold = runtime.threshold if threshold is None else float(threshold)
-    todo = [r for r in records if r.path not in writer.done]
-    if not runtime.preprocess.fixed_size and batch_size != 1:
-        log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
-        batch_size = 1
-    dataset = ImageDataset(todo, runtime_transform(runtime), keep_size=True)
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate,
-                        shuffle=False, persistent_workers=False)
+    todo = [(i, r.path) for i, r in enumerate(records) if r.path not in writer.done]
+    batch_size = effective_batch_size(runtime, batch_size)
     counts = {"ok": 0, "error": 0, "skipped": len(records) - len(todo)}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
-    for batch in tqdm(loader, desc="scoring", unit="batch", disable=not progress):
-        rows = [{"path": path, "score": "", "label": "", "status": "error", "error": reason}
-                for path, reason in batch["errors"]]
-        if "image" in batch:
-            try:
-                outputs = runtime.predict(batch["image"])
-            except Exception as error:  # a model failure on one batch is reported per image, not fatal
-                log.error("model failed on a batch: %s", error)
-                rows += [{"path": p, "score": "", "label": "", "status": "error", "error": f"model error: {error}"}
-                         for p in batch["path"]]
-            else:
-                for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
-                    row = {"path": path, "score": float(score), "label": int(score >= threshold),
-                           "status": "ok", "error": ""}
-                    if masks_dir is not None and "mask" in outputs:
-                        row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
-                                                    tuple(int(v) for v in batch["size"][i])))
-                    rows.append(row)
+    batches = iter_batches(todo, runtime_transform(runtime), batch_size, workers=num_workers)
+    total = -(-len(todo) // batch_size)
+    for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
+        rows = batch_rows(runtime, batch, threshold, masks_dir)
         for row in rows:
             counts[row["status"]] += 1
         writer.write(rows)
@@ -69,6 +80,8 @@ def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter,
 
 def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int]) -> Path:
     """Write a probability map as an 8-bit PNG at the input image's original size."""
+    import cv2  # only localizers saving masks need it
+
     target = masks_dir / safe_mask_name(index, path)
     pixels = np.clip(np.rint(probabilities * 255), 0, 255).astype(np.uint8)
     if pixels.shape != size:
@@ -87,13 +100,13 @@ def labelled_rows(records: Iterable[Record], results: Iterable[dict[str, Any]]) 
 
 def image_score_fn(runtime: Any, batch_size: int = 32) -> Callable[[list[np.ndarray]], np.ndarray]:
     """`uint8 RGB images -> scores` through the model's own preprocessing (for robustness sweeps)."""
-    transform = runtime_transform(runtime)
+    geometry = runtime_transform(runtime)
     step = batch_size if runtime.preprocess.fixed_size else 1
 
     def score(images: list[np.ndarray]) -> np.ndarray:
         out = []
         for start in range(0, len(images), step):
-            batch = torch.stack([to_tensor(transform(image=image)["image"]) for image in images[start:start + step]])
+            batch = to_network_input([geometry(image) for image in images[start:start + step]])
             out.append(np.asarray(runtime.predict(batch)["score"], dtype=np.float64))
         return np.concatenate(out) if out else np.zeros(0)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from datamodules.preprocess import Preprocess
 from inference.runtime import ModelLoadError, OnnxRuntime, TorchRuntime
@@ -16,15 +15,15 @@ def tile_positions(length: int, size: int) -> list[int]:
     return positions + [length - size] if positions[-1] != length - size else positions
 
 
-def tile_image(image: torch.Tensor, size: int) -> torch.Tensor:
+def tile_image(image: np.ndarray, size: int) -> np.ndarray:
     """3 x H x W -> T x 3 x size x size tiles covering the image (zero-padded at the bottom/right
     when it is smaller than a tile, as the `pad` mode does)."""
     _, height, width = image.shape
     if height < size or width < size:
-        image = torch.nn.functional.pad(image, (0, max(0, size - width), 0, max(0, size - height)))
+        image = np.pad(image, [(0, 0), (0, max(0, size - height)), (0, max(0, size - width))])
         _, height, width = image.shape
-    return torch.stack([image[:, y:y + size, x:x + size]
-                        for y in tile_positions(height, size) for x in tile_positions(width, size)])
+    return np.stack([image[:, y:y + size, x:x + size]
+                     for y in tile_positions(height, size) for x in tile_positions(width, size)])
 
 
 class TiledRuntime:
@@ -48,9 +47,9 @@ class TiledRuntime:
         self.tile_size = int(runtime.preprocess.size)
         self.preprocess = Preprocess(size=None, mode="none", mean=runtime.preprocess.mean, std=runtime.preprocess.std)
 
-    def predict(self, images: torch.Tensor) -> dict[str, np.ndarray]:
+    def predict(self, images: np.ndarray) -> dict[str, np.ndarray]:
         scores = []
-        for image in images:
+        for image in np.asarray(images):
             tiles = tile_image(image, self.tile_size)
             tile_scores = np.concatenate([np.asarray(self.runtime.predict(tiles[i:i + self.batch_size])["score"])
                                           for i in range(0, len(tiles), self.batch_size)])

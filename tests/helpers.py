@@ -54,3 +54,35 @@ class TensorLike:
 
     def numpy(self):
         return self.array
+
+
+def write_tiny_model(folder: Path, preprocess: dict | None = None, onnx: bool = True, seed: int = 0) -> dict:
+    """An untrained tiny NPR written as `model.ckpt` (the layout train.py saves) and, with `onnx`,
+    exported to `model.onnx`; returns {"ckpt": path, "onnx": path or None, "module": module}."""
+    import torch
+
+    from detectors.export import export_onnx
+    from detectors.module import DetectorModule
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    net = {"_target_": "detectors.npr.NPR", "width": 8, "layers": [1, 1], "block": "basic",
+           "preprocess": preprocess or {"size": 32, "mode": "center_crop"}}
+    module = DetectorModule(net=net, name="npr").eval()
+    ckpt = folder / "model.ckpt"
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, ckpt)
+    path = export_onnx(module, folder / "model.onnx").path if onnx else None
+    return {"ckpt": ckpt, "onnx": path, "module": module}
+
+
+def write_images(folder: Path, sizes: list[tuple[int, int]], seed: int = 0, suffix: str = ".png") -> list[Path]:
+    """Random RGB images of the given (height, width) sizes, named 000.png, 001.png, ..."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, size in enumerate(sizes):
+        paths.append(folder / f"{i:03d}{suffix}")
+        Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(paths[-1])
+    return paths

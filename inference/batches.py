@@ -1,0 +1,63 @@
+"""Decoded, preprocessed batches of records, without torch.
+
+Decoding (Pillow, OpenCV) and the numpy geometry release the GIL, so a thread pool keeps the cores
+busy without pickling images between processes; a bounded read-ahead keeps memory flat however
+many images are scored. The multi-device path feeds the same `load_sample` through a DataLoader.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from datamodules.geometry import to_network_input
+from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image
+
+log = logging.getLogger(__name__)
+Sample = dict[str, Any]
+
+
+def load_sample(index: int, path: str, geometry: Callable[[np.ndarray], np.ndarray],
+                max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
+    """{"index", "path", "image" (network-size uint8), "size" (original H, W)} or {"index", "path", "error"}."""
+    try:
+        image = read_image(path, max_pixels)
+    except ImageReadError as error:
+        return {"index": index, "path": path, "error": error.reason}
+    return {"index": index, "path": path, "image": geometry(image), "size": image.shape[:2]}
+
+
+def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Readable samples stacked as `image` (N x 3 x H x W float32 in [0, 1]) with their `path`,
+    `index` and `size`; unreadable ones listed under `errors` as (path, reason)."""
+    good = [s for s in samples if "error" not in s]
+    errors = [(s["path"], s["error"]) for s in samples if "error" in s]
+    for path, reason in errors:
+        log.warning("skipping unreadable image %s: %s", path, reason)
+    batch: dict[str, Any] = {"errors": errors, "path": [s["path"] for s in good],
+                             "index": [s["index"] for s in good], "size": [tuple(s["size"]) for s in good]}
+    if good:
+        batch["image"] = to_network_input([s["image"] for s in good])
+    return batch
+
+
+def iter_batches(items: Sequence[tuple[int, str]], geometry: Callable[[np.ndarray], np.ndarray],
+                 batch_size: int, workers: int = 2, read_ahead: int = 2) -> Iterator[dict[str, Any]]:
+    """Batches of `(index, path)` items in order, decoded by `workers` threads while the caller
+    scores; at most `read_ahead` batches wait decoded in memory."""
+    chunks = (items[start:start + batch_size] for start in range(0, len(items), batch_size))
+    if workers <= 0:
+        for chunk in chunks:
+            yield collate_samples([load_sample(i, p, geometry) for i, p in chunk])
+        return
+    pending: deque[list[Future]] = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
+        for chunk in chunks:
+            pending.append([pool.submit(load_sample, i, p, geometry) for i, p in chunk])
+            if len(pending) > read_ahead:
+                yield collate_samples([f.result() for f in pending.popleft()])
+        while pending:
+            yield collate_samples([f.result() for f in pending.popleft()])
