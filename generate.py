@@ -14,8 +14,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from datamodules.classification import make_embedded_manifest, make_generated_manifest
 from datamodules.records import LayoutError, list_images, read_manifest
+from synthesis.dataset import make_generated_manifest
+from synthesis.embedded import make_embedded_manifest
 
 log = logging.getLogger("generate")
 

@@ -1,7 +1,6 @@
 """Score images with a trained detector: `python infer.py model=M.ckpt|M.onnx input=DIR|FILE|MANIFEST output=F.csv`."""
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -11,12 +10,12 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from datamodules.io import ImageReadError, read_image
-from datamodules.records import LayoutError, records_from_input
+from datamodules.layouts import records_from_input
+from datamodules.records import LayoutError, Record
 from inference.runtime import ModelLoadError, load_runtime
-from inference.scoring import image_score_fn, labelled_rows, score_records
+from inference.scoring import join_truth, score_perturbed_fn, score_records
 from inference.tiling import TiledRuntime
-from inference.writer import COLUMNS, ResultWriter, read_results
+from inference.writer import COLUMNS, ResultWriter
 
 log = logging.getLogger("infer")
 
@@ -31,7 +30,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         runtime = load_runtime(cfg.model, cfg.device)
         if cfg.tiles:
             runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
-        records = records_from_input(cfg.input)
+        records = records_from_input(cfg.input, cfg.get("layout", "auto"))
     except (ModelLoadError, LayoutError, ValueError) as error:
         raise InferenceFailed(str(error)) from None
     if not records:
@@ -52,13 +51,13 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             counts = score_records(runtime, records, writer, batch_size=cfg.batch_size,
                                    num_workers=cfg.num_workers, threshold=threshold, masks_dir=masks_dir,
                                    progress=cfg.progress)
+            results = list(writer.done.values())  # rows resumed from the file and rows just scored
     except KeyboardInterrupt:
         raise InferenceFailed(f"interrupted; the rows in {output} are complete: rerun with resume=true") from None
     log.info("scored %(ok)d, unreadable %(error)d, already done %(skipped)d", counts)
-    results = read_results(output)
     if not any(row["status"] == "ok" for row in results):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
-    rows = labelled_rows(records, results)
+    rows = join_truth(records, results)
     if not rows:
         if cfg.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
@@ -67,32 +66,27 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
 
     report_dir = output.with_name(f"{output.stem}_report")
-    written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
-                             robustness=robustness, title=f"{runtime.name} on {cfg.input}")
+    report = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
+                            robustness=robustness, title=f"{runtime.name} on {cfg.input}")
     metrics_path = output.with_suffix(".metrics.json")
-    metrics = json.loads(written["metrics"].read_text())
+    metrics = report.metrics
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
-             metrics_path, written["report"])
+             metrics_path, report.files["report"])
     return {"counts": counts, "metrics": metrics}
 
 
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
     """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input."""
-    from evaluation import robustness_sweep
+    from evaluation import robustness_curves
 
     rng = np.random.default_rng(cfg.seed)
-    chosen = sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])
-    images, labels = [], []
-    for i in chosen:
-        try:
-            images.append(read_image(rows[i]["path"]))
-            labels.append(rows[i]["label"])
-        except ImageReadError as error:
-            log.warning("robustness sweep skips %s: %s", rows[i]["path"], error.reason)
-    log.info("robustness sweep on %d images", len(images))
-    return robustness_sweep(image_score_fn(runtime, cfg.batch_size), images, np.asarray(labels),
-                            threshold=float(cfg.threshold if cfg.threshold is not None else runtime.threshold))
+    chosen = [rows[i] for i in sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])]
+    log.info("robustness sweep on %d images", len(chosen))
+    score = score_perturbed_fn(runtime, [Record(path=row["path"]) for row in chosen], cfg.batch_size,
+                               cfg.num_workers)
+    return robustness_curves(score, np.asarray([row["label"] for row in chosen]),
+                             threshold=float(cfg.threshold if cfg.threshold is not None else runtime.threshold))
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="infer")

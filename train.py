@@ -1,7 +1,6 @@
 """Train, calibrate and test a detector: `python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]`."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -64,14 +63,12 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     rows = [{**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
             for i, label, score in zip(scored["index"], scored["label"], scored["score"])]
     threshold = float(module.threshold)
-    written = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
-                             title=f"Test report: {extra.get('detector')}")
-    payload = {**json.loads(written["metrics"].read_text()), **extra}
-    write_metrics_json(written["metrics"], payload)
+    report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
+                            title=f"Test report: {extra.get('detector')}", extra=extra)
     if extra.get("calibration"):
-        report = written["report"]
-        report.write_text(report.read_text() + "\n" + calibration_markdown(extra["calibration"]))
-    return {**module.stage_metrics["test"], **payload}
+        markdown = report.files["report"]
+        markdown.write_text(markdown.read_text() + "\n" + calibration_markdown(extra["calibration"]))
+    return {**module.stage_metrics["test"], **report.metrics}
 
 
 def summary(metrics: dict[str, Any], output_dir: Path) -> str:

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if not manifest.is_file():
         if manifest != (ROOT / "data" / "embedded" / "manifest.csv").resolve():
             parser.error(f"{manifest} does not exist (make one with `python generate.py output=DIR`)")
-        from datamodules.classification import make_embedded_manifest
+        from synthesis.embedded import make_embedded_manifest
         make_embedded_manifest(manifest.parent, seed=args.seed)
     try:
         records, summary = cross_generator_split(read_manifest(manifest), args.train_groups, args.test_groups,

@@ -5,7 +5,7 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 from datamodules.datasets import ImageDataset, collate
 from datamodules.layouts import read_layout
 from datamodules.preprocess import Preprocess
-from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder, write_manifest
+from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
 from datamodules.transforms import build_transform
 
 log = logging.getLogger(__name__)
@@ -95,19 +95,26 @@ class RecordsDataModule(L.LightningDataModule, ABC):
 
 
 class ManifestDataModule(RecordsDataModule):
-    """Records from a manifest (DESIGN.md section 3). With `create: embedded`, a missing manifest
-    is made first from the photographs bundled with installed packages (`generate.py`'s default)."""
+    """Records from a manifest (columns: docs/architecture.md, "Data contracts").
 
-    def __init__(self, manifest: str, create: str | None = None, **kwargs: Any) -> None:
+    `create` makes a missing manifest first: a callable `create(folder, seed=, split_fractions=)`
+    that writes `folder/manifest.csv`. The default data config hands in
+    `synthesis.embedded.make_embedded_manifest` as a Hydra `_partial_`, so this module needs no
+    knowledge of how datasets are generated.
+    """
+
+    def __init__(self, manifest: str, create: Callable[..., Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.manifest = Path(manifest)
-        if create not in (None, "embedded"):
-            raise ValueError(f"data.create must be null or 'embedded', got {create!r}")
+        if create is not None and not callable(create):
+            raise ValueError(f"data.create must be null or a dataset maker (a `_partial_: true` config with a "
+                             f"`_target_`), got {create!r}")
         self.create = create
 
     def prepare_data(self) -> None:
-        if self.create == "embedded" and not self.manifest.is_file():
-            make_embedded_manifest(self.manifest.parent, seed=self.seed, split_fractions=self.split_fractions)
+        if self.create is not None and not self.manifest.is_file():
+            log.info("generating a dataset into %s", self.manifest.parent)
+            self.create(self.manifest.parent, seed=self.seed, split_fractions=self.split_fractions)
 
     def load_records(self) -> list[Record]:
         return read_manifest(self.manifest)
@@ -182,39 +189,3 @@ class LayoutDataModule(RecordsDataModule):
             pool = [replace(r, split=None) for r in retest if r.split in ("train", None)]
             return [r for r in retest if r.split == "test"] + assign_splits(pool, carve, self.seed)
         return records
-
-
-def make_embedded_manifest(output: str | Path, seed: int = 0,
-                           split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
-                           photos: Sequence[str | Path] | None = None, progress: Any = None, **spec: Any) -> Path:
-    """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
-    photographs) and write its `manifest.csv` with source-grouped splits."""
-    from synthesis.embedded import EmbeddedSpec, build_embedded_dataset
-
-    output = Path(output)
-    log.info("generating a dataset into %s", output)
-    rows = build_embedded_dataset(output, EmbeddedSpec(seed=seed, **spec), photos=photos,
-                                  **({"progress": progress} if progress else {}))
-    records = assign_splits([Record(**row) for row in rows], split_fractions, seed)
-    write_manifest(records, output / "manifest.csv")
-    return output / "manifest.csv"
-
-
-def make_generated_manifest(output: str | Path, spec: Any = None, photos: Sequence[str | Path] | None = None,
-                            root: str | Path | None = None, workers: int = 1,
-                            progress: bool = True) -> tuple[Path, dict[str, Any]]:
-    """Generate the full dataset (`synthesis.dataset`: AI re-renders and region edits, THEMIS and
-    FraudBench forgeries) under `output` and write its `manifest.csv`; returns (manifest, summary).
-
-    Splits are drawn per authentic photo by the generator, so the manifest keeps them as they are.
-    """
-    from synthesis.dataset import DatasetSpec, generate_dataset
-
-    output = Path(output)
-    result = generate_dataset(output, spec or DatasetSpec(), photos=photos, root=root, workers=workers,
-                              progress=progress)
-    records = [Record(**{**row, "path": str(output.resolve() / row["path"]),
-                         "mask": str(output.resolve() / row["mask"]) if row.get("mask") else None})
-               for row in result["rows"]]
-    write_manifest(records, output / "manifest.csv")
-    return output / "manifest.csv", result["summary"]

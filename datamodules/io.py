@@ -1,19 +1,28 @@
-"""Robust image reading: the one place where files become 8-bit RGB arrays.
+"""Robust image reading: the one place where files become 8-bit RGB arrays; and the few facts about
+datasets on disk that the makers of datasets (`synthesis`) and their readers share: split names, the
+split assigner and the manifest writer.
 
 Training, inference and synthesis all read through `read_image`, so every odd file (EXIF-rotated
 phone photos, palette PNGs, CMYK JPEGs, 16-bit TIFFs, decompression bombs, truncated uploads) is
-handled once, and failures carry the reason instead of a stack trace.
+handled once, and failures carry the reason instead of a stack trace. `synthesis` may import this
+module and no other part of `datamodules`, so what both sides must agree on lives here.
 """
 from __future__ import annotations
 
+import csv
+import dataclasses
 import os
+import random
 import warnings
 from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
+SPLITS = ("train", "val", "test")
+MANIFEST_COLUMNS = ("path", "label", "mask", "group", "category", "source", "split", "review")
 DEFAULT_MAX_PIXELS = 128_000_000  # ~ 11,300 x 11,300; larger files are refused, not decoded
 
 # PIL's own bomb check only warns below 2x its limit; ours refuses with a clear reason instead.
@@ -103,4 +112,53 @@ def write_image(path: str | os.PathLike, image: np.ndarray, quality: int = 95) -
            ".tif": "TIFF", ".tiff": "TIFF"}.get(path.suffix.lower(), "PNG")
     options = {"quality": quality} if fmt in ("JPEG", "WEBP") else {}
     pil.save(tmp, format=fmt, **options)
+    os.replace(tmp, path)
+
+
+def split_keys(keys: Iterable[str], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0) -> dict[str, str]:
+    """The split of every key (a source: an authentic image and everything made from it).
+
+    Keys are sorted, shuffled by `seed` and cut by cumulative rounding of `fractions`, so the sizes
+    always sum to the number of keys. With three keys or more, val and test get at least one key
+    each when their fraction is positive (taken from the largest split): a handful of photos must
+    still give a usable validation and test split. The one split assigner of the toolkit.
+    """
+    fractions = tuple(float(f) for f in fractions)
+    if len(fractions) != 3 or abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
+        raise ValueError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
+    ordered = sorted(set(keys))
+    random.Random(seed).shuffle(ordered)
+    n = len(ordered)
+    train_end, val_end = round(fractions[0] * n), round((fractions[0] + fractions[1]) * n)
+    sizes = [train_end, val_end - train_end, n - val_end]
+    if n >= 3:
+        for i in (1, 2):
+            if fractions[i] > 0 and sizes[i] == 0:
+                sizes[max(range(3), key=lambda j: sizes[j])] -= 1
+                sizes[i] += 1
+    bounds = (sizes[0], sizes[0] + sizes[1])
+    return {key: SPLITS[0] if i < bounds[0] else SPLITS[1] if i < bounds[1] else SPLITS[2]
+            for i, key in enumerate(ordered)}
+
+
+def write_manifest(rows: Iterable[Mapping[str, Any] | Any], path: str | os.PathLike) -> None:
+    """Write manifest rows (mappings or `Record`s) as a CSV with `MANIFEST_COLUMNS`, atomically.
+
+    Paths inside the manifest's folder are written relative to it, so the folder can be moved.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    base = path.parent.resolve()
+    with tmp.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=MANIFEST_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for item in rows:
+            values = dataclasses.asdict(item) if dataclasses.is_dataclass(item) else dict(item)
+            row = {key: "" if values.get(key) is None else str(values[key]) for key in MANIFEST_COLUMNS}
+            for key in ("path", "mask"):
+                if row[key]:
+                    absolute = Path(row[key]).resolve()
+                    row[key] = os.path.relpath(absolute, base) if absolute.is_relative_to(base) else str(absolute)
+            writer.writerow(row)
     os.replace(tmp, path)

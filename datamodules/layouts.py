@@ -18,16 +18,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from datamodules.io import is_image_file
-from datamodules.records import LayoutError, Record, read_manifest, scan_folder
+from datamodules.records import LayoutError, Record, list_images, read_manifest, scan_folder
 
 __all__ = [
-    "LAYOUTS", "detect_layout", "read_layout", "read_genimage", "read_fraudbench",
+    "LAYOUTS", "detect_layout", "read_layout", "records_from_input", "read_genimage", "read_fraudbench",
     "fraudbench_metadata", "read_imdl", "read_imdl_json", "read_casia_list", "read_themis",
 ]
 
 GENIMAGE_LABELS = {"ai": 1, "nature": 0}
 GENIMAGE_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 FRAUDBENCH_SUBSETS = ("Positive", "Negative", "DeepFake")
+FILE_LAYOUTS = {".csv": "manifest", ".jsonl": "manifest", ".ndjson": "manifest", ".json": "imdl_json",
+                ".txt": "casia_list"}
 MASK_SUFFIXES = ("", "_gt", "_mask", "-gt", "_GT", "-mask")
 THEMIS_FOLDERS = {"original": ("original", "originals", "source", "au"),
                   "forged": ("forged", "forgery", "fake", "tampered", "tp"),
@@ -290,22 +292,11 @@ _EXPECTED = {
 }
 
 
-def detect_layout(path: str | os.PathLike) -> str:
-    """Name of the layout at `path`; a LayoutError when none or several match."""
-    path = Path(path)
-    if not path.exists():
-        raise LayoutError(f"{path} does not exist")
-    if path.is_file():
-        suffix = path.suffix.lower()
-        by_suffix = {".csv": "manifest", ".jsonl": "manifest", ".ndjson": "manifest",
-                     ".json": "imdl_json", ".txt": "casia_list"}
-        if suffix in by_suffix:
-            return by_suffix[suffix]
-        raise LayoutError(f"{path}: cannot tell the layout of a {suffix or 'suffix-less'} file; expected "
-                          ".csv/.jsonl (manifest), .json (IMDL list) or .txt (CASIA/MVSS list)")
+def _matching_layouts(path: Path) -> list[str]:
+    """Every folder layout that `path` looks like; a top-level manifest wins (it indexes the folder)."""
     matches = []
     if (path / "manifest.csv").is_file() or (path / "manifest.jsonl").is_file():
-        matches.append("manifest")
+        return ["manifest"]  # an explicit index of the folder (generate.py writes one)
     if _child(path, ("Tp",)) and _child(path, ("Gt",)):
         matches.append("imdl")
     if _child(path, THEMIS_FOLDERS["forged"]) and _child(path, THEMIS_FOLDERS["mask"]) \
@@ -317,10 +308,23 @@ def detect_layout(path: str | os.PathLike) -> str:
         matches.append("genimage")
     if _is_folder(path):
         matches.append("folder")
+    return matches
+
+
+def detect_layout(path: str | os.PathLike) -> str:
+    """Name of the layout at `path`; a LayoutError when none or several match."""
+    path = Path(path)
+    if not path.exists():
+        raise LayoutError(f"{path} does not exist")
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix in FILE_LAYOUTS:
+            return FILE_LAYOUTS[suffix]
+        raise LayoutError(f"{path}: cannot tell the layout of a {suffix or 'suffix-less'} file; expected "
+                          ".csv/.jsonl (manifest), .json (IMDL list) or .txt (CASIA/MVSS list)")
+    matches = _matching_layouts(path)
     if len(matches) == 1:
         return matches[0]
-    if "manifest" in matches:  # a manifest at the top is an explicit index of the folder (generate.py writes one)
-        return "manifest"
     expected = "; ".join(f"{k}: {v}" for k, v in _EXPECTED.items())
     if not matches:
         raise LayoutError(f"{path}: no known dataset layout. Expected one of: {expected}. "
@@ -339,3 +343,23 @@ def read_layout(path: str | os.PathLike, layout: str = "auto") -> list[Record]:
     if layout not in LAYOUTS:
         raise LayoutError(f"unknown layout {layout!r}; expected auto or one of {', '.join(LAYOUTS)}")
     return LAYOUTS[layout](path)
+
+
+def records_from_input(path: str | os.PathLike, layout: str = "auto") -> list[Record]:
+    """What `infer.py input=...` scores: one image file, or anything `train.py data=layout` reads.
+
+    The layout is detected exactly as for training, so a manifest, a `0_real`/`1_fake` tree, GenImage,
+    FraudBench (without its `Positive` sources, which are not evidence), IMDL or THEMIS folders and
+    the list files all come with their labels, groups, categories and masks. A folder in no known
+    layout is scored as unlabelled images (recursively); an ambiguous one asks for `layout=`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise LayoutError(f"input {path} does not exist")
+    if layout != "auto":
+        return read_layout(path, layout)
+    if path.is_file():  # a list or manifest by its suffix; any other file is one image to score
+        return read_layout(path) if path.suffix.lower() in FILE_LAYOUTS else [Record(path=str(path))]
+    if not _matching_layouts(path):
+        return list_images(path)
+    return read_layout(path)

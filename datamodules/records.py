@@ -8,18 +8,18 @@ import csv
 import json
 import logging
 import os
-import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from datamodules.io import is_image_file
+from datamodules.io import MANIFEST_COLUMNS, SPLITS, is_image_file, split_keys, write_manifest
 
-SPLITS = ("train", "val", "test")
+__all__ = ["SPLITS", "MANIFEST_COLUMNS", "LayoutError", "Record", "read_manifest", "write_manifest", "scan_folder",
+           "list_images", "assign_splits"]
+
 GENUINE_FOLDERS = {"0_real": 0, "real": 0}
 FAKE_FOLDERS = {"1_fake": 1, "fake": 1}
 log = logging.getLogger(__name__)
-MANIFEST_COLUMNS = ("path", "label", "mask", "group", "category", "source", "split", "review")
 
 
 class LayoutError(ValueError):
@@ -28,7 +28,7 @@ class LayoutError(ValueError):
 
 @dataclass
 class Record:
-    """One image and what is known about it (DESIGN.md section 3, manifest columns)."""
+    """One image and what is known about it: the manifest columns (docs/architecture.md, "Data contracts")."""
 
     path: str
     label: int | None = None
@@ -110,25 +110,6 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
     return records
 
 
-def write_manifest(records: Iterable[Record], path: str | os.PathLike) -> None:
-    """Write records as a CSV manifest with paths relative to its folder, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    base = path.parent.resolve()
-    with tmp.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Record)])
-        writer.writeheader()
-        for record in records:
-            row = record.to_row()
-            for key in ("path", "mask"):
-                if row[key]:
-                    absolute = Path(row[key]).resolve()
-                    row[key] = os.path.relpath(absolute, base) if absolute.is_relative_to(base) else str(absolute)
-            writer.writerow(row)
-    os.replace(tmp, path)
-
-
 def scan_folder(root: str | os.PathLike) -> list[Record]:
     """Images under `0_real`/`1_fake` (or `real`/`fake`) folders at any depth below `root`.
 
@@ -176,29 +157,9 @@ def assign_splits(records: Sequence[Record], fractions: Sequence[float] = (0.8, 
     """Give every record without a split one, keeping all images of one `source` together.
 
     Fakes made from one authentic image must never straddle train and test: the detector would
-    be scored on content it has seen. Records without a source are their own source.
+    be scored on content it has seen. Records without a source are their own source. The splits
+    come from `datamodules.io.split_keys`, the one assigner that generated datasets use too.
     """
-    if len(fractions) != 3 or abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
-        raise ValueError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
-    keys = sorted({r.source or r.path for r in records if r.split is None})
-    random.Random(seed).shuffle(keys)
-    bounds = (fractions[0] * len(keys), (fractions[0] + fractions[1]) * len(keys))
-    chosen = {key: SPLITS[0] if i < round(bounds[0]) else SPLITS[1] if i < round(bounds[1]) else SPLITS[2]
-              for i, key in enumerate(keys)}
+    chosen = split_keys((r.source or r.path for r in records if r.split is None), fractions, seed)
     return [r if r.split is not None else Record(**{**asdict(r), "split": chosen[r.source or r.path]})
             for r in records]
-
-
-MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson")
-
-
-def records_from_input(path: str | os.PathLike) -> list[Record]:
-    """What `infer.py input=...` accepts: one image file, a folder (recursive) or a manifest."""
-    path = Path(path)
-    if path.is_dir():
-        return list_images(path)
-    if not path.exists():
-        raise LayoutError(f"input {path} does not exist")
-    if path.suffix.lower() in MANIFEST_SUFFIXES:
-        return read_manifest(path)
-    return [Record(path=str(path))]

@@ -18,6 +18,7 @@ _LAZY = {
     "write_report": "report",
     "write_metrics_json": "report",
     "robustness_sweep": "robustness",
+    "robustness_curves": "robustness",
 }
 
 
@@ -44,6 +45,7 @@ __all__ = [
     "image_metrics",
     "pixel_metrics",
     "robustness_sweep",
+    "robustness_curves",
     "roc_points",
     "write_metrics_json",
     "write_report",

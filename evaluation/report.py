@@ -102,7 +102,22 @@ def _robustness_section(robustness: Mapping) -> list[str]:
     return lines
 
 
-def write_report(
+def write_report(out_dir, metrics: Mapping[str, Any], **kwargs: Any) -> dict[str, Path]:
+    """Write ``metrics.json``, ``report.md`` and whichever figures the inputs allow.
+
+    ``metrics``: flat metric dict (image and/or pixel keys). ``groups``: breakdowns such as
+    ``{"by_group": by_group(...), "by_category": by_category(...)}``, nested into metrics.json
+    under their names (docs/architecture.md, "Metric keys"). ``intervals``: ``{key: (low, high)}``
+    from ``evaluation.bootstrap``. ``labels`` + ``scores`` give the ROC and histogram figures;
+    ``robustness`` is ``robustness_sweep``'s result; ``contact_sheet`` items are
+    ``(image, true_mask, prob_map)``; ``extra`` holds more top-level keys for metrics.json (they win
+    over computed ones). Returns the written paths by name. Undefined values are null in JSON and
+    "–" in the report.
+    """
+    return write_report_payload(out_dir, metrics, **kwargs)[1]
+
+
+def write_report_payload(
     out_dir,
     metrics: Mapping[str, Any],
     labels=None,
@@ -115,16 +130,10 @@ def write_report(
     contact_sheet: Sequence | None = None,
     title: str = "Evaluation report",
     confidence: float = 0.95,
-) -> dict[str, Path]:
-    """Write ``metrics.json``, ``report.md`` and whichever figures the inputs allow.
-
-    ``metrics``: flat metric dict (image and/or pixel keys). ``groups``: breakdowns such as
-    ``{"by_group": by_group(...), "by_category": by_category(...)}``, nested into metrics.json
-    as DESIGN.md says. ``intervals``: ``{key: (low, high)}`` from ``evaluation.bootstrap``.
-    ``labels`` + ``scores`` give the ROC and histogram figures; ``robustness`` is
-    ``robustness_sweep``'s result; ``contact_sheet`` items are ``(image, true_mask, prob_map)``.
-    Returns the written paths by name. Undefined values are null in JSON and "–" in the report.
-    """
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Path]]:
+    """``write_report``, also returning what metrics.json holds (before JSON's NaN -> null), so
+    callers keep the metrics in memory instead of reading their own file back."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -152,6 +161,7 @@ def write_report(
     payload["calibrated_threshold"] = calibrated_threshold
     if robustness is not None:
         payload["robustness"] = robustness
+    payload.update(extra or {})
     written["metrics"] = write_metrics_json(out / "metrics.json", payload)
 
     lines = [f"# {title}", ""]
@@ -171,7 +181,7 @@ def write_report(
         lines += [f"### {caption}\n\n![{caption}]({file})\n" for caption, file in figures]
     lines += ["", "\"–\" marks a metric that is undefined for this data (for example one class only)."]
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
-    return written
+    return payload, written
 
 
 def _atomic_text(path: Path, text: str) -> Path:

@@ -1,13 +1,18 @@
 """Robustness sweep (THEMIS section 4.3): perturb inputs with JPEG, Gaussian blur and rescaling at
 growing strength and report metric-vs-strength curves.
 
-The detector is injected as ``score_fn(list of uint8 H x W x 3 RGB images) -> scores``, so this
-module needs no model code; infer.py wires a checkpoint or an ONNX model into it.
+The detector is injected, so this module needs no model code: ``robustness_curves`` takes
+``score_perturbed(perturbation or None) -> scores`` (infer.py scores its input files through the same
+batches and geometry as the scoring run, applying the perturbation right after decoding), and
+``robustness_sweep`` takes ``score_fn(list of uint8 H x W x 3 RGB images) -> scores`` for images
+already in memory.
 """
 
 from __future__ import annotations
 
 import io
+import warnings
+from functools import partial
 from typing import Callable, Mapping, Sequence
 
 import cv2
@@ -18,6 +23,7 @@ from .image import image_metrics
 
 Perturbation = Callable[[np.ndarray, float], np.ndarray]
 ScoreFn = Callable[[list], np.ndarray]
+ScorePerturbed = Callable[[Callable[[np.ndarray], np.ndarray] | None], np.ndarray]
 
 
 def _check_image(image: np.ndarray) -> np.ndarray:
@@ -93,13 +99,36 @@ def robustness_sweep(
     curve_keys: Sequence[str] = DEFAULT_CURVE_KEYS,
     perturbations: Mapping[str, Perturbation] | None = None,
 ) -> dict:
-    """Score clean and perturbed images; return ``{"clean": metrics, "curves": {name: {"levels":
+    """``robustness_curves`` for images in memory: ``score_fn`` scores a list of uint8 RGB images.
+
+    Images are perturbed batch by batch, so only one batch of copies exists at a time.
+    """
+    if len(images) != np.asarray(labels).size:
+        raise ValueError(f"{len(images)} images for {np.asarray(labels).size} labels")
+
+    def score_perturbed(perturb: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+        return _score_all(score_fn, images, perturb or _check_image, batch_size)
+
+    return robustness_curves(score_perturbed, labels, levels, threshold, curve_keys, perturbations)
+
+
+def robustness_curves(
+    score_perturbed: ScorePerturbed,
+    labels,
+    levels: Mapping[str, Sequence[float]] | None = None,
+    threshold: float = 0.5,
+    curve_keys: Sequence[str] = DEFAULT_CURVE_KEYS,
+    perturbations: Mapping[str, Perturbation] | None = None,
+) -> dict:
+    """Score clean and perturbed inputs; return ``{"clean": metrics, "curves": {name: {"levels":
     [...], "metrics": {key: [...]}}}}`` with one value per level, ready for plotting and JSON.
 
+    ``score_perturbed(f)`` scores every input with ``f(image)`` applied to its decoded uint8 RGB
+    pixels (``None``: unchanged), in the order of ``labels``; a NaN score marks an input that could
+    not be scored, which is then left out of every level so all levels see the same images.
     ``levels`` maps a perturbation name to its strengths (default: JPEG quality 95 -> 30, blur sigma
     0 -> 3, rescale 0.5 -> 1.5). ``perturbations`` adds or overrides functions ``f(image, level)``.
-    Images are perturbed batch by batch, so only one batch of copies exists at a time; identity
-    levels (sigma 0, factor 1) reuse the clean scores instead of running the detector again.
+    Identity levels (sigma 0, factor 1) reuse the clean scores instead of running the detector again.
     """
     functions = {**PERTURBATIONS, **(perturbations or {})}
     levels = dict(DEFAULT_LEVELS if levels is None else levels)
@@ -107,10 +136,14 @@ def robustness_sweep(
     if unknown:
         raise ValueError(f"unknown perturbation(s) {unknown}; known: {sorted(functions)}")
     y = np.asarray(labels)
-    if len(images) != y.size:
-        raise ValueError(f"{len(images)} images for {y.size} labels")
-    clean_scores = _score_all(score_fn, images, _check_image, batch_size)
-    clean = image_metrics(y, clean_scores, threshold=threshold)
+    clean_scores = np.asarray(score_perturbed(None), dtype=float).reshape(-1)
+    if clean_scores.size != y.size:
+        raise ValueError(f"{clean_scores.size} scores for {y.size} labels")
+    keep = np.isfinite(clean_scores)
+    if not keep.all():
+        warnings.warn(f"robustness: {int((~keep).sum())} of {y.size} inputs could not be scored and are left out",
+                      stacklevel=2)
+    clean = image_metrics(y[keep], clean_scores[keep], threshold=threshold)
     curves: dict[str, dict] = {}
     for name, strengths in levels.items():
         fn = functions[name]
@@ -119,9 +152,14 @@ def robustness_sweep(
             if _is_identity(name, level) and fn is PERTURBATIONS.get(name):
                 metrics = clean
             else:
-                scores = _score_all(score_fn, images, lambda im, f=fn, lv=level: f(im, lv), batch_size)
-                metrics = image_metrics(y, scores, threshold=threshold)
+                scores = np.asarray(score_perturbed(partial(_perturbed, fn, level)), dtype=float).reshape(-1)
+                metrics = image_metrics(y[keep], scores[keep], threshold=threshold)
             for k in curve_keys:
                 values[k].append(metrics[k])
         curves[name] = {"levels": [float(v) for v in strengths], "metrics": values}
     return {"clean": clean, "curves": curves}
+
+
+def _perturbed(fn: Perturbation, level: float, image: np.ndarray) -> np.ndarray:
+    """``fn(image, level)``; a module-level function so it pickles into DataLoader workers."""
+    return fn(image, level)

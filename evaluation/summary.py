@@ -3,8 +3,9 @@ so train.py and infer.py wire evaluation in two lines and cannot drift apart."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -62,6 +63,15 @@ def evaluate_records(
     }
 
 
+@dataclass
+class Report:
+    """What ``report_records`` wrote: ``metrics`` (the contents of metrics.json) and ``files``
+    (written paths by name: ``metrics``, ``report``, ``roc``, ...)."""
+
+    metrics: dict[str, Any]
+    files: dict[str, Path]
+
+
 def report_records(
     out_dir,
     records: Records,
@@ -72,18 +82,21 @@ def report_records(
     title: str = "Evaluation report",
     label: str = "label",
     score: str = "score",
+    extra: Mapping[str, Any] | None = None,
     **evaluate_kwargs,
-) -> dict[str, Path]:
-    """``evaluate_records`` then ``write_report`` into ``out_dir`` (metrics.json, report.md, PNGs).
+) -> Report:
+    """``evaluate_records`` then ``write_report`` into ``out_dir`` (metrics.json, report.md, PNGs);
+    returns the metrics written and the files.
 
     ``calibrated_threshold`` should come from the model (calibrated on validation genuines), not
-    from this test set, which would leak the answer into the operating point.
+    from this test set, which would leak the answer into the operating point. ``extra``: more
+    top-level keys for metrics.json.
     """
-    from .report import write_report  # matplotlib only when a report is written
+    from .report import write_report_payload  # matplotlib only when a report is written
 
     cols = labelled_rows(records, label, score)
     result = evaluate_records(cols, threshold=threshold, label=label, score=score, **evaluate_kwargs)
-    return write_report(
+    payload, files = write_report_payload(
         out_dir,
         result["metrics"],
         labels=cols[label],
@@ -95,4 +108,6 @@ def report_records(
         robustness=robustness,
         contact_sheet=contact_sheet,
         title=title,
+        extra=extra,
     )
+    return Report(metrics=payload, files=files)

@@ -10,7 +10,6 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from datamodules.geometry import to_network_input
 from datamodules.io import write_image
 from datamodules.records import Record
 from inference.batches import iter_batches
@@ -90,24 +89,30 @@ def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray,
     return target
 
 
-def labelled_rows(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Scored rows joined with what the input knew about each image (label, group, category...)."""
+def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scored rows of labelled inputs, joined with what the input knew about each image (label,
+    group, category, mask...): the table `evaluation.report_records` scores."""
     known = {r.path: r for r in records if r.label is not None}
     return [{**known[row["path"]].to_row(), "label": known[row["path"]].label, "score": row["score"]}
             for row in results
             if row.get("status") == "ok" and row["path"] in known and row.get("score") is not None]
 
 
-def image_score_fn(runtime: Any, batch_size: int = 32) -> Callable[[list[np.ndarray]], np.ndarray]:
-    """`uint8 RGB images -> scores` through the model's own preprocessing (for robustness sweeps)."""
+def score_perturbed_fn(runtime: Any, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0
+                       ) -> Callable[[Callable[[np.ndarray], np.ndarray] | None], np.ndarray]:
+    """`perturbation -> scores of records` for `evaluation.robustness_curves`: the files are decoded
+    and brought to the network by the same batches and geometry as `score_records`, the perturbation
+    applied to the decoded pixels before the geometry. Unreadable files score NaN."""
     geometry = runtime_transform(runtime)
-    step = batch_size if runtime.preprocess.fixed_size else 1
+    step = effective_batch_size(runtime, batch_size)
+    items = [(i, r.path) for i, r in enumerate(records)]
 
-    def score(images: list[np.ndarray]) -> np.ndarray:
-        out = []
-        for start in range(0, len(images), step):
-            batch = to_network_input([geometry(image) for image in images[start:start + step]])
-            out.append(np.asarray(runtime.predict(batch)["score"], dtype=np.float64))
-        return np.concatenate(out) if out else np.zeros(0)
+    def score(perturb: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+        prepare = geometry if perturb is None else (lambda image: geometry(perturb(image)))
+        scores = np.full(len(records), np.nan)
+        for batch in iter_batches(items, prepare, step, workers=num_workers):
+            if "image" in batch:
+                scores[batch["index"]] = np.asarray(runtime.predict(batch["image"])["score"], dtype=np.float64)
+        return scores
 
     return score

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import cv2
 import numpy as np
 
-from datamodules.io import read_image, write_image
+from datamodules.io import read_image, split_keys, write_image, write_manifest
 
 # Natural photographs only: synthetic test patterns (chessboard, logo, phantom, ...) would teach
 # the detector nothing about camera images.
@@ -112,3 +112,21 @@ def build_embedded_dataset(output: str | os.PathLike, spec: EmbeddedSpec = Embed
                 rows.append({"path": str(fake_path), "label": 1, "group": method,
                              "category": photo.stem, "source": source})
     return rows
+
+
+def make_embedded_manifest(output: str | os.PathLike, seed: int = 0,
+                           split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
+                           photos: Sequence[str | os.PathLike] | None = None,
+                           progress: Callable[[Iterable], Iterable] | None = None, **spec: Any) -> Path:
+    """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
+    photographs) and write its `manifest.csv`, split by source; returns the manifest's path.
+
+    `train.py`'s default data config hands this function to the DataModule (a Hydra `_partial_`),
+    which calls it when the manifest does not exist yet: the DataModule never imports `synthesis`.
+    """
+    output = Path(output)
+    rows = build_embedded_dataset(output, EmbeddedSpec(seed=seed, **spec), photos=photos,
+                                  **({"progress": progress} if progress else {}))
+    splits = split_keys((row["source"] or row["path"] for row in rows), split_fractions, seed)
+    write_manifest(({**row, "split": splits[row["source"] or row["path"]]} for row in rows), output / "manifest.csv")
+    return output / "manifest.csv"

@@ -12,7 +12,7 @@ from tests.helpers import prepare_train_config, small_train_overrides
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Path:
     """~160 images (64 px crops of the bundled photographs and their re-rendered fakes)."""
-    from datamodules.classification import make_embedded_manifest
+    from synthesis.embedded import make_embedded_manifest
 
     output = tmp_path_factory.mktemp("small_dataset")
     return make_embedded_manifest(output, seed=0, crop_size=64, scales=(0.5,), max_crops_per_scale=4)

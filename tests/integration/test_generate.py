@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datamodules.classification import make_generated_manifest
 from datamodules.io import read_image, read_mask
 from datamodules.records import read_manifest
 from synthesis.common import changed_pixels
-from synthesis.dataset import OPERATIONS, DatasetSpec, GeneratorOptions
+from synthesis.dataset import OPERATIONS, DatasetSpec, GeneratorOptions, make_generated_manifest
 from synthesis.duplication import CMO_CATEGORIES, cmo_categories
 from synthesis.embedded import bundled_photo_paths
 

@@ -110,3 +110,19 @@ def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_da
     assert set(metrics["robustness"]["curves"]) == {"jpeg", "blur", "rescale"}
     assert "by_group" in metrics and "genuine" not in metrics["by_group"]
     assert "## Robustness" in (report / "report.md").read_text()
+
+
+def test_robustness_sweep_scores_through_the_scoring_runs_dataset_and_transform(checkpoint, small_dataset, tmp_path):
+    """Unperturbed, the sweep's scoring path gives the scores of the scoring run itself, and a
+    perturbation reaches the decoded pixels (so the curves measure the model, not a second pipeline)."""
+    from datamodules.records import Record
+    from evaluation.robustness import gaussian_blur
+    from inference.runtime import load_runtime
+    from inference.scoring import score_perturbed_fn
+
+    run_infer(checkpoint, small_dataset, tmp_path / "scores.csv")
+    rows = [r for r in read_results(tmp_path / "scores.csv") if r["status"] == "ok"][:10]
+    score = score_perturbed_fn(load_runtime(checkpoint, "cpu"), [Record(path=r["path"]) for r in rows], batch_size=4)
+    np.testing.assert_allclose(score(None), [r["score"] for r in rows], rtol=0, atol=1e-6)
+    blurred = score(lambda image: gaussian_blur(image, 3.0))
+    assert blurred.shape == (10,) and np.abs(blurred - score(None)).max() > 1e-4

@@ -135,3 +135,27 @@ def test_errors_say_what_was_expected_and_found(tmp_path):
         read_layout(tmp_path / "plain", layout="coco")
     with pytest.raises(LayoutError, match="does not exist"):
         detect_layout(tmp_path / "missing")
+
+
+def test_infer_input_reads_every_layout_training_reads_and_scores_no_fraudbench_source(tmp_path):
+    """`infer.py input=` detects layouts as `train.py data=layout` does: labels, groups, categories
+    and masks come along, and FraudBench's Positive images (the sources of the fakes) are not scored."""
+    from datamodules.layouts import records_from_input
+
+    _fraudbench_tree(tmp_path / "fb")
+    scored = records_from_input(tmp_path / "fb")
+    assert scored == read_fraudbench(tmp_path / "fb")
+    assert not any("/Positive/" in r.path for r in scored) and {r.label for r in scored} == {0, 1}
+    assert {r.category for r in scored} == {"Electronics", "Hotels"}
+    _touch(tmp_path / "gi", "sd/val/ai/a.png", "sd/val/nature/b.png")
+    assert records_from_input(tmp_path / "gi") == read_genimage(tmp_path / "gi")
+    _touch(tmp_path / "imdl", "Tp/x.png", "Gt/x.png", "Au/y.png")
+    imdl = records_from_input(tmp_path / "imdl")
+    assert imdl == read_imdl(tmp_path / "imdl") and any(r.mask for r in imdl)
+    _touch(tmp_path / "plain", "holiday/a.png", "b.jpg")  # no layout: unlabelled images, recursively
+    assert [(Path(r.path).name, r.label) for r in records_from_input(tmp_path / "plain")] == [("b.jpg", None),
+                                                                                            ("a.png", None)]
+    assert records_from_input(tmp_path / "plain" / "b.jpg")[0].path == str(tmp_path / "plain" / "b.jpg")
+    assert records_from_input(tmp_path / "fb", layout="fraudbench") == scored
+    with pytest.raises(LayoutError, match="does not exist"):
+        records_from_input(tmp_path / "missing")

@@ -6,6 +6,7 @@ import pytest
 from evaluation import image_metrics
 from evaluation.image import ImageScoreAccumulator
 from evaluation.records import by_group
+from evaluation.report import to_jsonable
 from evaluation.summary import evaluate_records, report_records
 from tests.helpers import TensorLike
 
@@ -37,10 +38,14 @@ def test_evaluate_records_skips_unusable_rows():
 
 
 def test_report_records_writes_everything(tmp_path):
-    written = report_records(tmp_path, rows(), threshold=0.5, calibrated_threshold=0.7, n_resamples=20)
-    data = json.loads(written["metrics"].read_text())
+    report = report_records(tmp_path, rows(), threshold=0.5, calibrated_threshold=0.7, n_resamples=20,
+                            extra={"detector": "d"})
+    data = json.loads(report.files["metrics"].read_text())
     assert data["n_pos"] + data["n_neg"] == 120 and data["calibrated_threshold"] == 0.7
     assert "by_category" in data and (tmp_path / "roc.png").exists()
+    assert data["detector"] == "d"
+    # the metrics handed back are the ones written (NaN would be null in the file; none here)
+    assert to_jsonable(report.metrics) == data
 
 
 def test_image_accumulator_equals_one_shot():

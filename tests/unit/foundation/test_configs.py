@@ -37,7 +37,7 @@ def test_every_option_of_the_other_groups_composes(group):
 
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
     cfg = compose_config("train", [])
-    assert cfg.detector.name == "npr" and cfg.data.create == "embedded"
+    assert cfg.detector.name == "npr" and cfg.data.create._target_ == "synthesis.embedded.make_embedded_manifest"
     assert cfg.detector.net.preprocess.size == 96 and cfg.seed == 0
 
 

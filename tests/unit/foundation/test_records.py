@@ -6,8 +6,8 @@ import json
 import pytest
 from PIL import Image
 
-from datamodules.records import (LayoutError, Record, assign_splits, read_manifest, records_from_input,
-                                 scan_folder, write_manifest)
+from datamodules.layouts import records_from_input
+from datamodules.records import LayoutError, Record, assign_splits, read_manifest, scan_folder, write_manifest
 
 
 def touch_image(path):

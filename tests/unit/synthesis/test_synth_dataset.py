@@ -6,7 +6,8 @@ import pytest
 
 from datamodules.io import read_image, write_image
 from synthesis.contact_sheet import contact_sheet
-from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec, _assign_splits, _photo_table
+from datamodules.io import split_keys
+from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec, _photo_table
 from synthesis.operations import regions_from_mask
 
 
@@ -23,10 +24,10 @@ def test_regions_of_a_known_mask_are_ordered_by_area_with_exact_boxes():
 
 
 def test_splits_are_drawn_per_source_and_a_few_photos_still_fill_every_split():
-    assert set(_assign_splits(["a", "b", "c"], (0.7, 0.15, 0.15), 0).values()) == {"train", "val", "test"}
-    many = _assign_splits([f"s{i}" for i in range(100)], (0.8, 0.1, 0.1), 1)
+    assert set(split_keys(["a", "b", "c"], (0.7, 0.15, 0.15), 0).values()) == {"train", "val", "test"}
+    many = split_keys([f"s{i}" for i in range(100)], (0.8, 0.1, 0.1), 1)
     assert sorted(list(many.values()).count(s) for s in ("train", "val", "test")) == [10, 10, 80]
-    assert many == _assign_splits([f"s{i}" for i in reversed(range(100))], (0.8, 0.1, 0.1), 1)
+    assert many == split_keys([f"s{i}" for i in reversed(range(100))], (0.8, 0.1, 0.1), 1)
 
 
 def test_photo_keys_are_unique_and_a_stereo_pair_is_one_source(tmp_path):
@@ -70,11 +71,11 @@ def test_contact_sheet_shows_one_row_per_operation(tmp_path):
 def test_precomputed_similarity_equals_the_splicing_score():
     from skimage import data
 
-    from synthesis.dataset import _feature_similarity, _similarity_features
+    from synthesis.planning import feature_similarity, similarity_features
     from synthesis.splicing import pair_similarity
 
     images = [data.astronaut(), data.coffee(), data.chelsea()[:200, :300].copy()]
     for a in images:
         for b in images:
             expected = pair_similarity(a, b)
-            assert _feature_similarity(_similarity_features(a), _similarity_features(b)) == pytest.approx(expected, abs=1e-9)
+            assert feature_similarity(similarity_features(a), similarity_features(b)) == pytest.approx(expected, abs=1e-9)
