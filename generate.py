@@ -53,12 +53,12 @@ def spec_from_config(cfg: DictConfig):
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
     keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
-            "d15_fraction", "generator")
+            "d15_fraction", "generator", "diffusion")
     plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
     return DatasetSpec(kind=plain["kind"], ops=plain["ops"], seed=plain["seed"], **plain["panels"],
                        split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
                        local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
-                       generator=GeneratorOptions(**plain["generator"]))
+                       generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"])
 
 
 def generate(cfg: DictConfig) -> Path:

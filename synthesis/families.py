@@ -88,7 +88,7 @@ def train_families(options: DiffusionOptions, folder: Path, panel_paths: Sequenc
     from synthesis.diffusion import save_diffusion, sdedit, train_diffusion
     from synthesis.latent import load_latent, save_latent, to_tensor, to_uint8, train_latent_autoencoder
 
-    images = [np.array(read_image(p)) for p in panel_paths]
+    images = [im for im in (np.array(read_image(p)) for p in panel_paths) if min(im.shape[:2]) >= 64]
     spaces = set(options.spaces) if needs & {"diffusion_sdedit", "diffusion_inpaint"} else set()
     wanted = (["latent"] if "latent_rerender" in needs or "latent" in spaces else []) + \
              [f"ddpm_{s}" for s in ("pixel", "latent") if s in spaces]

@@ -27,7 +27,7 @@ __all__ = ["item_rng", "fragment_path", "run_task", "init_worker", "one_thread",
 
 
 def item_rng(seed: int, item: str) -> np.random.Generator:
-    return np.random.defaultitem_rng([seed, zlib.crc32(item.encode())])
+    return np.random.default_rng([seed, zlib.crc32(item.encode())])
 
 
 def _panels_task(task: dict[str, Any]) -> dict[str, Any]:
