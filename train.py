@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from detectors.module import DetectorModule
 from evaluation import calibration_markdown, report_records, write_metrics_json
+from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 
 log = logging.getLogger("train")
 
@@ -21,6 +22,15 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
             if isinstance(entry, DictConfig) and "_target_" in entry]
 
 
+def data_config(data: DictConfig, localizer: bool) -> DictConfig:
+    """The DataModule config; a default data config may carry a `localizers` variant (with masks),
+    which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument."""
+    variants = data.get("localizers")
+    if localizer and variants is not None:
+        return variants
+    return OmegaConf.masked_copy(data, [k for k in data if k != "localizers"]) if variants is not None else data
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit on the train split, calibrate on val, test the best checkpoint; returns metrics.json."""
     if cfg.get("seed") is not None:
@@ -29,7 +39,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.get("optimizer"),
                             scheduler=cfg.detector.get("scheduler"), target_fpr=cfg.target_fpr,
                             name=cfg.detector.get("name"))
-    datamodule = hydra.utils.instantiate(cfg.data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
+    if cfg.get("monitor", "auto") == "auto":
+        cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
+    datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),
+                                         preprocess=module.net.preprocess.to_dict(), _convert_="all")
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")),
                                                  logger=instantiate_group(cfg.get("logger")) or False)
     if trainer.is_global_zero:
@@ -63,11 +76,20 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     rows = [{**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
             for i, label, score in zip(scored["index"], scored["label"], scored["score"])]
     threshold = float(module.threshold)
+    pixel = {k: v for k, v in module.stage_metrics["test"].items() if k in PIXEL_KEYS}
+    sheet = [(image, mask, prob.astype("float32"), f"{Path(test_records[index].path).name}  pixel F1 {f1:.2f}")
+             for f1, index, image, mask, prob in module.stage_cases.get("test", [])]
+    if pixel:
+        extra = {**extra, "pixel_protocol": PIXEL_PROTOCOL}
     report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
-                            title=f"Test report: {extra.get('detector')}", extra=extra)
-    if extra.get("calibration"):
+                            title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
+                            contact_sheet=sheet or None, extra=extra)
+    notes = [calibration_markdown(extra["calibration"])] if extra.get("calibration") else []
+    if pixel:
+        notes.append(f"Pixel metrics: {PIXEL_PROTOCOL}. Contact sheet: the worst and best test images by pixel F1.")
+    if notes:
         markdown = report.files["report"]
-        markdown.write_text(markdown.read_text() + "\n" + calibration_markdown(extra["calibration"]))
+        markdown.write_text(markdown.read_text() + "\n" + "\n\n".join(notes) + "\n")
     return {**module.stage_metrics["test"], **report.metrics}
 
 
@@ -75,7 +97,8 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     def show(value: Any) -> str:
         return "n/a" if value is None or value != value else f"{value:.4f}"
 
-    keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold")
+    keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold",
+            "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_fpr_genuine")
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(metrics.get('val', {}).get('auroc'))}"
             f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")

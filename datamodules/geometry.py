@@ -29,6 +29,31 @@ def pad_to(image: np.ndarray, size: int, centre: bool) -> np.ndarray:
     return np.pad(image, widths, mode="constant", constant_values=0)
 
 
+def tile_to_cover(image: np.ndarray, size: int, **_: object) -> np.ndarray:
+    """Repeat the image along each side shorter than `size` (whole copies, from the top-left)
+    until it reaches `size`; longer sides are left as they are (mode `tile`)."""
+    reps = [max(1, -(-size // image.shape[axis])) for axis in (0, 1)]
+    if reps == [1, 1]:
+        return image
+    return np.tile(image, reps + [1] * (image.ndim - 2))
+
+
+def resize_short_side(image: np.ndarray, short: int, interpolation: str = "bilinear", **_: object) -> np.ndarray:
+    """Scale so the short side is `short`, the long side `int(short * long / short_side)`: the
+    sizes torchvision's `Resize(short)` picks, which the CO-SPY weights were trained with."""
+    import cv2
+
+    height, width = image.shape[:2]
+    if min(height, width) == short:
+        return image
+    if height <= width:
+        new_h, new_w = short, int(short * width / height)
+    else:
+        new_h, new_w = int(short * height / width), short
+    flag = getattr(cv2, CV2_INTERPOLATION_NAMES[interpolation])
+    return cv2.resize(image, (new_w, new_h), interpolation=flag)
+
+
 def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
     """`H x W x 3 uint8 -> size x size x 3 uint8` (or the image itself for mode `none`)."""
     preprocess = Preprocess.from_config(preprocess)
@@ -46,9 +71,13 @@ def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
             return cv2.resize(image, (size, size), interpolation=flag)
 
         return resize
-    if mode == "center_crop":
+    if mode in ("center_crop", "tile", "resize_crop"):
+        short, interpolation = int(preprocess.load_size or size), preprocess.interpolation
+
         def center_crop(image: np.ndarray) -> np.ndarray:
-            image = pad_to(image, size, centre=True)
+            if mode == "resize_crop":
+                image = resize_short_side(image, short, interpolation)
+            image = tile_to_cover(image, size) if mode == "tile" else pad_to(image, size, centre=True)
             top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
             return image[top:top + size, left:left + size]
 

@@ -8,7 +8,7 @@ band is computed after the geometry, so its width is in network-input pixels.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import cv2
 import numpy as np
@@ -93,14 +93,26 @@ class LocalizationDataModule(LayoutDataModule):
     (`LOCALIZATION_AUGMENT`); validation and test transforms are deterministic.
     """
 
-    def __init__(self, edge_width: int = 3, missing_masks: str = "drop", **kwargs: Any) -> None:
+    def __init__(self, edge_width: int = 3, missing_masks: str = "drop",
+                 create: Callable[..., Any] | None = None, **kwargs: Any) -> None:
         if kwargs.get("augment") is None or kwargs.get("augment") == {}:
             kwargs["augment"] = dict(LOCALIZATION_AUGMENT)
         super().__init__(**kwargs)
         if missing_masks not in MISSING_MASKS:
             raise ValueError(f"missing_masks must be one of {MISSING_MASKS}, got {missing_masks!r}")
+        if create is not None and not callable(create):
+            raise ValueError(f"data.create must be null or a dataset maker (a `_partial_: true` config with a "
+                             f"`_target_`), got {create!r}")
         self.edge_width = edge_width
         self.missing_masks = missing_masks
+        self.create = create
+
+    def prepare_data(self) -> None:
+        """With `create` (a callable `create(root, seed=, split_fractions=)` writing `root/manifest.csv`),
+        make the dataset first when `root` has no manifest yet: the embedded default."""
+        if self.create is not None and not (self.root / "manifest.csv").is_file():
+            log.info("generating a localization dataset into %s", self.root)
+            self.create(self.root, seed=self.seed, split_fractions=self.split_fractions)
 
     def load_records(self) -> list[Record]:
         records = super().load_records()

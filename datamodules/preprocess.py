@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
-MODES = ("resize", "center_crop", "pad", "none")
+MODES = ("resize", "center_crop", "resize_crop", "pad", "tile", "none")
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -19,8 +19,12 @@ class Preprocess:
     """How an image is brought to the network's input.
 
     `mode`: `resize` scales to `size` x `size`; `center_crop` crops `size` x `size` (random crop in
-    training), padding first when the image is smaller; `pad` places the image unscaled on a
-    `size` x `size` canvas (centre-cropping what does not fit); `none` feeds the image as it is. Frequency detectors
+    training), padding first when the image is smaller; `resize_crop` scales the short side to
+    `load_size` (default `size`) then crops as `center_crop` (torchvision's Resize + CenterCrop); `pad`
+    places the image unscaled on a `size` x `size` canvas (centre-cropping what does not fit); `tile`
+    repeats an image smaller than `size` side by side until it covers `size`, then crops like
+    `center_crop` (ForgeLens and IAPL: no resampling and no blank padding); `none` feeds the image as
+    it is. Frequency detectors
     avoid `resize` because resampling erases the traces they look for.
     `mean`/`std` are applied inside the network, recorded here so exported models document them.
     """
@@ -30,6 +34,7 @@ class Preprocess:
     interpolation: str = "bilinear"
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    load_size: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """albumentations pipelines built from a detector's `Preprocess`, so training and scoring agree."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
 import albumentations as A
@@ -8,6 +9,7 @@ import cv2
 import numpy as np
 import torch
 
+from datamodules.geometry import resize_short_side, tile_to_cover
 from datamodules.preprocess import Preprocess
 
 CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
@@ -30,14 +32,24 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     size = preprocess.size
     if preprocess.mode == "none":
         return []
+    if preprocess.mode == "tile":
+        tile = partial(tile_to_cover, size=size)
+        return [A.Lambda(image=tile, mask=tile, name="tile"),
+                A.RandomCrop(size, size) if train else A.CenterCrop(size, size)]
     if preprocess.mode == "resize":
         return [A.Resize(size, size, interpolation=CV2_INTERPOLATION[preprocess.interpolation])]
-    position = "center" if preprocess.mode == "center_crop" else "top_left"
+    position = "top_left" if preprocess.mode == "pad" else "center"
     pad = A.PadIfNeeded(size, size, position=position, border_mode=cv2.BORDER_CONSTANT, fill=0, fill_mask=0)
+    steps: list[A.BasicTransform] = [pad]
+    if preprocess.mode == "resize_crop":
+        short = int(preprocess.load_size or size)
+        steps.insert(0, A.Lambda(image=partial(resize_short_side, short=short, interpolation=preprocess.interpolation),
+                                 mask=partial(resize_short_side, short=short, interpolation="nearest"),
+                                 name="resize_short_side"))
     if train:
-        return [pad, A.RandomCrop(size, size)]
-    if preprocess.mode == "center_crop":
-        return [pad, A.CenterCrop(size, size)]
+        return steps + [A.RandomCrop(size, size)]
+    if preprocess.mode != "pad":
+        return steps + [A.CenterCrop(size, size)]
     return [pad, A.Crop(0, 0, size, size)]
 
 

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from detectors.base import Detector
 from detectors.build import build_detector, to_plain
+from detectors.localization_metrics import SplitPixelMetrics
 from evaluation import calibrate_threshold, calibration_check, image_metrics
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ class DetectorModule(L.LightningModule):
     saved with `save_hyperparameters()`, so a checkpoint rebuilds the network without Hydra.
     After every validation the decision threshold is calibrated on the genuine validation images to
     `target_fpr`; it is a buffer, so it travels in every checkpoint and `infer.py` uses it.
+    Localizers also get pixel metrics (`SplitPixelMetrics`: at `pixel_threshold`, exact under DDP);
+    `contact_cases` best and worst test images are kept for the report's contact sheet.
     """
 
     def __init__(
@@ -36,16 +39,22 @@ class DetectorModule(L.LightningModule):
         scheduler: Mapping[str, Any] | None = None,
         target_fpr: float = 0.01,
         name: str | None = None,
+        pixel_threshold: float = 0.5,
+        contact_cases: int = 4,
     ) -> None:
         super().__init__()
         net, optimizer, scheduler = to_plain(net), to_plain(optimizer), to_plain(scheduler)
         self.save_hyperparameters({"net": net, "optimizer": optimizer, "scheduler": scheduler,
-                                   "target_fpr": float(target_fpr), "name": name})
+                                   "target_fpr": float(target_fpr), "name": name,
+                                   "pixel_threshold": float(pixel_threshold), "contact_cases": int(contact_cases)})
         self.net: Detector = build_detector(net)
         self.register_buffer("threshold", torch.tensor(0.5))
         self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
         self.stage_metrics: dict[str, dict[str, float]] = {}
         self.stage_scores: dict[str, dict[str, np.ndarray]] = {}
+        self._pixels = {stage: SplitPixelMetrics(pixel_threshold, keep_cases=contact_cases if stage == "test" else 0)
+                        for stage in ("val", "test")} if self.net.is_localizer else {}
+        self.stage_cases: dict[str, list[tuple]] = {}
         self.calibration: dict[str, Any] | None = None  # how far the last calibration can be trusted
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -92,22 +101,34 @@ class DetectorModule(L.LightningModule):
         scores = torch.sigmoid(outputs["logit"].float())
         self._scores[stage].append((batch["index"].detach().cpu(), scores.detach().cpu(),
                                     batch["label"].detach().cpu()))
+        if self._pixels and "mask" in batch:
+            self._pixels[stage].update(batch, outputs["mask_logit"])
 
     def on_validation_epoch_end(self) -> None:
         gathered = self._gather("val")
+        pixel = self._gather_pixels("val")
         if self.trainer.sanity_checking:
             return
         genuine = gathered["score"][gathered["label"] == 0]
         if len(genuine):
             self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr))
             self.calibration = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
-        self._log_metrics("val", gathered)
+        self._log_metrics("val", gathered, pixel)
 
     def on_test_epoch_end(self) -> None:
-        self._log_metrics("test", self._gather("test"))
+        gathered = self._gather("test")
+        self._log_metrics("test", gathered, self._gather_pixels("test"))
 
-    def _log_metrics(self, stage: str, gathered: dict[str, np.ndarray]) -> None:
+    def _gather_pixels(self, stage: str) -> dict[str, float]:
+        """Pixel metrics of the whole split (every rank gets the same); {} for classifiers."""
+        if not self._pixels:
+            return {}
+        metrics, self.stage_cases[stage] = self._pixels[stage].compute()
+        return metrics
+
+    def _log_metrics(self, stage: str, gathered: dict[str, np.ndarray], pixel: dict[str, float]) -> None:
         metrics = image_metrics(gathered["label"], gathered["score"], threshold=float(self.threshold))
+        metrics.update(pixel)
         metrics["threshold"] = float(self.threshold)
         self.stage_metrics[stage] = metrics
         self.stage_scores[stage] = gathered
@@ -139,6 +160,12 @@ class DetectorModule(L.LightningModule):
         params = [p for p in self.net.parameters() if p.requires_grad]
         optimizer = getattr(torch.optim, name)(params, **settings)
         schedule = {**DEFAULT_SCHEDULER, **(self.hparams.scheduler or {})}
+        if schedule.get("name", "cosine") == "step":
+            # Recipes that decay per epoch (ForgeLens, IAPL): lr * gamma every `step_size` epochs.
+            step = torch.optim.lr_scheduler.StepLR(optimizer, int(schedule["step_size"]), float(schedule["gamma"]))
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": step, "interval": "epoch"}}
+        if schedule.get("name", "cosine") != "cosine":
+            raise ValueError(f"scheduler.name must be cosine or step, got {schedule['name']!r}")
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(schedule["warmup_fraction"] * total)
         floor = float(schedule["min_lr_ratio"])

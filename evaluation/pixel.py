@@ -19,6 +19,11 @@ PIXEL_KEYS = (
     "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_f1_best",
     "pixel_f1_pooled", "pixel_iou_pooled", "pixel_fpr_genuine", "n_masks",
 )
+# Said next to every pixel figure the toolkit reports: which images count, which threshold.
+PIXEL_PROTOCOL = ("pixel F1 / IoU / AUROC per manipulated image at probability 0.5, averaged over manipulated "
+                  "images; genuine images scored by the fraction of pixels predicted positive "
+                  "(pixel_fpr_genuine); _pooled sums pixel counts over the set; pixel_f1_best is a "
+                  "per-image oracle threshold")
 
 
 def _to_numpy(x) -> np.ndarray:

@@ -82,13 +82,15 @@ def report_records(
     title: str = "Evaluation report",
     label: str = "label",
     score: str = "score",
+    pixel: dict | None = None,
     extra: Mapping[str, Any] | None = None,
     **evaluate_kwargs,
 ) -> Report:
     """``evaluate_records`` then ``write_report`` into ``out_dir`` (metrics.json, report.md, PNGs);
     returns the metrics written and the files.
 
-    ``calibrated_threshold`` should come from the model (calibrated on validation genuines), not
+    ``pixel``: a localizer's pixel metrics (``PixelMetricAccumulator.compute()``), reported beside
+    the image metrics. ``calibrated_threshold`` should come from the model (calibrated on validation genuines), not
     from this test set, which would leak the answer into the operating point. ``extra``: more
     top-level keys for metrics.json.
     """
@@ -98,7 +100,7 @@ def report_records(
     result = evaluate_records(cols, threshold=threshold, label=label, score=score, **evaluate_kwargs)
     payload, files = write_report_payload(
         out_dir,
-        result["metrics"],
+        {**result["metrics"], **(pixel or {})},
         labels=cols[label],
         scores=cols[score],
         threshold=threshold,

@@ -71,9 +71,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
 
 
 class TorchRuntime:
-    """A `.ckpt` detector in PyTorch."""
+    """A `.ckpt` detector in PyTorch. `tta=True` adapts prompt-based detectors (iapl) to each image
+    before scoring it (`inference.tta`); images are then read at the adaptation's load size."""
 
-    def __init__(self, path: str | os.PathLike, device: str = "auto") -> None:
+    def __init__(self, path: str | os.PathLike, device: str = "auto", tta: bool = False) -> None:
         self.device = resolve_device(device)
         self.module = load_checkpoint(path).to(self.device)
         self.net = self.module.net
@@ -81,11 +82,26 @@ class TorchRuntime:
         self.preprocess: Preprocess = self.net.preprocess
         self.threshold = float(self.module.threshold)
         self.is_localizer = bool(self.net.is_localizer)
+        self.adapter = None
+        if tta:
+            from dataclasses import replace
+
+            from inference.tta import ContextAdapter
+
+            try:
+                self.adapter = ContextAdapter(self.net, size=int(self.preprocess.size))
+            except ValueError as error:
+                raise ModelLoadError(f"tta=true: {error}") from None
+            self.preprocess = replace(self.preprocess, size=self.adapter.settings.load_size, mode="resize")
+        self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""
         import torch
 
+        if self.adapter is not None:  # adapting needs gradients: no inference mode around it
+            batch = torch.as_tensor(images).to(self.device, non_blocking=True)
+            return {"score": np.asarray([self.adapter.score(image) for image in batch], dtype=np.float32)}
         with torch.inference_mode():
             outputs = self.net(torch.as_tensor(images).to(self.device, non_blocking=True))
             result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
@@ -97,10 +113,13 @@ class TorchRuntime:
 class OnnxRuntime:
     """An exported `.onnx` detector in onnxruntime; preprocessing and threshold from its metadata."""
 
-    def __init__(self, path: str | os.PathLike, device: str = "auto") -> None:
+    def __init__(self, path: str | os.PathLike, device: str = "auto", tta: bool = False) -> None:
         import onnxruntime as ort
 
         path = Path(path)
+        if tta:
+            raise ModelLoadError(f"{path}: test-time adaptation takes gradient steps, which an ONNX graph cannot; "
+                                 "use the .ckpt for tta=true (the exported model is the non-adapted one)")
         if not path.is_file():
             raise ModelLoadError(f"ONNX model {path} does not exist")
         self.device = device
@@ -125,6 +144,7 @@ class OnnxRuntime:
         self.threshold = float(meta["threshold"])
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
+        self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array (or a CPU tensor)."""
@@ -132,6 +152,16 @@ class OnnxRuntime:
             images = images.detach().cpu().numpy()
         values = self.session.run(self.output_names, {"image": np.asarray(images, dtype=np.float32)})
         return dict(zip(self.output_names, values))
+
+
+def scoring_preprocess(preprocess: Preprocess, is_localizer: bool) -> Preprocess:
+    """What a runtime feeds its network: localizers take the whole image at its own size (they pad
+    to their stride inside and crop their map back), so the map covers every pixel of the original;
+    classifiers keep the crop or resize they were trained with."""
+    if not is_localizer:
+        return preprocess
+    return Preprocess(size=None, mode="none", interpolation=preprocess.interpolation, mean=preprocess.mean,
+                      std=preprocess.std, extra=dict(preprocess.extra))
 
 
 def gpu_present() -> bool:
@@ -157,13 +187,13 @@ def onnx_providers(device: str, available: list[str]) -> list[Any]:
     return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
 
 
-def load_runtime(path: str | os.PathLike, device: str = "auto") -> TorchRuntime | OnnxRuntime:
+def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = False) -> TorchRuntime | OnnxRuntime:
     """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason."""
     suffix = Path(path).suffix.lower()
     if suffix == ".onnx":
-        return OnnxRuntime(path, device)
+        return OnnxRuntime(path, device, tta)
     if suffix in (".ckpt", ".pt", ".pth"):
-        return TorchRuntime(path, device)
+        return TorchRuntime(path, device, tta)
     raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
 
 

@@ -3,26 +3,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
-from datamodules.io import write_image
 from datamodules.records import Record
 from inference.batches import iter_batches
+from inference.masks import save_mask, save_overlay
 from inference.runtime import runtime_transform
 from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
-
-
-def safe_mask_name(index: int, path: str) -> str:
-    """A file name that cannot leave the masks folder, whatever the input path contains."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(path).stem)[:80].lstrip(".") or "image"
-    return f"{index:07d}_{stem}.png"
 
 
 def error_row(path: str, reason: str) -> dict[str, Any]:
@@ -30,7 +23,7 @@ def error_row(path: str, reason: str) -> dict[str, Any]:
 
 
 def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
-               masks_dir: Path | None = None) -> list[dict[str, Any]]:
+               masks_dir: Path | None = None, overlays_dir: Path | None = None) -> list[dict[str, Any]]:
     """Result rows for one decoded batch (see `inference.batches.collate_samples`): unreadable files
     and model failures become `status=error` rows, never exceptions."""
     rows = [error_row(path, reason) for path, reason in batch["errors"]]
@@ -46,6 +39,9 @@ def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
                                         tuple(int(v) for v in batch["size"][i])))
+        if overlays_dir is not None and "mask" in outputs:
+            save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(batch["image"][i]),
+                         outputs["mask"][i][0])
         rows.append(row)
     return rows
 
@@ -59,7 +55,7 @@ def effective_batch_size(runtime: Any, batch_size: int) -> int:
 
 def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, batch_size: int = 32,
                   num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
-                  progress: bool = True) -> dict[str, int]:
+                  progress: bool = True, overlays_dir: str | os.PathLike | None = None) -> dict[str, int]:
     """Score every record not already in `writer`, in input order; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline)."""
     threshold = runtime.threshold if threshold is None else float(threshold)
@@ -67,26 +63,15 @@ def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter,
     batch_size = effective_batch_size(runtime, batch_size)
     counts = {"ok": 0, "error": 0, "skipped": len(records) - len(todo)}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
+    overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
     batches = iter_batches(todo, runtime_transform(runtime), batch_size, workers=num_workers)
     total = -(-len(todo) // batch_size)
     for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
-        rows = batch_rows(runtime, batch, threshold, masks_dir)
+        rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir)
         for row in rows:
             counts[row["status"]] += 1
         writer.write(rows)
     return counts
-
-
-def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int]) -> Path:
-    """Write a probability map as an 8-bit PNG at the input image's original size."""
-    import cv2  # only localizers saving masks need it
-
-    target = masks_dir / safe_mask_name(index, path)
-    pixels = np.clip(np.rint(probabilities * 255), 0, 255).astype(np.uint8)
-    if pixels.shape != size:
-        pixels = cv2.resize(pixels, (size[1], size[0]), interpolation=cv2.INTER_LINEAR)
-    write_image(target, pixels)
-    return target
 
 
 def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ class TiledRuntime:
     def __init__(self, runtime: TorchRuntime | OnnxRuntime, reduce: str = "mean", batch_size: int = 32) -> None:
         if reduce not in self.REDUCTIONS:
             raise ModelLoadError(f"tile_reduce must be one of {self.REDUCTIONS}, got {reduce!r}")
-        if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode == "resize":
+        if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode in ("resize", "resize_crop"):
             raise ModelLoadError(f"tiling needs a classifier with a crop or pad input size; {runtime.name} has "
                                  f"mode={runtime.preprocess.mode!r}, size={runtime.preprocess.size}")
         self.runtime, self.reduce, self.batch_size = runtime, reduce, batch_size
@@ -55,3 +55,76 @@ class TiledRuntime:
                                           for i in range(0, len(tiles), self.batch_size)])
             scores.append(tile_scores.max() if self.reduce == "max" else tile_scores.mean())
         return {"score": np.asarray(scores, dtype=np.float32)}
+
+
+def overlapping_positions(length: int, size: int, overlap: int) -> list[int]:
+    """Offsets of `size`-long windows covering `length` with at least `overlap` px shared between
+    neighbours: an even grid from 0 to `length - size`."""
+    if length <= size:
+        return [0]
+    count = 1 + -(-(length - size) // max(1, size - overlap))
+    return [round(i * (length - size) / (count - 1)) for i in range(count)]
+
+
+def blend_window(size: int, overlap: int) -> np.ndarray:
+    """size x size weights ramping up over `overlap` px from each edge, so a tile's border pixels
+    (where the network sees least context) count least, and seams between tiles vanish."""
+    ramp = np.clip((np.minimum(np.arange(size), np.arange(size)[::-1]) + 0.5) / max(1, overlap), 1e-3, 1.0)
+    return np.outer(ramp, ramp).astype(np.float32)
+
+
+class TiledLocalizer:
+    """Localization maps of images too large to score at once, from overlapping tiles blended together.
+
+    Tiles of `tile_size` (the training crop size by default) overlap by `overlap` of their side;
+    each tile's map is weighted by `blend_window` and the weighted maps are averaged, so seams do not
+    show. The image score is the highest tile score: a manipulated region lies in some tile.
+    Memory: the device holds `batch_size` tiles at a time; the host holds the image and two float32
+    H x W accumulators (about 11 bytes per pixel in all), whatever the image size.
+    """
+
+    def __init__(self, runtime: TorchRuntime | OnnxRuntime, tile_size: int | None = None, overlap: float = 0.25,
+                 batch_size: int = 8) -> None:
+        if not runtime.is_localizer:
+            raise ModelLoadError(f"{runtime.name} is not a localizer; TiledRuntime scores classifiers' tiles")
+        tile_size = tile_size or runtime.trained_preprocess.size
+        if not tile_size:
+            raise ModelLoadError(f"{runtime.name} has no training crop size: set tile_size")
+        if not 0.0 <= overlap < 1.0:
+            raise ModelLoadError(f"tile overlap must be in [0, 1), got {overlap}")
+        self.runtime, self.batch_size = runtime, batch_size
+        self.tile_size, self.overlap = int(tile_size), int(round(overlap * int(tile_size)))
+        self.name, self.threshold, self.is_localizer = runtime.name, runtime.threshold, True
+        self.preprocess = runtime.preprocess  # the whole image, at its own size
+        self.window = blend_window(self.tile_size, self.overlap)
+
+    def predict(self, images: torch.Tensor | np.ndarray) -> dict[str, np.ndarray]:
+        scores, maps = [], []
+        for image in np.asarray(images, dtype=np.float32):
+            score, prob = self.predict_one(image)
+            scores.append(score)
+            maps.append(prob[None])
+        return {"score": np.asarray(scores, dtype=np.float32), "mask": np.stack(maps)}
+
+    def predict_one(self, image: np.ndarray) -> tuple[float, np.ndarray]:
+        """(score, H x W map) of one 3 x H x W image."""
+        _, height, width = image.shape
+        size = self.tile_size
+        if height <= size and width <= size:
+            out = self.runtime.predict(image[None])
+            return float(out["score"][0]), np.asarray(out["mask"][0, 0], dtype=np.float32)
+        window = self.window[:min(size, height), :min(size, width)]
+        boxes = [(y, x) for y in overlapping_positions(height, size, self.overlap)
+                 for x in overlapping_positions(width, size, self.overlap)]
+        total = np.zeros((height, width), np.float32)
+        weight = np.zeros((height, width), np.float32)
+        best = 0.0
+        for start in range(0, len(boxes), self.batch_size):
+            chunk = boxes[start:start + self.batch_size]
+            tiles = np.stack([image[:, y:y + size, x:x + size] for y, x in chunk])
+            out = self.runtime.predict(tiles)
+            best = max(best, float(np.max(out["score"])))
+            for (y, x), prob in zip(chunk, np.asarray(out["mask"], dtype=np.float32)[:, 0]):
+                total[y:y + size, x:x + size] += prob * window
+                weight[y:y + size, x:x + size] += window
+        return best, total / weight

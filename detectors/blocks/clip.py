@@ -145,7 +145,9 @@ def load_clip_visual(model: str | Mapping[str, Any], pretrained: str | None = No
         visual = _build_vision_tower(config["embed_dim"], config["vision_cfg"], quick_gelu=spec.quick_gelu)
         return visual, spec
     if not isinstance(model, str):
-        raise ValueError("pretrained weights need an open_clip model name, not a custom config dict")
+        if not os.path.isfile(pretrained):
+            raise ValueError("a custom CLIP config takes its weights from a file path, not a tag")
+        return _custom_visual_from_file(model, pretrained, spec), spec
     path = resolve_clip_weights(model, pretrained, cache_dir)
     log.info("%s: loading pretrained %r weights from %s", model, pretrained, path)
     clip = open_clip.create_model(model, pretrained=path, force_quick_gelu=spec.quick_gelu,
@@ -153,6 +155,21 @@ def load_clip_visual(model: str | Mapping[str, Any], pretrained: str | None = No
     visual = clip.visual
     del clip
     return visual, spec
+
+
+def _custom_visual_from_file(config: Mapping[str, Any], path: str, spec: ClipSpec) -> nn.Module:
+    """The image tower of a custom config with weights from a state-dict file (a whole CLIP's, with
+    `visual.` keys, or the tower's own), read with `weights_only=True`."""
+    from open_clip.model import _build_vision_tower
+
+    config = clip_model_config(config)
+    visual = _build_vision_tower(config["embed_dim"], config["vision_cfg"], quick_gelu=spec.quick_gelu)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if any(key.startswith("visual.") for key in state):
+        state = {key[len("visual."):]: value for key, value in state.items() if key.startswith("visual.")}
+    visual.load_state_dict(state)
+    log.info("custom CLIP config: image tower weights loaded from %s", path)
+    return visual
 
 
 def clip_preprocess(spec: ClipSpec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -83,6 +83,12 @@ class SVDResidualLinear(nn.Module):
         self.S_residual = nn.Parameter(torch.stack(ss).to(dtype))  # chunks x r
         self.V_residual = nn.Parameter(torch.stack(vs).to(dtype))  # chunks x r x in
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        # The starting residual and the original norm, for Effort's regularizers only. Not saved:
+        # they are recomputed from the pretrained weights whenever training can start.
+        self.register_buffer("U_initial", self.U_residual.detach().clone(), persistent=False)
+        self.register_buffer("V_initial", self.V_residual.detach().clone(), persistent=False)
+        self.register_buffer("weight_norm_squared", weight.detach().double().square().sum().to(weight.dtype),
+                             persistent=False)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -91,6 +97,34 @@ class SVDResidualLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
+
+    def orthogonality_loss(self) -> torch.Tensor:
+        """Effort's 0.5 ||U U^T - I||_F + 0.5 ||V V^T - I||_F, U = [U_main, U_residual] (same for V),
+        averaged over chunks.
+
+        The frozen top singular vectors are not stored (they would double the tower's memory):
+        for a square part, U_main U_main^T = I - U0 U0^T with U0 the starting residual, so the
+        Frobenius norms follow from the rank-2r matrices [U_residual, U0] alone.
+        """
+        rows = self.U_residual.shape[1]
+        if rows != self.in_features:
+            raise ValueError(f"the orthogonality loss needs square projections, got {rows} x {self.in_features}")
+
+        def deviation(residual: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+            # ||R R^T - U0 U0^T||_F^2 = tr((D G)^2), G the Gram matrix of [R, U0], D = diag(I, -I)
+            stacked = torch.cat([residual, initial], dim=-1)
+            sign = torch.cat([torch.ones(self.residual_rank), -torch.ones(self.residual_rank)]).to(stacked)
+            signed_gram = sign.unsqueeze(-1) * (stacked.transpose(-1, -2) @ stacked)
+            squared = torch.diagonal(signed_gram @ signed_gram, dim1=-2, dim2=-1).sum(-1)
+            return squared.clamp_min(0).add(1e-12).sqrt()
+
+        u_term = deviation(self.U_residual, self.U_initial.to(self.U_residual))
+        v_term = deviation(self.V_residual.transpose(-1, -2), self.V_initial.transpose(-1, -2).to(self.V_residual))
+        return (0.5 * u_term + 0.5 * v_term).mean()
+
+    def keep_singular_values_loss(self) -> torch.Tensor:
+        """Effort's | ||W||_F^2 - ||W_original||_F^2 |: the adapted weight keeps its energy."""
+        return (self.weight.square().sum() - self.weight_norm_squared).abs()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, residual_rank: int = 1, chunks: int = 1) -> "SVDResidualLinear":
@@ -181,6 +215,16 @@ def apply_adapter(module: nn.Module, adapter: str = "frozen", residual_rank: int
     log.info("backbone adapter %s: %s trainable of %s parameters%s", adapter, f"{counts['trainable']:,}",
              f"{counts['total']:,}", f" ({adapted} projections, residual rank {residual_rank})" if adapted else "")
     return counts
+
+
+def svd_regularization(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean orthogonality and singular-value-keeping losses over the SVD-adapted layers of `module`."""
+    layers = [m for m in module.modules() if isinstance(m, SVDResidualLinear)]
+    if not layers:
+        raise ValueError("no SVD-adapted layers to regularize")
+    orthogonality = torch.stack([layer.orthogonality_loss() for layer in layers]).mean()
+    keep = torch.stack([layer.keep_singular_values_loss() for layer in layers]).mean()
+    return orthogonality, keep
 
 
 def parameter_counts(module: nn.Module) -> dict[str, int]:

@@ -176,14 +176,18 @@ def load_smp_encoder(name: str, pretrained: str | None = None, in_channels: int 
     path = resolve_smp_weights(name, pretrained, cache_dir)
     log.info("smp encoder %s: loading pretrained weights from %s", name, path)
     encoder = get_encoder(name, in_channels=3, depth=depth, weights=None)
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-
-        state = load_file(path, device="cpu")
-    else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    encoder.load_state_dict(state)
+    encoder.load_state_dict(read_state_dict(path))
     encoder.set_in_channels(in_channels, pretrained=True)
     if output_stride != 32:
         encoder.make_dilated(output_stride)
     return encoder
+
+
+def read_state_dict(path: str) -> dict[str, torch.Tensor]:
+    """A state dict from `.safetensors` or a torch file, never executing code (`weights_only=True`)."""
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(path, device="cpu")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return state.get("state_dict", state) if isinstance(state, dict) else state

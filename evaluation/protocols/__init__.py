@@ -1,7 +1,7 @@
 """Evaluation protocols of the seed papers: FraudBench (App. D.2), MFC-Bench, THEMIS (B.3), and
 review-level aggregation of multi-image evidence."""
 
-from .fraudbench import fraudbench_protocol
+from .fraudbench import fraudbench_protocol, fraudbench_table, fraudbench_table_markdown
 from .mfcbench import mfcbench_protocol
 from .review import aggregate_reviews, review_metrics
 from .themis import (
@@ -23,6 +23,8 @@ __all__ = [
     "exact_match",
     "forged_regions",
     "fraudbench_protocol",
+    "fraudbench_table",
+    "fraudbench_table_markdown",
     "grid_partition",
     "mfcbench_protocol",
     "multilabel_set_metrics",

@@ -13,9 +13,14 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RECIPES = {  # recipe: (detector, data override, GPU precision, a tiny detector to build on CPU)
     "univfd": ("clip_linear", "data.root=/data/tree", "16-mixed", "clip_linear_tiny"),
     "npr": ("npr", "data.root=/data/tree", "16-mixed", None),
-    "cospy": ("clip_freq", "data.manifest=/data/manifest.csv", "bf16-mixed", "clip_freq_tiny"),
-    "effort": ("clip_linear", "data.manifest=/data/manifest.csv", "bf16-mixed", "clip_linear_tiny"),
+    "clip_freq": ("clip_freq", "data.manifest=/data/manifest.csv", "bf16-mixed", "clip_freq_tiny"),
+    "effort": ("effort", "data.manifest=/data/manifest.csv", "bf16-mixed", "effort_tiny"),
+    "cospy_semantic": ("cospy", "data.manifest=/data/manifest.csv", "bf16-mixed", "cospy_tiny"),
+    "cospy_artifact": ("cospy", "data.manifest=/data/manifest.csv", "bf16-mixed", "cospy_tiny"),
+    "cospy_fusion": ("cospy", "data.manifest=/data/manifest.csv", "bf16-mixed", "cospy_tiny"),
 }
+PREPROCESS_MODE = {"effort": "resize", "cospy_semantic": "resize_crop", "cospy_artifact": "resize_crop",
+                   "cospy_fusion": "resize_crop"}
 
 
 def compose_train(overrides: list[str]):
@@ -30,14 +35,17 @@ def test_recipe_composes_for_gpus(recipe):
     cfg = compose_train([f"experiment={recipe}", data])
     assert cfg.detector.net._target_ == OmegaConf.load(CONFIGS / "detector" / f"{detector}.yaml").net._target_
     assert cfg.trainer.precision == precision and cfg.trainer.strategy == "ddp"
-    assert cfg.detector.net.preprocess.mode == "center_crop"
-    if recipe in ("npr", "cospy"):
+    assert cfg.detector.net.preprocess.mode == PREPROCESS_MODE.get(recipe, "center_crop")
+    if recipe in ("npr", "clip_freq", "cospy_artifact", "cospy_fusion"):
         assert cfg.data.augment.blur == 0.0  # artifact branches must not be trained on blurred traces
     if recipe == "effort":
-        assert cfg.detector.net.adapter == "svd" and cfg.detector.net.residual_rank == 1
+        assert cfg.detector.net.residual_rank == 1 and cfg.detector.optimizer.lr == 2.0e-4
+    if recipe.startswith("cospy_"):
+        assert cfg.detector.net.stage == recipe.split("_")[1]
+        assert cfg.detector.optimizer.lr == (0.1 if recipe == "cospy_fusion" else 1.0e-4)
 
 
-@pytest.mark.parametrize("recipe", ["univfd", "effort", "cospy"])
+@pytest.mark.parametrize("recipe", ["univfd", "clip_freq"])
 def test_recipe_runs_on_cpu_with_a_tiny_detector(recipe):
     _, data, _, tiny = RECIPES[recipe]
     cfg = compose_train([f"experiment={recipe}", data, f"detector={tiny}", "trainer=cpu"])
@@ -46,4 +54,19 @@ def test_recipe_runs_on_cpu_with_a_tiny_detector(recipe):
     net = build_detector(cfg.detector.net)  # the recipe's settings on top of the tiny architecture
     assert net.preprocess.size == cfg.detector.net.preprocess.size
     adapter = net.encoder.adapter if hasattr(net, "encoder") else net.semantic.adapter
-    assert adapter == ("svd" if recipe == "effort" else "frozen")
+    assert adapter == "frozen"
+
+
+@pytest.mark.parametrize("recipe", ["effort", "cospy_semantic", "cospy_artifact", "cospy_fusion"])
+def test_authors_recipes_build_their_tiny_detector_on_cpu(recipe):
+    _, data, _, tiny = RECIPES[recipe]
+    cfg = compose_train([f"experiment={recipe}", data, f"detector={tiny}", "trainer=cpu"])
+    assert OmegaConf.is_dict(cfg.detector.net.clip) and cfg.detector.net.pretrained is None  # the tiny tower
+    net = build_detector(cfg.detector.net)
+    assert net.preprocess.size == cfg.detector.net.preprocess.size
+    if recipe.startswith("cospy_"):
+        trainable = {n.split(".")[0] for n, p in net.named_parameters() if p.requires_grad}
+        assert trainable == {"cospy_semantic": {"semantic_head"}, "cospy_artifact": {"artifact", "artifact_head"},
+                             "cospy_fusion": {"fusion"}}[recipe]
+    else:
+        assert net.parameter_counts["adapted_projections"] == 8

@@ -50,3 +50,15 @@ def test_to_tensor_scales_to_unit_range():
     tensor = to_tensor(IMAGE)
     assert tensor.shape == (3, 45, 71) and tensor.dtype.is_floating_point
     assert float(tensor.max()) <= 1.0 and abs(float(tensor[0, 0, 0]) - IMAGE[0, 0, 0] / 255) < 1e-7
+
+
+def test_resize_crop_scales_the_short_side_then_takes_the_centre():
+    """torchvision's Resize(load_size) + CenterCrop(size), the test transform CO-SPY uses."""
+    image = np.zeros((100, 200, 3), np.uint8)
+    image[:, 90:110] = 255  # a bright band at the centre column
+    out = build_transform({"size": 40, "load_size": 50, "mode": "resize_crop"})(image=image)["image"]
+    assert out.shape == (40, 40, 3)
+    # the 200 px width became 100 (short side 100 -> 50) and the crop keeps columns 30..70 of it,
+    # so the band (45..55 after scaling) sits at columns 15..25 of the crop
+    assert out[:, 16:24].min() > 200 and out[:, :12].max() < 50 and out[:, 28:].max() < 50
+    assert Preprocess.from_config({"size": 40, "load_size": 50, "mode": "resize_crop"}).load_size == 50

@@ -18,7 +18,7 @@ from tests.helpers import ROOT, compose_config, write_images, write_tiny_model
 SHAPES = [(45, 71), (32, 32), (31, 33), (100, 20), (7, 9), (64, 64)]
 
 
-@pytest.mark.parametrize("mode", ["center_crop", "pad", "resize", "none"])
+@pytest.mark.parametrize("mode", ["center_crop", "pad", "resize", "resize_crop", "tile", "none"])
 @pytest.mark.parametrize("interpolation", ["nearest", "bilinear", "bicubic", "area", "lanczos"])
 @pytest.mark.parametrize("size", [32, 33])
 def test_numpy_geometry_is_pixel_identical_to_the_albumentations_eval_transform(mode, interpolation, size):

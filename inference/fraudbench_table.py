@@ -1,0 +1,151 @@
+"""FraudBench's detector table from one command: score a tree with several detectors, write the table.
+
+    python -m inference.fraudbench_table --data /data/FraudBench \
+        --model cospy=cospy.onnx --model effort=effort.ckpt \
+        --genuine /data/our_genuine_photos --target-fpr 0.05 --output results/fraudbench.md
+
+`--data` is a FraudBench tree (`<Category>/{Negative,DeepFake/<generator>}/Review_*`) or any
+labelled input `infer.py` reads (a manifest with `group` = generator and `category`, a GenImage
+tree...). `--genuine` holds genuine images of the user's own (a folder, manifest or layout; labelled
+inputs contribute their label-0 images): each detector's threshold is calibrated on them to flag at
+most `--target-fpr` of them. The table puts FraudBench's fixed 0.5 threshold and the calibrated one
+side by side: per-generator TPR, genuine TNR, balanced accuracy and F1 macro-averaged over
+categories. Scores already computed by `infer.py` can be given instead of models
+(`--scores NAME=data.csv` and `--genuine-scores NAME=genuine.csv`). Per-image scores are kept in
+`<output>_scores/` (and reused when the command is run again); `<output>.json` and `.csv` hold the
+same table as the Markdown file.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from datamodules.layouts import records_from_input
+from datamodules.records import Record
+from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
+from inference.runtime import load_runtime
+from inference.scoring import join_truth, score_records
+from inference.writer import ResultWriter, read_results
+
+log = logging.getLogger(__name__)
+
+
+def _pairs(values: Sequence[str], option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"{option} expects NAME=PATH, got {value!r}")
+        if name in pairs:
+            raise SystemExit(f"{option}: detector name {name!r} given twice")
+        pairs[name] = path
+    return pairs
+
+
+def genuine_records(path: str, layout: str = "auto") -> list[Record]:
+    """The user's genuine images: unlabelled images all count; labelled inputs give their label 0."""
+    records = records_from_input(path, layout)
+    labelled = [r for r in records if r.label is not None]
+    return [r for r in labelled if r.label == 0] if labelled else records
+
+
+def score_to_file(model: str, records: list[Record], output: Path, batch_size: int, device: str,
+                  workers: int) -> list[dict[str, Any]]:
+    """Score records with one model into `output` (resuming), returning the result rows."""
+    runtime = load_runtime(model, device)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with ResultWriter(output, resume=True) as writer:
+        counts = score_records(runtime, records, writer, batch_size=batch_size, num_workers=workers,
+                               threshold=0.5, progress=False)
+    log.info("%s: %s", model, counts)
+    return read_results(output)
+
+
+def ok_scores(rows: list[dict[str, Any]], paths: set[str] | None = None) -> list[float]:
+    return [float(r["score"]) for r in rows if r.get("status") == "ok" and r.get("score") not in (None, "")
+            and (paths is None or r["path"] in paths)]
+
+
+def build_table(args: argparse.Namespace) -> dict:
+    """Score (or read) every detector's data and genuine images; the table as `fraudbench_table`."""
+    models, scores = _pairs(args.model, "--model"), _pairs(args.scores, "--scores")
+    genuine_files = _pairs(args.genuine_scores, "--genuine-scores")
+    if not models and not scores:
+        raise SystemExit("give at least one --model NAME=PATH or --scores NAME=CSV")
+    if set(models) & set(scores):
+        raise SystemExit(f"detectors given both as --model and --scores: {sorted(set(models) & set(scores))}")
+    records = [r for r in records_from_input(args.data, args.layout) if r.label is not None]
+    if not records:
+        raise SystemExit(f"{args.data}: no labelled images (a FraudBench tree or a labelled layout is needed)")
+    genuine = genuine_records(args.genuine, args.genuine_layout) if args.genuine else []
+    score_dir = args.output.with_name(f"{args.output.stem}_scores")
+    scored, genuine_scores = {}, {}
+    for name, model in models.items():
+        rows = score_to_file(model, records, score_dir / f"{name}.csv", args.batch_size, args.device, args.workers)
+        scored[name] = join_truth(records, rows)
+        if genuine:
+            rows = score_to_file(model, genuine, score_dir / f"{name}_genuine.csv", args.batch_size, args.device,
+                                 args.workers)
+            genuine_scores[name] = ok_scores(rows, {r.path for r in genuine})
+    for name, path in scores.items():
+        scored[name] = join_truth(records, read_results(path))
+        if name in genuine_files:
+            genuine_scores[name] = ok_scores(read_results(genuine_files[name]))
+        elif genuine:
+            raise SystemExit(f"--scores {name}: give its genuine images' scores with --genuine-scores {name}=CSV")
+    for name, rows in scored.items():
+        if len(rows) < len(records):
+            log.warning("%s: %d of %d images have no score (unreadable or missing) and are left out",
+                        name, len(records) - len(rows), len(records))
+    return fraudbench_table(scored, genuine_scores or None, target_fpr=args.target_fpr, threshold=args.threshold)
+
+
+def write_table(table: dict, output: Path) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(fraudbench_table_markdown(table))
+    output.with_suffix(".json").write_text(json.dumps(table, indent=2, allow_nan=True))
+    with output.with_suffix(".csv").open("w", newline="") as handle:
+        columns = ["detector", "threshold_kind", "threshold", *[f"tpr_{g}" for g in table["generators"]],
+                   "tnr", "balanced_accuracy", "f1", "n_categories", "n_calibration_genuine", "target_fpr"]
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for row in table["rows"]:
+            flat = {k: v for k, v in row.items() if k != "tpr_by_generator"}
+            flat.update({f"tpr_{g}": row["tpr_by_generator"].get(g) for g in table["generators"]})
+            writer.writerow(flat)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="FraudBench tree or any labelled input")
+    parser.add_argument("--layout", default="auto", help="layout of --data (default: detected)")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH", help=".ckpt or .onnx")
+    parser.add_argument("--scores", action="append", default=[], metavar="NAME=CSV", help="infer.py results on --data")
+    parser.add_argument("--genuine", default=None, help="the user's genuine images, for the calibrated threshold")
+    parser.add_argument("--genuine-layout", default="auto")
+    parser.add_argument("--genuine-scores", action="append", default=[], metavar="NAME=CSV")
+    parser.add_argument("--target-fpr", type=float, default=0.05, help="genuine images flagged at most (0.05)")
+    parser.add_argument("--threshold", type=float, default=0.5, help="the fixed threshold (FraudBench: 0.5)")
+    parser.add_argument("--output", type=Path, required=True, help="Markdown table (.json, .csv written next to it)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--workers", type=int, default=2)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    table = build_table(args)
+    write_table(table, args.output)
+    print(fraudbench_table_markdown(table))
+    return table
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,111 @@
+"""infer.py with a localizer: maps at the original size, inside masks_dir whatever the input path,
+a `mask` column, overlays, and pixel metrics with a contact sheet when the input has true masks."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from inference.writer import read_results
+from tests.integration.test_infer import run_infer
+from tests.localization_helpers import save_untrained_checkpoint
+
+SIZES = {"wide.png": (45, 70), "square.png": (64, 64), "tall.png": (90, 37)}
+
+
+@pytest.fixture(scope="module")
+def localizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("localizer")
+    module = save_untrained_checkpoint(folder / "seg_tiny.ckpt")
+    return folder / "seg_tiny.ckpt", module
+
+
+@pytest.fixture
+def manifest(tmp_path) -> Path:
+    """Images reached through `..` and absolute paths, true masks for the fakes, one broken file."""
+    rng = np.random.default_rng(0)
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    (data / "masks").mkdir(parents=True)
+    elsewhere.mkdir()
+    rows = ["path,label,mask"]
+    for i, (name, (h, w)) in enumerate(SIZES.items()):
+        folder = elsewhere if i == 0 else data
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / name)
+        mask = np.zeros((h, w), np.uint8)
+        mask[h // 4: h // 2, w // 4: w // 2] = 255
+        Image.fromarray(mask).save(data / "masks" / name)
+        path = f"../elsewhere/{name}" if i == 0 else str((data / name).resolve()) if i == 1 else name
+        label = 0 if name == "tall.png" else 1
+        rows.append(f"{path},{label},{'masks/' + name if label else ''}")
+    (data / "broken.png").write_bytes(b"no image")
+    rows.append("broken.png,1,masks/wide.png")
+    (data / "manifest.csv").write_text("\n".join(rows) + "\n")
+    return data / "manifest.csv"
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+def test_maps_are_written_at_the_original_size_inside_masks_dir_only(localizer, manifest, tmp_path):
+    checkpoint, module = localizer
+    before = files_under(tmp_path)
+    masks_dir = tmp_path / "out" / "maps"
+    result = run_infer(checkpoint, manifest, tmp_path / "out" / "scores.csv", "save_masks=true",
+                       f"masks_dir={masks_dir}", "overlays=true")
+    assert result["counts"] == {"ok": 3, "error": 1, "skipped": 0}
+    new = files_under(tmp_path) - before
+    outside = [p for p in new if masks_dir not in p.parents and p.parent != tmp_path / "out"
+               and (tmp_path / "out" / "scores_report") not in p.parents]
+    assert not outside, f"files written outside masks_dir: {outside}"
+    rows = {Path(r["path"]).name: r for r in read_results(tmp_path / "out" / "scores.csv")}
+    assert rows["broken.png"]["status"] == "error" and not rows["broken.png"].get("mask")
+    for name, (h, w) in SIZES.items():
+        saved = Path(rows[name]["mask"])
+        assert masks_dir in saved.parents
+        pixels = np.asarray(Image.open(saved))
+        assert pixels.shape == (h, w) and pixels.dtype == np.uint8
+        image = torch.from_numpy(np.array(Image.open(Path(rows[name]["path"])))).permute(2, 0, 1)[None] / 255
+        with torch.no_grad():
+            expected = torch.sigmoid(module.net(image.float())["mask_logit"])[0, 0].numpy() * 255
+        assert np.abs(pixels.astype(np.float32) - expected).max() <= 0.5 + 1e-3  # the whole image, not a crop
+        overlay = masks_dir / "overlays" / saved.name.replace(".png", ".jpg")
+        assert np.asarray(Image.open(overlay)).shape == (h, w, 3)
+
+
+def test_true_masks_give_pixel_metrics_and_a_contact_sheet(localizer, manifest, tmp_path):
+    checkpoint, _ = localizer
+    output = tmp_path / "scores.csv"
+    result = run_infer(checkpoint, manifest, output)  # true masks: maps are saved without asking
+    metrics = json.loads(output.with_suffix(".metrics.json").read_text())
+    assert metrics["n_masks"] == 2 and 0.0 <= metrics["pixel_f1"] <= 1.0
+    assert 0.0 <= metrics["pixel_fpr_genuine"] <= 1.0 and "per manipulated image" in metrics["pixel_protocol"]
+    assert result["metrics"]["pixel_iou"] == metrics["pixel_iou"]
+    report = tmp_path / "scores_report"
+    assert (report / "contact_sheet.png").is_file()
+    assert "pixel_f1" in (report / "report.md").read_text()
+    assert all(r.get("mask") for r in read_results(output) if r["status"] == "ok")
+
+
+def test_resume_keeps_finished_maps_and_scores_the_rest(localizer, manifest, tmp_path):
+    checkpoint, _ = localizer
+    output = tmp_path / "scores.csv"
+    first = run_infer(checkpoint, manifest, output, "save_masks=true")
+    lines = output.read_text().splitlines()
+    output.write_text("\n".join(lines[:2]) + "\n")  # only the first scored row survived
+    second = run_infer(checkpoint, manifest, output, "save_masks=true", "resume=true")
+    assert second["counts"]["skipped"] == 1 and second["counts"]["ok"] + second["counts"]["error"] == 3
+    assert second["metrics"]["pixel_f1"] == pytest.approx(first["metrics"]["pixel_f1"])
+
+
+def test_tiled_maps_cover_the_original_size(localizer, manifest, tmp_path):
+    checkpoint, _ = localizer
+    output = tmp_path / "tiled.csv"
+    run_infer(checkpoint, manifest, output, "tiles=true", "tile_size=32", "save_masks=true")
+    rows = {Path(r["path"]).name: r for r in read_results(output) if r["status"] == "ok"}
+    for name, (h, w) in SIZES.items():
+        assert np.asarray(Image.open(rows[name]["mask"])).shape == (h, w)

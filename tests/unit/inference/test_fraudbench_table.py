@@ -1,0 +1,114 @@
+"""FraudBench's detector table from one command, on a hand-made tree with known counts."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from detectors.module import DetectorModule
+from inference.fraudbench_table import main
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
+# category -> subset -> images with the score a detector gave them
+TREE = {
+    "Receipts": {"Negative/Review_001": {"a.png": 0.1, "b.png": 0.2}, "Negative/Review_002": {"c.png": 0.6, "d.png": 0.95},
+                 "DeepFake/GenA/Review_001": {"a.png": 0.7}, "DeepFake/GenA/Review_002": {"c.png": 0.4},
+                 "DeepFake/GenB/Review_001": {"a.png": 0.92}, "DeepFake/GenB/Review_002": {"c.png": 0.8}},
+    "Cars": {"Negative/Review_010": {"e.png": 0.3, "f.png": 0.55},
+             "DeepFake/GenA/Review_010": {"e.png": 0.99, "f.png": 0.6}},
+}
+GENUINE = [0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95]  # FPR 0.1 -> threshold 0.9
+
+
+def make_tree(root: Path) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    scores = {}
+    for category, subsets in TREE.items():
+        (root / category / "Positive").mkdir(parents=True, exist_ok=True)
+        for subset, images in subsets.items():
+            folder = root / category / subset
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, score in images.items():
+                Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(folder / name)
+                scores[str(folder / name)] = score
+    return scores
+
+
+def write_scores(path: Path, scores: dict[str, float]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "score", "label", "status", "error"])
+        writer.writeheader()
+        for image, score in scores.items():
+            writer.writerow({"path": image, "score": score, "label": int(score >= 0.5), "status": "ok", "error": ""})
+    return path
+
+
+def test_table_from_scores_has_the_hand_counted_figures_at_both_thresholds(tmp_path):
+    data = write_scores(tmp_path / "scores.csv", make_tree(tmp_path / "tree"))
+    genuine = write_scores(tmp_path / "genuine.csv", {f"/g/{i}.png": s for i, s in enumerate(GENUINE)})
+    output = tmp_path / "out" / "table.md"
+    main(["--data", str(tmp_path / "tree"), "--scores", f"det={data}", "--genuine-scores", f"det={genuine}",
+          "--target-fpr", "0.1", "--output", str(output)])
+    table = json.loads(output.with_suffix(".json").read_text())
+    assert table["generators"] == ["GenA", "GenB"]
+    fixed, calibrated = table["rows"]
+    # at 0.5: Receipts TNR 2/4, GenA 1/2, GenB 2/2, BA (3/4 + 1/2) / 2, F1 6/9; Cars TNR 1/2, GenA 2/2, BA 3/4, F1 4/5
+    assert fixed["threshold"] == 0.5 and fixed["threshold_kind"] == "fixed"
+    assert fixed["tpr_by_generator"] == pytest.approx({"GenA": 0.75, "GenB": 1.0})
+    assert fixed["tnr"] == pytest.approx(0.5)
+    assert fixed["balanced_accuracy"] == pytest.approx((0.625 + 0.75) / 2)
+    assert fixed["f1"] == pytest.approx((6 / 9 + 0.8) / 2)
+    # calibrated on 10 genuine scores at FPR 0.1: between 0.85 and 0.95
+    assert calibrated["threshold"] == pytest.approx(0.9) and calibrated["n_calibration_genuine"] == 10
+    assert calibrated["tpr_by_generator"] == pytest.approx({"GenA": 0.25, "GenB": 0.5})
+    assert calibrated["tnr"] == pytest.approx((0.75 + 1.0) / 2)
+    assert calibrated["balanced_accuracy"] == pytest.approx((0.5 + 0.75) / 2)
+    assert calibrated["f1"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    markdown = output.read_text()
+    assert "| det | 0.5 (fixed) | 0.750 | 1.000 | 0.500 |" in markdown
+    assert "FPR <= 0.1 on 10 genuine" in markdown
+    with output.with_suffix(".csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["threshold_kind"] for r in rows] == ["fixed", "calibrated"] and float(rows[1]["tpr_GenB"]) == 0.5
+
+
+def test_table_scores_the_tree_with_a_model_and_calibrates_on_a_genuine_folder(tmp_path):
+    make_tree(tmp_path / "tree")
+    rng = np.random.default_rng(1)
+    (tmp_path / "genuine").mkdir()
+    for index in range(20):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "genuine" / f"{index}.png")
+    config = yaml.safe_load((CONFIGS / "cospy_progan_tiny.yaml").read_text())
+    torch.manual_seed(0)
+    module = DetectorModule(net=config["net"], name="cospy_progan_tiny")
+    checkpoint = tmp_path / "cospy.ckpt"
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, checkpoint)
+    output = tmp_path / "table.md"
+    table = main(["--data", str(tmp_path / "tree"), "--model", f"cospy={checkpoint}", "--genuine",
+                  str(tmp_path / "genuine"), "--target-fpr", "0.1", "--output", str(output), "--workers", "0",
+                  "--device", "cpu"])
+    with (tmp_path / "table_scores" / "cospy.csv").open() as handle:
+        scored = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}
+    assert len(scored) == sum(len(images) for subsets in TREE.values() for images in subsets.values())
+    gen_a = [s for path, s in scored.items() if "/GenA/" in path]
+    fixed, calibrated = table["rows"]
+    per_category = [np.mean([s >= 0.5 for p, s in scored.items() if f"/{c}/DeepFake/GenA/" in p]) for c in TREE]
+    assert len(gen_a) == 4 and fixed["tpr_by_generator"]["GenA"] == pytest.approx(np.mean(per_category))
+    with (tmp_path / "table_scores" / "cospy_genuine.csv").open() as handle:
+        genuine = np.array([float(row["score"]) for row in csv.DictReader(handle)])
+    assert len(genuine) == 20 and np.mean(genuine >= calibrated["threshold"]) <= 0.1
+
+
+def test_scores_without_genuine_scores_are_refused_when_calibration_is_asked(tmp_path):
+    data = write_scores(tmp_path / "scores.csv", make_tree(tmp_path / "tree"))
+    with pytest.raises(SystemExit, match="genuine-scores"):
+        main(["--data", str(tmp_path / "tree"), "--scores", f"det={data}", "--genuine", str(tmp_path / "tree"),
+              "--output", str(tmp_path / "t.md")])
+    with pytest.raises(SystemExit, match="NAME=PATH"):
+        main(["--data", str(tmp_path / "tree"), "--model", "no-name", "--output", str(tmp_path / "t.md")])

@@ -1,0 +1,61 @@
+"""Released weights become a self-contained toolkit checkpoint (`python -m inference.released`)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from detectors.cospy import TRUNK_NAMES
+from inference.released import build_released, main
+from inference.runtime import load_checkpoint
+
+
+def write_authors_folder(net, folder):
+    """The three files the authors publish, written from a model of ours through the inverse mapping."""
+    inverse = {v: k for k, v in TRUNK_NAMES.items()}
+    state = net.state_dict()
+    artifact = {"fc.weight": state["artifact_head.weight"], "fc.bias": state["artifact_head.bias"]}
+    for key, value in state.items():
+        if key.startswith("artifact.trunk."):
+            rest = key[len("artifact.trunk."):]
+            index = rest.split(".", 1)[0] + "."
+            artifact["artifact_encoder." + inverse[index] + rest[len(index):]] = value
+    folder.mkdir()
+    torch.save({"fc.weight": state["semantic_head.weight"], "fc.bias": state["semantic_head.bias"]},
+               folder / "semantic_weights.pth")
+    torch.save(artifact, folder / "artifact_weights.pth")
+    torch.save({"fc.weight": state["fusion.weight"], "fc.bias": state["fusion.bias"]}, folder / "fusion_weights.pth")
+
+
+def test_released_weights_become_a_checkpoint_that_needs_no_released_files(tmp_path):
+    torch.manual_seed(0)
+    source = build_released("cospy_progan_tiny").net
+    with torch.no_grad():
+        for name, parameter in source.named_parameters():
+            if "head" in name or "fusion" in name or "trunk" in name:
+                parameter.normal_()
+    write_authors_folder(source, tmp_path / "weights")
+    torch.manual_seed(1)  # a different random tower: the one saved in the checkpoint must be used later
+    path = main(["detector=cospy_progan_tiny", f"output={tmp_path / 'cospy.ckpt'}",
+                 f"net.pretrained={tmp_path / 'weights'}"])
+    built = build_released("cospy_progan_tiny", [f"net.pretrained={tmp_path / 'weights'}"])
+    for key in ("semantic_head.weight", "artifact.trunk.4.0.conv1.weight", "fusion.bias"):
+        torch.testing.assert_close(built.net.state_dict()[key], source.state_dict()[key])
+    shutil.rmtree(tmp_path / "weights")
+    module = load_checkpoint(path)
+    assert float(module.threshold) == 0.5
+    checkpoint = torch.load(path, weights_only=True)
+    image = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = built.net.eval()
+        expected.load_state_dict({k[4:]: v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")})
+        torch.testing.assert_close(module.net(image)["logit"], expected(image)["logit"])
+        torch.testing.assert_close(module.net.fusion.weight, source.fusion.weight)
+
+
+def test_unknown_detector_or_override_is_reported():
+    with pytest.raises(SystemExit, match="unknown detector"):
+        build_released("cospyy")
+    with pytest.raises(SystemExit, match="net.key=value"):
+        build_released("cospy_tiny", ["pretrained=/x"])
