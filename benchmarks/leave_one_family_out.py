@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_family_out")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--split-only", action="store_true", help="write the split manifests and stop")
+    parser.add_argument("--holdout", nargs="*", help="hold out only these families (default: each in turn)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse runs that already wrote metrics.json (an interrupted or split-up benchmark)")
     args = parser.parse_args(argv)
     if not args.manifest.is_file():
         parser.error(f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_diverse`)")
@@ -133,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     manifests = {}
     for family, (split, summary) in splits.items():
+        if args.holdout and family not in args.holdout:
+            continue
         manifests[family] = output / f"holdout_{family}" / "manifest.csv"
-        write_manifest(split, manifests[family])
+        if not (args.resume and manifests[family].is_file()):  # split-up runs share the manifests
+            write_manifest(split, manifests[family])
         print(f"held out {family}: {json.dumps(summary['counts'])}", flush=True)
     if args.fused:
         manifests["*"] = output / "all_families" / "manifest.csv"
-        write_manifest(all_families_split(records, families, seed=args.seed), manifests["*"])
+        if not (args.resume and manifests["*"].is_file()):
+            write_manifest(all_families_split(records, families, seed=args.seed), manifests["*"])
     if args.split_only:
         return 0
 
@@ -147,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     for family, manifest in manifests.items():
         for detector in ([args.fused] if family == "*" else args.detectors):
             run = manifest.parent / detector
-            metrics, seconds, error = train_detector(detector, manifest, run, args.epochs, args.size, args.seed,
-                                                     list(args.override))
+            if args.resume and (run / "metrics.json").is_file():
+                metrics, seconds, error = json.loads((run / "metrics.json").read_text()), 0.0, None
+            else:
+                metrics, seconds, error = train_detector(detector, manifest, run, args.epochs, args.size, args.seed,
+                                                         list(args.override))
             failed |= error is not None
             print(f"[{detector} / held out {family}] {error or 'done'} in {seconds:.0f} s", flush=True)
             if family == "*":

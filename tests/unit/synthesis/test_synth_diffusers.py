@@ -56,6 +56,7 @@ def _options(model: Path, **extra) -> DiffusersOptions:
                             guidance_scale=1.0, batch_size=2, device="cpu", seed=7, **extra)
 
 
+@pytest.mark.slow  # building and loading the pipeline imports diffusers and transformers (~20-60 s)
 def test_img2img_and_inpainting_make_images_with_their_records(tiny_pipeline):
     torch.set_num_threads(1)
     fakes = list(generate_fakes(PANELS, _options(tiny_pipeline)))
@@ -80,6 +81,7 @@ def test_img2img_and_inpainting_make_images_with_their_records(tiny_pipeline):
     assert all(np.array_equal(a.image, b.image) and a.meta == b.meta for a, b in zip(fakes, again))
 
 
+@pytest.mark.slow
 def test_generate_py_with_the_diffusers_backend_writes_a_manifest(tiny_pipeline, tmp_path):
     from datamodules.records import read_manifest
     from generate import generate
@@ -110,7 +112,7 @@ def test_steps_too_few_for_a_strength_are_refused():
         DiffusersOptions(model="x", strengths=(0.4,), steps=2)
 
 
-def test_missing_pipeline_parts_are_named(tiny_pipeline, tmp_path, monkeypatch):
+def test_missing_pipeline_parts_are_named(tmp_path, monkeypatch):
     with pytest.raises(DiffusersUnavailable, match="generator.model"):
         load_pipelines(DiffusersOptions(model=None))
     with pytest.raises(DiffusersUnavailable, match="does not exist"):
@@ -119,9 +121,12 @@ def test_missing_pipeline_parts_are_named(tiny_pipeline, tmp_path, monkeypatch):
         load_pipelines(DiffusersOptions(model=str(tmp_path)))
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "model_index.json").write_text((tiny_pipeline / "model_index.json").read_text())
+    (broken / "model_index.json").write_text(json.dumps({
+        "_class_name": "StableDiffusionImg2ImgPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
+        "vae": ["diffusers", "AutoencoderKL"], "safety_checker": [None, None]}))
+    (broken / "vae").mkdir()
     with pytest.raises(DiffusersUnavailable, match="unet"):
         load_pipelines(DiffusersOptions(model=str(broken)))
     monkeypatch.setitem(__import__("sys").modules, "diffusers", None)  # as if the extra were not installed
     with pytest.raises(DiffusersUnavailable, match=r"\.\[generate\]"):
-        load_pipelines(DiffusersOptions(model=str(tiny_pipeline)))
+        load_pipelines(DiffusersOptions(model=str(broken)))
