@@ -1,27 +1,54 @@
-"""Export a trained detector to ONNX: `python export.py model=PATH.ckpt output=PATH.onnx`."""
+"""Export a trained detector to ONNX: `python export.py model=PATH.ckpt output=PATH.onnx
+[graph_preprocess=true] [precision=fp32|fp16|int8 calibration_input=DIR eval_input=MANIFEST]`."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
+import tempfile
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from datamodules.layouts import records_from_input
+from datamodules.records import LayoutError
 from detectors.export import ExportError, export_onnx
+from inference.onnx_variants import VariantRefused, build_variant, sample_images
 from inference.runtime import ModelLoadError, load_checkpoint
 
 log = logging.getLogger("export")
 
 
+def export(cfg: DictConfig) -> dict:
+    """The fp32 export with its parity check, then the requested variant measured against it."""
+    output = Path(cfg.output)
+    plain = cfg.precision == "fp32" and not cfg.graph_preprocess
+    with tempfile.TemporaryDirectory() as folder:
+        fp32 = output if plain else Path(folder) / "fp32.onnx"
+        report = export_onnx(load_checkpoint(cfg.model), fp32, opset=cfg.opset, tolerance=cfg.tolerance)
+        log.info("fp32 export: outputs %s; max |score difference| vs PyTorch %.2e", ", ".join(report.outputs),
+                 report.max_score_difference)
+        if report.max_mask_difference is not None:
+            log.info("max |mask difference| vs PyTorch %.2e on inputs %s", report.max_mask_difference,
+                     report.checked_shapes)
+        images, labels = sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
+        calibration = (sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0]
+                       if cfg.calibration_input else images)
+        return build_variant(fp32, output, precision=cfg.precision, graph_preprocess=cfg.graph_preprocess,
+                             images=images, labels=labels, calibration=calibration, int8_mode=cfg.int8_mode,
+                             max_auroc_drop=cfg.max_auroc_drop, graph_tolerance=cfg.tolerance,
+                             graph_resize_tolerance=cfg.graph_resize_tolerance)
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="export")
 def main(cfg: DictConfig) -> None:
     try:
-        report = export_onnx(load_checkpoint(cfg.model), cfg.output, opset=cfg.opset, tolerance=cfg.tolerance)
-    except (ModelLoadError, ExportError) as error:
+        report = export(cfg)
+    except (ModelLoadError, ExportError, VariantRefused, LayoutError) as error:
         log.error("%s", error)
         sys.exit(1)
-    log.info("wrote %s (outputs %s; max |score difference| vs PyTorch %.2e)", report.path,
-             ", ".join(report.outputs), report.max_score_difference)
+    log.info("wrote %s and %s:\n%s", cfg.output, report["sidecar"], json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

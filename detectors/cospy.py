@@ -148,7 +148,14 @@ class SemanticBranch(nn.Module):
 
 
 class CoSpy(Detector):
-    """CO-SPY fused detector; returns `logit` (the current stage's) and both branch logits."""
+    """CO-SPY fused detector; returns `logit` (the current stage's) and both branch logits.
+
+    `clip`: the semantic tower (an open_clip name or config dict for `sd-v1.4`, a Hugging Face repo
+    id, folder or config dict for `progan`; None = the variant's own); `clip_pretrained`: the
+    open_clip weights tag or file (`default` = the variant's, `webli`); `vae`: the SD VAE
+    (`sd-v1.4` only); `pretrained`: the authors' weights folder; `init_semantic` / `init_artifact`:
+    one branch's weights (the authors' file or a stage checkpoint of ours).
+    """
 
     def __init__(
         self,
@@ -175,6 +182,8 @@ class CoSpy(Detector):
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        if variant == "sd-v1.4" and not vae:
+            raise ValueError("CO-SPY sd-v1.4 needs `vae`: a Stable Diffusion VAE folder, cache id or config dict")
         facts = VARIANT_DEFAULTS[variant]
         config = {"size": facts["size"], "load_size": facts["load_size"], "mode": "resize_crop",
                   "interpolation": "bilinear", **dict(

@@ -32,15 +32,21 @@ def load_sample(index: int, path: str, geometry: Callable[[np.ndarray], np.ndarr
 
 def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
     """Readable samples stacked as `image` (N x 3 x H x W float32 in [0, 1]) with their `path`,
-    `index` and `size`; unreadable ones listed under `errors` as (path, reason)."""
+    `index` and `size`; unreadable ones listed under `errors` as (path, reason), their positions
+    under `error_index`."""
     good = [s for s in samples if "error" not in s]
     errors = [(s["path"], s["error"]) for s in samples if "error" in s]
     for path, reason in errors:
         log.warning("skipping unreadable image %s: %s", path, reason)
-    batch: dict[str, Any] = {"errors": errors, "path": [s["path"] for s in good],
+    batch: dict[str, Any] = {"errors": errors, "error_index": [s["index"] for s in samples if "error" in s],
+                             "path": [s["path"] for s in good],
                              "index": [s["index"] for s in good], "size": [tuple(s["size"]) for s in good]}
     if good:
-        batch["image"] = to_network_input([s["image"] for s in good])
+        shapes = {s["image"].shape for s in good}
+        # Whole-image localizers see each image at its own size: images of one size share a batch,
+        # a batch of mixed sizes is a list of single images (scored one by one).
+        batch["image"] = (to_network_input([s["image"] for s in good]) if len(shapes) == 1
+                          else [to_network_input([s["image"]]) for s in good])
     return batch
 
 

@@ -9,8 +9,9 @@ The detector is built from `configs/detector/<detector>.yaml` with the `net.*` /
 overrides (so its pretrained backbones are read from the local caches and the released weights
 mapped in, exactly as `train.py` would), then saved as a `.ckpt` that `infer.py`, `export.py`,
 `calibrate.py` and `python -m inference.fraudbench_table` take like any trained checkpoint. The
-checkpoint holds every weight, so the machines that use it need neither the released files nor the
-backbone caches. The threshold defaults to 0.5, the authors' operating point.
+checkpoint holds every weight and its backbones' architectures, so the machines that use it need
+neither the released files nor the backbone caches or folders. The threshold defaults to 0.5, the
+authors' operating point.
 """
 from __future__ import annotations
 
@@ -45,10 +46,41 @@ def build_released(detector: str, overrides: Sequence[str] = (), threshold: floa
     return module.eval()
 
 
+HF_ARCHITECTURE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
+                        "patch_size", "projection_dim", "hidden_act", "layer_norm_eps", "num_channels")
+
+
+def self_contained_net_config(module: DetectorModule) -> dict:
+    """The network's hyper-parameters with every file reference replaced by what it held.
+
+    Backbones named by a cache id or a local folder become their architecture configs, and the
+    released weight files are dropped: the state dict carries all weights, so the checkpoint
+    rebuilds anywhere (the backbones' own files are not needed where it is used).
+    """
+    from detectors.blocks.clip import clip_model_config
+
+    net, config = module.net, dict(module.hparams["net"])
+    for key in ("pretrained", "init_semantic", "init_artifact"):
+        if key in config:
+            config[key] = None
+    if isinstance(config.get("clip"), str):
+        tower = getattr(getattr(net, "semantic", None), "encoder", None) or getattr(net, "backbone", None)
+        hf_config = getattr(tower, "config", None)
+        if hf_config is not None:
+            config["clip"] = {k: getattr(hf_config, k) for k in HF_ARCHITECTURE_KEYS if hasattr(hf_config, k)}
+        else:  # an open_clip tower, named as open_clip knows it
+            config["clip"], config["clip_pretrained"] = clip_model_config(config["clip"]), None
+    if isinstance(config.get("vae"), str):
+        vae = net.artifact.reconstruction.vae
+        config["vae"] = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}
+    return config
+
+
 def save_checkpoint(module: DetectorModule, output: str | Path) -> Path:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, output)
+    hparams = {**dict(module.hparams), "net": self_contained_net_config(module)}
+    torch.save({"hyper_parameters": hparams, "state_dict": module.state_dict()}, output)
     return output
 
 

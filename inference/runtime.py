@@ -82,6 +82,7 @@ class TorchRuntime:
         self.preprocess: Preprocess = self.net.preprocess
         self.threshold = float(self.module.threshold)
         self.is_localizer = bool(self.net.is_localizer)
+        self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
         if tta:
             from dataclasses import replace
@@ -92,7 +93,9 @@ class TorchRuntime:
                 self.adapter = ContextAdapter(self.net, size=int(self.preprocess.size))
             except ValueError as error:
                 raise ModelLoadError(f"tta=true: {error}") from None
-            self.preprocess = replace(self.preprocess, size=self.adapter.settings.load_size, mode="resize")
+            settings = self.adapter.settings
+            self.preprocess = replace(self.preprocess, size=settings.load_size, mode="resize",
+                                      interpolation=settings.interpolation)
         self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
@@ -107,6 +110,8 @@ class TorchRuntime:
             result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
             if "mask_logit" in outputs:
                 result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
+            if "confidence_logit" in outputs and self.confidence_maps:
+                result["confidence"] = torch.sigmoid(outputs["confidence_logit"].float()).cpu().numpy()
         return result
 
 
@@ -144,13 +149,22 @@ class OnnxRuntime:
         self.threshold = float(meta["threshold"])
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
+        self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported
         self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
+        # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
+        # graph: feed each image whole (mode none), one at a time.
+        self.input_name = meta.get("input", "image")
+        if self.input_name != "image":
+            self.preprocess = Preprocess(size=None, mode="none", mean=self.preprocess.mean, std=self.preprocess.std)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array (or a CPU tensor)."""
         if hasattr(images, "detach"):
             images = images.detach().cpu().numpy()
-        values = self.session.run(self.output_names, {"image": np.asarray(images, dtype=np.float32)})
+        images = np.asarray(images, dtype=np.float32)
+        if self.input_name != "image":  # back to the decoded 8-bit pixels (exact: they were v / 255)
+            images = np.rint(images * 255).astype(np.uint8).transpose(0, 2, 3, 1)
+        values = self.session.run(self.output_names, {self.input_name: images})
         return dict(zip(self.output_names, values))
 
 

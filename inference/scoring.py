@@ -25,53 +25,82 @@ def error_row(path: str, reason: str) -> dict[str, Any]:
 def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
                masks_dir: Path | None = None, overlays_dir: Path | None = None) -> list[dict[str, Any]]:
     """Result rows for one decoded batch (see `inference.batches.collate_samples`): unreadable files
-    and model failures become `status=error` rows, never exceptions."""
-    rows = [error_row(path, reason) for path, reason in batch["errors"]]
-    if "image" not in batch:
-        return rows
+    and model failures become `status=error` rows, never exceptions. Rows come in input order, so
+    a run's file does not depend on how the input was split into batches or processes."""
+    rows = list(zip(batch["error_index"], (error_row(path, reason) for path, reason in batch["errors"])))
+    if "image" in batch:
+        rows += list(zip(batch["index"], scored_rows(runtime, batch, threshold, masks_dir, overlays_dir)))
+    return [row for _, row in sorted(rows, key=lambda item: item[0])]
+
+
+def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir: Path | None,
+                overlays_dir: Path | None) -> list[dict[str, Any]]:
     try:
-        outputs = runtime.predict(batch["image"])
+        outputs = predict_batch(runtime, batch["image"])
     except Exception as error:  # a model failure on one batch is reported per image, not fatal
         log.error("model failed on a batch: %s", error)
-        return rows + [error_row(p, f"model error: {error}") for p in batch["path"]]
+        return [error_row(p, f"model error: {error}") for p in batch["path"]]
+    rows = []
     for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
         row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
                                         tuple(int(v) for v in batch["size"][i])))
+        if masks_dir is not None and "confidence" in outputs:  # asked for: `save_confidence=true`
+            row["confidence"] = str(save_mask(masks_dir / "confidence", int(batch["index"][i]), path,
+                                              outputs["confidence"][i][0], tuple(int(v) for v in batch["size"][i])))
         if overlays_dir is not None and "mask" in outputs:
-            save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(batch["image"][i]),
+            image = batch["image"][i][0] if isinstance(batch["image"], list) else batch["image"][i]
+            save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(image),
                          outputs["mask"][i][0])
         rows.append(row)
     return rows
 
 
+def predict_batch(runtime: Any, images: Any) -> dict[str, Any]:
+    """`runtime.predict` on a stacked batch, or image by image on a list of different-size images
+    (outputs then hold one entry per image: scores as an array, maps as a list)."""
+    if not isinstance(images, list):
+        return runtime.predict(images)
+    parts = [runtime.predict(image) for image in images]
+    merged: dict[str, Any] = {name: [part[name][0] for part in parts] for name in parts[0]}
+    merged["score"] = np.asarray(merged["score"], dtype=np.float32)
+    return merged
+
+
 def effective_batch_size(runtime: Any, batch_size: int) -> int:
-    if not runtime.preprocess.fixed_size and batch_size != 1:
+    """Whole-image localizers batch images that share a size; other detectors without a fixed input
+    size score one image at a time."""
+    if not runtime.preprocess.fixed_size and batch_size != 1 and not runtime.is_localizer:
         log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
         return 1
     return batch_size
 
 
-def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, batch_size: int = 32,
-                  num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
-                  progress: bool = True, overlays_dir: str | os.PathLike | None = None) -> dict[str, int]:
-    """Score every record not already in `writer`, in input order; unreadable files become
+def score_items(runtime: Any, items: Sequence[tuple[int, str]], writer: ResultWriter, batch_size: int = 32,
+                num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
+                progress: bool = True, overlays_dir: str | os.PathLike | None = None) -> dict[str, int]:
+    """Score `(input position, path)` items in order into `writer`; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline)."""
     threshold = runtime.threshold if threshold is None else float(threshold)
-    todo = [(i, r.path) for i, r in enumerate(records) if r.path not in writer.done]
     batch_size = effective_batch_size(runtime, batch_size)
-    counts = {"ok": 0, "error": 0, "skipped": len(records) - len(todo)}
+    counts = {"ok": 0, "error": 0}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
-    batches = iter_batches(todo, runtime_transform(runtime), batch_size, workers=num_workers)
-    total = -(-len(todo) // batch_size)
+    batches = iter_batches(items, runtime_transform(runtime), batch_size, workers=num_workers)
+    total = -(-len(items) // batch_size)
     for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
         rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir)
         for row in rows:
             counts[row["status"]] += 1
         writer.write(rows)
     return counts
+
+
+def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, **options: Any) -> dict[str, int]:
+    """Score every record not already in `writer` (see `score_items` for the options)."""
+    todo = [(i, r.path) for i, r in enumerate(records) if r.path not in writer.done]
+    return {**score_items(runtime, todo, writer, **options), "skipped": len(records) - len(todo)}
 
 
 def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,7 +126,7 @@ def score_perturbed_fn(runtime: Any, records: Sequence[Record], batch_size: int 
         scores = np.full(len(records), np.nan)
         for batch in iter_batches(items, prepare, step, workers=num_workers):
             if "image" in batch:
-                scores[batch["index"]] = np.asarray(runtime.predict(batch["image"])["score"], dtype=np.float64)
+                scores[batch["index"]] = np.asarray(predict_batch(runtime, batch["image"])["score"], dtype=np.float64)
         return scores
 
     return score

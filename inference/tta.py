@@ -27,7 +27,8 @@ class TTASettings:
     lr: float = 0.005
     weight_decay: float = 0.01  # AdamW's default, which the authors keep
     select: float = 0.2
-    load_size: int = 256        # views are crops of the image brought to this size (authors: 256)
+    load_size: int = 256        # views are crops of the image resized to this size (authors: 256)
+    interpolation: str = "bilinear"  # that resize: torchvision's Resize default, which the authors use
     seed: int = 0
 
 

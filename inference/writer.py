@@ -70,14 +70,20 @@ class ResultWriter:
         self.close()
 
 
+def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a results file exactly as written (strings in CSV), complete lines only: a torn last
+    line, left by a crash or being written by another process right now, is not a row yet."""
+    path = Path(path)
+    data = path.read_bytes()
+    text = data[: data.rfind(b"\n") + 1].decode("utf-8")
+    if path.suffix.lower() == ".csv":
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
-    path = Path(path)
-    with path.open(encoding="utf-8", newline="") as handle:
-        if path.suffix.lower() == ".csv":
-            rows = list(csv.DictReader(handle))
-        else:
-            rows = [json.loads(line) for line in handle if line.strip()]
+    rows = read_rows(path)
     for row in rows:
         row["score"] = float(row["score"]) if row.get("score") not in (None, "") else None
         row["label"] = int(row["label"]) if row.get("label") not in (None, "") else None

@@ -209,3 +209,27 @@ def test_training_recipes_compose_with_the_authors_settings(recipe, stage, lr):
     assert cfg.detector.optimizer.name == "Adam" and cfg.detector.optimizer.lr == lr
     assert (cfg.detector.scheduler.name, cfg.detector.scheduler.step_size, cfg.detector.scheduler.gamma) == ("step", 2, 0.7)
     assert cfg.detector.net.preprocess.mode == "tile" and cfg.data.batch_size == 16
+
+
+def test_mapping_check_script_compares_scores_through_the_released_file_path(tmp_path, monkeypatch, capsys):
+    """benchmarks/check_released_weights.py: a dump whose scores our mapping reproduces passes,
+    and one whose scores differ fails (exit status 1)."""
+    import sys
+
+    from benchmarks.check_released_weights import check, main
+
+    state = authors_state_dict(tiny(), wsgm=2, layers=1)
+    config = {**TINY, "clip_pretrained": None}
+    released = tmp_path / "released.pth"
+    torch.save({"model_state_dict": state}, released)
+    image = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        scores = torch.sigmoid(build_detector({**config, "pretrained": str(released)}).eval()(image)["logit"])
+    dump = {"state_dict": state, "entry": "model_state_dict", "input": image, "outputs": scores, "detector": config}
+    torch.save(dump, tmp_path / "good.pt")
+    torch.save({**dump, "outputs": scores + 0.01}, tmp_path / "bad.pt")
+    assert check(tmp_path / "good.pt") <= 1e-6
+    monkeypatch.setattr(sys, "argv", ["check_released_weights.py", str(tmp_path / "bad.pt")])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 1 and "largest score difference 1.00e-02" in capsys.readouterr().out

@@ -91,7 +91,8 @@ def authors_checkpoint(net) -> dict:
         if key.startswith("condition.branch_"):
             side, _, stage, *part, kind = key.split(".")[1:]
             name = f"conditional_ctx.model_{side[len('branch_'):]}.{theirs_stage[int(stage)]}.{theirs_part['.'.join(part)]}.{kind}"
-            state[name] = value.clone() if kind == "num_batches_tracked" else rand(value.shape)
+            state[name] = value.clone() if kind == "num_batches_tracked" else rand(value.shape).abs() + 0.5 \
+                if kind == "running_var" else rand(value.shape)
     state.update({"conditional_ctx.gamma": rand((64,)), "conditional_ctx.gamma_2": rand((64,)),
                   "conditional_ctx.sup.weight": rand((1, 64)), "conditional_ctx.sup.bias": rand((1,)),
                   "conditional_ctx.hpf.hpf.weight": rand((30, 3, 5, 5)),
@@ -156,7 +157,8 @@ def write_checkpoint(tmp_path, name: str, config: dict) -> Path:
 
 def test_ckpt_runtime_adapts_per_image_and_onnx_refuses(tmp_path):
     runtime = TorchRuntime(write_checkpoint(tmp_path, "iapl_tiny", CONFIG), device="cpu", tta=True)
-    assert runtime.preprocess.mode == "resize" and runtime.preprocess.size == 256  # views are cut from this
+    assert (runtime.preprocess.mode, runtime.preprocess.size, runtime.preprocess.interpolation) == (
+        "resize", 256, "bilinear")  # views are cut from this resize, as the authors' are
     runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=4, steps=1, load_size=80))
     scores = runtime.predict(torch.rand(2, 3, 80, 80))["score"]
     assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()

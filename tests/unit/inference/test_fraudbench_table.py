@@ -11,6 +11,7 @@ import torch
 import yaml
 from PIL import Image
 
+from detectors.export import export_onnx
 from detectors.module import DetectorModule
 from inference.fraudbench_table import main
 
@@ -89,15 +90,21 @@ def test_table_scores_the_tree_with_a_model_and_calibrates_on_a_genuine_folder(t
     module = DetectorModule(net=config["net"], name="cospy_progan_tiny")
     checkpoint = tmp_path / "cospy.ckpt"
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, checkpoint)
+    export_onnx(module.eval(), tmp_path / "cospy.onnx")
     output = tmp_path / "table.md"
-    table = main(["--data", str(tmp_path / "tree"), "--model", f"cospy={checkpoint}", "--genuine",
+    table = main(["--data", str(tmp_path / "tree"), "--model", f"cospy={checkpoint}",
+                  "--model", f"cospy_onnx={tmp_path / 'cospy.onnx'}", "--genuine",
                   str(tmp_path / "genuine"), "--target-fpr", "0.1", "--output", str(output), "--workers", "0",
                   "--device", "cpu"])
+    with (tmp_path / "table_scores" / "cospy_onnx.csv").open() as handle:
+        onnx_scores = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}
     with (tmp_path / "table_scores" / "cospy.csv").open() as handle:
         scored = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}
     assert len(scored) == sum(len(images) for subsets in TREE.values() for images in subsets.values())
     gen_a = [s for path, s in scored.items() if "/GenA/" in path]
-    fixed, calibrated = table["rows"]
+    assert max(abs(onnx_scores[p] - s) for p, s in scored.items()) <= 1e-4  # the torch-free path agrees
+    assert [r["detector"] for r in table["rows"]] == ["cospy", "cospy", "cospy_onnx", "cospy_onnx"]
+    fixed, calibrated = table["rows"][:2]
     per_category = [np.mean([s >= 0.5 for p, s in scored.items() if f"/{c}/DeepFake/GenA/" in p]) for c in TREE]
     assert len(gen_a) == 4 and fixed["tpr_by_generator"]["GenA"] == pytest.approx(np.mean(per_category))
     with (tmp_path / "table_scores" / "cospy_genuine.csv").open() as handle:

@@ -59,3 +59,34 @@ def test_unknown_detector_or_override_is_reported():
         build_released("cospyy")
     with pytest.raises(SystemExit, match="net.key=value"):
         build_released("cospy_tiny", ["pretrained=/x"])
+
+
+def test_checkpoint_needs_none_of_the_backbone_folders_it_was_built_from(tmp_path):
+    """Effort from a local CLIP folder and CO-SPY from a local VAE folder: both folders are deleted
+    before the checkpoints are used, and the scores are unchanged."""
+    import transformers
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(0)
+    clip_config = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "image_size": 32, "patch_size": 8, "projection_dim": 16}
+    transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**clip_config)).save_pretrained(tmp_path / "clip")
+    AutoencoderKL(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
+                  up_block_types=["UpDecoderBlock2D"] * 2, norm_num_groups=4).save_pretrained(tmp_path / "vae")
+    cases = {"effort_tiny": [f"net.clip={tmp_path / 'clip'}"], "cospy_tiny": [f"net.vae={tmp_path / 'vae'}"]}
+    built = {name: build_released(name, overrides) for name, overrides in cases.items()}
+    paths = {name: main([f"detector={name}", f"output={tmp_path / name}.ckpt", *cases[name]]) for name in cases}
+    shutil.rmtree(tmp_path / "clip"), shutil.rmtree(tmp_path / "vae")
+    for name, path in paths.items():
+        module = load_checkpoint(path)
+        reference = built[name].net.eval()
+        tower = "backbone.embeddings.patch_embedding.weight" if name == "effort_tiny" else \
+            "artifact.reconstruction.vae.encoder.conv_in.weight"
+        torch.testing.assert_close(module.net.state_dict()[tower], reference.state_dict()[tower])  # the folder's
+        reference.load_state_dict(module.net.state_dict())  # heads were drawn anew for each build
+        size = module.net.preprocess.size
+        image = torch.rand(2, 3, size, size)
+        with torch.no_grad():
+            torch.testing.assert_close(module.net(image)["logit"], reference(image)["logit"])
+        assert isinstance(torch.load(path, weights_only=True)["hyper_parameters"]["net"][
+            "clip" if name == "effort_tiny" else "vae"], dict)

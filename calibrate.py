@@ -1,0 +1,34 @@
+"""Re-set a detector's threshold on your own genuine images:
+`python calibrate.py model=M.ckpt|M.onnx input=GENUINE_DIR|MANIFEST target_fpr=0.01 output=M_calibrated.onnx`."""
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from datamodules.records import LayoutError
+from inference.recalibration import CalibrationRefused, calibrate_model
+from inference.runtime import ModelLoadError
+
+log = logging.getLogger("calibrate")
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="calibrate")
+def main(cfg: DictConfig) -> None:
+    try:
+        record = calibrate_model(cfg.model, cfg.input, cfg.output, target_fpr=cfg.target_fpr,
+                                 confidence=cfg.confidence, device=cfg.device, batch_size=cfg.batch_size,
+                                 num_workers=cfg.num_workers, progress=cfg.progress)
+    except (CalibrationRefused, ModelLoadError, LayoutError, ValueError) as error:
+        log.error("%s", error)
+        sys.exit(1)
+    low, high = record["tnr_interval"]
+    log.info("threshold %.6g (was %.6g) on %d genuine images: TNR %.4f [%.4f, %.4f]%s -> %s", record["threshold"],
+             record["previous_threshold"], record["n_genuine"], record["tnr"], low, high,
+             f", TPR {record['tpr']:.4f}" if "tpr" in record else "", cfg.output)
+
+
+if __name__ == "__main__":
+    main()

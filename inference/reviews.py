@@ -1,0 +1,109 @@
+"""Verdicts per review: a submission, a listing or a case made of several images (FraudBench's
+multi-image setting), scored from its images' rows with `max`, `mean` or `noisy_or`.
+
+The review file is recomputed from the whole results file at the end of every run and replaced
+atomically, so a resumed run gives the same reviews as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from datamodules.records import Record
+from evaluation.protocols.review import AGGREGATIONS, aggregate_reviews
+
+REVIEW_COLUMNS = ("review", "score", "label", "n_images", "most_suspicious")
+RECORD_FIELDS = {f.name for f in fields(Record)} - {"path"}
+
+
+def manifest_column(manifest: Path, column: str) -> dict[str, str]:
+    """`path -> value` of any column of a CSV / JSONL manifest (paths resolved as the manifest's are)."""
+    with manifest.open(newline="", encoding="utf-8-sig") as handle:
+        rows = ([json.loads(line) for line in handle if line.strip()] if manifest.suffix.lower() in (".jsonl", ".ndjson")
+                else list(csv.DictReader(handle)))
+    if rows and column not in rows[0]:
+        raise ValueError(f"group_by={column!r}: the manifest has no such column (columns: {', '.join(rows[0])}; "
+                         "or use group_by=parent for the image's folder)")
+    resolve = lambda p: p if os.path.isabs(p) else str(manifest.parent / p)  # noqa: E731
+    return {resolve(str(row["path"]).strip()): str(row.get(column) or "").strip() for row in rows}
+
+
+def review_ids(records: Sequence[Record], group_by: str, input: str | os.PathLike) -> dict[str, str]:
+    """`path -> review id` from a record field (`review`, `source`, `group`...), `parent` (the
+    image's folder) or any other column of a manifest input. An empty id makes a review of its own."""
+    if group_by == "parent":
+        return {r.path: str(Path(r.path).parent) for r in records}
+    if group_by in RECORD_FIELDS:
+        return {r.path: getattr(r, group_by) or "" for r in records}
+    input = Path(input)
+    if input.is_file() and input.suffix.lower() in (".csv", ".jsonl", ".ndjson"):
+        return manifest_column(input, group_by)
+    raise ValueError(f"group_by={group_by!r} needs a manifest with that column; without one use "
+                     f"group_by=parent or one of {sorted(RECORD_FIELDS)}")
+
+
+def review_rows(results: Sequence[dict[str, Any]], ids: dict[str, str], method: str, threshold: float,
+                labels: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """One row per review with a scored image, in order of first appearance; with `labels` each
+    row also gets `true_label` (a review is fake when any of its images is)."""
+    if method not in AGGREGATIONS:
+        raise ValueError(f"review_aggregation must be one of {AGGREGATIONS}, got {method!r}")
+    scored = [r for r in results if r.get("status") == "ok" and r.get("score") is not None]
+    if not scored:
+        return []
+    names = [ids.get(r["path"]) or f"<no review> {r['path']}" for r in scored]
+    scores = np.asarray([r["score"] for r in scored], dtype=np.float64)
+    known = labels is not None and all(r["path"] in labels for r in scored)
+    truth = [labels[r["path"]] for r in scored] if known else None
+    unique, aggregated, review_labels = aggregate_reviews(np.asarray(names, dtype=object), scores, truth, method)
+    position = {name: i for i, name in enumerate(unique)}
+    members: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        members.setdefault(name, []).append(i)
+    rows = []
+    for name, indices in members.items():  # in order of first appearance
+        top = max(indices, key=lambda i: scores[i])
+        score = float(aggregated[position[name]])
+        row = {"review": name, "score": score, "label": int(score >= threshold), "n_images": len(indices),
+               "most_suspicious": scored[top]["path"]}
+        if review_labels is not None:
+            row["true_label"] = int(review_labels[position[name]])
+        rows.append(row)
+    return rows
+
+
+def write_reviews(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """The review rows as CSV, written to a temporary file and renamed (never half-written)."""
+    tmp = path.with_name(f".{path.stem}.partial.csv")
+    columns = list(REVIEW_COLUMNS) + (["true_label"] if rows and "true_label" in rows[0] else [])
+    with tmp.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def score_reviews(output: Path, records: Sequence[Record], results: Sequence[dict[str, Any]], group_by: str,
+                  method: str, threshold: float, input: str | os.PathLike, title: str) -> dict[str, Any]:
+    """`<output>.reviews.csv` and, when every review's images are labelled, review-level metrics in
+    `<output>.reviews.metrics.json` with a report in `<output stem>_reviews_report/`."""
+    from evaluation import report_records, write_metrics_json
+
+    labels = {r.path: r.label for r in records if r.label is not None}
+    rows = review_rows(results, review_ids(records, group_by, input), method, threshold, labels or None)
+    path = write_reviews(output.with_suffix(".reviews.csv"), rows)
+    metrics = None
+    if rows and "true_label" in rows[0]:
+        labelled = [{"path": r["review"], "label": r["true_label"], "score": r["score"]} for r in rows]
+        report = report_records(output.with_name(f"{output.stem}_reviews_report"), labelled, threshold=threshold,
+                                title=f"{title}: reviews by {group_by} ({method})")
+        metrics = {**report.metrics, "group_by": group_by, "aggregation": method}
+        write_metrics_json(output.with_suffix(".reviews.metrics.json"), metrics)
+    return {"path": path, "reviews": len(rows), "metrics": metrics}

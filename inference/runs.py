@@ -1,0 +1,107 @@
+"""Where a scoring run's rows go: one process streaming into the output, or many processes (ranks of
+`devices=N num_nodes=M`, jobs of `shard=i/n`) each writing a part file that is merged in input order.
+
+The processes are launched and synchronised by Lightning Fabric (torchrun, SLURM and its own
+launcher are all understood); this module only decides who scores what and who merges.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from datamodules.records import Record
+from inference.parts import Shard, done_paths, merge_parts, part_files, part_path, remove_parts
+from inference.scoring import score_items
+from inference.writer import ResultWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Processes:
+    """This process's place in the run: rank, world size, the device it scores on."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: str = "auto"
+    fabric: Any = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.fabric is not None:
+            self.fabric.barrier()
+
+    def total(self, counts: dict[str, int]) -> dict[str, int]:
+        """Counts summed over all processes (every rank gets the sum)."""
+        if self.fabric is None:
+            return counts
+        import torch
+
+        keys = sorted(counts)
+        summed = self.fabric.all_reduce(torch.tensor([counts[k] for k in keys], dtype=torch.float64), reduce_op="sum")
+        return {k: int(v) for k, v in zip(keys, summed.tolist())}
+
+
+def launch(devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto", device: str = "auto") -> Processes:
+    """One process for `devices=1 num_nodes=1` (nothing imported); otherwise Fabric starts (or, under
+    torchrun / SLURM, joins) one process per device and returns this one's place."""
+    if str(devices) == "1" and int(num_nodes) == 1:
+        return Processes(device=device)
+    from lightning.fabric import Fabric
+
+    accelerator = {"auto": "auto", "cpu": "cpu"}.get(device, "cuda")
+    fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=int(num_nodes), strategy=strategy)
+    fabric.launch()
+    where = fabric.device
+    name = "cpu" if where.type == "cpu" else f"{where.type}:{where.index or 0}"
+    log.info("process %d of %d scores on %s", fabric.global_rank, fabric.world_size, name)
+    return Processes(fabric.global_rank, fabric.world_size, name, fabric)
+
+
+def score_to_output(runtime: Any, records: Sequence[Record], output: Path, columns: Sequence[str],
+                    processes: Processes, shard: Shard = Shard(), resume: bool = False,
+                    **options: Any) -> dict[str, int]:
+    """Score `records` (this shard of them) into `output`; returns the run's ok/error/skipped counts.
+
+    One process and no shard: rows stream straight into the output (leftover part files of an
+    interrupted multi-process run are merged first on resume, dropped otherwise; a resumed file is
+    put back in input order at the end, so it equals an uninterrupted run's). Otherwise each
+    process appends to its part file and, without a shard, rank 0 merges all parts at the end.
+    """
+    if processes.world_size == 1 and shard.count == 1:
+        if part_files(output):
+            merge_parts(output, records, columns) if resume else remove_parts(output)
+        with ResultWriter(output, columns, resume=resume) as writer:
+            todo = [(i, p) for i, p in shard.items(records) if p not in writer.done]
+            counts = score_items(runtime, todo, writer, **options)
+        if len(todo) < len(records):
+            merge_parts(output, records, columns)  # resumed rows were appended: back to input order
+        return {**counts, "skipped": len(records) - len(todo)}
+    if processes.is_main:
+        if not resume:
+            remove_parts(output, shard)
+            if shard.count == 1:
+                output.unlink(missing_ok=True)
+        elif shard.count == 1 and part_files(output):
+            merge_parts(output, records, columns)  # fold an interrupted run's parts in before splitting anew
+    processes.barrier()
+    done = done_paths(output, shard) if resume else set()
+    processes.barrier()  # every process has read the same state before anyone appends to it
+    mine = shard.items(records)
+    todo = [item for item in mine if item[1] not in done]
+    with ResultWriter(part_path(output, shard, processes.rank), columns, resume=True) as writer:
+        counts = score_items(runtime, todo[processes.rank::processes.world_size], writer, **options)
+    counts = processes.total(counts)
+    processes.barrier()
+    if shard.count == 1 and processes.is_main:
+        merge_parts(output, records, columns)
+    elif shard.count > 1:
+        log.info("shard %d/%d done in %s; when every shard is done: python infer.py merge=true (same "
+                 "model, input and output)", shard.index, shard.count, part_files(output, shard)[0].parent)
+    processes.barrier()
+    return {**counts, "skipped": len(mine) - len(todo)}

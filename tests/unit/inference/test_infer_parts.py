@@ -1,0 +1,93 @@
+"""Runs split into shards or processes: part files, resume from what is on disk, merge in input order."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datamodules.preprocess import Preprocess
+from datamodules.records import Record
+from inference.parts import Shard, done_paths, merge_parts, part_files, part_path
+from inference.runs import Processes, score_to_output
+from inference.writer import COLUMNS, read_rows
+from tests.helpers import write_images
+
+
+class MeanBrightness:
+    """A runtime double: the score is the mean pixel value, so every image gets its own score."""
+
+    name, threshold, is_localizer = "mean", 0.5, False
+    preprocess = Preprocess(size=16, mode="center_crop")
+
+    def predict(self, images):
+        return {"score": np.asarray(images).mean(axis=(1, 2, 3))}
+
+
+@pytest.fixture
+def records(tmp_path) -> list[Record]:
+    paths = write_images(tmp_path / "in", [(20 + i, 24) for i in range(11)])
+    paths[4].write_bytes(b"broken")
+    return [Record(str(p)) for p in paths]
+
+
+def run(records, output, shard="", resume=False, batch_size=3):
+    return score_to_output(MeanBrightness(), records, output, COLUMNS, Processes(device="cpu"), Shard.parse(shard),
+                           resume=resume, batch_size=batch_size, num_workers=2, progress=False)
+
+
+def test_shard_parsing_and_selection():
+    assert Shard.parse(None) == Shard() and Shard.parse("2/4") == Shard(2, 4)
+    for bad in ("4/4", "1", "a/b", "-1/2"):
+        with pytest.raises(ValueError, match="i/n"):
+            Shard.parse(bad)
+    records = [Record(f"{i}.png") for i in range(7)]
+    assert [i for i, _ in Shard(1, 3).items(records)] == [1, 4]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_job_array_shards_merge_into_the_one_process_file_byte_for_byte(records, tmp_path, suffix):
+    single = tmp_path / f"single{suffix}"
+    assert run(records, single) == {"ok": 10, "error": 1, "skipped": 0}
+    output = tmp_path / f"sharded{suffix}"
+    for index in (2, 0, 1):  # jobs finish in any order
+        counts = run(records, output, f"{index}/3", batch_size=2)
+        assert counts["ok"] + counts["error"] == len(Shard(index, 3).items(records))
+    assert not output.exists() and len(part_files(output)) == 3
+    assert merge_parts(output, records, COLUMNS) == {"rows": 11, "missing": 0}
+    assert output.read_bytes() == single.read_bytes()
+    assert not part_files(output) and not (tmp_path / f"sharded{suffix}.parts").exists()
+
+
+def test_a_merge_before_every_shard_ran_says_what_is_missing_and_resume_completes_it(records, tmp_path):
+    output = tmp_path / "scores.csv"
+    run(records, output, "0/2")
+    assert merge_parts(output, records, COLUMNS) == {"rows": 6, "missing": 5}
+    run(records, output, "1/2")
+    assert merge_parts(output, records, COLUMNS)["missing"] == 0
+    run(records, tmp_path / "single.csv")
+    assert output.read_bytes() == (tmp_path / "single.csv").read_bytes()
+
+
+def test_a_killed_process_loses_no_finished_row_and_a_torn_line_is_not_a_row(records, tmp_path):
+    """What a rank killed mid-write leaves: complete rows and one torn line in its part file."""
+    single = tmp_path / "single.csv"
+    run(records, single)
+    output = tmp_path / "scores.csv"
+    lines = single.read_text().splitlines(keepends=True)
+    part = part_path(output, Shard(), rank=1)
+    part.parent.mkdir()
+    part.write_text(lines[0] + "".join(lines[3:6]) + lines[6][:9])  # 3 rows scored, the 4th torn mid-line
+    assert done_paths(output) == {row["path"] for row in read_rows(single)[2:5]}
+    counts = run(records, output, resume=True)  # a one-process resume folds the parts in first
+    assert counts == {"ok": 8, "error": 0, "skipped": 3}  # the unreadable 004.png was among the 3
+    assert output.read_bytes() == single.read_bytes() and not part_files(output)
+
+
+def test_without_resume_stale_parts_are_dropped(records, tmp_path):
+    output = tmp_path / "scores.csv"
+    part = part_path(output, Shard(), rank=3)
+    part.parent.mkdir()
+    part.write_text("path,score,label,status,error\n/elsewhere.png,0.9,1,ok,\n")
+    run(records, output)
+    assert len(read_rows(output)) == 11 and not part_files(output)

@@ -1,0 +1,89 @@
+"""calibrate.py: the threshold for a target FPR on the user's genuine images, exact intervals, a
+refusal that says how many images are needed, and calibrated .onnx / .ckpt files that carry it."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from inference.recalibration import CalibrationRefused, calibrate_model, recalibrate
+from inference.runtime import OnnxRuntime, TorchRuntime
+from tests.helpers import ROOT, write_images
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def bisect(f, low=0.0, high=1.0) -> float:
+    """The root of a function increasing on [low, high]."""
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if f(middle) < 0 else (low, middle)
+    return (low + high) / 2
+
+
+def test_threshold_and_clopper_pearson_interval_against_a_hand_computation():
+    genuine = np.arange(400, dtype=np.float32) / 400  # 0, 1/400, ..., 399/400
+    fakes = np.asarray([0.1, 0.5, 0.99, 0.995, 0.999], dtype=np.float32)
+    result = recalibrate(genuine, target_fpr=0.01, fake_scores=fakes)
+    # 1 % of 400 = 4 genuine images may be flagged: 396/400 .. 399/400; t sits between 395 and 396.
+    assert np.float32(395 / 400) < result["threshold"] <= np.float32(396 / 400)
+    assert result["false_positives"] == 4 and result["tnr"] == 396 / 400
+    # Clopper-Pearson at 95 %: the FPR p with P(X >= 4 | p) = 2.5 % and P(X <= 4 | p) = 2.5 %.
+    fpr_low = bisect(lambda p: (1 - binomial_cdf(3, 400, p)) - 0.025)
+    fpr_high = bisect(lambda p: 0.025 - binomial_cdf(4, 400, p))
+    assert result["tnr_interval"] == pytest.approx([1 - fpr_high, 1 - fpr_low], abs=1e-9)
+    assert result["n_fake"] == 5 and result["tpr"] == 3 / 5
+    assert result["tpr_interval"][0] < 0.6 < result["tpr_interval"][1]
+
+
+def test_too_few_genuine_images_are_refused_with_the_number_needed():
+    # (1 - 0.01)^n <= 0.05 first holds at n = 299 (0.99^298 = 0.0503, 0.99^299 = 0.0498).
+    with pytest.raises(CalibrationRefused, match=r"298 genuine images .* needs at least 299"):
+        recalibrate(np.linspace(0, 1, 298), target_fpr=0.01)
+    assert recalibrate(np.linspace(0, 1, 299), target_fpr=0.01)["n_genuine"] == 299
+    with pytest.raises(CalibrationRefused, match="needs at least 59"):
+        recalibrate(np.zeros(30), target_fpr=0.05)
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    """35 genuine images and 6 fakes (random pixels: the labels only say which is which)."""
+    paths = write_images(tmp_path / "own", [(30 + i % 7, 34) for i in range(41)])
+    path = tmp_path / "own" / "manifest.csv"
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([["path", "label"]] + [[p.name, int(i >= 35)] for i, p in enumerate(paths)])
+    return path
+
+
+@pytest.mark.parametrize("kind", ["onnx", "ckpt"])
+def test_calibrated_model_carries_the_threshold_and_its_provenance(tiny_model, manifest, tmp_path, kind):
+    output = tmp_path / f"calibrated.{kind}"
+    record = calibrate_model(str(tiny_model[kind]), str(manifest), output, target_fpr=0.1, num_workers=0,
+                             progress=False)
+    assert record["n_genuine"] == 35 and record["n_fake"] == 6 and record["false_positives"] <= 3
+    assert record["input"] == str(manifest) and record["previous_threshold"] == 0.5 and record["date"]
+    runtime = (OnnxRuntime if kind == "onnx" else TorchRuntime)(output, "cpu")
+    assert runtime.threshold == pytest.approx(record["threshold"], rel=1e-7)
+    scores = [float(r["score"]) for r in csv.DictReader(open(tmp_path / "calibrated.calibration_scores.csv"))]
+    assert sum(s >= runtime.threshold for s in scores[:35]) == record["false_positives"]
+    if kind == "onnx":
+        stored = json.loads(runtime.session.get_modelmeta().custom_metadata_map["calibration"])
+        assert stored == record
+    report = (tmp_path / "calibrated.calibration.md").read_text()
+    assert "Clopper-Pearson" in report and "35 genuine images" in report
+
+
+def test_command_line_refuses_too_few_images_and_writes_nothing(tiny_model, manifest, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), f"model={tiny_model['onnx']}",
+                           f"input={manifest}", "target_fpr=0.01", f"output={tmp_path / 'out.onnx'}",
+                           "progress=false"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1
+    assert "35 genuine images were scored; target_fpr=0.01 needs at least 299" in done.stdout + done.stderr
+    assert not (tmp_path / "out.onnx").exists()

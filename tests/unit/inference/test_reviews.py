@@ -1,0 +1,76 @@
+"""Verdicts per review: max / mean / noisy_or of the images' scores, written beside the image rows,
+with review-level metrics when labels are known, and the same file after a resumed run."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from datamodules.records import Record
+from infer import infer
+from inference.reviews import review_ids, review_rows
+from tests.helpers import compose_config, write_images
+
+RESULTS = [
+    {"path": "a/1.png", "score": 0.2, "status": "ok"},
+    {"path": "b/1.png", "score": 0.5, "status": "ok"},
+    {"path": "a/2.png", "score": 0.9, "status": "ok"},
+    {"path": "b/2.png", "score": 0.5, "status": "ok"},
+    {"path": "b/3.png", "score": None, "status": "error"},
+    {"path": "c/1.png", "score": 0.1, "status": "ok"},
+]
+IDS = {"a/1.png": "A", "a/2.png": "A", "b/1.png": "B", "b/2.png": "B", "b/3.png": "B", "c/1.png": ""}
+
+
+@pytest.mark.parametrize("method, expected", [
+    ("max", {"A": 0.9, "B": 0.5}),
+    ("mean", {"A": 0.55, "B": 0.5}),
+    ("noisy_or", {"A": 1 - 0.8 * 0.1, "B": 1 - 0.5 * 0.5}),
+])
+def test_review_scores_from_a_hand_made_table(method, expected):
+    rows = review_rows(RESULTS, IDS, method, threshold=0.6, labels={"a/1.png": 0, "a/2.png": 1, "b/1.png": 0,
+                                                                    "b/2.png": 0, "c/1.png": 0})
+    by_id = {r["review"]: r for r in rows}
+    assert [r["review"] for r in rows] == ["A", "B", "<no review> c/1.png"]  # order of first appearance
+    for review, score in expected.items():
+        assert by_id[review]["score"] == pytest.approx(score)
+        assert by_id[review]["label"] == int(score >= 0.6)
+    assert by_id["A"]["n_images"] == 2 and by_id["B"]["n_images"] == 2  # the unreadable b/3 does not count
+    assert by_id["A"]["most_suspicious"] == "a/2.png" and by_id["A"]["true_label"] == 1
+    assert by_id["B"]["true_label"] == 0 and by_id["<no review> c/1.png"]["n_images"] == 1
+
+
+def test_review_ids_from_parent_folders_fields_and_other_manifest_columns(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,review,case_number\nx/1.png,r1,c7\ny/2.png,,c7\n")
+    records = [Record(str(tmp_path / "x/1.png"), review="r1"), Record(str(tmp_path / "y/2.png"))]
+    assert review_ids(records, "parent", manifest) == {r.path: str(tmp_path / d) for r, d in zip(records, "xy")}
+    assert list(review_ids(records, "review", manifest).values()) == ["r1", ""]
+    assert list(review_ids(records, "case_number", manifest).values()) == ["c7", "c7"]
+    with pytest.raises(ValueError, match="no such column"):
+        review_ids(records, "listing", manifest)
+
+
+def test_infer_writes_reviews_and_their_metrics_and_a_resume_rewrites_the_same_file(tiny_model, tmp_path):
+    paths = write_images(tmp_path / "in", [(30, 30 + i) for i in range(12)])
+    manifest = tmp_path / "in" / "manifest.csv"
+    with manifest.open("w", newline="") as handle:
+        csv.writer(handle).writerows([["path", "label", "review"]] +
+                                     [[p.name, int(i % 4 == 3), f"listing-{i // 3}"] for i, p in enumerate(paths)])
+    overrides = [f"model={tiny_model['onnx']}", f"input={manifest}", "progress=false", "batch_size=4",
+                 "group_by=review", "review_aggregation=noisy_or"]
+    result = infer(compose_config("infer", [*overrides, f"output={tmp_path / 'scores.csv'}"]))
+    reviews = list(csv.DictReader(open(tmp_path / "scores.reviews.csv")))
+    assert [r["review"] for r in reviews] == ["listing-0", "listing-1", "listing-2", "listing-3"]
+    assert all(r["n_images"] == "3" for r in reviews)
+    metrics = json.loads((tmp_path / "scores.reviews.metrics.json").read_text())
+    assert metrics["n_pos"] == 3 and metrics["n_neg"] == 1 and metrics["aggregation"] == "noisy_or"
+    assert result["reviews"]["metrics"] == metrics
+    assert (tmp_path / "scores_reviews_report" / "report.md").is_file()
+
+    first = (tmp_path / "scores.reviews.csv").read_bytes()
+    lines = (tmp_path / "scores.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "scores.csv").write_text("".join(lines[:5]) + lines[5][:12])  # interrupted mid-row
+    infer(compose_config("infer", [*overrides, f"output={tmp_path / 'scores.csv'}", "resume=true"]))
+    assert (tmp_path / "scores.reviews.csv").read_bytes() == first

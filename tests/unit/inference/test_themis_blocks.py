@@ -1,0 +1,90 @@
+"""THEMIS-style block scoring of localizer maps on hand-made maps with known answers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from inference.themis_blocks import THEMIS_MLLM, main, score_images, summarize, table, task_of
+
+
+def square(shape=(90, 90), top=0, left=0, side=30) -> np.ndarray:
+    mask = np.zeros(shape, np.float32)
+    mask[top:top + side, left:left + side] = 1
+    return mask
+
+
+def test_a_map_that_covers_exactly_the_forged_block_scores_one():
+    truth = square(top=30, left=30)  # the centre block of a 3x3 grid: region 5
+    [answer] = score_images([{"map": truth, "truth": truth, "task": "SPL", "path": "a.png"}])
+    assert answer["predicted"] == answer["true"] == [5]
+    assert answer["iou"] == answer["f1"] == 1.0
+
+
+def test_half_right_answer_gets_partial_credit():
+    truth = square(top=0, left=0, side=30) + square(top=0, left=30, side=30)  # regions 1 and 2
+    prediction = square(top=0, left=0, side=30) + square(top=60, left=60, side=30)  # regions 1 and 9
+    [answer] = score_images([{"map": prediction, "truth": truth, "task": "CM"}])
+    assert answer["predicted"] == [1, 9] and answer["true"] == [1, 2]
+    assert answer["iou"] == pytest.approx(1 / 3) and answer["f1"] == pytest.approx(0.5)
+
+
+def test_a_block_is_flagged_only_when_enough_of_it_is_above_threshold():
+    prediction = np.zeros((90, 90), np.float32)
+    prediction[0:30, 0:12] = 0.9  # 40 % of block 1
+    truth = square()
+    strict = score_images([{"map": prediction, "truth": truth, "task": "SPL"}], pred_coverage=0.5)[0]
+    lenient = score_images([{"map": prediction, "truth": truth, "task": "SPL"}], pred_coverage=0.3)[0]
+    assert strict["predicted"] == [] and strict["iou"] == 0.0
+    assert lenient["predicted"] == [1] and lenient["iou"] == 1.0
+    below = score_images([{"map": prediction * 0.5, "truth": truth, "task": "SPL"}], pred_coverage=0.3)[0]
+    assert below["predicted"] == []  # 0.45 < the 0.5 pixel threshold
+
+
+def test_given_partition_replaces_the_grid(tmp_path):
+    labels = np.zeros((40, 60), np.uint8)
+    labels[:, :20], labels[:, 20:] = 1, 2  # two numbered regions of unequal size
+    Image.fromarray(labels).save(tmp_path / "panel.png")
+    truth = np.zeros((40, 60), np.float32)
+    truth[:, 25:] = 1
+    [answer] = score_images([{"map": truth, "truth": truth, "task": "AIG", "path": "/data/panel.png"}],
+                            partitions=tmp_path)
+    assert answer["predicted"] == answer["true"] == [2]
+
+
+def test_summary_means_over_manipulated_images_and_counts_flagged_genuines():
+    answers = score_images([
+        {"map": square(), "truth": square(), "task": "SPL"},
+        {"map": np.zeros((90, 90)), "truth": square(), "task": "SPL"},
+        {"map": square(), "truth": None, "task": None},
+        {"map": np.zeros((90, 90)), "truth": None, "task": None},
+    ])
+    summary = summarize(answers)
+    assert summary["SPL"] == {"n": 2, "iou": 50.0, "f1": 50.0}
+    assert summary["genuine"] == {"n": 2, "flagged": 50.0}
+    text = table({"trufor": summary})
+    assert "| trufor | ours | 50.00 (n=2) | 50.00 |" in text
+    assert "| Gemini 2.5 Flash | THEMIS | 56.72 | 65.08 | 46.98 | 57.90 | 38.87 | 44.76 | - |" in text
+    assert len(THEMIS_MLLM) == 16 and "different images" in text
+
+
+def test_groups_map_to_tasks_by_substring():
+    assert task_of("ae_bilinear_conv_region", {"region": "AIG"}) == "AIG"
+    assert task_of("copy_move", {"splicing": "SPL", "copy_move": "CM"}) == "CM"
+    assert task_of("inpainting", {"splicing": "SPL"}) is None
+
+
+def test_command_reads_infer_results_and_the_manifest(tmp_path):
+    rows, results = ["path,label,mask,group"], ["path,score,label,status,error,mask"]
+    for name, label, group, predicted in (("a", 1, "splicing", square()), ("b", 0, "genuine", np.zeros((90, 90)))):
+        Image.fromarray(np.zeros((90, 90, 3), np.uint8)).save(tmp_path / f"{name}.png")
+        Image.fromarray((predicted * 255).astype(np.uint8)).save(tmp_path / f"{name}_map.png")
+        if label:
+            Image.fromarray((square() * 255).astype(np.uint8)).save(tmp_path / f"{name}_mask.png")
+        rows.append(f"{name}.png,{label},{name + '_mask.png' if label else ''},{group}")
+        results.append(f"{tmp_path / (name + '.png')},0.9,1,ok,,{tmp_path / (name + '_map.png')}")
+    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
+    assert main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"),
+                 "--output", str(tmp_path / "table.md")]) == 0
+    assert "| scores | ours | 100.00 (n=1) | 100.00 |" in (tmp_path / "table.md").read_text()
