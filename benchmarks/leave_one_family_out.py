@@ -107,7 +107,7 @@ def table(results: dict, families: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "generated_detector" / "manifest.csv")
     parser.add_argument("--families", nargs="*", help="NAME=PATTERN[,PATTERN...] (default: the cpu_diverse families)")
@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", nargs="*", help="hold out only these families (default: each in turn)")
     parser.add_argument("--resume", action="store_true",
                         help="reuse runs that already wrote metrics.json (an interrupted or split-up benchmark)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not args.manifest.is_file():
         parser.error(f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_diverse`)")

@@ -167,23 +167,30 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
     pairs = [pair for f in fragments for pair in f["pairs"]]
     skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks):]) if f.get("skipped"))
     _write_pairs(output / "duplication_pairs.csv", pairs)
+    from synthesis.contact_sheet import contact_sheet
+
+    sheet = contact_sheet(output, rows)
+    summary = {**_summary(rows, pairs, fragments, counts, skipped), "output": str(output), "photos": len(table),
+               "panels": len(panels), "items": len(panel_tasks) + len(items), "generators": generator_status,
+               "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1)}
+    return {"rows": rows, "pairs": pairs, "summary": summary}
+
+
+def _summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], fragments: list[dict[str, Any]],
+             counts: Counter, skipped: Counter) -> dict[str, Any]:
+    """Counts per group and split, items made and reused, and the mean re-render PSNR per group."""
     fidelity: dict[str, list[float]] = {}
     for f in fragments:
         for group, value in (f.get("psnr") or {}).items():
             fidelity.setdefault(group, []).append(value)
-    from synthesis.contact_sheet import contact_sheet
-
-    sheet = contact_sheet(output, rows)
-    summary = {
-        "output": str(output), "photos": len(table), "panels": len(panels), "images": len(rows),
-        "items": len(panel_tasks) + len(items), "made": counts["made"], "reused": counts["reused"],
+    return {
+        "images": len(rows), "made": counts["made"], "reused": counts["reused"],
         "skipped": dict(sorted(skipped.items())), "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
         "by_split": {s: {"genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
                          "fake": sum(r["split"] == s and r["label"] == 1 for r in rows)} for s in SPLITS},
-        "pairs": len(pairs), "generators": generator_status,
-        "psnr_db": {g: round(sum(v) / len(v), 2) for g, v in sorted(fidelity.items()) if all(x != float("inf") for x in v)}, "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1),
+        "pairs": len(pairs),
+        "psnr_db": {g: round(sum(v) / len(v), 2) for g, v in sorted(fidelity.items()) if all(x != float("inf") for x in v)},
     }
-    return {"rows": rows, "pairs": pairs, "summary": summary}
 
 
 def make_generated_manifest(output: str | os.PathLike, spec: DatasetSpec | None = None,
