@@ -18,7 +18,8 @@ def test_generate_config_on_a_labelled_folder(tmp_path):
         write_image(source / "0_real" / f"{name}.png", image[::3, ::3].copy())
     write_image(source / "1_fake" / "already_fake.png", np.zeros((90, 90, 3), np.uint8))
     cfg = compose_config("generate", [f"source={source}", f"output={tmp_path / 'out'}", "kind=forgery",
-                                      "workers=1", "progress=false", "ops.region_edit=0", "panels.max_side=128",
+                                      "workers=1", "progress=false", "ops.region_edit=0", "ops.diffusion_inpaint=0",
+                                      "panels.max_side=128",
                                       "panels.crops_per_photo=1", "panels.crop_size=80", "local_min_side=100"])
     GlobalHydra.instance().clear()
     spec = spec_from_config(cfg)
