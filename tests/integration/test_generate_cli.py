@@ -31,3 +31,22 @@ def test_generate_config_on_a_labelled_folder(tmp_path):
     assert {"genuine", "splicing", "inpainting", "damage"} <= {r.group for r in records}
     assert not any((r.group or "").startswith("ae_") for r in records)  # no generator for kind=forgery here
     assert not (tmp_path / "out" / "generators").exists()
+
+
+def test_cpu_diverse_preset_and_the_generated_experiment_compose():
+    from synthesis.families import FAMILY_OPERATIONS
+
+    cfg = compose_config("generate", ["preset=cpu_diverse"])
+    GlobalHydra.instance().clear()
+    spec = spec_from_config(cfg)
+    assert spec.kind == "aigi" and cfg.output == "data/generated_detector"
+    # every whole-image family, no region edits; a quarter of the photos for calibration
+    assert set(spec.active) == {"rerender", "latent_rerender", "diffusion_sdedit"} and set(FAMILY_OPERATIONS) & set(spec.active)
+    assert tuple(spec.split_fractions) == (0.5, 0.25, 0.25) and spec.crop_size == 64
+    train = compose_config("train", ["experiment=generated"])
+    root = train.data._get_node("root")._value()  # resolving it needs a running Hydra app
+    assert train.data._target_.endswith("LayoutDataModule") and root.endswith("/generated_detector")
+    assert train.detector.net.preprocess.size == 64 and train.data.balanced
+    assert "ddpm_pixel_inpaint" in train.data.exclude_groups
+    diffusers = compose_config("generate", ["generator=diffusers", "generator.model=/weights/sd"])
+    assert diffusers.generator.backend == "diffusers" and diffusers.generator.strengths == [0.3, 0.6]
