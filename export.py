@@ -29,6 +29,9 @@ def export(cfg: DictConfig) -> dict:
         report = export_onnx(load_checkpoint(cfg.model), fp32, opset=cfg.opset, tolerance=cfg.tolerance)
         log.info("fp32 export: outputs %s; max |score difference| vs PyTorch %.2e", ", ".join(report.outputs),
                  report.max_score_difference)
+        if report.max_mask_difference is not None:
+            log.info("max |mask difference| vs PyTorch %.2e on inputs %s", report.max_mask_difference,
+                     report.checked_shapes)
         images, labels = sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
         calibration = (sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0]
                        if cfg.calibration_input else images)

@@ -53,12 +53,14 @@ def spec_from_config(cfg: DictConfig):
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
     keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
-            "d15_fraction", "generator")
+            "d15_fraction", "generator", "diffusion")
     plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
+    if plain["generator"].pop("backend", "autoencoder") != "autoencoder":
+        plain["generator"] = {}  # another backend makes the fakes; the panels are cut the same way
     return DatasetSpec(kind=plain["kind"], ops=plain["ops"], seed=plain["seed"], **plain["panels"],
                        split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
                        local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
-                       generator=GeneratorOptions(**plain["generator"]))
+                       generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"])
 
 
 def generate(cfg: DictConfig) -> Path:
@@ -66,10 +68,21 @@ def generate(cfg: DictConfig) -> Path:
     from synthesis.dataset import format_summary
 
     photos = find_photos(cfg.source)
-    output = cfg.output or {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}")
+    output = cfg.output or ("data/generated_diffusers" if cfg.generator.get("backend") == "diffusers" else
+                            {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}"))
     if cfg.kind == "aigi_quick":
         quick(cfg, output, photos)
         return Path(output) / "manifest.csv"
+    if cfg.generator.get("backend") == "diffusers":
+        from synthesis.diffusers_backend import DiffusersOptions, make_diffusers_manifest
+
+        options = DiffusersOptions(**{k: v for k, v in OmegaConf.to_container(cfg.generator, resolve=True).items()
+                                      if k != "backend"})
+        manifest, summary = make_diffusers_manifest(output, spec_from_config(cfg), options, photos=photos,
+                                                    root=cfg.source or None, workers=cfg.workers,
+                                                    progress=cfg.progress)
+        log.info("wrote %s\n%s", manifest, format_summary(summary))
+        return manifest
     manifest, summary = make_generated_manifest(output, spec_from_config(cfg), photos=photos,
                                                 root=cfg.source or None, workers=cfg.workers,
                                                 progress=cfg.progress)

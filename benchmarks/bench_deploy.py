@@ -172,6 +172,9 @@ def memory(work: Path) -> dict:
         command = ["/usr/bin/time", "-f", "%M", sys.executable, str(ROOT / "infer.py"), f"model={onnx}",
                    f"input={folder}", f"output={work / 'mem.csv'}", "progress=false", "batch_size=64"]
         done = subprocess.run(command, capture_output=True, text=True, cwd=work)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        assert sum(1 for _ in open(work / "mem.csv")) == len(list(folder.iterdir())) + 1  # every image has a row
         peaks[label] = int(done.stderr.strip().splitlines()[-1])
     return {"peak_rss_kib_1k": peaks["1k"], "peak_rss_kib_10k": peaks["10k"],
             "ratio_10k_to_1k": round(peaks["10k"] / peaks["1k"], 3)}

@@ -70,7 +70,11 @@ def match_groups(patterns: list[str], available: set[str], option: str) -> set[s
 
 def cross_generator_split(records: list[Record], train_groups: list[str], test_groups: list[str],
                           val_fraction: float = 0.15, seed: int = 0) -> tuple[list[Record], dict]:
-    """Records with `split` set for a cross-generator run, and a summary of what went where."""
+    """Records with `split` set for a cross-generator run, and a summary of what went where.
+
+    Kept in one piece: sides, orphan genuines and the validation carve share one random stream, and the
+    published figures depend on its order.
+    """
     fakes = [r for r in records if r.label == 1]
     genuine = [r for r in records if r.label == 0]
     available = {r.group or "(none)" for r in fakes}

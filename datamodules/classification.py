@@ -4,10 +4,13 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import lightning as L
+import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from datamodules.datasets import ImageDataset, collate
@@ -72,7 +75,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         return ImageDataset(records, transform)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
-        dataset = self.make_dataset(self.splits[split], build_transform(self.preprocess, train, self.augment))
+        transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
+        dataset = self.make_dataset(self.splits[split], transform)
         sampler = None
         if train and self.balanced:
             counts = {label: sum(r.label == label for r in dataset.records) for label in (0, 1)}
@@ -82,7 +86,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
             dataset, batch_size=self.batch_size if train else self.eval_batch_size,
             shuffle=train and sampler is None, sampler=sampler, drop_last=False,
             num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-            collate_fn=collate, pin_memory=False)
+            collate_fn=collate, pin_memory=False, worker_init_fn=partial(seed_worker_augmentations, rank=distributed_rank()))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
@@ -92,6 +96,26 @@ class RecordsDataModule(L.LightningDataModule, ABC):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
+
+
+def distributed_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def augment_seed() -> int:
+    """A seed for the training augmentations, drawn from torch's generator (which `seed=` seeds) and
+    distinct per distributed rank. albumentations draws from its own generator, seeded from the
+    operating system unless it is given a seed, which would make runs irreproducible."""
+    return (int(torch.randint(2**31 - 1, ()).item()) + 1_000_003 * distributed_rank()) % 2**32
+
+
+def seed_worker_augmentations(worker_id: int, rank: int = 0) -> None:
+    """Each DataLoader worker draws its own augmentation stream (from torch's per-worker seed, which
+    depends on `seed=`), instead of every worker repeating the stream of the same copied generator."""
+    info = torch.utils.data.get_worker_info()
+    transform = getattr(info.dataset, "transform", None) if info is not None else None
+    if hasattr(transform, "set_random_seed"):
+        transform.set_random_seed((torch.initial_seed() + 1_000_003 * rank) % 2**32)
 
 
 class ManifestDataModule(RecordsDataModule):

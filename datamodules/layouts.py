@@ -1,7 +1,7 @@
 """Published dataset layouts -> `Record`s, with automatic detection.
 
 Users arrive with public datasets as their authors ship them. Each reader turns one layout into the
-same flat list of records (DESIGN.md section 3), so every Dataset class, split and metric sees one
+same flat list of records (the manifest columns of docs/architecture.md), so every Dataset class, split and metric sees one
 shape. `read_layout(path)` detects the layout where that is unambiguous; `layout=` selects it
 explicitly. A tree that does not match says what was expected and what was found.
 

@@ -11,7 +11,7 @@ from datamodules.preprocess import Preprocess
 
 
 class Detector(nn.Module):
-    """Base class fixing the contract of DESIGN.md section 2.
+    """Base class fixing the detector contract (docs/architecture.md, "Detectors").
 
     `forward(image)` takes float N x 3 x H x W RGB in [0, 1], normalizes inside (so exported graphs
     need no outside preprocessing) and returns `{"logit": (N,)}`; localizers add

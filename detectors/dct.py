@@ -1,7 +1,7 @@
 """DCT (FreDect-style): a small CNN on the standardized per-channel log-DCT spectrum.
 
 Frank et al. (ICML 2020) showed that generator up-sampling leaves grid-like peaks in the DCT
-spectrum that a simple classifier separates. Reference facts (DESIGN.md section 5): per-channel
+spectrum that a simple classifier separates. Reference facts (from the authors' public code): per-channel
 2-D DCT-II, log(|.| + eps), standardized -> CNN. The spectrum is computed as matrix products inside
 the network (`blocks/frequency.py`), so the exported ONNX graph needs nothing outside it; frequency
 coordinates are appended so global pooling still knows where a peak sits. Trained from scratch.

@@ -6,6 +6,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,6 +55,32 @@ class ExportReport:
     path: Path
     max_score_difference: float
     outputs: list[str]
+    max_mask_difference: float | None = None
+    checked_shapes: list[tuple[int, ...]] | None = None
+
+
+def parity_probes(module: DetectorModule, size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Inputs the export is checked on: a batch of 3 (the graph was traced with 2) and, for
+    localizers, whose height and width are dynamic, a second batch at another, odd size."""
+    probes = [torch.rand(3, 3, size, size, generator=generator)]
+    if module.net.is_localizer:
+        probes.append(torch.rand(1, 3, size + size // 2 + 3, max(32, size - 5), generator=generator))
+    return probes
+
+
+def parity_differences(graph: nn.Module, session: Any, names: list[str],
+                       probes: list[torch.Tensor]) -> dict[str, float]:
+    """Largest |onnxruntime - PyTorch| difference of every output over all probes."""
+    differences = dict.fromkeys(names, 0.0)
+    for probe in probes:
+        with torch.inference_mode():
+            expected = [tensor.numpy() for tensor in graph(probe)]
+        actual = session.run(names, {"image": probe.numpy()})
+        for name, a, e in zip(names, actual, expected):
+            if a.shape != e.shape:
+                raise ExportError(f"ONNX output {name} has shape {a.shape}, PyTorch {e.shape}")
+            differences[name] = max(differences[name], float(np.max(np.abs(a - e))))
+    return differences
 
 
 def example_size(module: DetectorModule) -> int:
@@ -61,11 +88,32 @@ def example_size(module: DetectorModule) -> int:
     return int(preprocess.size) if preprocess.size else 256
 
 
-def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 18,
-                tolerance: float = PARITY_TOLERANCE, seed: int = 0) -> ExportReport:
-    """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
-    PyTorch's scores within `tolerance` on a batch of size different from the traced one."""
+def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None:
+    """Write what a user of the file needs (detector, version, preprocessing, threshold, outputs)
+    into its `metadata_props`, then run `onnx.checker` on the result."""
     import onnx
+
+    model = onnx.load(str(path))
+    metadata = {
+        "detector": module.hparams.get("name") or type(module.net).__name__,
+        "toolkit_version": detectors.__version__,
+        "preprocess": json.dumps(module.net.preprocess.to_dict()),
+        "threshold": repr(float(module.threshold)),
+        "outputs": json.dumps(names),
+    }
+    del model.metadata_props[:]
+    for key, value in metadata.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))
+    onnx.checker.check_model(str(path))
+
+
+def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 18,
+                tolerance: float = PARITY_TOLERANCE, seed: int = 0,
+                map_tolerance: float = MAP_PARITY_TOLERANCE) -> ExportReport:
+    """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
+    PyTorch's scores within `tolerance` on a batch of size different from the traced one; for
+    localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes."""
     import onnxruntime as ort
 
     output = Path(output)
@@ -90,32 +138,23 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
         except Exception as error:  # the exporter raises many internal types; report them uniformly
             raise ExportError(f"torch.onnx.export failed for {type(module.net).__name__}: {error}") from error
 
-    model = onnx.load(str(tmp))
-    metadata = {
-        "detector": module.hparams.get("name") or type(module.net).__name__,
-        "toolkit_version": detectors.__version__,
-        "preprocess": json.dumps(module.net.preprocess.to_dict()),
-        "threshold": repr(float(module.threshold)),
-        "outputs": json.dumps(names),
-    }
-    del model.metadata_props[:]
-    for key, value in metadata.items():
-        model.metadata_props.add(key=key, value=value)
-    onnx.save(model, str(tmp))
-    onnx.checker.check_model(str(tmp))
+    stamp_metadata(tmp, module, names)
 
-    probe = torch.rand(3, 3, size, size, generator=generator)
-    with torch.inference_mode():
-        expected = [tensor.numpy() for tensor in graph(probe)]
+    probes = parity_probes(module, size, generator)
+    shapes = [tuple(p.shape) for p in probes]
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    actual = session.run(names, {"image": probe.numpy()})
-    differences = {name: float(np.max(np.abs(a - e))) for name, a, e in zip(names, actual, expected)}
-    difference = differences["score"]
-    bounds = {name: tolerance if name == "score" else max(tolerance, MAP_PARITY_TOLERANCE) for name in names}
+    try:
+        differences = parity_differences(graph, session, names, probes)
+    except Exception as error:  # a size the graph cannot take is a failed export too
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"ONNX parity check could not run on inputs {shapes}: {error}; "
+                          "the file was not written") from error
+    bounds = {name: tolerance if name == "score" else map_tolerance for name in names}
     failed = {name: value for name, value in differences.items() if not value <= bounds[name]}
     if failed:
         tmp.unlink(missing_ok=True)
         detail = ", ".join(f"{name} {value:.3g} > {bounds[name]:g}" for name, value in failed.items())
-        raise ExportError(f"ONNX parity failed: max |difference| {detail}; the file was not written")
+        raise ExportError(f"ONNX parity failed on inputs {shapes}: max |difference| {detail}; "
+                          "the file was not written")
     os.replace(tmp, output)
-    return ExportReport(output, difference, names)
+    return ExportReport(output, differences["score"], names, differences.get("mask"), shapes)

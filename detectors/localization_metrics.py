@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 
 from evaluation import PixelMetricAccumulator
-from evaluation.pixel import PIXEL_PROTOCOL  # noqa: F401  (re-exported for train.py)
 
 PER_MASK_FIELDS = ("f1", "iou", "auroc", "f1_best", "counts")
 

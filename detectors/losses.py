@@ -2,7 +2,7 @@
 
 Dice rewards overlap whatever the size of the region, which keeps a small manipulated area from
 drowning in a sea of genuine pixels; BCE keeps per-pixel probabilities calibrated. MVSS-Net and
-TruFor train with weighted sums of both (DESIGN.md section 5).
+TruFor train with weighted sums of both (as in the authors' training code).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """NPR (neighbouring pixel relationships): a residual network trained from scratch.
 
-Reference facts (DESIGN.md section 5): residual x - up(down(x)) scaled by 2/3 -> conv 3x3 stride 2
+Reference facts (from the authors' public code): residual x - up(down(x)) scaled by 2/3 -> conv 3x3 stride 2
 -> layer1 -> layer2 of a ResNet -> global average pooling -> linear. Sizes come from config so a
 tiny variant trains in tests.
 """

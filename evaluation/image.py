@@ -1,4 +1,4 @@
-"""Image-level metrics (DESIGN.md sections 3-4) from sorted scores: 10 M scores in seconds.
+"""Image-level metrics (definitions: docs/architecture.md, "Metric keys") from sorted scores: 10 M scores in seconds.
 
 Label rule everywhere: predicted fake  <=>  score >= threshold.
 """
@@ -81,7 +81,7 @@ def image_metrics(
     threshold: float = 0.5,
     fpr_levels: Sequence[float] = DEFAULT_FPR_LEVELS,
 ) -> dict[str, float]:
-    """Every image-level metric of DESIGN.md section 3 as plain floats/ints (JSON-ready).
+    """Every image-level metric key (docs/architecture.md) as plain floats/ints (JSON-ready).
 
     Threshold-free metrics (``auroc``, ``pauroc@0.1``, ``ap``, ``tpr@fpr=k``) are NaN with an
     ``UndefinedMetricWarning`` unless both classes are present. At the threshold, ``tpr`` needs

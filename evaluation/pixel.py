@@ -1,4 +1,4 @@
-"""Pixel-level (localization) metrics, streamable batch by batch (DESIGN.md sections 3-4).
+"""Pixel-level (localization) metrics, streamable batch by batch (definitions: docs/architecture.md, "Metric keys").
 
 Only manipulated images (a mask with at least one positive pixel) get F1 / IoU / AUROC: a genuine
 image has no positive pixel, so those are undefined there. Genuine images are scored instead by the

@@ -1,4 +1,4 @@
-"""Write an evaluation to disk: ``metrics.json`` (machine-readable, DESIGN.md keys), ``report.md``
+"""Write an evaluation to disk: ``metrics.json`` (machine-readable, the keys of docs/architecture.md), ``report.md``
 (tables a person can read, with intervals) and PNG figures."""
 
 from __future__ import annotations
@@ -164,6 +164,17 @@ def write_report_payload(
     payload.update(extra or {})
     written["metrics"] = write_metrics_json(out / "metrics.json", payload)
 
+    lines = _report_lines(title, metrics, threshold, calibrated_threshold, intervals, groups, robustness,
+                          figures, confidence)
+    written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
+    return payload, written
+
+
+def _report_lines(title: str, metrics: Mapping[str, Any], threshold: float | None,
+                  calibrated_threshold: float | None, intervals: Mapping[str, Sequence[float]] | None,
+                  groups: Mapping[str, Mapping[str, Mapping]] | None, robustness: Mapping | None,
+                  figures: list[tuple[str, str]], confidence: float) -> list[str]:
+    """The lines of report.md: thresholds, overall table, breakdowns, robustness, figures."""
     lines = [f"# {title}", ""]
     lines += [f"Operating threshold: {_fmt(threshold)} (predicted fake = score >= threshold)"]
     if calibrated_threshold is not None:
@@ -180,8 +191,7 @@ def write_report_payload(
         lines += ["## Figures", ""]
         lines += [f"### {caption}\n\n![{caption}]({file})\n" for caption, file in figures]
     lines += ["", "\"–\" marks a metric that is undefined for this data (for example one class only)."]
-    written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
-    return payload, written
+    return lines
 
 
 def _atomic_text(path: Path, text: str) -> Path:

@@ -42,7 +42,11 @@ def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
                              "path": [s["path"] for s in good],
                              "index": [s["index"] for s in good], "size": [tuple(s["size"]) for s in good]}
     if good:
-        batch["image"] = to_network_input([s["image"] for s in good])
+        shapes = {s["image"].shape for s in good}
+        # Whole-image localizers see each image at its own size: images of one size share a batch,
+        # a batch of mixed sizes is a list of single images (scored one by one).
+        batch["image"] = (to_network_input([s["image"] for s in good]) if len(shapes) == 1
+                          else [to_network_input([s["image"]]) for s in good])
     return batch
 
 

@@ -66,10 +66,11 @@ def _crop_nodes(source: str, target: str, size: int, mode: str) -> list[onnx.Nod
     centre = mode != "pad"
     nodes = [helper.make_node("Shape", [source], ["pp_shape"]), _const("pp_hw_idx", [2, 3]),
              helper.make_node("Gather", ["pp_shape", "pp_hw_idx"], ["pp_hw"]),            # [H, W]
-             _const("pp_size2", [size, size]), _const("pp_zero2", [0, 0]), _const("pp_two", [2, 2]),
-             _const("pp_one2", [1, 1])]
+             _const("pp_size2", [size, size])]
+    nodes += [_const("pp_two", [2, 2])] if centre else []
+    nodes += [_const("pp_zero2", [0, 0])] if mode != "tile" else []
     if mode == "tile":  # whole copies from the top-left: ceil(size / side) along each short side
-        nodes += [helper.make_node("Add", ["pp_size2", "pp_hw"], ["pp_sum"]),
+        nodes += [_const("pp_one2", [1, 1]), helper.make_node("Add", ["pp_size2", "pp_hw"], ["pp_sum"]),
                   helper.make_node("Sub", ["pp_sum", "pp_one2"], ["pp_sum1"]),
                   helper.make_node("Div", ["pp_sum1", "pp_hw"], ["pp_copies"]),
                   helper.make_node("Max", ["pp_copies", "pp_one2"], ["pp_reps_hw"]),

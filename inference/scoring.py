@@ -36,7 +36,7 @@ def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
 def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir: Path | None,
                 overlays_dir: Path | None) -> list[dict[str, Any]]:
     try:
-        outputs = runtime.predict(batch["image"])
+        outputs = predict_batch(runtime, batch["image"])
     except Exception as error:  # a model failure on one batch is reported per image, not fatal
         log.error("model failed on a batch: %s", error)
         return [error_row(p, f"model error: {error}") for p in batch["path"]]
@@ -50,14 +50,28 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
             row["confidence"] = str(save_mask(masks_dir / "confidence", int(batch["index"][i]), path,
                                               outputs["confidence"][i][0], tuple(int(v) for v in batch["size"][i])))
         if overlays_dir is not None and "mask" in outputs:
-            save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(batch["image"][i]),
+            image = batch["image"][i][0] if isinstance(batch["image"], list) else batch["image"][i]
+            save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(image),
                          outputs["mask"][i][0])
         rows.append(row)
     return rows
 
 
+def predict_batch(runtime: Any, images: Any) -> dict[str, Any]:
+    """`runtime.predict` on a stacked batch, or image by image on a list of different-size images
+    (outputs then hold one entry per image: scores as an array, maps as a list)."""
+    if not isinstance(images, list):
+        return runtime.predict(images)
+    parts = [runtime.predict(image) for image in images]
+    merged: dict[str, Any] = {name: [part[name][0] for part in parts] for name in parts[0]}
+    merged["score"] = np.asarray(merged["score"], dtype=np.float32)
+    return merged
+
+
 def effective_batch_size(runtime: Any, batch_size: int) -> int:
-    if not runtime.preprocess.fixed_size and batch_size != 1:
+    """Whole-image localizers batch images that share a size; other detectors without a fixed input
+    size score one image at a time."""
+    if not runtime.preprocess.fixed_size and batch_size != 1 and not runtime.is_localizer:
         log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
         return 1
     return batch_size
@@ -112,7 +126,7 @@ def score_perturbed_fn(runtime: Any, records: Sequence[Record], batch_size: int 
         scores = np.full(len(records), np.nan)
         for batch in iter_batches(items, prepare, step, workers=num_workers):
             if "image" in batch:
-                scores[batch["index"]] = np.asarray(runtime.predict(batch["image"])["score"], dtype=np.float64)
+                scores[batch["index"]] = np.asarray(predict_batch(runtime, batch["image"])["score"], dtype=np.float64)
         return scores
 
     return score

@@ -98,7 +98,7 @@ class TiledLocalizer:
         self.preprocess = runtime.preprocess  # the whole image, at its own size
         self.window = blend_window(self.tile_size, self.overlap)
 
-    def predict(self, images: torch.Tensor | np.ndarray) -> dict[str, np.ndarray]:
+    def predict(self, images: np.ndarray) -> dict[str, np.ndarray]:
         scores, maps = [], []
         for image in np.asarray(images, dtype=np.float32):
             score, prob = self.predict_one(image)

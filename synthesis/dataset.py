@@ -103,6 +103,18 @@ def _generators(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]], p
     return paths, status
 
 
+def _families(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Weights of the latent autoencoder and DDPMs the active operations need (trained unless cached)."""
+    from synthesis.families import FAMILY_OPERATIONS, train_families
+
+    needs = set(spec.active) & set(FAMILY_OPERATIONS)
+    if not needs:
+        return {}, {}
+    folder = Path(spec.generator.dir) if spec.generator.dir else output / "generators"
+    panel_paths = sorted(output / p["path"] for p in panels if p["path"].endswith("_full.png"))
+    return train_families(spec.diffusion, folder, panel_paths, spec.seed, needs, reuse_any=bool(spec.generator.dir))
+
+
 def _psnr_note(meta: Mapping[str, Any]) -> str:
     if "psnr_db" not in meta:
         return ""
@@ -144,7 +156,9 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
             needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
             generators, generator_status = (_generators(spec, output, panels, pool, progress, counts)
                                             if needs_generator else ({}, {}))
-            items = plan_items(spec, output, panels, generators)
+            families, family_status = _families(spec, output, panels)
+            generator_status.update(family_status)
+            items = plan_items(spec, output, panels, generators, families)
             fragments += execute(items, pool, "forgeries", progress, counts)
     finally:
         if pool is not None:
@@ -156,15 +170,27 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
     from synthesis.contact_sheet import contact_sheet
 
     sheet = contact_sheet(output, rows)
-    summary = {
-        "output": str(output), "photos": len(table), "panels": len(panels), "images": len(rows),
-        "items": len(panel_tasks) + len(items), "made": counts["made"], "reused": counts["reused"],
+    summary = {**_summary(rows, pairs, fragments, counts, skipped), "output": str(output), "photos": len(table),
+               "panels": len(panels), "items": len(panel_tasks) + len(items), "generators": generator_status,
+               "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1)}
+    return {"rows": rows, "pairs": pairs, "summary": summary}
+
+
+def _summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], fragments: list[dict[str, Any]],
+             counts: Counter, skipped: Counter) -> dict[str, Any]:
+    """Counts per group and split, items made and reused, and the mean re-render PSNR per group."""
+    fidelity: dict[str, list[float]] = {}
+    for f in fragments:
+        for group, value in (f.get("psnr") or {}).items():
+            fidelity.setdefault(group, []).append(value)
+    return {
+        "images": len(rows), "made": counts["made"], "reused": counts["reused"],
         "skipped": dict(sorted(skipped.items())), "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
         "by_split": {s: {"genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
                          "fake": sum(r["split"] == s and r["label"] == 1 for r in rows)} for s in SPLITS},
-        "pairs": len(pairs), "generators": generator_status, "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1),
+        "pairs": len(pairs),
+        "psnr_db": {g: round(sum(v) / len(v), 2) for g, v in sorted(fidelity.items()) if all(x != float("inf") for x in v)},
     }
-    return {"rows": rows, "pairs": pairs, "summary": summary}
 
 
 def make_generated_manifest(output: str | os.PathLike, spec: DatasetSpec | None = None,
@@ -211,6 +237,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                      + ", ".join(f"{op} {n}" for op, n in summary["skipped"].items()))
     for variant, status in summary["generators"].items():
         lines.append(f"generator {variant}: {status}")
+    if summary.get("psnr_db"):
+        lines.append("mean PSNR of the fakes to their source panel, per group (dB): "
+                     + ", ".join(f"{g} {v}" for g, v in summary["psnr_db"].items()))
     if summary.get("contact_sheet"):
         lines.append(f"examples of every operation: {summary['contact_sheet']}")
     return "\n".join(lines)

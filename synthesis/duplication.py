@@ -187,6 +187,9 @@ def local_duplication(
     `scaling` and/or one of rotate180/hflip/vflip (random when None). Scaling uses reverse cropping:
     for a zoom factor s, B is cut at (size / s) and resized back, so both panels keep one size.
     Panels smaller than `min_side` on either side are refused, as in the seed.
+
+    Kept in one piece: crop placement, transform and the two masks depend on each other's coordinates,
+    and splitting them would pass half a dozen values between functions.
     """
     panel = as_rgb_uint8(image)
     H, W = panel.shape[:2]

@@ -135,6 +135,9 @@ def region_masks_from_pair(
     end), `bbox_norm` in [0, 1], `polygon` [[x, y], ...] simplified with Ramer-Douglas-Peucker
     (epsilon = `rdp_epsilon` x perimeter), `area_fraction`, `peak_z`, `mean_z`, `primary` and
     `machine_derived` (always true: nobody drew it).
+
+    Kept in one piece: it is the published recipe (App. C.4) step by step, so it can be checked against
+    the paper line by line.
     """
     src = _as_float_rgb(source)
     edt = _as_float_rgb(edited)

@@ -25,7 +25,8 @@ from datamodules.io import read_image, write_image
 from synthesis.copy_move import copy_move, inpaint_region
 from synthesis.damage import damage_edit
 from synthesis.duplication import cmo_categories, global_duplication, local_duplication
-from synthesis.generator import AutoencoderGenerator, edit_region, load_generator, rerender_image
+from synthesis.families import FAMILY_OPERATIONS, run_family_operation
+from synthesis.generator import AutoencoderGenerator, edit_region, load_generator, psnr, rerender_image
 from synthesis.masks import half_difference_mask, mask_iou, region_masks_from_pair
 from synthesis.splicing import splice
 
@@ -36,6 +37,9 @@ OPERATION_GROUPS = {
     "rerender": "ae_{variant}", "region_edit": "ae_{variant}_region", "splicing": "splicing",
     "copy_move": "copy_move", "inpainting": "inpainting", "duplication_global": "duplication_global",
     "duplication_local": "duplication_local", "damage": "damage",
+    # synthesis.families: latent_ae, ddpm_<space>_sdedit_<strength>, ddpm_<space>_inpaint
+    "latent_rerender": "latent_ae", "diffusion_sdedit": "ddpm_{space}_sdedit_{strength}",
+    "diffusion_inpaint": "ddpm_{space}_inpaint",
 }
 _MODELS: dict[str, AutoencoderGenerator] = {}  # per process: generators are loaded once
 
@@ -121,6 +125,10 @@ def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], r
     """
     panel = panels[0]
     image = _read(out, panel)
+    if op in FAMILY_OPERATIONS:
+        fake, mask, group, meta = run_family_operation(op, image, rng, options)
+        return {"rows": [_write_fake(out, op, name, fake, mask, panel, group, meta)], "pairs": [],
+                "psnr": {group: round(psnr(fake, image), 3)}}  # fidelity to the source panel
     if op in ("rerender", "region_edit"):
         variant = options["variant"]
         model = _model(options["generator_path"])
@@ -129,9 +137,11 @@ def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], r
             fake = rerender_image(model, image)
             full = np.ones(image.shape[:2], bool)  # every pixel was generated
             meta = {"operation": "ai_rerender", "generator": variant}
-            return {"rows": [_write_fake(out, op, name, fake, full, panel, group, meta)], "pairs": []}
+            return {"rows": [_write_fake(out, op, name, fake, full, panel, group, meta)], "pairs": [],
+                    "psnr": {group: round(psnr(fake, image), 3)}}
         edit = edit_region(model, image, rng)
-        return {"rows": [_write_fake(out, op, name, edit.image, edit.mask, panel, group, edit.meta)], "pairs": []}
+        return {"rows": [_write_fake(out, op, name, edit.image, edit.mask, panel, group, edit.meta)], "pairs": [],
+                "psnr": {group: round(psnr(edit.image, image), 3)}}
     if op == "splicing":
         donor = _read(out, panels[1])
         result = splice(donor, image, rng)

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from datamodules.io import SPLITS, read_image
+from synthesis.families import FAMILY_OPERATIONS, family_group, family_item_options
 from synthesis.items import item_rng
 from synthesis.spec import OPERATIONS, DatasetSpec
 
@@ -55,7 +56,8 @@ def similar_partner(panel: dict[str, Any], pool: list[dict[str, Any]], rng: np.r
 
 
 def plan_items(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]],
-                generators: dict[str, str]) -> list[dict[str, Any]]:
+                generators: dict[str, str], families: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Items of every panel; `generators` and `families` map model names to their weights."""
     active = spec.active
     variants = list(spec.generator.variants)
     features = ({p["path"]: similarity_features(read_image(output / p["path"])) for p in panels}
@@ -82,6 +84,11 @@ def plan_items(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]],
                     variant = variants[(offset + j) % len(variants)]
                     item["options"] = {**options, "variant": variant, "generator_path": generators[variant]}
                     item["name"] = f"{stem}_{variant}_{j}"
+                    item["id"] = f"{op}/{item['name']}"
+                if op in FAMILY_OPERATIONS:  # settings (space, strength) take turns like decoder variants
+                    setting = family_item_options(op, spec.diffusion, families or {}, offset + j)
+                    item["options"] = {**options, **setting}
+                    item["name"] = f"{stem}_{family_group(op, setting.get('space'), setting.get('strength'))}_{j}"
                     item["id"] = f"{op}/{item['name']}"
                 if op == "splicing":
                     partner = similar_partner(panel, by_split[panel["split"]], item_rng(spec.seed, item["id"]),

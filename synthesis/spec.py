@@ -9,17 +9,21 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-__all__ = ["OPERATIONS", "KINDS", "DEFAULT_RATES", "GeneratorOptions", "DatasetSpec"]
+from synthesis.families import DiffusionOptions
 
+__all__ = ["OPERATIONS", "KINDS", "DEFAULT_RATES", "GeneratorOptions", "DiffusionOptions", "DatasetSpec"]
+
+# new operations go last: the plan draws once per operation in this order (see synthesis.planning)
 OPERATIONS = ("rerender", "region_edit", "splicing", "copy_move", "inpainting", "duplication_global",
-              "duplication_local", "damage")
-KINDS = {"aigi": ("rerender", "region_edit"),
+              "duplication_local", "damage", "latent_rerender", "diffusion_sdedit", "diffusion_inpaint")
+KINDS = {"aigi": ("rerender", "region_edit", "latent_rerender", "diffusion_sdedit", "diffusion_inpaint"),
          "forgery": ("region_edit", "splicing", "copy_move", "inpainting", "duplication_global",
-                     "duplication_local", "damage"),
+                     "duplication_local", "damage", "diffusion_inpaint"),
          "all": OPERATIONS}
 # expected items per genuine panel; splicing and duplication items give two images each
 DEFAULT_RATES = {"rerender": 1.0, "region_edit": 0.5, "splicing": 0.5, "copy_move": 0.5, "inpainting": 0.5,
-                 "duplication_global": 0.25, "duplication_local": 0.5, "damage": 0.5}
+                 "duplication_global": 0.25, "duplication_local": 0.5, "damage": 0.5,
+                 "latent_rerender": 0.5, "diffusion_sdedit": 1.0, "diffusion_inpaint": 0.5}
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class DatasetSpec:
     local_min_side: int = 350  # THEMIS: local duplication only for panels larger than this
     d15_fraction: float = 0.5
     generator: GeneratorOptions = field(default_factory=GeneratorOptions)
+    diffusion: DiffusionOptions = field(default_factory=DiffusionOptions)  # latent AE and DDPM families
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -67,6 +72,8 @@ class DatasetSpec:
             raise ValueError(f"split_fractions must be three numbers summing to 1, got {self.split_fractions}")
         if isinstance(self.generator, Mapping):
             object.__setattr__(self, "generator", GeneratorOptions(**self.generator))
+        if isinstance(self.diffusion, Mapping):
+            object.__setattr__(self, "diffusion", DiffusionOptions(**self.diffusion))
 
     @property
     def active(self) -> dict[str, float]:

@@ -20,8 +20,8 @@ class SquaresDataset(Dataset):
             mask = torch.zeros(1, size, size)
             label = 0 if index % 3 == 0 else 1
             if label:
-                top, left = torch.randint(0, size - 12, (2,), generator=generator).tolist()
-                side = 6 + index % 6
+                side = (6 + index % 6) * size // 32
+                top, left = torch.randint(0, size - side, (2,), generator=generator).tolist()
                 mask[:, top:top + side, left:left + side] = 1
                 image = image + 0.5 * mask
             self.samples.append({"image": image, "mask": mask, "edge": torch.zeros_like(mask),

@@ -4,7 +4,7 @@ The machines this toolkit runs on often have no internet. Pretrained backbones a
 resolved to a local file first (an explicit path, the Hugging Face cache, the torch hub cache or
 open_clip's URL cache) and loaded from that file, so nothing is downloaded when the files exist.
 When they do not, one `MissingWeightsError` says where we looked and how to provide them; we never
-fall back silently to random weights (DESIGN.md section 5).
+fall back silently to random weights (docs/architecture.md, "Detectors").
 """
 from __future__ import annotations
 

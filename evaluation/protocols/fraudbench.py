@@ -36,6 +36,9 @@ def fraudbench_protocol(
     ``confidence`` names a column of model-reported confidences; by default a detector's confidence
     in its own verdict is used (score if it says fake, 1 - score if it says genuine).
     Records without a category column (or ``category=None``) form one category.
+
+    Kept in one piece: it follows the benchmark's reporting recipe step by step, so it can be checked
+    against the paper line by line.
     """
     cols = as_columns(records)
     y = as_labels(numeric(cols, label))

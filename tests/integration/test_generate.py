@@ -14,13 +14,21 @@ from datamodules.io import read_image, read_mask
 from datamodules.records import read_manifest
 from synthesis.common import changed_pixels
 from synthesis.dataset import OPERATIONS, DatasetSpec, GeneratorOptions, make_generated_manifest
+from synthesis.families import DiffusionOptions
 from synthesis.duplication import CMO_CATEGORIES, cmo_categories
 from synthesis.embedded import bundled_photo_paths
 
 PHOTOS = [p for p in bundled_photo_paths() if p.stem in ("astronaut", "coffee", "chelsea", "coins", "ihc")]
 SPEC = DatasetSpec(kind="all", ops={op: 1.0 for op in OPERATIONS}, seed=3, max_side=160, crops_per_photo=1,
                    crop_size=96, local_min_side=120,
-                   generator=GeneratorOptions(steps=8, width=8, crop=32, batch_size=4))
+                   generator=GeneratorOptions(steps=8, width=8, crop=32, batch_size=4),
+                   diffusion=DiffusionOptions(
+                       strengths=(0.3, 0.6), sample_steps=4,
+                       latent={"steps": 4, "width": 8, "crop": 64, "batch_size": 2},
+                       ddpm={"steps": 4, "width": 8, "mults": [1, 2], "crop": 16, "batch_size": 4},
+                       latent_ddpm={"steps": 4, "width": 8, "mults": [1], "crop": 4, "batch_size": 4}))
+FAMILY_GROUPS = {"latent_ae", "ddpm_pixel_sdedit_0.3", "ddpm_pixel_sdedit_0.6", "ddpm_latent_sdedit_0.3",
+                 "ddpm_latent_sdedit_0.6", "ddpm_pixel_inpaint", "ddpm_latent_inpaint"}
 KNOWN_MASK_GROUPS = ("splicing", "copy_move", "inpainting")
 
 
@@ -54,6 +62,25 @@ def test_every_operation_is_in_the_manifest_with_its_files(serial):
     assert summary["images"] == len(records) and summary["made"] == summary["items"]
     assert read_image(summary["contact_sheet"]).shape[0] > 8 * 160  # a row per operation
     assert all("PSNR" in status for status in summary["generators"].values())
+    assert {"latent", "ddpm_pixel", "ddpm_latent"} <= set(summary["generators"])
+
+
+def test_latent_and_diffusion_families_are_distinct_groups_with_fidelity_in_the_summary(serial):
+    out, manifest, summary = serial
+    records = read_manifest(manifest)
+    assert FAMILY_GROUPS <= {r.group for r in records}
+    assert FAMILY_GROUPS <= set(summary["psnr_db"]) and all(v > 0 for v in summary["psnr_db"].values())
+    for r in records:
+        if r.group in FAMILY_GROUPS:
+            info = json.loads(Path(r.mask).with_suffix(".json").read_text())
+            if r.group.endswith("_inpaint"):  # the rest of the panel is kept exactly
+                changed = changed_pixels(read_image(out / info["source_panel"]), read_image(r.path))
+                assert not (changed & ~read_mask(r.mask).astype(bool)).any(), r.path
+                assert info["meta"]["space"] in r.group
+            elif r.group.startswith("ddpm_"):
+                assert read_mask(r.mask).all() and f"{info['meta']['strength']:g}" in r.group
+    sheet_rows = read_image(summary["contact_sheet"]).shape[0]
+    assert sheet_rows > 11 * 160  # every operation, the three new ones included
 
 
 def test_masks_cover_every_changed_pixel(serial):

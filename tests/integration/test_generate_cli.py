@@ -18,7 +18,8 @@ def test_generate_config_on_a_labelled_folder(tmp_path):
         write_image(source / "0_real" / f"{name}.png", image[::3, ::3].copy())
     write_image(source / "1_fake" / "already_fake.png", np.zeros((90, 90, 3), np.uint8))
     cfg = compose_config("generate", [f"source={source}", f"output={tmp_path / 'out'}", "kind=forgery",
-                                      "workers=1", "progress=false", "ops.region_edit=0", "panels.max_side=128",
+                                      "workers=1", "progress=false", "ops.region_edit=0", "ops.diffusion_inpaint=0",
+                                      "panels.max_side=128",
                                       "panels.crops_per_photo=1", "panels.crop_size=80", "local_min_side=100"])
     GlobalHydra.instance().clear()
     spec = spec_from_config(cfg)
@@ -30,3 +31,22 @@ def test_generate_config_on_a_labelled_folder(tmp_path):
     assert {"genuine", "splicing", "inpainting", "damage"} <= {r.group for r in records}
     assert not any((r.group or "").startswith("ae_") for r in records)  # no generator for kind=forgery here
     assert not (tmp_path / "out" / "generators").exists()
+
+
+def test_cpu_diverse_preset_and_the_generated_experiment_compose():
+    from synthesis.families import FAMILY_OPERATIONS
+
+    cfg = compose_config("generate", ["preset=cpu_diverse"])
+    GlobalHydra.instance().clear()
+    spec = spec_from_config(cfg)
+    assert spec.kind == "aigi" and cfg.output == "data/generated_detector"
+    # every whole-image family, no region edits; a quarter of the photos for calibration
+    assert set(spec.active) == {"rerender", "latent_rerender", "diffusion_sdedit"} and set(FAMILY_OPERATIONS) & set(spec.active)
+    assert tuple(spec.split_fractions) == (0.5, 0.25, 0.25) and spec.crop_size == 64
+    train = compose_config("train", ["experiment=generated"])
+    root = train.data._get_node("root")._value()  # resolving it needs a running Hydra app
+    assert train.data._target_.endswith("LayoutDataModule") and root.endswith("/generated_detector")
+    assert train.detector.net.preprocess.size == 64 and train.data.balanced
+    assert "ddpm_pixel_inpaint" in train.data.exclude_groups
+    diffusers = compose_config("generate", ["generator=diffusers", "generator.model=/weights/sd"])
+    assert diffusers.generator.backend == "diffusers" and diffusers.generator.strengths == [0.3, 0.6]

@@ -1,6 +1,7 @@
 """infer.py on real-world folders: bad files become error rows, runs resume, exit codes mean something."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from datamodules.records import read_manifest
+from evaluation import image_metrics
+from evaluation.report import to_jsonable
+from inference.runtime import load_runtime
 from inference.writer import read_results
 from infer import InferenceFailed, infer
 from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
@@ -57,22 +62,52 @@ def test_unreadable_files_become_error_rows_and_never_stop_the_run(checkpoint, m
     assert result["metrics"] is None and not (tmp_path / "scores.metrics.json").exists()
 
 
-def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, mixed_folder, tmp_path):
-    output = tmp_path / "scores.jsonl"
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, mixed_folder, tmp_path, suffix):
+    output = tmp_path / f"scores{suffix}"
     run_infer(checkpoint, mixed_folder, output)
-    complete = output.read_text().splitlines(keepends=True)
-    output.write_text("".join(complete[:2]) + complete[2][:15])  # interrupted mid-line
+    complete = read_results(output)
+    lines = output.read_text().splitlines(keepends=True)
+    header = 1 if suffix == ".csv" else 0
+    output.write_text("".join(lines[:header + 2]) + lines[header + 2][:15])  # interrupted mid-line
     result = run_infer(checkpoint, mixed_folder, output, "resume=true")
     assert result["counts"]["skipped"] == 2 and result["counts"]["ok"] + result["counts"]["error"] == 4
-    rows = read_results(output)
-    assert sorted(r["path"] for r in rows) == sorted(__import__("json").loads(l)["path"] for l in complete)
+    resumed = read_results(output)
+    assert sorted(r["path"] for r in resumed) == sorted(r["path"] for r in complete)
+    by_path = {r["path"]: r for r in complete}
+    for row in resumed:  # every row whole again: same status and score as in the uninterrupted run
+        assert (row["status"], row["score"]) == (by_path[row["path"]]["status"], by_path[row["path"]]["score"])
 
 
 def test_threshold_override_changes_labels_not_scores(checkpoint, small_dataset, tmp_path):
+    run_infer(checkpoint, small_dataset, tmp_path / "default.csv")
+    default = {r["path"]: r for r in read_results(tmp_path / "default.csv")}
+    scores = sorted(r["score"] for r in default.values())
+    threshold = (scores[len(scores) // 3] + scores[len(scores) // 3 + 1]) / 2  # between two scores
+    run_infer(checkpoint, small_dataset, tmp_path / "override.csv", f"threshold={threshold}")
+    override = read_results(tmp_path / "override.csv")
+    assert {r["path"] for r in override} == set(default)
+    for row in override:
+        assert row["score"] == default[row["path"]]["score"]
+        assert row["label"] == int(row["score"] >= threshold)
+    assert 0 < sum(r["label"] for r in override) < len(override)
     run_infer(checkpoint, small_dataset, tmp_path / "all.csv", "threshold=0.0")
     assert all(r["label"] == 1 for r in read_results(tmp_path / "all.csv"))
     run_infer(checkpoint, small_dataset, tmp_path / "none.csv", "threshold=1.01")
     assert all(r["label"] == 0 for r in read_results(tmp_path / "none.csv"))
+
+
+def test_decompression_bombs_become_error_rows(checkpoint, tmp_path):
+    """A file declaring more pixels than the limit is refused before it is decoded, and the run goes on."""
+    folder = tmp_path / "uploads"
+    folder.mkdir()
+    Image.new("1", (12_000, 11_000)).save(folder / "bomb.png")  # 132 M pixels in a small file
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(folder / "fine.png")
+    result = run_infer(checkpoint, folder, tmp_path / "scores.csv")
+    rows = {Path(r["path"]).name: r for r in read_results(tmp_path / "scores.csv")}
+    assert result["counts"] == {"ok": 1, "error": 1, "skipped": 0}
+    assert rows["bomb.png"]["status"] == "error" and "decompression-bomb" in rows["bomb.png"]["error"]
+    assert rows["fine.png"]["status"] == "ok"
 
 
 def test_nothing_scorable_or_unusable_model_is_a_clear_failure(checkpoint, tmp_path):
@@ -106,9 +141,21 @@ def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_da
     for name in ("report.md", "metrics.json", "roc.png", "score_histogram.png", "robustness.png"):
         assert (report / name).is_file(), name
     metrics = result["metrics"]
-    assert metrics == __import__("json").loads((tmp_path / "scores.metrics.json").read_text())
+    assert to_jsonable(metrics) == json.loads((tmp_path / "scores.metrics.json").read_text())
     assert set(metrics["robustness"]["curves"]) == {"jpeg", "blur", "rescale"}
     assert "by_group" in metrics and "genuine" not in metrics["by_group"]
+    # the values are those of the scores written, against the manifest's labels, at the model's threshold
+    truth = {r.path: r for r in read_manifest(small_dataset)}
+    rows = [r for r in read_results(tmp_path / "scores.csv") if r["status"] == "ok"]
+    labels = np.array([truth[r["path"]].label for r in rows])
+    scores = np.array([r["score"] for r in rows])
+    threshold = load_runtime(checkpoint, "cpu").threshold
+    expected = image_metrics(labels, scores, threshold=threshold)
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, abs=1e-12, nan_ok=True), key
+    for group, values in metrics["by_group"].items():
+        chosen = np.array([truth[r["path"]].group == group or truth[r["path"]].label == 0 for r in rows])
+        assert values["auroc"] == pytest.approx(image_metrics(labels[chosen], scores[chosen])["auroc"], nan_ok=True)
     assert "## Robustness" in (report / "report.md").read_text()
 
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ from detectors.export import ExportError, export_onnx
 from inference.runtime import ModelLoadError, load_checkpoint
 from inference.writer import read_results
 from infer import infer
-from tests.helpers import compose_config, prepare_train_config, small_train_overrides
+from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
 from train import train
 
 METRIC_KEYS = {"auroc", "pauroc@0.1", "ap", "tpr@fpr=0.001", "tpr@fpr=0.01", "tpr@fpr=0.05", "tpr@fpr=0.1",
@@ -93,6 +95,29 @@ def test_ckpt_and_onnx_score_identically_through_infer(trained_run, small_datase
     assert (tmp_path / "ckpt.metrics.json").is_file() and (tmp_path / "onnx.metrics.json").is_file()
 
 
+def test_export_command_line_and_exit_codes(trained_run, tmp_path):
+    """`python export.py model=... output=...` as the README shows it: exit 0 and a file carrying the
+    checkpoint's threshold; exit 1 with the reason (and no file) for a missing checkpoint or a parity
+    failure."""
+    run, _, _ = trained_run
+    last = run / "checkpoints" / "last.ckpt"
+
+    def export(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "export.py"), *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=600)
+
+    done = export(f"model={last}", "output=shipped/model.onnx")
+    assert done.returncode == 0, done.stdout + done.stderr
+    model = onnx.load(str(tmp_path / "shipped" / "model.onnx"))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    assert float(metadata["threshold"]) == pytest.approx(float(load_checkpoint(last).threshold))
+    missing = export(f"model={tmp_path / 'nope.ckpt'}", "output=missing.onnx")
+    assert missing.returncode == 1 and "does not exist" in missing.stdout + missing.stderr
+    strict = export(f"model={last}", "output=strict.onnx", "tolerance=-1")
+    assert strict.returncode == 1 and "parity failed" in strict.stdout + strict.stderr
+    assert not (tmp_path / "missing.onnx").exists() and not (tmp_path / "strict.onnx").exists()
+
+
 def test_export_refuses_a_model_that_onnx_cannot_reproduce(trained_run, tmp_path):
     module = load_checkpoint(trained_run[0] / "checkpoints" / "last.ckpt")
     with pytest.raises(ExportError, match="parity failed"):
@@ -114,34 +139,6 @@ def test_untrusted_checkpoints_do_not_run_code(tmp_path):
         load_checkpoint(tmp_path / "target.ckpt")
 
 
-def test_resume_from_last_checkpoint_continues_the_run(trained_run, small_dataset, tmp_path):
-    run, _, _ = trained_run
-    last = run / "checkpoints" / "last.ckpt"
-    before = torch.load(last, weights_only=True)
-    train(prepare_train_config([*small_train_overrides(small_dataset), "trainer.max_epochs=3",
-                                f"ckpt_path={last}", "test=false"], tmp_path / "resumed"))
-    after = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert before["epoch"] == 1 and after["epoch"] == 2
-    steps_per_epoch = before["global_step"] // 2
-    assert after["global_step"] == before["global_step"] + steps_per_epoch
-
-
-def test_seed_zero_is_honoured(train_config):
-    import lightning as L
-
-    cfg = train_config()
-    L.seed_everything(123)
-    assert cfg.seed == 0
-    from detectors.module import DetectorModule
-
-    def first_weights():
-        L.seed_everything(cfg.seed)
-        return DetectorModule(net=cfg.detector.net).net.head.weight.detach().clone()
-
-    assert torch.equal(first_weights(), first_weights())
-    assert not np.isnan(first_weights().numpy()).any()
-
-
 def test_tiled_scoring_averages_native_tiles_covering_the_whole_image(trained_run, tmp_path):
     from PIL import Image
 
@@ -161,7 +158,10 @@ def test_tiled_scoring_averages_native_tiles_covering_the_whole_image(trained_ru
     tiles = tile_image(image, 64)
     assert tiles.shape == (2 * 3, 3, 64, 64)
     np.testing.assert_array_equal(tiles[-1], image[:, 36:100, 86:150])
-    expected = TorchRuntime(best, "cpu").predict(tiles)["score"].mean()
-    assert score == pytest.approx(float(expected), abs=1e-6)
+    tile_scores = TorchRuntime(best, "cpu").predict(tiles)["score"]
+    assert score == pytest.approx(float(tile_scores.mean()), abs=1e-6)
+    infer(infer_config(best, tmp_path / "big", tmp_path / "tiled_max.csv", "tiles=true", "tile_reduce=max"))
+    highest = read_results(tmp_path / "tiled_max.csv")[0]["score"]
+    assert highest == pytest.approx(float(tile_scores.max()), abs=1e-6) and tile_scores.max() > tile_scores.mean()
     with pytest.raises(ModelLoadError, match="tile_reduce"):
         TiledRuntime(TorchRuntime(best, "cpu"), reduce="median")

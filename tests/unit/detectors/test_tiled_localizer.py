@@ -59,3 +59,20 @@ def test_small_images_are_scored_whole_and_classifiers_are_refused():
     runtime.is_localizer = False
     with pytest.raises(ModelLoadError, match="not a localizer"):
         TiledLocalizer(runtime)
+
+
+def test_whole_image_localizers_batch_images_of_one_size_and_score_mixed_sizes_one_by_one():
+    from inference.batches import collate_samples
+    from inference.scoring import effective_batch_size, predict_batch
+
+    runtime = PixelwiseLocalizer()
+    assert effective_batch_size(runtime, 8) == 8
+    same = collate_samples([{"index": i, "path": f"{i}.png", "image": np.full((20, 30, 3), 10 * i, np.uint8),
+                             "size": (20, 30)} for i in range(3)])
+    out = predict_batch(runtime, same["image"])
+    assert runtime.tile_shapes == [(3, 3, 20, 30)] and out["mask"].shape == (3, 1, 20, 30)
+    mixed = collate_samples([{"index": i, "path": f"{i}.png", "image": np.zeros((20 + i, 30, 3), np.uint8),
+                              "size": (20 + i, 30)} for i in range(2)])
+    out = predict_batch(runtime, mixed["image"])
+    assert runtime.tile_shapes[1:] == [(1, 3, 20, 30), (1, 3, 21, 30)]
+    assert out["score"].shape == (2,) and [m.shape for m in out["mask"]] == [(1, 20, 30), (1, 21, 30)]

@@ -56,6 +56,18 @@ def test_float32_scores_keep_the_tie_out_after_casting():
     assert fraction_flagged(s, np.float32(t)) == 0.25
 
 
+@pytest.mark.parametrize("base", [0.7, 0.3, 0.55, 0.9, 0.123])
+def test_float32_scores_one_ulp_apart_stay_apart_after_casting(base):
+    """A boundary one float32 ulp below the next genuine score: the threshold must land strictly
+    between them in float32 too, or casting it (as an ONNX model's metadata is read) re-creates the tie."""
+    b = np.float32(base)
+    up = np.nextafter(b, np.float32(1))
+    s = np.array([0.01, b, up, np.nextafter(up, np.float32(1))], dtype=np.float32)
+    t = calibrate_threshold(s, 0.5)  # two of four may be flagged: `up` and the one above it
+    assert b < np.float32(t) <= up
+    assert fraction_flagged(s, np.float32(t)) == 0.5 and fraction_flagged(s, t) == 0.5
+
+
 def test_edges():
     assert calibrate_threshold([0.2, 0.4], 1.0) == -math.inf
     assert calibrate_threshold([0.2, 0.4], 0.0) > 0.4

@@ -89,6 +89,19 @@ def test_tpr_at_fpr_hand_computed():
     assert got["f1"] == pytest.approx(2 * 3 / (2 * 3 + 5 + 1))
 
 
+@pytest.mark.parametrize("level, n_neg", [(0.29, 100), (0.57, 100), (0.3, 10)])
+def test_tpr_at_fpr_allows_exactly_level_times_n_negatives_despite_float_rounding(level, n_neg):
+    """level * n_neg is an integer k in exact arithmetic (28.999999999999996 for 0.29 * 100 in floats):
+    the ROC point with exactly k false positives is allowed."""
+    k = round(level * n_neg)
+    neg = np.arange(n_neg, dtype=float) / n_neg  # distinct scores
+    pos = np.array([neg[n_neg - k] - 0.5 / n_neg])  # right below the k-th highest genuine score
+    y = np.r_[np.zeros(n_neg, int), np.ones(1, int)]
+    assert image_metrics(y, np.r_[neg, pos], fpr_levels=(level,))[f"tpr@fpr={level:g}"] == 1.0
+    # one more false positive than allowed: the positive no longer counts
+    assert image_metrics(y, np.r_[neg, pos - 1.0 / n_neg], fpr_levels=(level,))[f"tpr@fpr={level:g}"] == 0.0
+
+
 def test_threshold_rule_is_greater_or_equal():
     got = image_metrics([0, 1], [0.5, 0.5], threshold=0.5)
     assert got["tpr"] == 1.0 and got["tnr"] == 0.0

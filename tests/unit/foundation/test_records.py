@@ -34,11 +34,14 @@ def test_jsonl_manifest_is_read_like_csv(tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [
-    ("file,label\na.png,1\n", "no `path` column"),
-    ("path,label\na.png,2\n", "label must be 0"),
-    ("path,split\na.png,holdout\n", "split must be one of"),
+    ("file,label\na.png,1\n", "m.csv has no `path` column"),
+    ("path,label\na.png,0\nb.png,1\nc.png,2\n", r"m.csv:4: label must be 0"),
+    ("path,label\na.png,0\nb.png,fake\n", r"m.csv:3: label must be 0 .* got 'fake'"),
+    ("path,split\na.png,train\nb.png,holdout\n", r"m.csv:3: split must be one of"),
+    ("path,label\na.png,0\n,1\n", r"m.csv:3: empty path"),
 ])
-def test_bad_manifests_say_what_is_wrong(tmp_path, content, message):
+def test_bad_manifests_say_what_is_wrong_and_where(tmp_path, content, message):
+    """The message names the file and the line of the bad row (the header is line 1)."""
     (tmp_path / "m.csv").write_text(content)
     with pytest.raises(LayoutError, match=message):
         read_manifest(tmp_path / "m.csv")
@@ -78,6 +81,22 @@ def test_records_from_input_accepts_file_folder_and_manifest(tmp_path):
     assert [r.path for r in records_from_input(tmp_path / "m.csv")] == [str(image)]
     with pytest.raises(LayoutError, match="does not exist"):
         records_from_input(tmp_path / "nothing")
+
+
+def test_the_default_split_is_80_10_10_by_source_through_the_manifest_config(tmp_path):
+    """`data=manifest` as configured: rows without a split are split 80/10/10, by source."""
+    from hydra.utils import instantiate
+
+    from tests.helpers import compose_config
+
+    rows = "".join(f"img{s}_{k}.png,{k % 2},src{s}\n" for s in range(200) for k in range(2))
+    (tmp_path / "m.csv").write_text("path,label,source\n" + rows)
+    cfg = compose_config("train", ["data=manifest", f"data.manifest={tmp_path / 'm.csv'}"])
+    datamodule = instantiate(cfg.data, _convert_="all")
+    datamodule.setup("fit")
+    sources = {name: {r.source for r in split} for name, split in datamodule.splits.items()}
+    assert {name: len(found) for name, found in sources.items()} == {"train": 160, "val": 20, "test": 20}
+    assert not (sources["train"] & sources["val"] or sources["train"] & sources["test"] or sources["val"] & sources["test"])
 
 
 def test_splits_keep_every_image_of_a_source_together_and_are_deterministic():

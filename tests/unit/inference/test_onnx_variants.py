@@ -118,3 +118,24 @@ def test_a_variant_beyond_the_auroc_budget_is_refused_and_not_written(tiny_model
     assert not (tmp_path / "int8.onnx").exists()
     with pytest.raises(VariantRefused, match="calibration"):
         build_variant(tiny_model["onnx"], tmp_path / "int8.onnx", precision="int8", images=images)
+
+
+def test_export_entry_point_writes_an_int8_image_u8_model_with_its_report(tiny_model, tmp_path):
+    import csv
+
+    from export import export
+
+    paths = write_images(tmp_path / "labelled", [(36 + i, 40) for i in range(10)])
+    manifest = tmp_path / "labelled" / "manifest.csv"
+    with manifest.open("w", newline="") as handle:
+        csv.writer(handle).writerows([["path", "label"]] + [[p.name, i % 2] for i, p in enumerate(paths)])
+    output = tmp_path / "model_int8_u8.onnx"
+    report = export(compose_config("export", [f"model={tiny_model['ckpt']}", f"output={output}", "precision=int8",
+                                              "graph_preprocess=true", f"eval_input={manifest}",
+                                              "max_auroc_drop=1.0"]))
+    assert report["quality"]["images"] == 10 and "auroc_drop" in report["quality"]  # calibrated on eval_input
+    assert report["graph_parity"]["max_score_difference"] <= 1e-4  # center_crop: exact in the graph
+    sidecar = json.loads(output.with_suffix(".json").read_text())
+    assert sidecar["input"] == "image_u8" and sidecar["precision"] == "int8"
+    session = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["image_u8"]

@@ -44,7 +44,8 @@ def test_spec_checks_names_and_kinds_select_operations():
         DatasetSpec(kind="everything")
     with pytest.raises(ValueError, match="unknown operations"):
         DatasetSpec(ops={"splice": 1.0})
-    assert set(DatasetSpec(kind="aigi").active) == {"rerender", "region_edit"}
+    assert set(DatasetSpec(kind="aigi").active) == {"rerender", "region_edit", "latent_rerender", "diffusion_sdedit",
+                                                    "diffusion_inpaint"}
     assert "rerender" not in DatasetSpec(kind="forgery").active
     assert set(DatasetSpec(kind="all", ops={op: 1.0 for op in OPERATIONS}).active) == set(KINDS["all"])
     assert DatasetSpec(seed=1).fingerprint() != DatasetSpec(seed=2).fingerprint()

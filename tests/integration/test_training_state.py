@@ -1,0 +1,74 @@
+"""What a training run's outcome depends on: the checkpoint it resumes, the seed, the calibration target.
+
+Each test compares weights or calibration, not counters that a run ignoring the setting would
+reach as well.
+"""
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+
+from tests.helpers import prepare_train_config, small_train_overrides
+from train import train
+
+# one batch per epoch (the whole train split), no random flips, a constant learning rate: the
+# outcome of an epoch does not depend on the order of the images or on the number of epochs planned
+ORDER_FREE = ["data.batch_size=1000", "+data.augment.hflip=0", "detector.scheduler.warmup_fraction=0",
+              "detector.scheduler.min_lr_ratio=1.0", "detector.optimizer.lr=2e-3", "test=false"]
+
+
+def last_checkpoint(run) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def assert_same_state(actual: dict, expected: dict, atol: float = 1e-5) -> None:
+    assert actual["state_dict"].keys() == expected["state_dict"].keys()
+    for key, value in expected["state_dict"].items():
+        torch.testing.assert_close(actual["state_dict"][key], value, atol=atol, rtol=0, msg=key)
+    for got, want in zip(actual["optimizer_states"], expected["optimizer_states"], strict=True):
+        assert got["state"].keys() == want["state"].keys()
+        for index, state in want["state"].items():
+            for name, value in state.items():
+                torch.testing.assert_close(got["state"][index][name], value, atol=atol, rtol=0,
+                                           msg=f"optimizer {index}.{name}")
+
+
+def test_resume_ends_where_the_uninterrupted_run_ends(small_dataset, tmp_path):
+    """Two epochs, then `ckpt_path=last.ckpt` to three, ends with the weights and optimizer state of
+    three uninterrupted epochs. The resumed call is given another seed: a run that ignored
+    `ckpt_path` would start from other weights and end elsewhere."""
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE]
+    train(prepare_train_config([*common, "trainer.max_epochs=3"], tmp_path / "straight"))
+    train(prepare_train_config([*common, "trainer.max_epochs=2"], tmp_path / "first"))
+    first = last_checkpoint(tmp_path / "first")
+    train(prepare_train_config([*common, "trainer.max_epochs=3", "seed=1",
+                                f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}"], tmp_path / "resumed"))
+    straight, resumed = last_checkpoint(tmp_path / "straight"), last_checkpoint(tmp_path / "resumed")
+    assert (first["epoch"], resumed["epoch"]) == (1, straight["epoch"]) == (1, 2)
+    assert resumed["global_step"] == straight["global_step"] == first["global_step"] * 3 // 2
+    assert_same_state(resumed, straight)
+    moved = max((resumed["state_dict"][k].float() - first["state_dict"][k].float()).abs().max().item()
+                for k in first["state_dict"])
+    assert moved > 1e-4  # the third epoch did train
+
+
+def test_seed_zero_seeds_the_run_and_target_fpr_sets_the_calibration(small_dataset, tmp_path):
+    """`seed=0` (the default) seeds like any other seed: two runs started from different global
+    random states end with identical weights. `target_fpr=` is the target the threshold is
+    calibrated to: as many genuine validation images are flagged as it allows."""
+    overrides = [*small_train_overrides(small_dataset), "test=false", "target_fpr=0.25"]
+    runs = []
+    for global_seed, name in ((123, "a"), (456, "b")):
+        L.seed_everything(global_seed)
+        cfg = prepare_train_config(overrides, tmp_path / name)
+        assert cfg.seed == 0
+        runs.append((train(cfg), last_checkpoint(tmp_path / name)))
+    (metrics, checkpoint), (_, other) = runs
+    for key, value in checkpoint["state_dict"].items():
+        assert torch.equal(value, other["state_dict"][key]), key
+    assert checkpoint["hyper_parameters"]["target_fpr"] == 0.25
+    calibration = metrics["calibration"]
+    assert calibration["target_fpr"] == 0.25
+    assert calibration["false_positives"] == math.floor(0.25 * calibration["n_genuine"]) > 0

@@ -1,0 +1,65 @@
+"""`python train.py detector=<a localizer>` with no data argument gets the embedded localization set."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+from hydra.core.global_hydra import GlobalHydra
+from PIL import Image
+
+from datamodules.localization import LocalizationDataModule
+from tests.helpers import compose_config
+from train import data_config
+
+
+def test_localizers_get_the_localization_variant_of_the_default_data_and_classifiers_do_not():
+    cfg = compose_config("train", ["detector=seg_tiny"])
+    GlobalHydra.instance().clear()
+    localizer = data_config(cfg.data, localizer=True)
+    assert localizer._target_ == "datamodules.localization.LocalizationDataModule"
+    assert localizer.create._target_ == "synthesis.localization.make_embedded_localization_manifest"
+    classifier = data_config(cfg.data, localizer=False)
+    assert classifier._target_ == "datamodules.classification.ManifestDataModule" and "localizers" not in classifier
+    explicit = compose_config("train", ["detector=seg_tiny", "data=localization"])
+    GlobalHydra.instance().clear()
+    assert data_config(explicit.data, localizer=True) is explicit.data  # a chosen data config is used as it is
+
+
+def write_tiny_localization_set(folder: Path, seed: int, split_fractions) -> Path:
+    rng = np.random.default_rng(seed)
+    (folder / "masks").mkdir(parents=True)
+    rows = []
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+        row = {"path": f"{i}.png", "label": i % 2, "mask": "", "source": f"photo{i // 2}",
+               "split": ("train", "val", "test")[i % 3]}
+        if i % 2:
+            mask = np.zeros((40, 40), np.uint8)
+            mask[5:15, 5:15] = 255
+            Image.fromarray(mask).save(folder / "masks" / f"{i}.png")
+            row["mask"] = f"masks/{i}.png"
+        rows.append(row)
+    with open(folder / "manifest.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder / "manifest.csv"
+
+
+def test_the_datamodule_makes_a_missing_dataset_once_with_the_maker_it_is_handed(tmp_path):
+    calls = []
+
+    def maker(folder, seed, split_fractions):
+        calls.append((Path(folder), seed, tuple(split_fractions)))
+        return write_tiny_localization_set(Path(folder), seed, split_fractions)
+
+    root = tmp_path / "embedded_localization"
+    module = LocalizationDataModule(root=str(root), create=maker, batch_size=4, num_workers=0, seed=3,
+                                    preprocess={"size": 32, "mode": "center_crop"})
+    module.prepare_data()
+    module.prepare_data()  # the manifest exists now: nothing is made again
+    assert calls == [(root, 3, (0.8, 0.1, 0.1))]
+    module.setup("fit")
+    batch = next(iter(module.train_dataloader()))
+    assert batch["mask"].shape[1:] == (1, 32, 32) and "edge" in batch

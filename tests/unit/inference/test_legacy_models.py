@@ -1,0 +1,31 @@
+"""Models written by an earlier version of the toolkit keep loading and scoring the same.
+
+`tests/data/legacy/` holds a tiny NPR checkpoint (saved by a Lightning trainer, as train.py saves
+them) and its ONNX export, both written before the scoring pipeline moved into `inference/`, with
+the scores they gave on a fixed input. A checkpoint names its network's class by module path
+(`detectors.npr.NPR`), so moving a detector class, renaming a parameter or changing the ONNX
+reading would break users' files: this test fails first.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from inference.runtime import load_runtime
+
+LEGACY = Path(__file__).resolve().parents[2] / "data" / "legacy"
+
+
+@pytest.mark.parametrize("suffix, tolerance", [(".ckpt", 1e-6), (".onnx", 1e-4)])
+def test_models_written_before_still_load_and_score_the_same(suffix, tolerance):
+    expected = json.loads((LEGACY / "npr_legacy.json").read_text())
+    runtime = load_runtime(LEGACY / f"npr_legacy{suffix}", "cpu")
+    assert runtime.threshold == pytest.approx(expected["threshold"])
+    assert runtime.preprocess.size == 32 and not runtime.is_localizer
+    image = torch.rand(*expected["input_shape"], generator=torch.Generator().manual_seed(expected["input_seed"]))
+    scores = runtime.predict(image)["score"]
+    np.testing.assert_allclose(scores, expected["score"], rtol=0, atol=tolerance)
