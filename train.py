@@ -26,9 +26,14 @@ def data_config(data: DictConfig, localizer: bool) -> DictConfig:
     """The DataModule config; a default data config may carry a `localizers` variant (with masks),
     which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument."""
     variants = data.get("localizers")
-    if localizer and variants is not None:
+    if variants is None:
+        return data
+    if localizer:
         return variants
-    return OmegaConf.masked_copy(data, [k for k in data if k != "localizers"]) if variants is not None else data
+    # Resolved while `data` still sits in the whole config, so `${paths.data_dir}` and the like resolve.
+    plain = OmegaConf.to_container(data, resolve=True)
+    plain.pop("localizers")
+    return OmegaConf.create(plain)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:

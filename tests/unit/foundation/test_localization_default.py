@@ -13,14 +13,17 @@ from tests.helpers import compose_config
 from train import data_config
 
 
-def test_localizers_get_the_localization_variant_of_the_default_data_and_classifiers_do_not():
-    cfg = compose_config("train", ["detector=seg_tiny"])
+def test_localizers_get_the_localization_variant_of_the_default_data_and_classifiers_do_not(tmp_path):
+    cfg = compose_config("train", ["detector=seg_tiny", f"paths.root_dir={tmp_path}"])
     GlobalHydra.instance().clear()
     localizer = data_config(cfg.data, localizer=True)
     assert localizer._target_ == "datamodules.localization.LocalizationDataModule"
     assert localizer.create._target_ == "synthesis.localization.make_embedded_localization_manifest"
     classifier = data_config(cfg.data, localizer=False)
     assert classifier._target_ == "datamodules.classification.ManifestDataModule" and "localizers" not in classifier
+    # interpolations into the rest of the config (paths.data_dir) still resolve
+    assert classifier.manifest == f"{tmp_path}/data/embedded/manifest.csv"
+    assert localizer.root == f"{tmp_path}/data/embedded_localization"
     explicit = compose_config("train", ["detector=seg_tiny", "data=localization"])
     GlobalHydra.instance().clear()
     assert data_config(explicit.data, localizer=True) is explicit.data  # a chosen data config is used as it is
