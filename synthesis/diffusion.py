@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha
 from synthesis.latent import LatentAutoencoder, pad_to, random_crops, to_tensor, to_uint8
+from synthesis.model_files import load_model, save_model
 
 __all__ = ["DenoisingUNet", "train_diffusion", "save_diffusion", "load_diffusion", "sdedit", "inpaint",
            "DiffusionEdit", "SPACES"]
@@ -171,20 +172,12 @@ def train_diffusion(
 
 
 def save_diffusion(model: DenoisingUNet, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": dict(model.config), "state_dict": model.state_dict()}, path)
-    return path
+    """config + state_dict (plain tensors), so `load_diffusion` reads it with weights_only=True."""
+    return save_model(model, path)
 
 
 def load_diffusion(path: str | Path, device: str | torch.device = "cpu") -> DenoisingUNet:
-    """Rebuild a model saved by `save_diffusion` (torch.load with weights_only=True)."""
-    ckpt = torch.load(Path(path), map_location=device, weights_only=True)
-    if not isinstance(ckpt, dict) or "config" not in ckpt or "state_dict" not in ckpt:
-        raise ValueError(f"{path} is not a diffusion checkpoint (expected keys 'config' and 'state_dict')")
-    model = DenoisingUNet(**ckpt["config"])
-    model.load_state_dict(ckpt["state_dict"])
-    return model.to(device).eval()
+    return load_model(DenoisingUNet, path, device, what="diffusion")
 
 
 def _schedule(strength: float, steps: int, timesteps: int) -> list[int]:

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha, random_ellipse
+from synthesis.model_files import load_model, save_model
 
 __all__ = [
     "VARIANTS", "AutoencoderGenerator", "RegionEdit", "train_generator", "save_generator",
@@ -162,21 +163,12 @@ def train_generator(
 
 
 def save_generator(model: AutoencoderGenerator, path: str | Path) -> Path:
-    """Save config + state_dict with torch.save; plain tensors and strings, so weights_only loads it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": dict(model.config), "state_dict": model.state_dict()}, path)
-    return path
+    """config + state_dict (plain tensors), so `load_generator` reads it with weights_only=True."""
+    return save_model(model, path)
 
 
 def load_generator(path: str | Path, device: str | torch.device = "cpu") -> AutoencoderGenerator:
-    """Rebuild a generator saved by `save_generator` (torch.load with weights_only=True)."""
-    ckpt = torch.load(Path(path), map_location=device, weights_only=True)
-    if not isinstance(ckpt, dict) or "config" not in ckpt or "state_dict" not in ckpt:
-        raise ValueError(f"{path} is not a generator checkpoint (expected keys 'config' and 'state_dict')")
-    model = AutoencoderGenerator(**ckpt["config"])
-    model.load_state_dict(ckpt["state_dict"])
-    return model.to(device).eval()
+    return load_model(AutoencoderGenerator, path, device, what="generator")
 
 
 def _device(model: nn.Module) -> torch.device:

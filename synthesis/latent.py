@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from synthesis.common import as_rgb_uint8
+from synthesis.model_files import load_model, save_model
 
 __all__ = ["LatentAutoencoder", "train_latent_autoencoder", "save_latent", "load_latent", "random_crops",
            "to_tensor", "to_uint8"]
@@ -155,16 +156,8 @@ def train_latent_autoencoder(
 
 def save_latent(model: LatentAutoencoder, path: str | Path) -> Path:
     """config + state_dict (plain tensors), so `load_latent` reads it with weights_only=True."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": dict(model.config), "state_dict": model.state_dict()}, path)
-    return path
+    return save_model(model, path)
 
 
 def load_latent(path: str | Path, device: str | torch.device = "cpu") -> LatentAutoencoder:
-    ckpt = torch.load(Path(path), map_location=device, weights_only=True)
-    if not isinstance(ckpt, dict) or "config" not in ckpt or "state_dict" not in ckpt:
-        raise ValueError(f"{path} is not a latent autoencoder checkpoint (expected 'config' and 'state_dict')")
-    model = LatentAutoencoder(**ckpt["config"])
-    model.load_state_dict(ckpt["state_dict"])
-    return model.to(device).eval()
+    return load_model(LatentAutoencoder, path, device, what="latent autoencoder")

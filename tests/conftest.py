@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
 
 from tests.helpers import prepare_train_config, small_train_overrides
@@ -24,3 +25,12 @@ def train_config(tmp_path, small_dataset):
     yield lambda *overrides: prepare_train_config([*small_train_overrides(small_dataset), *overrides],
                                                   tmp_path / "run")
     GlobalHydra.instance().clear()
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: tiny convolutions on 2 shared cores only lose to contention."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

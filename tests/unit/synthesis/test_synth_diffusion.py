@@ -12,12 +12,7 @@ TRAIN = [data.astronaut()[::8, ::8].copy(), data.coffee()[::8, ::8].copy()]  # 6
 IMAGE = data.chelsea()[::4, ::4].copy()  # 75 x 113: not a multiple of 4 or 8
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny convolutions: extra threads only add contention
 
 
 @pytest.fixture(scope="module")

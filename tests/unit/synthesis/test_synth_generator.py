@@ -16,13 +16,7 @@ HELD_OUT = data.chelsea()[::2, ::2].copy()  # 150 x 226: not a multiple of 4
 TINY = dict(width=16, crop=32, batch_size=8)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny convolutions on 2 shared cores: extra threads only add contention
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny convolutions: extra threads only add contention
 
 
 @pytest.fixture(scope="module")
