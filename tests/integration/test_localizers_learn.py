@@ -8,8 +8,8 @@ The generated forgeries carry processing traces, set through the generators' opt
 copy is scaled by U(0.8, 1.25), rotated by U(-30, 30) degrees and resampled bilinearly; a splice
 donor first goes through one of the non-genuine processing chains of `datamodules.chains`
 (JPEG 90/75/60, resampling, median, bilateral, blur). With the seed's recipe (a purely translated
-copy, a donor with its host's history) none of the tiny variants beat the whole-image map after
-200 steps (held-out pixel F1 vs whole-image map, copy-move / splicing: seg_tiny 0.023 / 0.117,
+copy, a donor with its host's history) none of the tiny variants beat the whole-image map on
+splicing after 200 steps, and on copy-move by 0.04 at most (held-out pixel F1 vs whole-image map, copy-move / splicing: seg_tiny 0.023 / 0.117,
 mvss_tiny 0.159 / 0.082, trufor_tiny 0.184 / 0.108, against 0.144 / 0.228): what is left to learn
 there is matching and semantics, not a local trace.
 
