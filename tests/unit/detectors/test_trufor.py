@@ -284,7 +284,7 @@ def test_phase_recipes_compose_and_build_the_tiny_network(recipe, phase, tmp_pat
     assert count(net, trainable_only=True) == sum(count(getattr(net, p)) for p in TRAINED_PARTS[phase])
     if phase == "fingerprint":
         assert cfg.data._target_.endswith("ChainPatchDataModule")
-        assert cfg.callbacks.model_checkpoint.monitor == "val/loss" and cfg.callbacks.model_checkpoint.mode == "min"
+        assert cfg.callbacks.model_checkpoint.monitor == "val/chain_auroc" and cfg.callbacks.model_checkpoint.mode == "max"
     else:
         assert cfg.detector.optimizer.name == "SGD" and cfg.detector.optimizer.lr == 0.005
         assert cfg.detector.optimizer.momentum == 0.9 and cfg.detector.optimizer.weight_decay == 5e-4
