@@ -2,16 +2,17 @@
 
     python benchmarks/fingerprint_separation.py --manifest data/photos/manifest.csv \
         [--checkpoint outputs/phase1/checkpoints/last.ckpt] [--config configs/detector/trufor_tiny.yaml]
-        [--size 128] [--patch 32] [--crops 4] [--splice-chain jpeg60]
+        [--size 128] [--patch 32] [--crops 4] [--splice-chains jpeg60 blur1.0]
 
 On the *test* split's genuine photos (held out from phase-1 training; `data/photos` is written by
 the first `python train.py experiment=trufor_fingerprint`), `--crops` crops of every photo go
 through every processing chain; `detectors.blocks.noiseprint.chain_separation_auroc` reports how
 well the similarity of the fingerprint's tiles (their spectra, as in training) tells same-chain
 from different-chain pairs of tiles of *different photos* (0.5 = chance). Then every crop, at
-`--splice-size`, gets a square of itself through `--splice-chain` pasted in (no visible seam):
-`splice_anomaly_map` scored against the pasted square gives a pixel AUROC per crop, averaged
-("does the spliced region stand out"; 0.5 = not at all). Rows: `highpass` (a fixed 3 x 3
+`--splice-size`, gets a square of itself through each of `--splice-chains` pasted in (no visible
+seam): `splice_anomaly_map` scored against the pasted square gives a pixel AUROC per crop,
+averaged per chain ("does the spliced region stand out"; 0.5 = no, below 0.5 = it looks *more*
+typical of the image than the rest). Rows: `highpass` (a fixed 3 x 3
 high-pass residual, the reference any extractor should beat), `random` (the `--config`
 architecture with random weights) and, with `--checkpoint`, `trained`, all in the same run.
 """
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=Path)
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "detector" / "trufor_tiny.yaml")
     parser.add_argument("--chains", nargs="*", default=list(DEFAULT_CHAINS))
-    parser.add_argument("--splice-chain", default="jpeg60")
+    parser.add_argument("--splice-chains", nargs="*", default=["jpeg60", "blur1.0"])
     parser.add_argument("--size", type=int, default=128, help="crop side for chain separation")
     parser.add_argument("--splice-size", type=int, default=192)
     parser.add_argument("--patch", type=int, default=32)
@@ -141,16 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint:
         candidates["trained"] = extractor_from(args.config, args.checkpoint)
     report = {"photos": [Path(r.path).name for r in records], "chains": args.chains, "size": args.size,
-              "crops_per_photo": len(positions), "splice_chain": args.splice_chain}
+              "crops_per_photo": len(positions)}
     for name, extractor in candidates.items():
         with torch.no_grad():
             fingerprints = extractor(images)
-        spliced, masks = splice_batch(photos, args.splice_size, args.splice_chain, positions, extractor.depth,
-                                      np.random.default_rng(args.seed))
-        report[name] = {
-            "chain_auroc": chain_separation_auroc(fingerprints, chains, photo_ids, args.patch, extractor.depth),
-            "splice_auroc": splice_auroc(extractor, spliced, masks, args.patch),
-        }
+        splice = {}
+        for chain in args.splice_chains:
+            spliced, masks = splice_batch(photos, args.splice_size, chain, positions, extractor.depth,
+                                          np.random.default_rng(args.seed))
+            splice[chain] = splice_auroc(extractor, spliced, masks, args.patch)
+        report[name] = {"chain_auroc": chain_separation_auroc(fingerprints, chains, photo_ids, args.patch,
+                                                              extractor.depth), "splice_auroc": splice}
     print(json.dumps(report, indent=2))
     return 0
 
