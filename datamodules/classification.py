@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
-from datamodules.datasets import ImageDataset, collate
+from datamodules.datasets import ImageDataset, NoiseReinjectedFakes, collate
 from datamodules.layouts import read_layout
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
@@ -28,13 +28,16 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     Subclasses only say where records come from (`load_records`). Records that carry a `split`
     keep it; the others are split by `split_fractions`, keeping every fake of one source together.
     `with_groups` adds each record's `group` (generator or operation, "" when unknown) to batches.
+    `pseudo_fakes` turns that fraction of the genuine training draws into fakes by re-injecting
+    noise (`datasets.NoiseReinjectedFakes`), a lever against learning one generator's trace.
     """
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 2,
                  split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  augment: Mapping[str, Any] | None = None, balanced: bool | str = False,
-                 with_groups: bool = False) -> None:
+                 with_groups: bool = False, pseudo_fakes: float = 0.0,
+                 pseudo_fake_noise: Sequence[float] = (0.02, 0.1)) -> None:
         super().__init__()
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
         self.with_groups = with_groups
@@ -46,6 +49,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.seed = seed
         self.augment = dict(augment or {})
         self.balanced = balanced
+        self.pseudo_fakes = float(pseudo_fakes or 0.0)
+        self.pseudo_fake_noise = tuple(pseudo_fake_noise)
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod
@@ -78,6 +83,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     def _loader(self, split: str, train: bool) -> DataLoader:
         transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
         dataset = self.make_dataset(self.splits[split], transform)
+        if train and self.pseudo_fakes > 0:
+            dataset = NoiseReinjectedFakes(dataset, self.pseudo_fakes, self.pseudo_fake_noise)
         sampler = None
         if train and balanced_by(self.balanced):
             weights = balanced_weights(dataset.records, balanced_by(self.balanced))

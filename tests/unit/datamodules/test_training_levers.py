@@ -1,5 +1,5 @@
-"""Levers against a detector's reliance on one generator trace: noise re-injection and sampling
-balanced per generator group."""
+"""Levers against a detector's reliance on one generator trace: noise re-injection (as an
+augmentation and as pseudo-fakes), resampling, and sampling balanced per generator group."""
 from __future__ import annotations
 
 from collections import Counter
@@ -11,9 +11,11 @@ import torch
 from torch.utils.data import WeightedRandomSampler
 
 from datamodules.classification import ManifestDataModule, balanced_by, balanced_weights
+from datamodules.datasets import NoiseReinjectedFakes
+from datamodules.io import write_image
+from datamodules.localization import LocalizationDataModule
 from datamodules.records import Record, write_manifest
 from datamodules.transforms import build_transform
-from datamodules.io import write_image
 
 
 def _smooth_image() -> np.ndarray:
@@ -109,3 +111,59 @@ def test_the_training_loader_draws_groups_evenly(tmp_path):
     total = sum(groups.values())
     assert groups["ddpm"] / total == pytest.approx(0.25, abs=0.03)
     assert groups["genuine"] / total == pytest.approx(0.5, abs=0.03)
+
+
+class _Samples(torch.utils.data.Dataset):
+    records = ["r0", "r1"]
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return {"image": torch.full((3, 32, 32), 0.5), "label": index, "group": ["genuine", "ae"][index]}
+
+
+def test_pseudo_fakes_turn_genuine_draws_into_noisy_fakes_at_the_rate():
+    torch.manual_seed(0)
+    fakes = NoiseReinjectedFakes(_Samples(), rate=0.3, noise_std=(0.05, 0.05))
+    draws = [fakes[0] for _ in range(2000)]
+    made = [d for d in draws if d["label"] == 1]
+    assert len(made) / 2000 == pytest.approx(0.3, abs=0.03)
+    assert all(d["group"] == "pseudo_noise" for d in made)
+    assert all(torch.equal(d["image"], torch.full((3, 32, 32), 0.5)) for d in draws if d["label"] == 0)
+    residual = torch.stack([d["image"] for d in made]) - 0.5
+    assert float(residual.std()) == pytest.approx(0.05, rel=0.05) and abs(float(residual.mean())) < 2e-3
+    assert torch.equal(made[0]["image"] * 255, (made[0]["image"] * 255).round())  # 8-bit levels
+    assert fakes.records == ["r0", "r1"]  # the wrapped dataset's records stay visible (balanced sampling)
+
+
+def test_pseudo_fakes_leave_real_fakes_alone_and_rate_zero_changes_nothing():
+    torch.manual_seed(0)
+    always = NoiseReinjectedFakes(_Samples(), rate=1.0)
+    assert all(torch.equal(always[1]["image"], _Samples()[1]["image"]) and always[1]["group"] == "ae"
+               for _ in range(20))
+    never = NoiseReinjectedFakes(_Samples(), rate=0.0)
+    assert all(never[0]["label"] == 0 for _ in range(200))
+    with pytest.raises(ValueError, match="rate must lie in"):
+        NoiseReinjectedFakes(_Samples(), rate=1.5)
+
+
+def test_pseudo_fakes_are_made_in_training_only(tmp_path):
+    rows = [Record(str(tmp_path / f"{s}{i}.png"), i % 2, source=f"{s}{i}", split=s, group=["genuine", "ae"][i % 2])
+            for s in ("train", "val", "test") for i in range(8)]
+    for row in rows:
+        write_image(row.path, np.full((16, 16, 3), 120, np.uint8))
+    write_manifest(rows, tmp_path / "m.csv")
+    module = ManifestDataModule(manifest=str(tmp_path / "m.csv"), preprocess={"size": 16, "mode": "center_crop"},
+                                batch_size=8, num_workers=0, pseudo_fakes=1.0)
+    module.setup()
+    train = next(iter(module.train_dataloader()))
+    assert int(train["label"].sum()) == 8  # every genuine draw became a fake
+    for loader in (module.val_dataloader(), module.test_dataloader()):
+        batch = next(iter(loader))
+        assert int(batch["label"].sum()) == 4 and float((batch["image"] - 120 / 255).abs().max()) < 1e-6
+
+
+def test_localization_refuses_pseudo_fakes(tmp_path):
+    with pytest.raises(ValueError, match="pseudo_fakes"):
+        LocalizationDataModule(root=str(tmp_path), pseudo_fakes=0.5)
