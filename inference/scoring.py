@@ -42,6 +42,11 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
         return [error_row(p, f"model error: {error}") for p in batch["path"]]
     rows = []
     for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
+        broken = non_finite_output(outputs, i)
+        if broken:
+            log.error("%s: %s", path, broken)
+            rows.append(error_row(path, broken))
+            continue
         row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
@@ -55,6 +60,19 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
                          outputs["mask"][i][0])
         rows.append(row)
     return rows
+
+
+def non_finite_output(outputs: dict[str, Any], i: int) -> str:
+    """Why image `i`'s outputs cannot be trusted (a NaN or infinite score or map value: broken
+    weights, an overflow in reduced precision), or "" when they are fine. Such an image gets an
+    error row, never a score that compares false with every threshold."""
+    for name in ("score", "mask", "confidence"):
+        if name in outputs and not np.isfinite(np.asarray(outputs[name][i], dtype=np.float32)).all():
+            value = np.asarray(outputs[name][i], dtype=np.float32)
+            bad = value if value.ndim == 0 else value[~np.isfinite(value)].flat[0]
+            return (f"model error: non-finite {name} ({float(bad)}); the model's weights may be broken "
+                    "(NaN or infinite values) or its precision too low for this image")
+    return ""
 
 
 def predict_batch(runtime: Any, images: Any) -> dict[str, Any]:
