@@ -49,8 +49,9 @@ def build_module(name: str, size: int | None = None) -> DetectorModule:
     config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
     if size:
         config["net"]["preprocess"] = {**config["net"].get("preprocess", {}), "size": size}
-    if config["net"].get("pretrained"):  # speed does not depend on the weights: none to look for
-        config["net"]["pretrained"] = None
+    for key in ("pretrained", "encoder_weights"):  # speed does not depend on the weights: none to look for
+        if config["net"].get(key):
+            config["net"][key] = None
     return DetectorModule(net=config["net"], optimizer=config.get("optimizer"), scheduler=config.get("scheduler"),
                           name=config.get("name", name)).eval()
 
