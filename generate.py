@@ -53,14 +53,15 @@ def spec_from_config(cfg: DictConfig):
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
     keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
-            "d15_fraction", "generator", "diffusion")
+            "d15_fraction", "generator", "diffusion", "forgery_options")
     plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
     if plain["generator"].pop("backend", "autoencoder") != "autoencoder":
         plain["generator"] = {}  # another backend makes the fakes; the panels are cut the same way
     return DatasetSpec(kind=plain["kind"], ops=plain["ops"], seed=plain["seed"], **plain["panels"],
                        split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
                        local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
-                       generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"])
+                       generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"],
+                       forgery_options=plain["forgery_options"])
 
 
 def generate(cfg: DictConfig) -> Path:

@@ -56,12 +56,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     metrics: dict[str, Any] = {"detector": cfg.detector.get("name"), "val": module.stage_metrics.get("val", {})}
-    if module.calibration is not None:
-        metrics["calibration"] = module.calibration
     if cfg.get("test"):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)  # restores best's threshold and check
         metrics = {**module.stage_metrics.get("test", {}), **metrics, "checkpoint": best or None}
+    if module.calibration is not None:
+        metrics["calibration"] = module.calibration
     if trainer.is_global_zero:
         if "test" in module.stage_scores:
             metrics = write_test_report(output_dir, module, datamodule.splits["test"], metrics)

@@ -12,7 +12,6 @@ bilinear, bicubic, lanczos), `median<k>`, `bilateral`, `blur<sigma>`.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 import cv2
@@ -22,39 +21,15 @@ from torch.utils.data import Dataset
 
 from datamodules.classification import ManifestDataModule
 from datamodules.datasets import collate
-from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image
+from datamodules.io import DEFAULT_MAX_PIXELS, RESAMPLING_KERNELS, ImageReadError, apply_chain, read_image
 from datamodules.records import Record
 from datamodules.transforms import to_tensor
 
 DEFAULT_CHAINS = ("genuine", "jpeg90", "jpeg75", "jpeg60", "resize0.75_bicubic", "resize1.5_bilinear",
                   "resize0.5_area", "median3", "bilateral", "blur1.0")
-KERNELS = {"nearest": cv2.INTER_NEAREST, "area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR,
-           "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}
+KERNELS = {name: getattr(cv2, flag) for name, flag in RESAMPLING_KERNELS.items()}
+__all__ = ["DEFAULT_CHAINS", "KERNELS", "apply_chain", "crop", "ChainPatchDataset", "ChainPatchDataModule"]
 RERENDER = "rerender"
-
-
-def apply_chain(image: np.ndarray, chain: str) -> np.ndarray:
-    """`image` (H x W x 3 uint8 RGB) after the processing `chain` (see the module docstring)."""
-    if chain == "genuine":
-        return image
-    if match := re.fullmatch(r"jpeg(\d+)", chain):
-        ok, data = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, int(match[1])])
-        return cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1].copy()
-    if match := re.fullmatch(r"resize([\d.]+)_(\w+)", chain):
-        factor, kernel = float(match[1]), match[2]
-        if kernel not in KERNELS:
-            raise ValueError(f"unknown resampling kernel {kernel!r} in chain {chain!r}; known: {sorted(KERNELS)}")
-        height, width = image.shape[:2]
-        size = (max(1, round(width * factor)), max(1, round(height * factor)))
-        return cv2.resize(image, size, interpolation=KERNELS[kernel])
-    if match := re.fullmatch(r"median(\d+)", chain):
-        return cv2.medianBlur(image, int(match[1]))
-    if chain == "bilateral":
-        return cv2.bilateralFilter(image, 5, 25, 5)
-    if match := re.fullmatch(r"blur([\d.]+)", chain):
-        return cv2.GaussianBlur(image, (0, 0), float(match[1]))
-    raise ValueError(f"unknown processing chain {chain!r}; names: genuine, jpeg<q>, resize<f>_<kernel>, "
-                     "median<k>, bilateral, blur<sigma>")
 
 
 def crop(image: np.ndarray, size: int, position: tuple[float, float] | None = None) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Robust image reading: the one place where files become 8-bit RGB arrays; and the few facts about
 datasets on disk that the makers of datasets (`synthesis`) and their readers share: split names, the
-split assigner and the manifest writer.
+split assigner, the manifest writer, and the named processing chains (`apply_chain`) that both
+fingerprint training and splice donors use.
 
 Training, inference and synthesis all read through `read_image`, so every odd file (EXIF-rotated
 phone photos, palette PNGs, CMYK JPEGs, 16-bit TIFFs, decompression bombs, truncated uploads) is
@@ -17,12 +18,17 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import re
+
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
 SPLITS = ("train", "val", "test")
 MANIFEST_COLUMNS = ("path", "label", "mask", "group", "category", "source", "split", "review")
+# resampling kernels of the `resize<factor>_<kernel>` chains, by OpenCV flag name (cv2 loads lazily)
+RESAMPLING_KERNELS = {"nearest": "INTER_NEAREST", "area": "INTER_AREA", "bilinear": "INTER_LINEAR",
+                      "bicubic": "INTER_CUBIC", "lanczos": "INTER_LANCZOS4"}
 DEFAULT_MAX_PIXELS = 128_000_000  # ~ 11,300 x 11,300; larger files are refused, not decoded
 
 # PIL's own bomb check only warns below 2x its limit; ours refuses with a clear reason instead.
@@ -162,3 +168,35 @@ def write_manifest(rows: Iterable[Mapping[str, Any] | Any], path: str | os.PathL
                     row[key] = os.path.relpath(absolute, base) if absolute.is_relative_to(base) else str(absolute)
             writer.writerow(row)
     os.replace(tmp, path)
+
+
+def apply_chain(image: np.ndarray, chain: str) -> np.ndarray:
+    """`image` (H x W x 3 uint8 RGB) after the processing `chain`: an image's history in a name.
+
+    `genuine` (unchanged), `jpeg<quality>`, `resize<factor>_<kernel>` (kernel: nearest, area,
+    bilinear, bicubic, lanczos; the size changes by `factor`), `median<k>`, `bilateral`,
+    `blur<sigma>`. Unknown names raise ValueError listing the known forms.
+    """
+    import cv2
+
+    if chain == "genuine":
+        return image
+    if match := re.fullmatch(r"jpeg(\d+)", chain):
+        ok, data = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, int(match[1])])
+        return cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1].copy()
+    if match := re.fullmatch(r"resize([\d.]+)_(\w+)", chain):
+        factor, kernel = float(match[1]), match[2]
+        if kernel not in RESAMPLING_KERNELS:
+            raise ValueError(f"unknown resampling kernel {kernel!r} in chain {chain!r}; "
+                             f"known: {sorted(RESAMPLING_KERNELS)}")
+        height, width = image.shape[:2]
+        size = (max(1, round(width * factor)), max(1, round(height * factor)))
+        return cv2.resize(image, size, interpolation=getattr(cv2, RESAMPLING_KERNELS[kernel]))
+    if match := re.fullmatch(r"median(\d+)", chain):
+        return cv2.medianBlur(image, int(match[1]))
+    if chain == "bilateral":
+        return cv2.bilateralFilter(image, 5, 25, 5)
+    if match := re.fullmatch(r"blur([\d.]+)", chain):
+        return cv2.GaussianBlur(image, (0, 0), float(match[1]))
+    raise ValueError(f"unknown processing chain {chain!r}; names: genuine, jpeg<q>, resize<f>_<kernel>, "
+                     "median<k>, bilateral, blur<sigma>")

@@ -121,6 +121,13 @@ class DetectorModule(L.LightningModule):
             self.calibration = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
         self._log_metrics("val", gathered, pixel)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The calibration check belongs to the threshold saved with these weights.
+        checkpoint["calibration"] = self.calibration
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.calibration = checkpoint.get("calibration")
+
     def on_test_epoch_end(self) -> None:
         gathered = self._gather("test")
         self._log_metrics("test", gathered, self._gather_pixels("test"))

@@ -4,6 +4,11 @@ Copy-move duplicates an object inside its own image; the label is the pasted reg
 original stays authentic content). Segmentation: THEMIS uses SAM, which cannot be loaded offline, so
 objects come from `synthesis.segment.object_candidates` (Felzenszwalb graph segments + Otsu sides,
 refined with opening/closing/hole filling), filtered to 10-60 % of the frame as in the seed.
+
+By default the copy is a pure translation, as in the seed's pipeline: every copied pixel is an exact
+duplicate, and only the feathered seam differs locally. `scale` and `rotation` resample the copy
+instead (THEMIS's own prompt names shifted, rotated and scaled copies), which leaves the
+interpolation trace that real copy-move edits in image editors usually carry.
 """
 from __future__ import annotations
 
@@ -16,7 +21,10 @@ import numpy as np
 from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha, random_ellipse
 from synthesis.segment import largest_component, object_candidates
 
-__all__ = ["ForgeryResult", "farthest_grid_position", "copy_move", "inpaint_region"]
+__all__ = ["ForgeryResult", "farthest_grid_position", "copy_move", "inpaint_region", "WARP_KERNELS"]
+
+WARP_KERNELS = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
+                "lanczos": cv2.INTER_LANCZOS4}
 
 
 @dataclass
@@ -62,13 +70,21 @@ def copy_move(
     max_fraction: float = 0.60,
     min_shift: int = 8,
     feather: tuple[float, float] = (1.5, 4.0),
+    scale: tuple[float, float] = (1.0, 1.0),
+    rotation: tuple[float, float] = (0.0, 0.0),
+    interpolation: str = "bilinear",
 ) -> ForgeryResult:
     """Copy an object to the farthest grid position of the same image; mask = the pasted region.
 
     The object is `object_mask` or one of `object_candidates` (chosen by `rng`, compact ones more
-    likely). Raises ValueError when no object fits `min_fraction`..`max_fraction`, or when the frame
-    leaves no room to move it by at least `min_shift` px.
+    likely). With `scale` (factor) or `rotation` (degrees) ranges other than the identity, the copy
+    is scaled and rotated about its centre by values drawn from them and resampled with
+    `interpolation` (nearest, bilinear, bicubic, lanczos). Raises ValueError when no object fits
+    `min_fraction`..`max_fraction`, or when the frame leaves no room to move it by at least
+    `min_shift` px.
     """
+    if interpolation not in WARP_KERNELS:
+        raise ValueError(f"interpolation must be one of {sorted(WARP_KERNELS)}, got {interpolation!r}")
     rgb = as_rgb_uint8(image)
     h, w = rgb.shape[:2]
     if object_mask is not None:
@@ -86,20 +102,54 @@ def copy_move(
     ys, xs = np.nonzero(mask)
     x0, y0 = int(xs.min()), int(ys.min())
     bw, bh = int(xs.max()) - x0 + 1, int(ys.max()) - y0 + 1
-    tx, ty = farthest_grid_position((x0, y0, bw, bh), (h, w), rng)
-    if max(abs(tx - x0), abs(ty - y0)) < min_shift:
-        raise ValueError("object spans the frame; no room to move it")
-
-    pasted = np.zeros((h, w), dtype=bool)
-    pasted[ty:ty + bh, tx:tx + bw] = mask[y0:y0 + bh, x0:x0 + bw]
-    moved = rgb.copy()
-    moved[ty:ty + bh, tx:tx + bw] = rgb[y0:y0 + bh, x0:x0 + bw]
+    meta: dict[str, Any] = {"operation": "copy_move", "source_bbox": [x0, y0, x0 + bw, y0 + bh]}
+    if tuple(scale) == (1.0, 1.0) and tuple(rotation) == (0.0, 0.0):
+        tx, ty = farthest_grid_position((x0, y0, bw, bh), (h, w), rng)
+        if max(abs(tx - x0), abs(ty - y0)) < min_shift:
+            raise ValueError("object spans the frame; no room to move it")
+        pasted = np.zeros((h, w), dtype=bool)
+        pasted[ty:ty + bh, tx:tx + bw] = mask[y0:y0 + bh, x0:x0 + bw]
+        moved = rgb.copy()
+        moved[ty:ty + bh, tx:tx + bw] = rgb[y0:y0 + bh, x0:x0 + bw]
+        meta["target_bbox"] = [tx, ty, tx + bw, ty + bh]
+    else:
+        moved, pasted = _resampled_copy(rgb, mask, (x0, y0, bw, bh), rng, scale, rotation, interpolation,
+                                        min_shift, meta)
     width = float(rng.uniform(*feather))
     out = composite(moved, rgb, inner_alpha(pasted, width))
-    meta = {"operation": "copy_move", "source_bbox": [x0, y0, x0 + bw, y0 + bh],
-            "target_bbox": [tx, ty, tx + bw, ty + bh], "area_ratio": round(float(mask.mean()), 6),
-            "feather": round(width, 3), "segmentation": "felzenszwalb+otsu" if object_mask is None else "given"}
+    meta.update({"area_ratio": round(float(mask.mean()), 6), "feather": round(width, 3),
+                 "segmentation": "felzenszwalb+otsu" if object_mask is None else "given"})
     return ForgeryResult(out, pasted, meta)
+
+
+def _resampled_copy(rgb: np.ndarray, mask: np.ndarray, bbox: tuple[int, int, int, int], rng: np.random.Generator,
+                    scale: tuple[float, float], rotation: tuple[float, float], interpolation: str,
+                    min_shift: int, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The whole frame warped so the scaled, rotated object lands at the farthest grid position, and
+    the pasted region (the warped object mask). Records the drawn values and target box in `meta`."""
+    h, w = mask.shape
+    x0, y0, bw, bh = bbox
+    factor, angle = float(rng.uniform(*scale)), float(rng.uniform(*rotation))
+    centre = (x0 + (bw - 1) / 2.0, y0 + (bh - 1) / 2.0)
+    matrix = cv2.getRotationMatrix2D(centre, angle, factor)
+    ys, xs = np.nonzero(mask)
+    landed = np.stack([xs, ys, np.ones_like(xs)], axis=1).astype(np.float64) @ matrix.T
+    low, high = np.floor(landed.min(axis=0) + 1e-6), np.ceil(landed.max(axis=0) - 1e-6)  # float noise
+    nx0, ny0 = int(low[0]), int(low[1])
+    nbw, nbh = int(high[0]) - nx0 + 1, int(high[1]) - ny0 + 1
+    if nbw > w or nbh > h:
+        raise ValueError(f"the object scaled by {factor:.2f} and rotated by {angle:.1f} degrees does not fit the frame")
+    tx, ty = farthest_grid_position((nx0, ny0, nbw, nbh), (h, w), rng)
+    if max(abs(tx + (nbw - 1) / 2.0 - centre[0]), abs(ty + (nbh - 1) / 2.0 - centre[1])) < min_shift:
+        raise ValueError("object spans the frame; no room to move it")
+    matrix[:, 2] += (tx - nx0, ty - ny0)
+    moved = cv2.warpAffine(rgb, matrix, (w, h), flags=WARP_KERNELS[interpolation], borderMode=cv2.BORDER_REFLECT)
+    pasted = cv2.warpAffine(mask.astype(np.float32), matrix, (w, h), flags=cv2.INTER_LINEAR) >= 0.5
+    if not pasted.any():
+        raise ValueError(f"the object scaled by {factor:.2f} vanished")
+    meta.update({"target_bbox": [tx, ty, tx + nbw, ty + nbh], "scale": round(factor, 4),
+                 "rotation": round(angle, 3), "interpolation": interpolation})
+    return moved, pasted
 
 
 def inpaint_region(

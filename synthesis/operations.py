@@ -144,12 +144,13 @@ def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], r
                 "psnr": {group: round(psnr(edit.image, image), 3)}}
     if op == "splicing":
         donor = _read(out, panels[1])
-        result = splice(donor, image, rng)
+        result = splice(donor, image, rng, **options.get("splicing", {}))
         result.meta["object_panel"] = panels[1]["path"]
         return {"rows": [_write_fake(out, op, name, result.image, result.mask, panel, "splicing", result.meta)],
                 "pairs": []}
     if op in ("copy_move", "inpainting"):
-        result = copy_move(image, rng) if op == "copy_move" else inpaint_region(image, rng)
+        result = copy_move(image, rng, **options.get("copy_move", {})) if op == "copy_move" else \
+            inpaint_region(image, rng)
         return {"rows": [_write_fake(out, op, name, result.image, result.mask, panel, op, result.meta)], "pairs": []}
     if op == "damage":
         return {"rows": [_damage(out, name, image, panel, rng, options)], "pairs": []}

@@ -66,7 +66,8 @@ def plan_items(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]],
     used: set = set()
     items = []
     base = {"type": "item", "output": str(output), "seed": spec.seed}
-    options = {"local_min_side": spec.local_min_side, "d15_fraction": spec.d15_fraction}
+    options = {"local_min_side": spec.local_min_side, "d15_fraction": spec.d15_fraction,
+               **spec.changed_forgery_options()}
     for panel in panels:
         stem = Path(panel["path"]).stem
         rng = item_rng(spec.seed, f"plan/{stem}")

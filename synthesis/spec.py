@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from synthesis.families import DiffusionOptions
 
-__all__ = ["OPERATIONS", "KINDS", "DEFAULT_RATES", "GeneratorOptions", "DiffusionOptions", "DatasetSpec"]
+__all__ = ["OPERATIONS", "KINDS", "DEFAULT_RATES", "FORGERY_OPTIONS", "GeneratorOptions", "DiffusionOptions",
+           "DatasetSpec"]
 
 # new operations go last: the plan draws once per operation in this order (see synthesis.planning)
 OPERATIONS = ("rerender", "region_edit", "splicing", "copy_move", "inpainting", "duplication_global",
@@ -24,6 +25,11 @@ KINDS = {"aigi": ("rerender", "region_edit", "latent_rerender", "diffusion_sdedi
 DEFAULT_RATES = {"rerender": 1.0, "region_edit": 0.5, "splicing": 0.5, "copy_move": 0.5, "inpainting": 0.5,
                  "duplication_global": 0.25, "duplication_local": 0.5, "damage": 0.5,
                  "latent_rerender": 0.5, "diffusion_sdedit": 1.0, "diffusion_inpaint": 0.5}
+
+# settings a dataset may pass to the forgery generators (synthesis.copy_move.copy_move,
+# synthesis.splicing.splice) with the generators' defaults, the seed's recipe
+FORGERY_OPTIONS = {"copy_move": {"scale": [1.0, 1.0], "rotation": [0.0, 0.0], "interpolation": "bilinear"},
+                   "splicing": {"donor_chains": []}}
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,9 @@ class DatasetSpec:
     d15_fraction: float = 0.5
     generator: GeneratorOptions = field(default_factory=GeneratorOptions)
     diffusion: DiffusionOptions = field(default_factory=DiffusionOptions)  # latent AE and DDPM families
+    # per operation, keyword arguments of its generator (FORGERY_OPTIONS), e.g.
+    # {"copy_move": {"scale": [0.8, 1.25]}, "splicing": {"donor_chains": ["jpeg75"]}}
+    forgery_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -70,10 +79,24 @@ class DatasetSpec:
             raise ValueError(f"unknown operations {sorted(unknown)}; expected among {OPERATIONS}")
         if len(self.split_fractions) != 3 or abs(sum(self.split_fractions) - 1) > 1e-6:
             raise ValueError(f"split_fractions must be three numbers summing to 1, got {self.split_fractions}")
+        for op, settings in self.forgery_options.items():
+            known = FORGERY_OPTIONS.get(op)
+            if known is None:
+                raise ValueError(f"forgery_options: no options for {op!r}; options exist for {sorted(FORGERY_OPTIONS)}")
+            if set(settings) - set(known):
+                raise ValueError(f"forgery_options.{op}: unknown {sorted(set(settings) - set(known))}; "
+                                 f"known: {sorted(known)}")
         if isinstance(self.generator, Mapping):
             object.__setattr__(self, "generator", GeneratorOptions(**self.generator))
         if isinstance(self.diffusion, Mapping):
             object.__setattr__(self, "diffusion", DiffusionOptions(**self.diffusion))
+
+    def changed_forgery_options(self) -> dict[str, dict[str, Any]]:
+        """`forgery_options` without the settings equal to the generators' defaults, nor empty operations."""
+        plain = json.loads(json.dumps({op: dict(v) for op, v in self.forgery_options.items()}, default=list))
+        changed = {op: {k: v for k, v in settings.items() if v != FORGERY_OPTIONS[op][k]}
+                   for op, settings in plain.items()}
+        return {op: settings for op, settings in changed.items() if settings}
 
     @property
     def active(self) -> dict[str, float]:
@@ -83,4 +106,7 @@ class DatasetSpec:
         """Everything that changes the output (not workers, not where generator weights live)."""
         data = asdict(self)
         data["generator"].pop("dir")
+        data.pop("forgery_options")
+        if self.changed_forgery_options():  # else the seed's recipe: datasets made before the option match
+            data["forgery_options"] = self.changed_forgery_options()
         return json.loads(json.dumps(data, default=list))

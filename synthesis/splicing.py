@@ -2,6 +2,10 @@
 
 Pairs are ranked by the seed's similarity so that spliced content is plausible (a detector should
 learn seams and statistics, not "a cat on a micrograph"); the mask is the pasted object.
+
+By default the donor has the host's history (the seed splices panels of one dataset as they are).
+`donor_chains` gives the donor another processing history first (JPEG, resampling, denoising, blur;
+the chain names of `datamodules.io.apply_chain`), as a splice from another camera or file has.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
+from datamodules.io import apply_chain
 from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha
 from synthesis.segment import otsu_object_mask
 
@@ -71,8 +76,13 @@ def splice(
     max_fraction: float = 0.7,
     max_shift: float = 0.1,
     feather: tuple[float, float] = (1.5, 4.0),
+    donor_chains: Sequence[str] = (),
 ) -> SpliceResult:
     """Composite the foreground object of `object_image` onto `background`.
+
+    With `donor_chains`, one chain drawn from it is applied to `object_image` after its object is
+    segmented and before it is resized (`meta["donor_chain"]`); the geometry (shift, feather) is
+    the one the same `rng` gives without chains.
 
     The object (Otsu + morphology + largest component unless `object_mask` is given) and its image
     are resized to the background's size with nearest-neighbour masks, as in the seed, then shifted by
@@ -83,9 +93,10 @@ def splice(
     """
     obj = as_rgb_uint8(object_image, "object_image")
     bg = as_rgb_uint8(background, "background")
+    for chain in donor_chains:  # a mistyped chain fails on the first splice, not on the one that draws it
+        apply_chain(np.zeros((8, 8, 3), np.uint8), chain)
     mask = otsu_object_mask(obj) if object_mask is None else as_bool_mask(object_mask, obj.shape[:2])
     h, w = bg.shape[:2]
-    obj_r = cv2.resize(obj, (w, h), interpolation=cv2.INTER_LINEAR)
     mask_r = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST).astype(bool)
     frac = float(mask_r.mean())
     if not min_fraction <= frac <= max_fraction:
@@ -96,14 +107,20 @@ def splice(
     lo_y, hi_y = -int(ys.min()), h - 1 - int(ys.max())
     dx = int(rng.integers(max(lo_x, -int(max_shift * w)), min(hi_x, int(max_shift * w)) + 1))
     dy = int(rng.integers(max(lo_y, -int(max_shift * h)), min(hi_y, int(max_shift * h)) + 1))
+    width = float(rng.uniform(*feather))
+    # drawn last, so a splice with donor chains has the same geometry as one without
+    chain = str(donor_chains[int(rng.integers(len(donor_chains)))]) if len(donor_chains) else None
+    donor = as_rgb_uint8(apply_chain(obj, chain), "processed object_image") if chain is not None else obj
+
     shift = np.float32([[1, 0, dx], [0, 1, dy]])
+    obj_r = cv2.resize(donor, (w, h), interpolation=cv2.INTER_LINEAR)
     obj_r = cv2.warpAffine(obj_r, shift, (w, h), flags=cv2.INTER_NEAREST, borderMode=cv2.BORDER_REFLECT)
     mask_r = cv2.warpAffine(mask_r.astype(np.uint8), shift, (w, h), flags=cv2.INTER_NEAREST).astype(bool)
-
-    width = float(rng.uniform(*feather))
     image = composite(obj_r, bg, inner_alpha(mask_r, width))
     meta = {"operation": "splicing", "area_ratio": round(frac, 6), "shift": [dx, dy],
             "feather": round(width, 3), "similarity": round(pair_similarity(obj, bg), 6)}
+    if chain is not None:
+        meta["donor_chain"] = chain
     return SpliceResult(image, mask_r, meta)
 
 

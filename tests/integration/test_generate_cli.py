@@ -48,5 +48,11 @@ def test_cpu_diverse_preset_and_the_generated_experiment_compose():
     assert train.data._target_.endswith("LayoutDataModule") and root.endswith("/generated_detector")
     assert train.detector.net.preprocess.size == 64 and train.data.balanced
     assert "ddpm_pixel_inpaint" in train.data.exclude_groups
+    assert spec.changed_forgery_options() == {}  # the seed's recipe unless asked
+    traced = spec_from_config(compose_config("generate", ["forgery_options.copy_move.scale=[0.8,1.25]",
+                                                          "forgery_options.splicing.donor_chains=[jpeg75]"]))
+    GlobalHydra.instance().clear()
+    assert traced.changed_forgery_options() == {"copy_move": {"scale": [0.8, 1.25]},
+                                                "splicing": {"donor_chains": ["jpeg75"]}}
     diffusers = compose_config("generate", ["generator=diffusers", "generator.model=/weights/sd"])
     assert diffusers.generator.backend == "diffusers" and diffusers.generator.strengths == [0.3, 0.6]

@@ -66,6 +66,17 @@ def test_metrics_and_report_say_how_far_the_calibration_can_be_trusted(trained_r
     assert "Clopper-Pearson" in report and "Warning" in report
 
 
+def test_the_reported_calibration_is_the_tested_checkpoints(trained_run):
+    """metrics.json describes the threshold the test used (the best checkpoint's), not whichever
+    validation epoch ran last: the check is saved with the weights and restored with them."""
+    run, metrics, _ = trained_run
+    best = torch.load(run / "checkpoints/best.ckpt", map_location="cpu", weights_only=True)
+    last = torch.load(run / "checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    assert best["calibration"] == metrics["calibration"]
+    assert last["calibration"]["n_genuine"] == best["calibration"]["n_genuine"] > 0
+    assert float(best["state_dict"]["threshold"]) == pytest.approx(metrics["threshold"])
+
+
 def test_checkpoint_loads_without_hydra_and_keeps_the_calibrated_threshold(trained_run):
     run, metrics, _ = trained_run
     module = load_checkpoint(run / "checkpoints" / "best.ckpt")

@@ -80,3 +80,34 @@ def test_precomputed_similarity_equals_the_splicing_score():
         for b in images:
             expected = pair_similarity(a, b)
             assert feature_similarity(similarity_features(a), similarity_features(b)) == pytest.approx(expected, abs=1e-9)
+
+
+def test_forgery_options_mark_the_fingerprint_and_reach_the_generator(tmp_path):
+    import json
+
+    import cv2
+
+    from synthesis.operations import run_operation
+    from synthesis.planning import plan_items
+
+    seed_recipe = DatasetSpec().fingerprint()
+    assert "forgery_options" not in seed_recipe  # datasets made before the option keep their stamp
+    assert DatasetSpec(forgery_options={"copy_move": {}, "splicing": {}}).fingerprint() == seed_recipe
+    assert DatasetSpec(forgery_options={"copy_move": {"scale": (1.0, 1.0)}}).fingerprint() == seed_recipe
+    assert DatasetSpec(forgery_options={"splicing": {"donor_chains": ["jpeg75"]}}).fingerprint() != seed_recipe
+    with pytest.raises(ValueError, match="unknown"):
+        DatasetSpec(forgery_options={"copy_move": {"angle": [0, 30]}})
+    with pytest.raises(ValueError, match="no options for 'damage'"):
+        DatasetSpec(forgery_options={"damage": {"strength": 1}})
+
+    image = np.full((120, 160, 3), 40, np.uint8)
+    cv2.circle(image, (50, 60), 25, (220, 200, 180), -1)
+    write_image(tmp_path / "real/p.png", image)
+    panel = {"path": "real/p.png", "height": 120, "width": 160, "split": "train", "source": "p", "category": None}
+    spec = DatasetSpec(kind="forgery", ops={"copy_move": 1.0},
+                       forgery_options={"copy_move": {"rotation": [20, 20], "interpolation": "bicubic"}})
+    (item,) = plan_items(spec, tmp_path, [panel], generators={})
+    row = run_operation(item["op"], item["name"], tmp_path, item["panels"], np.random.default_rng(0),
+                        item["options"])["rows"][0]
+    meta = json.loads((tmp_path / row["mask"]).with_suffix(".json").read_text())["meta"]
+    assert meta["rotation"] == 20.0 and meta["interpolation"] == "bicubic"
