@@ -94,7 +94,7 @@ def splice_batch(photos: list[np.ndarray], size: int, chain: str, positions: lis
             base = crop(photo, size, position).copy()
             processed = apply_chain(base, chain)
             if processed.shape != base.shape:
-                raise ValueError(f"--splice-chain {chain} changes the image size; pick one that keeps it")
+                raise ValueError(f"--splice-chains: {chain} changes the image size; pick one that keeps it")
             top, left = (int(v) for v in rng.integers(margin, size - side - margin, 2))
             base[top:top + side, left:left + side] = processed[top:top + side, left:left + side]
             mask = np.zeros((size, size), bool)
