@@ -134,15 +134,27 @@ def report(cfg: DictConfig, runtime: Any, records: list[Record], results: list[d
 
 
 def sweep(runtime: Any, rows: list[dict[str, Any]], cfg: DictConfig) -> dict[str, Any]:
-    """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input."""
+    """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the input;
+    a localizer on input with true masks gets pixel curves too (maps compared at the original size)."""
     from evaluation import robustness_curves
+    from evaluation.robustness import DEFAULT_LEVELS
 
     rng = np.random.default_rng(cfg.seed)
     chosen = [rows[i] for i in sorted(rng.permutation(len(rows))[: cfg.robustness_max_images])]
-    log.info("robustness sweep on %d images", len(chosen))
-    score = score_perturbed_fn(runtime, [Record(path=row["path"]) for row in chosen], cfg.batch_size,
-                               cfg.num_workers)
+    records = [Record(path=row["path"], label=int(row["label"]), mask=row.get("mask") or None) for row in chosen]
+    names = list(cfg.get("robustness_perturbations") or DEFAULT_LEVELS)
+    unknown = sorted(set(names) - set(DEFAULT_LEVELS))
+    if unknown:
+        raise InferenceFailed(f"unknown robustness_perturbations {unknown}; known: {sorted(DEFAULT_LEVELS)}")
+    log.info("robustness sweep (%s) on %d images", ", ".join(names), len(chosen))
+    if runtime.is_localizer and records_with_masks(records):
+        from inference.perturbed_maps import score_perturbed_maps_fn
+
+        score = score_perturbed_maps_fn(runtime, records, cfg.batch_size, cfg.num_workers)
+    else:
+        score = score_perturbed_fn(runtime, records, cfg.batch_size, cfg.num_workers)
     return robustness_curves(score, np.asarray([row["label"] for row in chosen]),
+                             levels={name: DEFAULT_LEVELS[name] for name in names},
                              threshold=float(cfg.threshold if cfg.threshold is not None else runtime.threshold))
 
 

@@ -1,19 +1,27 @@
 """Deployment figures: start-up, steady state, pipeline vs its limit, int8 vs fp32, memory, processes.
 
-    python benchmarks/bench_deploy.py [--only startup pipeline int8 memory processes] [--output FILE.json]
+    python benchmarks/bench_deploy.py [--only startup pipeline localizer int8 memory processes]
+                                      [--repeats 3] [--localizer mvss] [--output FILE.json]
 
 - startup: `python infer.py` on one PNG, a new process each time, with the `.onnx` and the `.ckpt`
   of `npr` (wall time, best of `--repeats`); steady state = images/s of a long run with the one-image
   run's time taken off, so start-up and throughput are reported separately.
-- pipeline: `npr` at 224 px, batch 32, a folder of PNGs: `infer.py` with the `.onnx` (start-up taken
-  off) against (a) the raw onnxruntime forward on pre-decoded tensors and (b) the limit that decoding
-  plus the raw forward set on the same cores: N / (time to decode and preprocess the N files with
-  one thread + time of the raw forward on them).
+- pipeline: `npr` at 224 px, batch 32, 256 PNGs: `infer.py`'s scoring loop with the `.onnx` (model
+  loaded: decoding threads, batches, forward, rows streamed to CSV) against (a) the raw onnxruntime
+  forward on pre-decoded tensors and (b) the limit that decoding plus the raw forward set on the same
+  cores: N / (time to decode and preprocess the N files with one thread + time of the raw forward).
+- localizer: `--localizer` (default `mvss`) on 16 PNGs of 512 x 512, batch 8: the `.onnx` scoring
+  loop with maps not saved and saved (`save_masks=true`) against the raw onnxruntime forward and
+  against decoding plus it; the `.ckpt` loop against the eager PyTorch forward; onnxruntime vs eager.
 - int8: raw onnxruntime forward images/s of the fp32 and the int8 (static QDQ) exports of `npr`,
   `dct` and `seg_tiny` (a localizer, 256 px).
 - memory: peak resident memory of `infer.py` (.onnx, `dct_tiny`) scoring 10,000 vs 1,000 images.
-- processes: `infer.py devices=2 device=cpu` vs one process, images/s end to end.
+- processes: `infer.py devices=2 device=cpu` vs one process, images/s end to end and in steady state
+  (start-up taken off by scoring `count` and 4 x `count` images).
 
+The pipeline and localizer figures are taken in one run: every timing once as warm-up, then
+`--repeats` rounds of all of them in turn; each ratio is the median over the rounds of the ratio
+within a round, so the pipeline and its reference are measured under the same load.
 Untrained weights (speed does not depend on them); CPU only; one run gives all ratios.
 """
 from __future__ import annotations
@@ -108,32 +116,138 @@ def raw_forward_rate(session, batches: list[np.ndarray], repeats: int) -> float:
     return sum(len(b) for b in batches) / best(times)
 
 
+def timed(function, *args) -> float:
+    start = time.perf_counter()
+    function(*args)
+    return time.perf_counter() - start
+
+
+def decode(paths: list[Path], geometry) -> list[np.ndarray]:
+    """What the limit charges for decoding: read and bring to the network size, one thread."""
+    from datamodules.io import read_image
+
+    return [geometry(read_image(path)) for path in paths]
+
+
+def onnx_forward(session, batches: list[np.ndarray]) -> None:
+    """The raw onnxruntime forward pass, every output fetched (scores and maps), as `infer.py` fetches them."""
+    for batch in batches:
+        session.run(None, {"image": batch})
+
+
+def eager_forward(module, batches: list[np.ndarray]) -> None:
+    """The raw eager PyTorch forward pass on decoded tensors (as the `.ckpt` runtime runs it)."""
+    import torch
+
+    with torch.inference_mode():
+        for batch in batches:
+            outputs = module.net(torch.from_numpy(batch))
+            torch.sigmoid(outputs["logit"])
+            if "mask_logit" in outputs:
+                torch.sigmoid(outputs["mask_logit"])
+
+
+def score_loop(runtime, paths: list[Path], batch_size: int, folder: Path, save_masks: bool = False) -> None:
+    """`infer.py`'s scoring loop with the model loaded: decoding threads (its default `num_workers`),
+    batches, forward, rows streamed to a CSV and, with `save_masks`, the PNG maps."""
+    import shutil
+
+    import yaml
+
+    from inference.scoring import score_items
+    from inference.writer import COLUMNS, ResultWriter
+
+    workers = yaml.safe_load((ROOT / "configs" / "infer.yaml").read_text())["num_workers"]
+    masks = folder / "masks" if save_masks else None
+    shutil.rmtree(folder / "masks", ignore_errors=True)
+    with ResultWriter(folder / "loop.csv", [*COLUMNS, "mask"]) as writer:
+        counts = score_items(runtime, list(enumerate(map(str, paths))), writer, batch_size=batch_size,
+                             num_workers=workers, progress=False, masks_dir=masks)
+    assert counts["ok"] == len(paths), counts
+    if save_masks:
+        assert len(list(masks.glob("*.png"))) == len(paths)
+
+
+def median_rounded(values: list[float], digits: int = 3) -> float:
+    return round(float(np.median(values)), digits)
+
+
+def interleaved(timings: dict, repeats: int) -> dict:
+    """Every timing once as warm-up, then `repeats` rounds of all of them in turn (so a change of
+    load on shared cores hits each alike); returns the median images/s of each and the per-round
+    times, from which ratios are taken round by round."""
+    for function in timings.values():
+        function()
+    rounds = {name: [] for name in timings}
+    for _ in range(repeats):
+        for name, function in timings.items():
+            rounds[name].append(timed(function))
+    return {name: np.asarray(values) for name, values in rounds.items()}
+
+
 def pipeline(work: Path, repeats: int, count: int = 256) -> dict:
+    """`npr` at 224 px, batch 32: the `.onnx` scoring loop against decoding plus the raw forward."""
     import onnxruntime as ort
 
-    from datamodules.geometry import eval_geometry, to_network_input
-    from datamodules.io import read_image
-    from datamodules.preprocess import Preprocess
+    from datamodules.geometry import to_network_input
+    from inference.runtime import load_runtime, runtime_transform
 
     _, onnx = build_models("npr", work / "npr224", size=224)
     paths = write_pngs(work / "png224", count, 256)
-    geometry = eval_geometry(Preprocess(size=224, mode="center_crop"))
-    decode_times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        decoded = [geometry(read_image(p)) for p in paths]
-        decode_times.append(time.perf_counter() - start)
+    runtime = load_runtime(onnx, "cpu")
+    geometry = runtime_transform(runtime)
+    decoded = decode(paths, geometry)
     batches = [to_network_input(decoded[i:i + 32]) for i in range(0, count, 32)]
     session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
-    raw = raw_forward_rate(session, batches, repeats)
-    write_pngs(work / "one224", 1, 256)
-    one = best([run_infer(onnx, work / "one224", work / "out.csv")[0] for _ in range(repeats)])
-    total = best([run_infer(onnx, work / "png224", work / "out.csv", "batch_size=32")[0] for _ in range(repeats)])
-    rate = (count - 1) / max(total - one, 1e-9)
-    limit = count / (best(decode_times) + count / raw)
-    return {"images": count, "pipeline_images_per_s": round(rate, 1), "raw_forward_images_per_s": round(raw, 1),
-            "decode_images_per_s": round(count / best(decode_times), 1), "limit_images_per_s": round(limit, 1),
-            "ratio_to_limit": round(rate / limit, 3), "ratio_to_raw_forward": round(rate / raw, 3)}
+    times = interleaved({"decode": lambda: decode(paths, geometry), "forward": lambda: onnx_forward(session, batches),
+                         "pipeline": lambda: score_loop(runtime, paths, 32, work)}, repeats)
+    limit = times["decode"] + times["forward"]
+    return {"detector": "npr", "size": 224, "batch_size": 32, "images": count, "repeats": repeats,
+            **{f"{name}_images_per_s": median_rounded(count / values, 1) for name, values in times.items()},
+            "limit_images_per_s": median_rounded(count / limit, 1),
+            "ratio_to_limit": median_rounded(limit / times["pipeline"]),
+            "ratio_to_raw_forward": median_rounded(times["forward"] / times["pipeline"]),
+            "load_average": round(os.getloadavg()[0], 2)}
+
+
+def localizer(work: Path, repeats: int, name: str = "mvss", count: int = 16, batch_size: int = 8,
+              size: int = 512) -> dict:
+    """A localizer on `size` x `size` PNGs, batch `batch_size`: the `.onnx` scoring loop (maps not
+    saved / saved) against the raw onnxruntime forward and against decoding plus it; the `.ckpt`
+    loop against the eager PyTorch forward; onnxruntime against eager PyTorch."""
+    import onnxruntime as ort
+    import torch
+
+    from datamodules.geometry import to_network_input
+    from inference.runtime import load_checkpoint, load_runtime, runtime_transform
+
+    ckpt, onnx = build_models(name, work / name, size=128)  # the export's parity probes at 128 px: quicker
+    paths = write_pngs(work / "png", count, size)
+    runtimes = {kind: load_runtime(path, "cpu") for kind, path in (("onnx", onnx), ("ckpt", ckpt))}
+    geometry = runtime_transform(runtimes["onnx"])
+    decoded = decode(paths, geometry)
+    batches = [to_network_input(decoded[i:i + batch_size]) for i in range(0, count, batch_size)]
+    session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    module = load_checkpoint(ckpt)
+    times = interleaved({
+        "decode": lambda: decode(paths, geometry),
+        "onnx_forward": lambda: onnx_forward(session, batches),
+        "onnx_pipeline": lambda: score_loop(runtimes["onnx"], paths, batch_size, work),
+        "onnx_pipeline_masks": lambda: score_loop(runtimes["onnx"], paths, batch_size, work, save_masks=True),
+        "eager_forward": lambda: eager_forward(module, batches),
+        "ckpt_pipeline": lambda: score_loop(runtimes["ckpt"], paths, batch_size, work),
+    }, repeats)
+    limit = times["decode"] + times["onnx_forward"]
+    return {"detector": name, "size": size, "batch_size": batch_size, "images": count, "repeats": repeats,
+            "torch_threads": torch.get_num_threads(),
+            **{f"{key}_images_per_s": median_rounded(count / values) for key, values in times.items()},
+            "onnx_ratio_to_raw_onnx": median_rounded(times["onnx_forward"] / times["onnx_pipeline"]),
+            "onnx_ratio_to_limit": median_rounded(limit / times["onnx_pipeline"]),
+            "onnx_masks_ratio_to_raw_onnx": median_rounded(times["onnx_forward"] / times["onnx_pipeline_masks"]),
+            "onnx_masks_ratio_to_limit": median_rounded(limit / times["onnx_pipeline_masks"]),
+            "ckpt_ratio_to_raw_eager": median_rounded(times["eager_forward"] / times["ckpt_pipeline"]),
+            "onnx_vs_eager": median_rounded(times["eager_forward"] / times["onnx_forward"]),
+            "load_average": round(os.getloadavg()[0], 2)}
 
 
 def int8_speed(work: Path, repeats: int) -> dict:
@@ -181,20 +295,32 @@ def memory(work: Path) -> dict:
 
 
 def processes(work: Path, repeats: int, count: int = 512) -> dict:
+    """One vs two processes, end to end and in steady state.
+
+    Each setting scores `count` and 4 x `count` images; the difference of the two wall times is the
+    time of 3 x `count` images with start-up (imports, process launch, collective set-up) taken off.
+    """
     _, onnx = build_models("npr", work / "npr_proc", size=96)
     write_pngs(work / "png_proc", count, 128)
-    rates = {}
+    write_pngs(work / "png_proc_4x", 4 * count, 128)
+    result: dict = {"images": count, "cores": os.cpu_count()}
     for label, extra in (("one_process", []), ("two_processes", ["devices=2", "strategy=ddp"])):
-        total = best([run_infer(onnx, work / "png_proc", work / "out.csv", "batch_size=32", *extra)[0]
-                      for _ in range(repeats)])
-        rates[label] = round(count / total, 1)
-    return {**{f"{k}_images_per_s": v for k, v in rates.items()}, "images": count,
-            "ratio": round(rates["two_processes"] / rates["one_process"], 3), "cores": os.cpu_count()}
+        seconds = {folder: best([run_infer(onnx, work / folder, work / "out.csv", "batch_size=32", *extra)[0]
+                                 for _ in range(repeats)]) for folder in ("png_proc", "png_proc_4x")}
+        steady = 3 * count / max(seconds["png_proc_4x"] - seconds["png_proc"], 1e-9)
+        result[f"{label}_images_per_s"] = round(count / seconds["png_proc"], 1)
+        result[f"{label}_steady_images_per_s"] = round(steady, 1)
+        result[f"{label}_startup_s"] = round(seconds["png_proc"] - count / steady, 2)
+    for kind in ("", "_steady"):
+        result[f"ratio{kind}"] = round(result[f"two_processes{kind}_images_per_s"]
+                                       / result[f"one_process{kind}_images_per_s"], 3)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", default=["startup", "pipeline", "int8", "memory", "processes"])
+    parser.add_argument("--only", nargs="+", default=["startup", "pipeline", "localizer", "int8", "memory", "processes"])
+    parser.add_argument("--localizer", default="mvss", help="the localizer of the `localizer` figures")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
@@ -206,6 +332,8 @@ def main() -> None:
             start = time.perf_counter()
             if name == "memory":
                 results[name] = memory(work)
+            elif name == "localizer":
+                results[name] = localizer(work, args.repeats, args.localizer)
             else:
                 results[name] = globals()[{"int8": "int8_speed"}.get(name, name)](work, args.repeats)
             print(json.dumps({name: results[name], "seconds": round(time.perf_counter() - start, 1)}), flush=True)

@@ -4,8 +4,10 @@
                                           iapl_tiny cospy_tiny cospy_progan_tiny effort_tiny]
                                          [--images 64] [--batch-sizes 1 32] [--repeats 3] [--threads 2]
                                          [--size 512] [--save-masks]
-    # localizers at 512 x 512 (MVSS-Net: the model dominates, so the pipeline must keep up):
+    # localizers at 512 x 512 (maps saved or not):
     python benchmarks/bench_inference.py --detectors mvss --size 512 --images 16 --batch-sizes 8 --repeats 2
+    # the steady-state ratios of the deployment targets (model loaded, warm-up excluded, medians of
+    # interleaved rounds): benchmarks/bench_deploy.py --only pipeline localizer
 
 For each detector config (untrained: speed does not depend on the weights) it writes a checkpoint,
 exports it with `detectors.export`, writes `--images` PNGs at the detector's input size, and
@@ -47,8 +49,9 @@ def build_module(name: str, size: int | None = None) -> DetectorModule:
     config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
     if size:
         config["net"]["preprocess"] = {**config["net"].get("preprocess", {}), "size": size}
-    if config["net"].get("pretrained"):  # speed does not depend on the weights: none to look for
-        config["net"]["pretrained"] = None
+    for key in ("pretrained", "encoder_weights"):  # speed does not depend on the weights: none to look for
+        if config["net"].get(key):
+            config["net"][key] = None
     return DetectorModule(net=config["net"], optimizer=config.get("optimizer"), scheduler=config.get("scheduler"),
                           name=config.get("name", name)).eval()
 

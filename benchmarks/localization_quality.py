@@ -1,7 +1,12 @@
 """Localization quality per operation on generated data, within a stated CPU budget (a script).
 
-    python benchmarks/localization_quality.py [--detectors seg_tiny mvss_tiny] [--minutes 10]
-        [--epochs 30] [--output-dir outputs/localization_quality] [--readme README.md]
+    python benchmarks/localization_quality.py [--detectors seg_tiny mvss_tiny trufor_tiny
+        trufor_tiny:noise_input=rgb] [--minutes 10] [--epochs 30] [--output-dir outputs/localization_quality]
+        [--readme README.md] [--robustness] [--robustness-max-images 200]
+
+A detector is a config name or a variant `NAME:KEY=VALUE[,KEY=VALUE...]`, each KEY a field of the
+config's `net` (`trufor_tiny:noise_input=rgb` is TruFor without its fingerprint branch); the row is
+labelled with the variant as written.
 
 1. Generates (once) a localization set from the bundled photographs with `synthesis.dataset`:
    splicing, copy-move, inpainting, AI region edit (a small autoencoder regenerates a region) and
@@ -15,12 +20,19 @@
    threshold per image (an oracle), pixel IoU, pixel AUROC, image AUROC (that operation's forgeries
    against all genuine test images) and the genuine pixel false-positive rate (fraction of genuine
    pixels above 0.5). The table goes to `<output-dir>/localization_quality.md` and `results.json`,
-   and, with `--readme`, between the `localization-quality` markers of that file.
+   and, with `--readme`, between the `localization-quality` markers of that file, with each run's
+   optimizer steps, epochs, minutes and the machine's load average.
+4. With `--robustness`, scores the same held-out images again with `infer.py robustness=true`
+   (JPEG quality 95 -> 30, rescaling 0.5 -> 1.5; the product's scoring path, maps compared with the
+   masks at the original size) and writes pixel F1 and pixel AUROC vs strength over every manipulated
+   test image to `localization_robustness.md` (and between the `localization-robustness` markers).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -46,6 +58,29 @@ SPEC = {"kind": "forgery", "ops": {"splicing": 0.5, "copy_move": 0.75, "inpainti
 COLUMNS = ("pixel_f1", "pixel_f1_best", "pixel_iou", "pixel_auroc", "image_auroc", "pixel_fpr_genuine",
            "whole_image_f1", "n_masks")
 MARKERS = ("<!-- localization-quality:start -->", "<!-- localization-quality:end -->")
+ROBUSTNESS_MARKERS = ("<!-- localization-robustness:start -->", "<!-- localization-robustness:end -->")
+ROBUSTNESS_PERTURBATIONS = ("jpeg", "rescale")
+
+
+def parse_variant(spec: str) -> tuple[str, list[str]]:
+    """`NAME[:KEY=VALUE[,KEY=VALUE...]]` -> (detector config name, `detector.net.KEY=VALUE` overrides).
+    A value may hold commas when the next item does not look like `KEY=` (`embed_dims=[8,16]`)."""
+    name, _, rest = spec.partition(":")
+    if not (ROOT / "configs" / "detector" / f"{name}.yaml").is_file():
+        known = sorted(p.stem for p in (ROOT / "configs" / "detector").glob("*.yaml"))
+        raise ValueError(f"unknown detector {name!r} in {spec!r}; known: {', '.join(known)}")
+    overrides = []
+    for item in (re.split(r",(?=[A-Za-z_][\w.]*=)", rest) if rest else []):
+        key, equals, value = item.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
+            raise ValueError(f"bad variant {spec!r}: expected NAME:KEY=VALUE[,KEY=VALUE...], got {item!r}")
+        overrides.append(f"detector.net.{key}={value}")
+    return name, overrides
+
+
+def run_name(spec: str) -> str:
+    """A folder name for a variant (`trufor_tiny:noise_input=rgb` -> `trufor_tiny-noise_input=rgb`)."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "-", spec.replace(":", "-", 1))
 
 
 def make_data(folder: Path) -> Path:
@@ -61,22 +96,27 @@ def operation(group: str | None) -> str | None:
     return "region_edit" if group and group.endswith("_region") else group
 
 
-def train(detector: str, data: Path, run: Path, epochs: int, minutes: float, reuse: bool) -> tuple[Path, float]:
-    """Train in a subprocess (`train.py`), return (best checkpoint, seconds); `reuse` keeps a finished run."""
-    timing = run / "train_seconds.txt"
+def train(spec: str, data: Path, run: Path, epochs: int, minutes: float, reuse: bool) -> tuple[Path, dict]:
+    """Train a detector or variant in a subprocess (`train.py`); return (best checkpoint, budget:
+    seconds, optimizer steps, epochs, load average before and after). `reuse` keeps a finished run."""
+    detector, overrides = parse_variant(spec)
+    timing = run / "budget.json"
     if reuse and timing.is_file() and (run / "checkpoints" / "best.ckpt").is_file():
-        return run / "checkpoints" / "best.ckpt", float(timing.read_text())
-    command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", "data=localization",
+        return run / "checkpoints" / "best.ckpt", json.loads(timing.read_text())
+    command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", *overrides, "data=localization",
                f"data.root={data}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
                f"+trainer.max_time='00:00:{int(minutes):02d}:{round(minutes % 1 * 60):02d}'", "trainer.enable_progress_bar=false", "test=false",
                f"hydra.run.dir={run}"]
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     run.mkdir(parents=True, exist_ok=True)
     with open(run / "train.log", "w") as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    seconds = time.perf_counter() - started
-    timing.write_text(f"{seconds:.1f}")
-    return run / "checkpoints" / "best.ckpt", seconds
+    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    budget = {"seconds": round(time.perf_counter() - started, 1), "steps": int(last["global_step"]),
+              "epochs": int(last["epoch"]) + 1, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    timing.write_text(json.dumps(budget))
+    return run / "checkpoints" / "best.ckpt", budget
 
 
 @torch.inference_mode()
@@ -119,6 +159,38 @@ def evaluate(checkpoint: Path, manifest: Path) -> dict[str, dict[str, float]]:
     return table
 
 
+def test_manifest(manifest: Path, path: Path) -> Path:
+    """The held-out images `evaluate` scores (genuine ones, and forgeries of `OPERATIONS` with a
+    mask) as a manifest `infer.py` reads."""
+    from datamodules.io import write_manifest
+
+    rows = [r for r in read_layout(manifest.parent, "auto") if r.split == "test"
+            and (r.label == 0 or (operation(r.group) in OPERATIONS and r.mask))]
+    write_manifest(rows, path)
+    return path
+
+
+def robustness(checkpoint: Path, manifest: Path, out: Path, max_images: int) -> dict:
+    """`infer.py robustness=true` on the held-out images: the curves of its metrics.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(ROOT / "infer.py"), f"model={checkpoint}", f"input={manifest}",
+               f"output={out / 'scores.csv'}", "robustness=true", f"robustness_max_images={max_images}",
+               f"robustness_perturbations=[{','.join(ROBUSTNESS_PERTURBATIONS)}]", "num_workers=0",
+               "progress=false", "batch_size=1"]
+    (out / "scores.csv").unlink(missing_ok=True)
+    with open(out / "infer.log", "w") as log:
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    return json.loads((out / "scores.metrics.json").read_text())["robustness"]
+
+
+def budget_line(results: list[dict]) -> str:
+    parts = [f"{r['detector']} {r['budget']['steps']} steps / {r['budget']['epochs']} epochs in "
+             f"{r['budget']['seconds'] / 60:.1f} min (load {r['budget']['load'][0]:.1f} -> {r['budget']['load'][1]:.1f})"
+             for r in results]
+    return ("Training budget on this machine's CPU (1-minute load average at start -> end of each run): "
+            + "; ".join(parts) + ".")
+
+
 def markdown(results: list[dict]) -> str:
     head = ["detector", "operation", *COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -126,38 +198,72 @@ def markdown(results: list[dict]) -> str:
         for op, row in result["operations"].items():
             cells = [f"{row[k]:.3f}" if k != "n_masks" else str(int(row[k])) for k in COLUMNS]
             lines.append(f"| {result['detector']} | {op} | " + " | ".join(cells) + " |")
-    budget = ", ".join(f"{r['detector']} {r['train_seconds'] / 60:.1f} min" for r in results)
-    lines.append("")
-    lines.append(f"Training wall time on this machine's CPU: {budget}.")
+    return "\n".join([*lines, "", budget_line(results)])
+
+
+def robustness_markdown(results: list[dict]) -> str:
+    """Pixel F1 and pixel AUROC against strength, one row per detector (the identity levels are `clean`)."""
+    first = results[0]["robustness"]
+    levels = [(name, level) for name in ROBUSTNESS_PERTURBATIONS for level in first["curves"][name]["levels"]
+              if not (name == "rescale" and level == 1)]
+    names = {"jpeg": "JPEG {:g}", "rescale": "x{:g}"}
+    lines = []
+    for key in ("pixel_f1", "pixel_auroc"):
+        head = [f"{key}: detector", "clean", *(names[name].format(level) for name, level in levels)]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for result in results:
+            curves = result["robustness"]["curves"]
+            cells = [result["robustness"]["clean"][key]] + [
+                curves[name]["metrics"][key][curves[name]["levels"].index(level)] for name, level in levels]
+            lines.append(f"| {result['detector']} | " + " | ".join(f"{v:.3f}" for v in cells) + " |")
+        lines.append("")
+    clean = first["clean"]
+    lines.append(f"Held-out images: {int(clean['n_masks'])} manipulated (all operations) with masks, "
+                 f"pixel metrics per manipulated image at probability 0.5 (AUROC threshold-free), averaged.")
     return "\n".join(lines)
 
 
-def write_readme(readme: Path, text: str) -> None:
+def write_readme(readme: Path, text: str, markers: tuple[str, str] = MARKERS) -> None:
     content = readme.read_text()
-    start, end = content.index(MARKERS[0]) + len(MARKERS[0]), content.index(MARKERS[1])
+    start, end = content.index(markers[0]) + len(markers[0]), content.index(markers[1])
     readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--detectors", nargs="+", default=["seg_tiny", "mvss_tiny"])
+    parser.add_argument("--detectors", nargs="+", default=["seg_tiny", "mvss_tiny"],
+                        help="detector configs or variants NAME:KEY=VALUE[,KEY=VALUE...] (KEY under `net`)")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-time budget of each training run")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_quality")
-    parser.add_argument("--readme", type=Path, default=None, help="also write the table into this file")
+    parser.add_argument("--readme", type=Path, default=None, help="also write the table(s) into this file")
     parser.add_argument("--reuse", action="store_true", help="evaluate finished runs again without retraining")
+    parser.add_argument("--robustness", action="store_true", help="also sweep JPEG and rescaling (pixel F1, AUROC)")
+    parser.add_argument("--robustness-max-images", type=int, default=500)
     args = parser.parse_args(argv)
+    for spec in args.detectors:
+        parse_variant(spec)  # fail on a typo before any training
     manifest = make_data(args.output_dir / "data")
     results = []
-    for detector in args.detectors:
-        checkpoint, seconds = train(detector, manifest.parent, args.output_dir / detector, args.epochs, args.minutes,
-                                    args.reuse)
-        results.append({"detector": detector, "train_seconds": seconds, "operations": evaluate(checkpoint, manifest)})
+    for spec in args.detectors:
+        run = args.output_dir / run_name(spec)
+        checkpoint, budget = train(spec, manifest.parent, run, args.epochs, args.minutes, args.reuse)
+        result = {"detector": spec, "budget": budget, "operations": evaluate(checkpoint, manifest)}
+        if args.robustness:
+            held_out = test_manifest(manifest, args.output_dir / "test_manifest.csv")
+            result["robustness"] = robustness(checkpoint, held_out, run / "robustness", args.robustness_max_images)
+        results.append(result)
+        (args.output_dir / "results.json").write_text(json.dumps(results, indent=1))
     text = markdown(results)
-    (args.output_dir / "results.json").write_text(json.dumps(results, indent=1))
     (args.output_dir / "localization_quality.md").write_text(text + "\n")
+    if args.robustness:
+        robust = robustness_markdown(results)
+        (args.output_dir / "localization_robustness.md").write_text(robust + "\n")
+        text += "\n\n" + robust
     if args.readme:
-        write_readme(args.readme, text)
+        write_readme(args.readme, markdown(results))
+        if args.robustness:
+            write_readme(args.readme, robust, ROBUSTNESS_MARKERS)
     print(text)
     return 0
 

@@ -102,9 +102,11 @@ def plot_score_histograms(
 
 
 def plot_robustness(
-    path, robustness: Mapping, keys: Sequence[str] = ("auroc", "tpr@fpr=0.05", "balanced_accuracy")
+    path, robustness: Mapping,
+    keys: Sequence[str] = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_auroc"),
 ) -> Path:
-    """One panel per perturbation: each metric against perturbation strength."""
+    """One panel per perturbation: each metric against perturbation strength (pixel metrics when
+    the sweep had a localizer's maps)."""
     curves = robustness["curves"]
     fig = Figure(figsize=(4.2 * max(1, len(curves)), 3.8))
     axes = np.atleast_1d(fig.subplots(1, max(1, len(curves))))

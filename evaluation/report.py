@@ -16,7 +16,7 @@ from . import plots
 
 GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr",
                  "balanced_accuracy", "f1")
-ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy")
+ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_iou", "pixel_auroc")
 
 
 def to_jsonable(value: Any) -> Any:

@@ -5,7 +5,9 @@ The detector is injected, so this module needs no model code: ``robustness_curve
 ``score_perturbed(perturbation or None) -> scores`` (infer.py scores its input files through the same
 batches and geometry as the scoring run, applying the perturbation right after decoding), and
 ``robustness_sweep`` takes ``score_fn(list of uint8 H x W x 3 RGB images) -> scores`` for images
-already in memory.
+already in memory. For localizers, ``score_perturbed`` may also return the pixel metrics of the
+perturbed maps (``{"scores": ..., "pixel": {...}}``), so one pass of the detector per level gives both
+the image and the pixel curves.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from .image import image_metrics
 
 Perturbation = Callable[[np.ndarray, float], np.ndarray]
 ScoreFn = Callable[[list], np.ndarray]
-ScorePerturbed = Callable[[Callable[[np.ndarray], np.ndarray] | None], np.ndarray]
+ScorePerturbed = Callable[[Callable[[np.ndarray], np.ndarray] | None], "np.ndarray | Mapping"]
 
 
 def _check_image(image: np.ndarray) -> np.ndarray:
@@ -72,10 +74,19 @@ DEFAULT_LEVELS: dict[str, tuple[float, ...]] = {
     "rescale": (0.5, 0.75, 1.0, 1.25, 1.5),
 }
 DEFAULT_CURVE_KEYS = ("auroc", "pauroc@0.1", "ap", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy")
+# Curves added when ``score_perturbed`` returns pixel metrics (keys of ``evaluation.pixel``).
+PIXEL_CURVE_KEYS = ("pixel_f1", "pixel_iou", "pixel_auroc", "pixel_f1_best", "pixel_fpr_genuine", "n_masks")
 
 
 def _is_identity(name: str, level: float) -> bool:
     return (name == "blur" and level <= 0) or (name == "rescale" and level == 1)
+
+
+def _scores_and_pixel(result) -> tuple[np.ndarray, dict]:
+    """``score_perturbed``'s answer as (scores, pixel metrics): a plain array has no pixel metrics."""
+    if isinstance(result, Mapping):
+        return np.asarray(result["scores"], dtype=float).reshape(-1), dict(result.get("pixel") or {})
+    return np.asarray(result, dtype=float).reshape(-1), {}
 
 
 def _score_all(score_fn: ScoreFn, images: Sequence, transform, batch_size: int) -> np.ndarray:
@@ -126,6 +137,8 @@ def robustness_curves(
     ``score_perturbed(f)`` scores every input with ``f(image)`` applied to its decoded uint8 RGB
     pixels (``None``: unchanged), in the order of ``labels``; a NaN score marks an input that could
     not be scored, which is then left out of every level so all levels see the same images.
+    It may return ``{"scores": scores, "pixel": pixel metrics of the perturbed maps}`` instead
+    (localizers): the pixel keys then get curves too (``PIXEL_CURVE_KEYS``), and ``clean`` holds them.
     ``levels`` maps a perturbation name to its strengths (default: JPEG quality 95 -> 30, blur sigma
     0 -> 3, rescale 0.5 -> 1.5). ``perturbations`` adds or overrides functions ``f(image, level)``.
     Identity levels (sigma 0, factor 1) reuse the clean scores instead of running the detector again.
@@ -136,14 +149,15 @@ def robustness_curves(
     if unknown:
         raise ValueError(f"unknown perturbation(s) {unknown}; known: {sorted(functions)}")
     y = np.asarray(labels)
-    clean_scores = np.asarray(score_perturbed(None), dtype=float).reshape(-1)
+    clean_scores, clean_pixel = _scores_and_pixel(score_perturbed(None))
     if clean_scores.size != y.size:
         raise ValueError(f"{clean_scores.size} scores for {y.size} labels")
     keep = np.isfinite(clean_scores)
     if not keep.all():
         warnings.warn(f"robustness: {int((~keep).sum())} of {y.size} inputs could not be scored and are left out",
                       stacklevel=2)
-    clean = image_metrics(y[keep], clean_scores[keep], threshold=threshold)
+    clean = {**image_metrics(y[keep], clean_scores[keep], threshold=threshold), **clean_pixel}
+    curve_keys = (*curve_keys, *(k for k in PIXEL_CURVE_KEYS if k in clean_pixel and k not in curve_keys))
     curves: dict[str, dict] = {}
     for name, strengths in levels.items():
         fn = functions[name]
@@ -152,8 +166,8 @@ def robustness_curves(
             if _is_identity(name, level) and fn is PERTURBATIONS.get(name):
                 metrics = clean
             else:
-                scores = np.asarray(score_perturbed(partial(_perturbed, fn, level)), dtype=float).reshape(-1)
-                metrics = image_metrics(y[keep], scores[keep], threshold=threshold)
+                scores, pixel = _scores_and_pixel(score_perturbed(partial(_perturbed, fn, level)))
+                metrics = {**image_metrics(y[keep], scores[keep], threshold=threshold), **pixel}
             for k in curve_keys:
                 values[k].append(metrics[k])
         curves[name] = {"levels": [float(v) for v in strengths], "metrics": values}

@@ -53,17 +53,27 @@ def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
 def iter_batches(items: Sequence[tuple[int, str]], geometry: Callable[[np.ndarray], np.ndarray],
                  batch_size: int, workers: int = 2, read_ahead: int = 2) -> Iterator[dict[str, Any]]:
     """Batches of `(index, path)` items in order, decoded by `workers` threads while the caller
-    scores; at most `read_ahead` batches wait decoded in memory."""
+    scores; at most `read_ahead` batches wait decoded in memory.
+
+    Each batch is also stacked and converted to float on a worker (after its images, which come
+    first in the pool's queue, so it never waits on work queued behind it): the caller's thread
+    only runs the model, instead of leaving the cores idle while it converts pixels.
+    """
     chunks = (items[start:start + batch_size] for start in range(0, len(items), batch_size))
     if workers <= 0:
         for chunk in chunks:
             yield collate_samples([load_sample(i, p, geometry) for i, p in chunk])
         return
-    pending: deque[list[Future]] = deque()
+    pending: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
         for chunk in chunks:
-            pending.append([pool.submit(load_sample, i, p, geometry) for i, p in chunk])
+            samples = [pool.submit(load_sample, i, p, geometry) for i, p in chunk]
+            pending.append(pool.submit(collate_futures, samples))
             if len(pending) > read_ahead:
-                yield collate_samples([f.result() for f in pending.popleft()])
+                yield pending.popleft().result()
         while pending:
-            yield collate_samples([f.result() for f in pending.popleft()])
+            yield pending.popleft().result()
+
+
+def collate_futures(samples: list[Future]) -> dict[str, Any]:
+    return collate_samples([future.result() for future in samples])

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -63,6 +64,36 @@ def save_overlay(overlays_dir: Path, index: int, path: str, image: np.ndarray, p
     target = overlays_dir / safe_mask_name(index, path).replace(".png", ".jpg")
     write_image(target, heat_overlay(picture, prob), quality=90)
     return target
+
+
+class MapWriter:
+    """Writes a run's maps and overlays on a background thread, so encoding the PNGs of one batch
+    overlaps the next batch's forward pass instead of stalling it. A map's path is known at once
+    (its row can name it); `take()` hands over the writes queued since the last call, and the rows
+    of a batch are written only once those are done, so a row never names a map not yet on disk."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maps")
+        self.queued: list[Future] = []
+
+    def _submit(self, write: Callable[..., Any], *args: Any) -> None:
+        self.queued.append(self.pool.submit(write, *args))
+
+    def mask(self, masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int]) -> Path:
+        """Queue `save_mask`; returns the path it writes."""
+        self._submit(save_mask, masks_dir, index, path, probabilities, size)
+        return masks_dir / safe_mask_name(index, path)
+
+    def overlay(self, overlays_dir: Path, index: int, path: str, image: np.ndarray, probabilities: np.ndarray) -> None:
+        self._submit(save_overlay, overlays_dir, index, path, image, probabilities)
+
+    def take(self) -> list[Future]:
+        queued, self.queued = self.queued, []
+        return queued
+
+    def close(self) -> None:
+        """Finish every queued write (their errors were already raised where waited on)."""
+        self.pool.shutdown(wait=True)
 
 
 def read_map(path: str) -> np.ndarray:

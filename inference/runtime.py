@@ -130,6 +130,9 @@ class OnnxRuntime:
         self.device = device
         providers = onnx_providers(device, ort.get_available_providers())
         options = ort.SessionOptions()
+        # The decoding threads share the cores with the model: onnxruntime's threads must sleep when
+        # idle, not spin (spinning takes the cores the next batch is being decoded on).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if device == "auto":
             options.log_severity_level = 4  # a GPU that cannot start is not an error here: the CPU is used
         try:

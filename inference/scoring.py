@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from datamodules.records import Record
 from inference.batches import iter_batches
-from inference.masks import save_mask, save_overlay
+from inference.masks import MapWriter
 from inference.runtime import runtime_transform
 from inference.writer import ResultWriter
 
@@ -22,19 +22,20 @@ def error_row(path: str, reason: str) -> dict[str, Any]:
     return {"path": path, "score": "", "label": "", "status": "error", "error": reason}
 
 
-def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float,
-               masks_dir: Path | None = None, overlays_dir: Path | None = None) -> list[dict[str, Any]]:
+def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir: Path | None = None,
+               overlays_dir: Path | None = None, maps: MapWriter | None = None) -> list[dict[str, Any]]:
     """Result rows for one decoded batch (see `inference.batches.collate_samples`): unreadable files
     and model failures become `status=error` rows, never exceptions. Rows come in input order, so
-    a run's file does not depend on how the input was split into batches or processes."""
+    a run's file does not depend on how the input was split into batches or processes. Maps and
+    overlays are queued on `maps` (needed when `masks_dir` or `overlays_dir` is given)."""
     rows = list(zip(batch["error_index"], (error_row(path, reason) for path, reason in batch["errors"])))
     if "image" in batch:
-        rows += list(zip(batch["index"], scored_rows(runtime, batch, threshold, masks_dir, overlays_dir)))
+        rows += list(zip(batch["index"], scored_rows(runtime, batch, threshold, masks_dir, overlays_dir, maps)))
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
 
 def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir: Path | None,
-                overlays_dir: Path | None) -> list[dict[str, Any]]:
+                overlays_dir: Path | None, maps: MapWriter | None) -> list[dict[str, Any]]:
     try:
         outputs = predict_batch(runtime, batch["image"])
     except Exception as error:  # a model failure on one batch is reported per image, not fatal
@@ -42,19 +43,35 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
         return [error_row(p, f"model error: {error}") for p in batch["path"]]
     rows = []
     for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
+        broken = non_finite_output(outputs, i)
+        if broken:
+            log.error("%s: %s", path, broken)
+            rows.append(error_row(path, broken))
+            continue
         row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
+        index, size = int(batch["index"][i]), tuple(int(v) for v in batch["size"][i])
         if masks_dir is not None and "mask" in outputs:
-            row["mask"] = str(save_mask(masks_dir, int(batch["index"][i]), path, outputs["mask"][i][0],
-                                        tuple(int(v) for v in batch["size"][i])))
+            row["mask"] = str(maps.mask(masks_dir, index, path, outputs["mask"][i][0], size))
         if masks_dir is not None and "confidence" in outputs:  # asked for: `save_confidence=true`
-            row["confidence"] = str(save_mask(masks_dir / "confidence", int(batch["index"][i]), path,
-                                              outputs["confidence"][i][0], tuple(int(v) for v in batch["size"][i])))
+            row["confidence"] = str(maps.mask(masks_dir / "confidence", index, path, outputs["confidence"][i][0], size))
         if overlays_dir is not None and "mask" in outputs:
             image = batch["image"][i][0] if isinstance(batch["image"], list) else batch["image"][i]
-            save_overlay(overlays_dir, int(batch["index"][i]), path, np.asarray(image),
-                         outputs["mask"][i][0])
+            maps.overlay(overlays_dir, index, path, np.asarray(image), outputs["mask"][i][0])
         rows.append(row)
     return rows
+
+
+def non_finite_output(outputs: dict[str, Any], i: int) -> str:
+    """Why image `i`'s outputs cannot be trusted (a NaN or infinite score or map value: broken
+    weights, an overflow in reduced precision), or "" when they are fine. Such an image gets an
+    error row, never a score that compares false with every threshold."""
+    for name in ("score", "mask", "confidence"):
+        if name in outputs and not np.isfinite(np.asarray(outputs[name][i], dtype=np.float32)).all():
+            value = np.asarray(outputs[name][i], dtype=np.float32)
+            bad = value if value.ndim == 0 else value[~np.isfinite(value)].flat[0]
+            return (f"model error: non-finite {name} ({float(bad)}); the model's weights may be broken "
+                    "(NaN or infinite values) or its precision too low for this image")
+    return ""
 
 
 def predict_batch(runtime: Any, images: Any) -> dict[str, Any]:
@@ -89,11 +106,37 @@ def score_items(runtime: Any, items: Sequence[tuple[int, str]], writer: ResultWr
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
     batches = iter_batches(items, runtime_transform(runtime), batch_size, workers=num_workers)
     total = -(-len(items) // batch_size)
-    for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
-        rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir)
+    maps = MapWriter() if masks_dir is not None or overlays_dir is not None else None
+
+    def write(rows: list[dict[str, Any]], saving: list[Any]) -> None:
+        for future in saving:  # the maps these rows name are on disk before the rows are
+            future.result()
         for row in rows:
             counts[row["status"]] += 1
         writer.write(rows)
+
+    waiting: tuple[list[dict[str, Any]], list[Any]] | None = None  # a batch whose maps are being written
+    try:
+        for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
+            rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir, maps)
+            if waiting is not None:  # its maps were written while this batch's forward pass ran
+                done, waiting = waiting, None
+                write(*done)
+            saving = maps.take() if maps is not None else []
+            if saving:
+                waiting = (rows, saving)
+            else:
+                write(rows, [])
+        if waiting is not None:
+            done, waiting = waiting, None
+            write(*done)
+    except KeyboardInterrupt:
+        if waiting is not None:  # keep the finished batch: its rows and maps are whole
+            write(*waiting)
+        raise
+    finally:
+        if maps is not None:
+            maps.close()
     return counts
 
 

@@ -73,3 +73,29 @@ def test_custom_perturbation_and_errors():
         robustness_sweep(high_freq_score, ims, y, levels={"sharpen": (1,)})
     with pytest.raises(ValueError, match="scores for"):
         robustness_sweep(lambda b: np.zeros(1), ims, y, levels={})
+
+
+def test_pixel_metrics_from_the_scorer_get_curves_beside_the_image_metrics():
+    """A localizer's scorer returns {"scores", "pixel"}: each pixel key gets a curve, the identity level
+    reuses the clean values, and the image curves are unchanged."""
+    from evaluation.robustness import robustness_curves
+
+    ims, labels = images()
+    calls = []
+
+    def score_perturbed(perturb):
+        batch = [perturb(im) if perturb else im for im in ims]
+        scores = high_freq_score(batch)
+        calls.append(perturb)
+        return {"scores": scores, "pixel": {"pixel_f1": float(scores.mean()), "n_masks": 6}}
+
+    levels = {"rescale": (0.5, 1.0), "jpeg": (30,)}
+    result = robustness_curves(score_perturbed, labels, levels)
+    plain = robustness_curves(lambda p: score_perturbed(p)["scores"], labels, levels)
+    assert len(calls) == 3 + 3  # clean, rescale 0.5, jpeg 30 for each sweep: the identity is not rerun
+    clean_f1 = float(high_freq_score(ims).mean())
+    assert result["clean"]["pixel_f1"] == clean_f1 and "pixel_f1" not in plain["clean"]
+    curve = result["curves"]["rescale"]["metrics"]
+    assert curve["pixel_f1"][1] == clean_f1 and curve["pixel_f1"][0] != clean_f1
+    assert curve["n_masks"] == [6, 6] and "pixel_iou" not in curve  # only the keys the scorer gave
+    assert curve["auroc"] == plain["curves"]["rescale"]["metrics"]["auroc"]
