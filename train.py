@@ -103,9 +103,11 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
         return "n/a" if value is None or value != value else f"{value:.4f}"
 
     keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold",
-            "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_fpr_genuine")
+            "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_fpr_genuine", "chain_auroc")
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
-    return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(metrics.get('val', {}).get('auroc'))}"
+    val = metrics.get("val", {})
+    val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
+    return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
             f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")
 
 

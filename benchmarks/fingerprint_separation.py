@@ -1,17 +1,20 @@
 """Did phase 1 work? Chain separation and splice visibility of a trufor fingerprint (a script).
 
-    python benchmarks/fingerprint_separation.py --manifest data/manifest.csv \
-        [--checkpoint runs/phase1/checkpoints/last.ckpt] [--config configs/detector/trufor_tiny.yaml]
-        [--size 96] [--patch 16] [--pool 8] [--images 24]
+    python benchmarks/fingerprint_separation.py --manifest data/photos/manifest.csv \
+        [--checkpoint outputs/phase1/checkpoints/last.ckpt] [--config configs/detector/trufor_tiny.yaml]
+        [--size 128] [--patch 32] [--crops 4] [--splice-chains jpeg60 blur1.0]
 
-On the *test* split's genuine photos (held out from phase-1 training) every photo is cropped and
-passed through every processing chain; the extractor's fingerprints are cut into tiles and
-`detectors.blocks.noiseprint.chain_separation_auroc` reports how well the tile distance tells
-same-chain pairs (of different photos) from different-chain pairs (0.5 = chance). Then each photo
-gets a square from itself processed by another chain pasted in (a splice with no visible seam):
-the fingerprint's local log-energy, scored against the pasted square, gives a pixel AUROC per
-image, averaged ("does the spliced region stand out"). With `--checkpoint` the trained extractor
-is measured next to the same architecture with random weights (`--config`), in the same run.
+On the *test* split's genuine photos (held out from phase-1 training; `data/photos` is written by
+the first `python train.py experiment=trufor_fingerprint`), `--crops` crops of every photo go
+through every processing chain; `detectors.blocks.noiseprint.chain_separation_auroc` reports how
+well the similarity of the fingerprint's tiles (their spectra, as in training) tells same-chain
+from different-chain pairs of tiles of *different photos* (0.5 = chance). Then every crop, at
+`--splice-size`, gets a square of itself through each of `--splice-chains` pasted in (no visible
+seam): `splice_anomaly_map` scored against the pasted square gives a pixel AUROC per crop,
+averaged per chain ("does the spliced region stand out"; 0.5 = no, below 0.5 = it looks *more*
+typical of the image than the rest). Rows: `highpass` (a fixed 3 x 3
+high-pass residual, the reference any extractor should beat), `random` (the `--config`
+architecture with random weights) and, with `--checkpoint`, `trained`, all in the same run.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from datamodules.chains import DEFAULT_CHAINS, apply_chain, crop  # noqa: E402
 from datamodules.io import read_image  # noqa: E402
 from datamodules.records import read_manifest  # noqa: E402
-from detectors.blocks.noiseprint import NoiseFingerprint, chain_separation_auroc  # noqa: E402
+from detectors.blocks.noiseprint import (NoiseFingerprint, chain_separation_auroc,  # noqa: E402
+                                         splice_anomaly_map)
 
 
 def extractor_from(config: Path, checkpoint: Path | None) -> NoiseFingerprint:
@@ -44,38 +48,73 @@ def extractor_from(config: Path, checkpoint: Path | None) -> NoiseFingerprint:
     return extractor.eval()
 
 
-def chain_batch(photos: list[np.ndarray], chains: list[str], size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every photo through every chain: centred 2*size crop, chain, centred size crop."""
-    images, labels = [], []
+class HighPass(torch.nn.Module):
+    """The reference residual: grey level minus its 3 x 3 mean (no learning)."""
+
+    depth = 1
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        grey = image.mean(dim=1, keepdim=True)
+        return grey - F.avg_pool2d(grey, 3, 1, 1, count_include_pad=False)
+
+
+def crop_positions(crops: int) -> list[tuple[float, float]]:
+    """`crops` relative positions spread over the photo (a centred grid)."""
+    side = int(np.ceil(np.sqrt(crops)))
+    grid = [((r + 0.5) / side, (c + 0.5) / side) for r in range(side) for c in range(side)]
+    return grid[:crops]
+
+
+def to_batch(images: list[np.ndarray]) -> torch.Tensor:
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255
+
+
+def chain_batch(photos: list[np.ndarray], chains: list[str], size: int,
+                positions: list[tuple[float, float]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every crop of every photo through every chain (2*size crop, chain, size crop, as in
+    training): images, chain index and photo index of each."""
+    images, labels, photo_ids = [], [], []
+    for photo_id, photo in enumerate(photos):
+        for position in positions:
+            source = crop(photo, 2 * size, position)
+            for index, chain in enumerate(chains):
+                images.append(crop(apply_chain(source, chain), size, position))
+                labels.append(index)
+                photo_ids.append(photo_id)
+    return to_batch(images), torch.tensor(labels), torch.tensor(photo_ids)
+
+
+def splice_batch(photos: list[np.ndarray], size: int, chain: str, positions: list[tuple[float, float]],
+                 margin: int, rng: np.random.Generator) -> tuple[torch.Tensor, np.ndarray]:
+    """Crops with a square (a third of the side) of themselves through `chain` pasted back in."""
+    images, masks = [], []
+    side = size // 3
     for photo in photos:
-        for index, chain in enumerate(chains):
-            images.append(crop(apply_chain(crop(photo, 2 * size, None), chain), size, None))
-            labels.append(index)
-    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255, torch.tensor(labels)
+        for position in positions:
+            base = crop(photo, size, position).copy()
+            processed = apply_chain(base, chain)
+            if processed.shape != base.shape:
+                raise ValueError(f"--splice-chains: {chain} changes the image size; pick one that keeps it")
+            top, left = (int(v) for v in rng.integers(margin, size - side - margin, 2))
+            base[top:top + side, left:left + side] = processed[top:top + side, left:left + side]
+            mask = np.zeros((size, size), bool)
+            mask[top:top + side, left:left + side] = True
+            images.append(base)
+            masks.append(mask)
+    return to_batch(images), np.stack(masks)
 
 
-def splice_auroc(extractor: NoiseFingerprint, photos: list[np.ndarray], size: int, chain: str,
-                 rng: np.random.Generator) -> float:
-    """Mean per-image pixel AUROC of the fingerprint's local log-energy against a pasted square."""
+def splice_auroc(extractor: torch.nn.Module, images: torch.Tensor, masks: np.ndarray, patch: int) -> float:
+    """Mean per-image pixel AUROC of `splice_anomaly_map` against the pasted square."""
     from sklearn.metrics import roc_auc_score
 
+    with torch.no_grad():
+        anomaly = splice_anomaly_map(extractor(images), patch, stride=max(1, patch // 4), margin=extractor.depth)
     values = []
-    margin = extractor.depth
-    for photo in photos:
-        base = crop(photo, size, None).copy()
-        side = size // 3
-        top, left = (int(v) for v in rng.integers(margin, size - side - margin, 2))
-        processed = crop(apply_chain(crop(photo, 2 * size, None), chain), size, None)
-        base[top:top + side, left:left + side] = processed[top:top + side, left:left + side]
-        mask = np.zeros((size, size), bool)
-        mask[top:top + side, left:left + side] = True
-        with torch.no_grad():
-            fingerprint = extractor(torch.from_numpy(base).permute(2, 0, 1)[None].float() / 255)
-        energy = torch.log(F.avg_pool2d(fingerprint.pow(2), 9, 1, 4) + 1e-6)[0].mean(0).numpy()
-        inner = (slice(margin, size - margin),) * 2
-        values.append(roc_auc_score(mask[inner].ravel(), energy[inner].ravel()))
-    # Energy may rise or fall in the pasted region: what matters is that it differs.
-    return float(np.mean([max(v, 1 - v) for v in values]))
+    for score, mask in zip(anomaly.numpy(), masks):
+        valid = ~np.isnan(score)
+        values.append(roc_auc_score(mask[valid], score[valid]))
+    return float(np.mean(values))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,31 +123,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=Path)
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "detector" / "trufor_tiny.yaml")
     parser.add_argument("--chains", nargs="*", default=list(DEFAULT_CHAINS))
-    parser.add_argument("--splice-chain", default="jpeg60")
-    parser.add_argument("--size", type=int, default=96)
-    parser.add_argument("--patch", type=int, default=16)
-    parser.add_argument("--pool", type=int, default=8)
-    parser.add_argument("--images", type=int, default=24)
+    parser.add_argument("--splice-chains", nargs="*", default=["jpeg60", "blur1.0"])
+    parser.add_argument("--size", type=int, default=128, help="crop side for chain separation")
+    parser.add_argument("--splice-size", type=int, default=192)
+    parser.add_argument("--patch", type=int, default=32)
+    parser.add_argument("--crops", type=int, default=4, help="crops per photo")
+    parser.add_argument("--split", default="test")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
-    records = [r for r in read_manifest(args.manifest) if r.label == 0 and r.split == "test"][: args.images]
+    records = [r for r in read_manifest(args.manifest) if r.label == 0 and r.split == args.split]
     if len(records) < 2:
-        parser.error(f"{args.manifest}: fewer than two genuine test-split photos")
+        parser.error(f"{args.manifest}: fewer than two genuine {args.split}-split photos")
     photos = [read_image(r.path) for r in records]
-    images, chains = chain_batch(photos, args.chains, args.size)
-    candidates = {"random": extractor_from(args.config, None)}
+    positions = crop_positions(args.crops)
+    images, chains, photo_ids = chain_batch(photos, args.chains, args.size, positions)
+    candidates = {"highpass": HighPass(), "random": extractor_from(args.config, None)}
     if args.checkpoint:
         candidates["trained"] = extractor_from(args.config, args.checkpoint)
-    report = {"photos": len(photos), "chains": args.chains, "size": args.size}
+    report = {"photos": [Path(r.path).name for r in records], "chains": args.chains, "size": args.size,
+              "crops_per_photo": len(positions)}
     for name, extractor in candidates.items():
         with torch.no_grad():
             fingerprints = extractor(images)
-        report[name] = {
-            "chain_auroc": chain_separation_auroc(fingerprints, chains, args.patch, args.pool, extractor.depth),
-            "splice_auroc": splice_auroc(extractor, photos, args.size, args.splice_chain,
-                                         np.random.default_rng(args.seed)),
-        }
+        splice = {}
+        for chain in args.splice_chains:
+            spliced, masks = splice_batch(photos, args.splice_size, chain, positions, extractor.depth,
+                                          np.random.default_rng(args.seed))
+            splice[chain] = splice_auroc(extractor, spliced, masks, args.patch)
+        report[name] = {"chain_auroc": chain_separation_auroc(fingerprints, chains, photo_ids, args.patch,
+                                                              extractor.depth), "splice_auroc": splice}
     print(json.dumps(report, indent=2))
     return 0
 

@@ -46,7 +46,7 @@ def load_images(folder: Path) -> list[torch.Tensor]:
     paths = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
     if not paths:
         raise SystemExit(f"no images in {folder}")
-    return [torch.from_numpy(np.asarray(Image.open(p).convert("RGB"))).permute(2, 0, 1)[None].float() / 255
+    return [torch.from_numpy(np.array(Image.open(p).convert("RGB"))).permute(2, 0, 1)[None].float() / 255
             for p in paths]
 
 

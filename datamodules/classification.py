@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
-from datamodules.datasets import ImageDataset, collate
+from datamodules.datasets import ImageDataset, NoiseReinjectedFakes, collate
 from datamodules.layouts import read_layout
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
@@ -28,14 +28,18 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     Subclasses only say where records come from (`load_records`). Records that carry a `split`
     keep it; the others are split by `split_fractions`, keeping every fake of one source together.
     `with_groups` adds each record's `group` (generator or operation, "" when unknown) to batches.
+    `pseudo_fakes` turns that fraction of the genuine training draws into fakes by re-injecting
+    noise (`datasets.NoiseReinjectedFakes`), a lever against learning one generator's trace.
     """
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 2,
                  split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                 augment: Mapping[str, Any] | None = None, balanced: bool = False,
-                 with_groups: bool = False) -> None:
+                 augment: Mapping[str, Any] | None = None, balanced: bool | str = False,
+                 with_groups: bool = False, pseudo_fakes: float = 0.0,
+                 pseudo_fake_noise: Sequence[float] = (0.02, 0.1)) -> None:
         super().__init__()
+        balanced_by(balanced)  # a mistyped value fails here, not after the data is read
         self.with_groups = with_groups
         self.preprocess = Preprocess.from_config(preprocess)
         self.batch_size = batch_size
@@ -45,6 +49,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.seed = seed
         self.augment = dict(augment or {})
         self.balanced = balanced
+        self.pseudo_fakes = float(pseudo_fakes or 0.0)
+        self.pseudo_fake_noise = tuple(pseudo_fake_noise)
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod
@@ -77,10 +83,11 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     def _loader(self, split: str, train: bool) -> DataLoader:
         transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
         dataset = self.make_dataset(self.splits[split], transform)
+        if train and self.pseudo_fakes > 0:
+            dataset = NoiseReinjectedFakes(dataset, self.pseudo_fakes, self.pseudo_fake_noise)
         sampler = None
-        if train and self.balanced:
-            counts = {label: sum(r.label == label for r in dataset.records) for label in (0, 1)}
-            weights = [1.0 / counts[r.label] for r in dataset.records]
+        if train and balanced_by(self.balanced):
+            weights = balanced_weights(dataset.records, balanced_by(self.balanced))
             sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True)
         return DataLoader(
             dataset, batch_size=self.batch_size if train else self.eval_batch_size,
@@ -96,6 +103,34 @@ class RecordsDataModule(L.LightningDataModule, ABC):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
+
+
+def balanced_by(balanced: bool | str | None) -> str | None:
+    """`data.balanced`: false (plain shuffling), true or `label` (each class drawn half the time), or
+    `group` (each class half the time and, within a class, each `group` equally often)."""
+    if balanced in (False, None, "false", "none"):
+        return None
+    if balanced in (True, "true", "label"):
+        return "label"
+    if balanced == "group":
+        return "group"
+    raise ValueError(f"data.balanced must be false, true (= label) or group, got {balanced!r}")
+
+
+def balanced_weights(records: Sequence[Record], by: str) -> list[float]:
+    """Sampling weights that give every label (and with by=`group` every group of a label) an equal
+    share of the draws. A generator that made more fakes then no longer dominates what a detector
+    learns, which matters when the families are to be learned as one class."""
+    def key(record: Record) -> tuple:
+        return (record.label, record.group or "") if by == "group" else (record.label,)
+
+    counts: dict[tuple, int] = {}
+    for record in records:
+        counts[key(record)] = counts.get(key(record), 0) + 1
+    per_label: dict[Any, int] = {}
+    for k in counts:
+        per_label[k[0]] = per_label.get(k[0], 0) + 1  # how many keys share the label
+    return [1.0 / (len(per_label) * per_label[record.label] * counts[key(record)]) for record in records]
 
 
 def distributed_rank() -> int:

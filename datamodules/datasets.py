@@ -58,3 +58,43 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     batch: dict[str, Any] = default_collate(good) if good else {}
     batch["errors"] = errors
     return batch
+
+
+class NoiseReinjectedFakes(Dataset):
+    """Training draws of genuine images turned, at `rate`, into fakes by re-injecting Gaussian noise.
+
+    Generators leave a noise level unlike a camera's: decoders and latent models too little, a
+    diffusion sampler stopped early too much. Trained only on the smooth kind, a detector learns
+    "smooth = generated" and calls a noisier-than-photo image genuine. These pseudo-fakes (a
+    genuine image with noise of std drawn from `noise_std`, a fraction of the full range, per
+    image) teach that a departure in either direction is a trace. Wraps any dataset of samples with
+    "image" and "label" (and "group" when present, set to `group`).
+    """
+
+    def __init__(self, dataset: Dataset, rate: float, noise_std: Sequence[float] = (0.02, 0.1),
+                 group: str = "pseudo_noise") -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"the pseudo-fake rate must lie in [0, 1], got {rate}")
+        self.dataset, self.rate, self.group = dataset, float(rate), group
+        self.noise_std = (float(noise_std[0]), float(noise_std[1]))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:  # records, transform, ... of the wrapped dataset
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        sample = self.dataset[index]
+        if "error" in sample or sample["label"] != 0 or float(torch.rand(())) >= self.rate:
+            return sample
+        low, high = self.noise_std
+        std = low + (high - low) * float(torch.rand(()))
+        noisy = sample["image"] + torch.randn_like(sample["image"]) * std
+        sample["image"] = noisy.mul(255).round().clamp(0, 255).div(255)  # as if saved as 8-bit
+        sample["label"] = 1
+        if "group" in sample:
+            sample["group"] = self.group
+        return sample

@@ -98,6 +98,9 @@ class LocalizationDataModule(LayoutDataModule):
         if kwargs.get("augment") is None or kwargs.get("augment") == {}:
             kwargs["augment"] = dict(LOCALIZATION_AUGMENT)
         super().__init__(**kwargs)
+        if self.pseudo_fakes > 0:
+            raise ValueError("data.pseudo_fakes makes whole-image fakes for classifiers; localization needs "
+                             "manipulated regions with masks (set it to 0)")
         if missing_masks not in MISSING_MASKS:
             raise ValueError(f"missing_masks must be one of {MISSING_MASKS}, got {missing_masks!r}")
         if create is not None and not callable(create):

@@ -16,8 +16,13 @@ CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR,
                      "area": cv2.INTER_AREA, "lanczos": cv2.INTER_LANCZOS4}
 # Training augmentations: probabilities (0 = off). Artifact detectors keep them off by default
 # because blur and recompression erase the traces they learn; recipes switch them on.
+# `noise` re-injects Gaussian noise (std a fraction `noise_std` of the full range, drawn per image),
+# so a detector cannot equate "smoother than a photo" with "generated" and "noisier" with "genuine";
+# `resample` shrinks an image by a factor in `resample_scale` and enlarges it back (area down,
+# bilinear up), so genuine images carry up-sampling traces too.
 DEFAULT_AUGMENT = {"hflip": 0.5, "jpeg": 0.0, "jpeg_quality": (30, 100), "blur": 0.0,
-                   "blur_sigma": (0.1, 3.0), "rescale": 0.0, "rescale_limit": 0.2, "vflip": 0.0}
+                   "blur_sigma": (0.1, 3.0), "rescale": 0.0, "rescale_limit": 0.2, "vflip": 0.0,
+                   "noise": 0.0, "noise_std": (0.02, 0.1), "resample": 0.0, "resample_scale": (0.5, 0.9)}
 # The point-6 recipe for manipulation localizers (masks follow every geometric step): flips, JPEG
 # q30-100 and Gaussian blur sigma 0-3 each with probability 0.5, rescale +-0.2.
 LOCALIZATION_AUGMENT = {"hflip": 0.5, "vflip": 0.5, "jpeg": 0.5, "blur": 0.5, "rescale": 0.5}
@@ -66,8 +71,13 @@ def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bo
         if options["rescale"] > 0:
             limit = float(options["rescale_limit"])
             steps.append(A.RandomScale(scale_limit=(-limit, limit), p=options["rescale"]))
+        if options["resample"] > 0:
+            steps.append(A.Downscale(scale_range=tuple(options["resample_scale"]), p=options["resample"],
+                                     interpolation_pair={"downscale": cv2.INTER_AREA, "upscale": cv2.INTER_LINEAR}))
         if options["blur"] > 0:
             steps.append(A.GaussianBlur(blur_limit=0, sigma_limit=tuple(options["blur_sigma"]), p=options["blur"]))
+        if options["noise"] > 0:
+            steps.append(A.GaussNoise(std_range=tuple(options["noise_std"]), per_channel=True, p=options["noise"]))
         if options["jpeg"] > 0:
             steps.append(A.ImageCompression(quality_range=tuple(options["jpeg_quality"]), p=options["jpeg"]))
         if options["hflip"] > 0:

@@ -50,6 +50,8 @@ class DetectorModule(L.LightningModule):
         self.net: Detector = build_detector(net)
         self.register_buffer("threshold", torch.tensor(0.5))
         self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
+        # Per-batch figures of detectors with their own (`net.evaluation_metrics`), averaged per split.
+        self._extras: dict[str, list[dict[str, float]]] = {"val": [], "test": []}
         self.stage_metrics: dict[str, dict[str, float]] = {}
         self.stage_scores: dict[str, dict[str, np.ndarray]] = {}
         self._pixels = {stage: SplitPixelMetrics(pixel_threshold, keep_cases=contact_cases if stage == "test" else 0)
@@ -73,9 +75,11 @@ class DetectorModule(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self) -> None:
+        self._extras["val"] = []
         self._share_buffers_of_rank_zero()
 
     def on_test_epoch_start(self) -> None:
+        self._extras["test"] = []
         self._share_buffers_of_rank_zero()
 
     def _share_buffers_of_rank_zero(self) -> None:
@@ -103,6 +107,8 @@ class DetectorModule(L.LightningModule):
                                     batch["label"].detach().cpu()))
         if self._pixels and "mask" in batch:
             self._pixels[stage].update(batch, outputs["mask_logit"])
+        if hasattr(self.net, "evaluation_metrics"):
+            self._extras[stage].append(self.net.evaluation_metrics(outputs, batch))
 
     def on_validation_epoch_end(self) -> None:
         gathered = self._gather("val")
@@ -136,6 +142,9 @@ class DetectorModule(L.LightningModule):
     def _log_metrics(self, stage: str, gathered: dict[str, np.ndarray], pixel: dict[str, float]) -> None:
         metrics = image_metrics(gathered["label"], gathered["score"], threshold=float(self.threshold))
         metrics.update(pixel)
+        extras = self._extras[stage]
+        for key in sorted({key for extra in extras for key in extra}):
+            metrics[key] = float(np.nanmean([extra[key] for extra in extras if key in extra]))
         metrics["threshold"] = float(self.threshold)
         self.stage_metrics[stage] = metrics
         self.stage_scores[stage] = gathered

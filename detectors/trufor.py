@@ -22,7 +22,7 @@ from torch import nn
 
 from datamodules.preprocess import Preprocess
 from detectors.blocks.cmx import MIT_B2, DualMiTEncoder, MLPDecoder, build_mit, weighted_statistics
-from detectors.blocks.noiseprint import NoiseFingerprint, patch_contrastive_loss
+from detectors.blocks.noiseprint import NoiseFingerprint, chain_separation_auroc, patch_contrastive_loss
 from detectors.blocks.weights import resolve_smp_weights, weights_deferred
 from detectors.localizer import Localizer
 
@@ -72,7 +72,7 @@ class TruFor(Localizer):
                  ce_class_weights: Sequence[float] = (0.5, 2.5), ce_weight: float = 0.3, dice_weight: float = 0.7,
                  confidence_erode: int = 15, confidence_dilate: int = 11, detection_weight: float = 0.5,
                  detection_class_weights: Sequence[float] = (0.5 / 0.3, 0.5 / 0.7),
-                 fingerprint_patch: int = 16, fingerprint_pool: int = 8, fingerprint_temperature: float = 1.0,
+                 fingerprint_patch: int = 32, fingerprint_temperature: float = 0.1,
                  loss_weights: Mapping[str, float] | None = None, topk_fraction: float = 0.01) -> None:
         super().__init__({**DEFAULT_PREPROCESS, **dict(preprocess or {})} if not isinstance(preprocess, Preprocess)
                          else preprocess, image_score=image_score, loss_weights=loss_weights,
@@ -100,7 +100,6 @@ class TruFor(Localizer):
         self.detection_weight = float(detection_weight)
         self.detection_class_weights = tuple(float(w) for w in detection_class_weights)
         self.fingerprint_patch, self.fingerprint_temperature = int(fingerprint_patch), float(fingerprint_temperature)
-        self.fingerprint_pool = int(fingerprint_pool)
         self._load_weights(pretrained, encoder_weights, encoder_name, fingerprint["weights"])
         if init_from and not weights_deferred():
             self.inherit(init_from, INHERITED_PARTS[phase])
@@ -203,14 +202,21 @@ class TruFor(Localizer):
         """The objective of the current phase (see the module docstring)."""
         if self.phase == "fingerprint":
             chain = batch["chain"] if "chain" in batch else batch["label"]
-            return patch_contrastive_loss(outputs["fingerprint"], chain, self.fingerprint_patch,
-                                          self.fingerprint_temperature, self.fingerprint_pool,
-                                          margin=self.fingerprint.depth)
+            return patch_contrastive_loss(outputs["fingerprint"], chain, batch.get("photo"), self.fingerprint_patch,
+                                          self.fingerprint_temperature, margin=self.fingerprint.depth)
         if self.phase == "localize":
             return self.localization_loss(outputs, batch)
         if self.phase == "detect":
             return self.detection_loss(outputs, batch)
         return self.localization_loss(outputs, batch) + self.detection_loss(outputs, batch)
+
+    def evaluation_metrics(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> dict[str, float]:
+        """Phase 1's own figure on evaluation batches of chain data: `chain_auroc`, how well the
+        fingerprint tells same-chain from different-chain tiles of different photos (0.5 = chance)."""
+        if self.phase != "fingerprint" or "chain" not in batch:
+            return {}
+        return {"chain_auroc": chain_separation_auroc(outputs["fingerprint"], batch["chain"], batch.get("photo"),
+                                                      self.fingerprint_patch, self.fingerprint.depth)}
 
     def localization_loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """0.3 x cross-entropy with class weights (0.5 genuine, 2.5 manipulated; normalized by the

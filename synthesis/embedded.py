@@ -130,3 +130,28 @@ def make_embedded_manifest(output: str | os.PathLike, seed: int = 0,
     splits = split_keys((row["source"] or row["path"] for row in rows), split_fractions, seed)
     write_manifest(({**row, "split": splits[row["source"] or row["path"]]} for row in rows), output / "manifest.csv")
     return output / "manifest.csv"
+
+
+def make_photo_manifest(output: str | os.PathLike, seed: int = 0,
+                        split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
+                        photos: Sequence[str | os.PathLike] | None = None) -> Path:
+    """Copy the photos (by default the bundled photographs) byte for byte under `output/real` and
+    write `output/manifest.csv`, one genuine record per photo, split by photo; returns its path.
+
+    The noise-fingerprint data (`data=chains`) wants whole photos as their authors saved them:
+    its processing chains are the only processing a crop may carry, and every crop of a held-out
+    photo must stay held out. Files already there are kept.
+    """
+    import shutil
+
+    output = Path(output)
+    (output / "real").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for photo in [Path(p) for p in photos or bundled_photo_paths()]:
+        target = output / "real" / photo.name
+        if not target.exists():
+            shutil.copyfile(photo, target)
+        rows.append({"path": str(target), "label": 0, "group": "genuine", "category": photo.stem, "source": photo.stem})
+    splits = split_keys((row["source"] for row in rows), split_fractions, seed)
+    write_manifest(({**row, "split": splits[row["source"]]} for row in rows), output / "manifest.csv")
+    return output / "manifest.csv"

@@ -57,77 +57,107 @@ class NoiseFingerprint(nn.Module):
         return self.layers(image)
 
 
-def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, patch: int = 16,
-                           temperature: float = 1.0, pool: int = 4, margin: int = 0) -> torch.Tensor:
-    """Noiseprint's patch-level objective over processing chains.
+def tile_spectra(fingerprint: torch.Tensor, patch: int = 32, margin: int = 0, stride: int | None = None) -> torch.Tensor:
+    """Each `patch` x `patch` tile of the fingerprint (every `stride` pixels; default: tiles side by
+    side) as the shape of its power spectrum: (N, tiles per image, C * (patch * (patch // 2 + 1) - 1)).
 
-    The fingerprint (N x C x H x W) is cut into `patch` x `patch` tiles; each tile is a point, its
-    label the chain of its image. For every tile i the loss is
-    `-log(sum_{j same chain} exp(-d_ij / T) / sum_j exp(-d_ij / T))` over the tiles j of the *other*
-    images of the batch (Cozzolino and Verdoliva 2019, eq. 3, with the tiles of one batch as the
-    candidate set), d the mean squared distance between the tiles' descriptors (`tile_vectors`).
-    Tiles of the same chain are pulled together and tiles of different chains pushed apart
-    whatever their content, so the extractor must suppress the scene and keep the traces of the
-    chain (noise level, compression, resampling).
-    """
-    n, _, height, width = fingerprint.shape
-    if min(height, width) - 2 * margin < patch:
-        raise ValueError(f"fingerprint {height}x{width} less a {margin}px margin is smaller than one {patch}px patch")
-    per_image = tile_vectors(fingerprint, patch, pool, margin)
-    tiles = per_image.reshape(-1, per_image.shape[-1])
-    rows_cols = per_image.shape[1]
-    labels = chain.reshape(n, 1).expand(n, rows_cols).reshape(-1)
-    image = torch.arange(n, device=tiles.device).repeat_interleave(rows_cols)
-    logits = -(torch.cdist(tiles, tiles).pow(2) / tiles.shape[1]) / temperature
-    # Tiles of one image are left out of each other's sums: they share the scene as well as the
-    # chain, and matching scenes is the shortcut the extractor must not learn.
-    same_image = image[:, None] == image[None, :]
-    logits = logits.masked_fill(same_image, float("-inf"))
-    same = (labels[:, None] == labels[None, :]) & ~same_image
-    has_positive = same.any(dim=1)
-    if not has_positive.any():
-        raise ValueError("patch_contrastive_loss needs two images of one chain in the batch")
-    log_all = torch.logsumexp(logits, dim=1)
-    log_same = torch.logsumexp(logits.masked_fill(~same, float("-inf")), dim=1)
-    return (log_all - log_same)[has_positive].mean()
-
-
-def tile_vectors(fingerprint: torch.Tensor, patch: int, pool: int = 4, margin: int = 0) -> torch.Tensor:
-    """Each `patch` x `patch` tile of the fingerprint as the log of its local energy (mean square)
-    in `pool` x `pool` cells: (N, tiles per image, C * (patch / pool)^2).
-
-    Noiseprint compares raw residual pixels, which works for sensor patterns aligned to the pixel
-    grid of one camera. Our chains are applied to crops at random offsets, so what they leave is
-    the residual's power and how it varies locally (blockiness, smoothing, resampling), not a
-    pattern at fixed pixels; log-energies also keep the distance independent of the residual's
-    overall scale. `margin` pixels are dropped on every side first: there the convolutions saw
-    zero padding, which no processing chain explains.
+    Noiseprint compares raw residual pixels, which suits a sensor pattern aligned with one camera's
+    pixel grid. Our chains are applied to crops at random offsets, so their traces sit at no fixed
+    pixel: what they share is spectral (JPEG's 8 x 8 grid puts peaks at multiples of 1/8,
+    resampling at its period, blur and denoising remove high frequencies), and the power spectrum
+    does not move with the offset. Per tile: mean removed, Hann window, log power without the DC
+    term, centred (the overall residual level, which follows the scene's texture, drops out) and
+    L2-normalized, so tiles compare by cosine similarity. `margin` pixels are dropped on every side
+    first: there the convolutions saw zero padding, which no processing chain explains.
     """
     if margin > 0:
         fingerprint = fingerprint[..., margin:-margin, margin:-margin]
-    energy = F.avg_pool2d(fingerprint.float().pow(2), pool) if pool > 1 else fingerprint.float().pow(2)
-    cells = patch // pool
-    n, c, height, width = energy.shape
-    rows, cols = height // cells, width // cells
-    tiles = energy[..., : rows * cells, : cols * cells].reshape(n, c, rows, cells, cols, cells)
-    return torch.log(tiles.permute(0, 2, 4, 1, 3, 5).reshape(n, rows * cols, -1) + 1e-6)
+    n, channels, height, width = fingerprint.shape
+    if min(height, width) < patch:
+        raise ValueError(f"fingerprint {height}x{width} (after a {margin}px margin) is smaller than one {patch}px tile")
+    tiles = F.unfold(fingerprint.float(), patch, stride=stride or patch)
+    count = tiles.shape[-1]
+    tiles = tiles.reshape(n, channels, patch, patch, count).permute(0, 4, 1, 2, 3)
+    tiles = tiles - tiles.mean(dim=(-2, -1), keepdim=True)
+    hann = torch.hann_window(patch, periodic=False, device=tiles.device)
+    power = torch.fft.rfft2(tiles * (hann[:, None] * hann[None, :])).abs().pow(2).flatten(-2)[..., 1:]
+    # A floor relative to the tile's mean power keeps the log (and its gradient) finite.
+    log_power = torch.log(power + 1e-3 * power.mean(dim=-1, keepdim=True) + 1e-12).flatten(2)
+    return F.normalize(log_power - log_power.mean(dim=-1, keepdim=True), dim=-1)
 
 
-def chain_separation_auroc(fingerprint: torch.Tensor, chain: torch.Tensor, patch: int = 16, pool: int = 4,
-                           margin: int = 0) -> float:
-    """How well residual similarity tells same-chain from different-chain tile pairs: the AUROC of
-    `-distance` between tiles of *different* images (so a shared scene cannot help), positives
-    being pairs whose images went through the same chain. 0.5 is chance, 1.0 perfect."""
+def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, photo: torch.Tensor | None = None,
+                           patch: int = 32, temperature: float = 0.1, margin: int = 0) -> torch.Tensor:
+    """Noiseprint's patch-level objective over processing chains, as supervised contrastive
+    learning (Khosla et al. 2020) over tiles.
+
+    The fingerprint (N x C x H x W) is cut into `patch` x `patch` tiles described by
+    `tile_spectra`; each tile is a point labelled by its image's chain. For every tile the loss is
+    the mean over its positives p of `-log(exp(s_p / T) / sum_j exp(s_j / T))`, s the cosine
+    similarity. Positives are tiles of the same chain from *other photos* (`photo`: the source
+    photo of each image; by default every image its own), so a shared scene can never make two
+    tiles similar for the right reason; tiles of the same photo under another chain stay in the
+    denominator as the hardest negatives (same content, different processing). Tiles of one image,
+    and same-chain tiles of one photo, are left out. Noiseprint (Cozzolino and Verdoliva 2019)
+    trained the same way on same/different camera-and-processing pairs.
+    """
+    n = fingerprint.shape[0]
+    embeddings = tile_spectra(fingerprint, patch, margin)
+    per_image = embeddings.shape[1]
+    tiles = embeddings.reshape(n * per_image, -1)
+    labels = chain.reshape(n).repeat_interleave(per_image)
+    photos = (photo.reshape(n) if photo is not None else torch.arange(n, device=chain.device)).repeat_interleave(per_image)
+    image = torch.arange(n, device=chain.device).repeat_interleave(per_image)
+    same_chain = labels[:, None] == labels[None, :]
+    same_photo = photos[:, None] == photos[None, :]
+    excluded = (image[:, None] == image[None, :]) | (same_chain & same_photo)
+    positive = same_chain & ~same_photo
+    has_positive = positive.any(dim=1)
+    if not has_positive.any():
+        raise ValueError("patch_contrastive_loss needs two photos through one chain in the batch")
+    logits = (tiles @ tiles.T / temperature).masked_fill(excluded, float("-inf"))
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    mean_positive = log_prob.masked_fill(~positive, 0.0).sum(dim=1) / positive.sum(dim=1).clamp(min=1)
+    return -mean_positive[has_positive].mean()
+
+
+def chain_separation_auroc(fingerprint: torch.Tensor, chain: torch.Tensor, photo: torch.Tensor | None = None,
+                           patch: int = 32, margin: int = 0) -> float:
+    """How well fingerprint similarity tells same-chain from different-chain tile pairs: the AUROC
+    of the cosine similarity of `tile_spectra` over pairs of tiles from *different photos*,
+    positives being pairs whose images went through the same chain. Pairs within one photo are
+    left out: across chains they share the scene, which would count content as a fingerprint
+    and push the figure below chance for any extractor that keeps some of the scene. 0.5 is
+    chance, 1.0 perfect."""
     from sklearn.metrics import roc_auc_score
 
-    tiles = tile_vectors(fingerprint.float(), patch, pool, margin)
-    n, per_image, dim = tiles.shape
-    flat = tiles.reshape(n * per_image, dim)
-    image = torch.arange(n).repeat_interleave(per_image)
-    labels = chain.reshape(-1).repeat_interleave(per_image)
-    similarity = -torch.cdist(flat, flat).pow(2) / dim
-    pairs = torch.triu(image[:, None] != image[None, :], diagonal=1)
+    n = fingerprint.shape[0]
+    embeddings = tile_spectra(fingerprint.float(), patch, margin)
+    per_image = embeddings.shape[1]
+    tiles = embeddings.reshape(n * per_image, -1)
+    labels = chain.reshape(-1).cpu().repeat_interleave(per_image)
+    photos = (photo.reshape(-1).cpu() if photo is not None else torch.arange(n)).repeat_interleave(per_image)
+    similarity = (tiles @ tiles.T).cpu()
+    pairs = torch.triu(photos[:, None] != photos[None, :], diagonal=1)
     same = (labels[:, None] == labels[None, :])[pairs]
     if same.all() or not same.any():
         return float("nan")
     return float(roc_auc_score(same.numpy(), similarity[pairs].numpy()))
+
+
+def splice_anomaly_map(fingerprint: torch.Tensor, patch: int = 32, stride: int = 8, margin: int = 0) -> torch.Tensor:
+    """Where the fingerprint departs from the rest of its image: for each window (`patch`, every
+    `stride` px) one minus the cosine similarity of its `tile_spectra` to the image's median
+    window, averaged over the windows covering each pixel: (N, H, W), NaN where no window reaches
+    (the margin). A region from another chain scores high as long as it is the smaller part."""
+    n, _, height, width = fingerprint.shape
+    inner = (height - 2 * margin, width - 2 * margin)
+    embeddings = tile_spectra(fingerprint, patch, margin, stride)
+    centre = F.normalize(embeddings.median(dim=1, keepdim=True).values, dim=-1)
+    distance = 1 - (embeddings * centre).sum(dim=-1)
+    spread = F.fold(distance[:, None, :].expand(n, patch * patch, -1), inner, patch, stride=stride)
+    cover = F.fold(torch.ones_like(distance)[:, None, :].expand(n, patch * patch, -1), inner, patch, stride=stride)
+    anomaly = torch.full((n, height, width), float("nan"), device=fingerprint.device)
+    anomaly[:, margin:height - margin, margin:width - margin] = torch.where(cover[:, 0] > 0, spread[:, 0] / cover[:, 0],
+                                                                           torch.nan)
+    return anomaly

@@ -284,7 +284,20 @@ def test_phase_recipes_compose_and_build_the_tiny_network(recipe, phase, tmp_pat
     assert count(net, trainable_only=True) == sum(count(getattr(net, p)) for p in TRAINED_PARTS[phase])
     if phase == "fingerprint":
         assert cfg.data._target_.endswith("ChainPatchDataModule")
-        assert cfg.callbacks.model_checkpoint.monitor == "val/loss" and cfg.callbacks.model_checkpoint.mode == "min"
+        assert cfg.callbacks.model_checkpoint.monitor == "val/chain_auroc" and cfg.callbacks.model_checkpoint.mode == "max"
     else:
         assert cfg.detector.optimizer.name == "SGD" and cfg.detector.optimizer.lr == 0.005
         assert cfg.detector.optimizer.momentum == 0.9 and cfg.detector.optimizer.weight_decay == 5e-4
+
+
+def test_fingerprint_phase_reports_chain_separation_on_evaluation_batches_and_only_there():
+    torch.manual_seed(0)
+    image = torch.rand(4, 3, 64, 64)
+    batch = {"chain": torch.tensor([0, 1, 0, 1]), "photo": torch.tensor([0, 0, 1, 1])}
+    fingerprint_phase = tiny_net(phase="fingerprint", fingerprint_patch=16).eval()
+    with torch.no_grad():
+        figures = fingerprint_phase.evaluation_metrics(fingerprint_phase(image), batch)
+    assert set(figures) == {"chain_auroc"} and 0.0 <= figures["chain_auroc"] <= 1.0
+    localize_phase = tiny_net(phase="localize").eval()
+    with torch.no_grad():
+        assert localize_phase.evaluation_metrics(localize_phase(image), batch) == {}

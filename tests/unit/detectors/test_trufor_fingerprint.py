@@ -1,15 +1,17 @@
 """Phase 1 of trufor: the chain-contrastive objective teaches a tiny extractor to tell chains apart,
-and the chain data gives what the objective needs."""
+its measurement compares only different photos, and the chain data gives what the objective needs."""
 from __future__ import annotations
 
 import cv2
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from datamodules.chains import DEFAULT_CHAINS, ChainPatchDataset, apply_chain
-from datamodules.records import Record
-from detectors.blocks.noiseprint import NoiseFingerprint, chain_separation_auroc, patch_contrastive_loss
+from datamodules.chains import DEFAULT_CHAINS, ChainPatchDataset, apply_chain, collate_views
+from datamodules.records import Record, read_manifest
+from detectors.blocks.noiseprint import (NoiseFingerprint, chain_separation_auroc, patch_contrastive_loss,
+                                         splice_anomaly_map)
 
 CHAINS = ("genuine", "jpeg60")
 
@@ -25,12 +27,20 @@ def chain_patches(seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255, torch.tensor(chains)
 
 
+def textures(kind: torch.Tensor, size: int = 32, seed: int = 0) -> torch.Tensor:
+    """One-channel noise per image: kind 0 smooth (low-pass), kind 1 rough (high-pass)."""
+    noise = torch.randn(len(kind), 1, size, size, generator=torch.Generator().manual_seed(seed))
+    smooth = F.avg_pool2d(noise, 5, 1, 2)
+    rough = noise - smooth
+    return torch.where(kind.view(-1, 1, 1, 1) == 0, smooth, rough)
+
+
 def test_contrastive_training_separates_two_chains_on_held_out_photos():
     torch.manual_seed(0)
     train_x, train_y = chain_patches(0, 64)
     test_x, test_y = chain_patches(1, 16)
     extractor = NoiseFingerprint(depth=3, width=8)
-    settings = {"patch": 8, "pool": 8, "margin": extractor.depth}
+    settings = {"patch": 8, "margin": extractor.depth}
 
     def separation() -> float:
         with torch.no_grad():
@@ -52,19 +62,43 @@ def test_contrastive_training_separates_two_chains_on_held_out_photos():
 
 
 def test_loss_is_low_when_tiles_match_their_chain_and_high_when_they_match_the_other():
-    chain = torch.tensor([0, 0, 1, 1])
-    level = torch.tensor([1.0, 1.0, 5.0, 5.0]).view(4, 1, 1, 1)
-    matching = level.expand(4, 1, 16, 16)
-    crossed = level[[0, 2, 1, 3]].expand(4, 1, 16, 16)  # each chain's images disagree
-    settings = {"patch": 8, "pool": 4}
-    assert patch_contrastive_loss(matching, chain, **settings) < 0.01
-    assert patch_contrastive_loss(crossed, chain, **settings) > 1.0
-    assert chain_separation_auroc(matching, chain, **settings) == 1.0
+    chain = torch.tensor([0, 0, 0, 1, 1, 1])
+    matching = textures(chain)
+    crossed = textures(torch.tensor([0, 1, 0, 1, 0, 1]))  # each chain's images disagree
+    settings = {"patch": 16}
+    assert patch_contrastive_loss(matching, chain, **settings) < patch_contrastive_loss(crossed, chain, **settings) - 1
+    assert chain_separation_auroc(matching, chain, **settings) > 0.99
 
 
-def test_loss_needs_two_images_of_a_chain():
-    with pytest.raises(ValueError, match="two images of one chain"):
-        patch_contrastive_loss(torch.rand(2, 1, 16, 16), torch.tensor([0, 1]), patch=8)
+def test_separation_ignores_pairs_from_one_photo_so_a_shared_scene_does_not_count():
+    """Every photo through both chains, and the chains change nothing: only the scene differs, so
+    the separation must be at chance (counting same-photo pairs, identical across chains, as
+    negatives would push it far below)."""
+    photo = torch.arange(8).repeat_interleave(2)
+    chain = torch.tensor([0, 1]).repeat(8)
+    scenes = textures(torch.arange(8) % 2, seed=3).repeat_interleave(2, dim=0)
+    assert abs(chain_separation_auroc(scenes, chain, photo, patch=16) - 0.5) < 0.1
+    with pytest.raises(ValueError, match="two photos through one chain"):
+        patch_contrastive_loss(scenes[:2], chain[:2], photo[:2], patch=16)
+
+
+def test_loss_takes_positives_only_from_other_photos():
+    chain = torch.tensor([0, 1, 0, 1])
+    photo = torch.tensor([0, 0, 1, 1])
+    # Within a photo the chains look alike, across photos a chain looks alike: the positives
+    # (same chain, other photo) are similar, the hardest negatives (same photo) are not.
+    good = textures(torch.tensor([0, 1, 0, 1]))
+    scene = textures(torch.tensor([0, 0, 1, 1]))
+    assert patch_contrastive_loss(good, chain, photo, patch=16) < patch_contrastive_loss(scene, chain, photo, patch=16)
+
+
+def test_splice_map_points_at_the_region_from_another_chain():
+    smooth = textures(torch.tensor([0]), size=96)
+    spliced = smooth.clone()
+    spliced[..., 32:64, 40:72] = textures(torch.tensor([1]), size=96, seed=1)[..., 32:64, 40:72]
+    anomaly = splice_anomaly_map(spliced, patch=16, stride=4, margin=2)[0]
+    assert anomaly.shape == (96, 96) and torch.isnan(anomaly[:2]).all() and not torch.isnan(anomaly[2:-2, 2:-2]).any()
+    assert anomaly[40:56, 48:64].mean() > anomaly[2:20, 2:20].mean() + 0.1
 
 
 @pytest.mark.parametrize("chain", DEFAULT_CHAINS)
@@ -80,19 +114,50 @@ def test_unknown_chain_is_refused():
         apply_chain(np.zeros((8, 8, 3), np.uint8), "sharpen")
 
 
-def test_chain_dataset_labels_patches_by_chain(tmp_path):
-    paths = []
-    for i in range(3):
+def write_photos(tmp_path, count: int) -> list[Record]:
+    """Smooth random 'photos' of 80 x 90 px."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    records = []
+    for i in range(count):
         path = tmp_path / f"photo{i}.png"
-        cv2.imwrite(str(path), np.random.default_rng(i).integers(0, 256, (80, 90, 3), dtype=np.uint8))
-        paths.append(Record(path=str(path), label=0))
+        coarse = np.random.default_rng(i).uniform(0, 255, (8, 9, 3)).astype(np.float32)
+        cv2.imwrite(str(path), cv2.resize(coarse, (90, 80), interpolation=cv2.INTER_CUBIC).clip(0, 255).astype(np.uint8))
+        records.append(Record(path=str(path), label=0))
+    return records
+
+
+def test_evaluation_items_are_one_crop_through_every_chain(tmp_path):
     rerendered = tmp_path / "rerender.png"
     cv2.imwrite(str(rerendered), np.zeros((50, 50, 3), np.uint8))
-    records = paths + [Record(path=str(rerendered), label=1, group="rerender_bicubic")]
+    records = write_photos(tmp_path, 2) + [Record(path=str(rerendered), label=1, group="rerender_bicubic")]
     dataset = ChainPatchDataset(records, ["genuine", "jpeg75", "blur1.0"], size=32, train=False,
                                 rerender_groups=("rerender",))
-    samples = [dataset[i] for i in range(len(dataset))]
-    assert [s["chain"] for s in samples] == [0, 1, 2, 3]  # evaluation: chain i % 3, re-render its own
-    assert [s["label"] for s in samples] == [0, 1, 1, 1]
-    assert all(s["image"].shape == (3, 32, 32) for s in samples)
-    assert torch.equal(dataset[1]["image"], samples[1]["image"])  # evaluation samples are reproducible
+    batch = collate_views([dataset[i] for i in range(len(dataset))])
+    assert batch["image"].shape == (7, 3, 32, 32)
+    assert batch["chain"].tolist() == [0, 1, 2, 0, 1, 2, 3]  # every chain per photo, re-render its own
+    assert batch["label"].tolist() == [0, 1, 1, 0, 1, 1, 1]
+    assert batch["photo"].tolist() == [0, 0, 0, 1, 1, 1, 2] == batch["index"].tolist()
+    assert torch.equal(dataset[1]["image"], batch["image"][3:6])  # evaluation items are reproducible
+
+
+def test_training_items_show_one_crop_through_distinct_random_chains(tmp_path):
+    torch.manual_seed(0)
+    dataset = ChainPatchDataset(write_photos(tmp_path, 1), list(DEFAULT_CHAINS), size=32, train=True, views=3)
+    item = dataset[0]
+    assert item["image"].shape == (3, 3, 32, 32) and len(set(item["chain"].tolist())) == 3
+    views = ChainPatchDataset(write_photos(tmp_path, 1), ["genuine", "jpeg90"], size=32, train=True)[0]["image"]
+    other = ChainPatchDataset(write_photos(tmp_path, 1), ["genuine"], size=32, train=True)[0]["image"][0]
+    # Views show the same crop (JPEG 90 changes pixels a little), unlike another random crop.
+    assert (views[0] - views[1]).abs().mean() < 0.02 < (views[0] - other).abs().mean()
+
+
+def test_photo_manifest_copies_the_photos_and_splits_by_photo(tmp_path):
+    from synthesis.embedded import make_photo_manifest
+
+    photos = [r.path for r in write_photos(tmp_path / "in", 6)]
+    manifest = make_photo_manifest(tmp_path / "photos", seed=0, photos=photos)
+    records = read_manifest(manifest)
+    assert sorted(r.source for r in records) == [f"photo{i}" for i in range(6)]
+    assert {r.split for r in records} == {"train", "val", "test"} and all(r.label == 0 for r in records)
+    assert all(open(r.path, "rb").read() == open(p, "rb").read()
+               for r, p in zip(sorted(records, key=lambda r: r.source), photos))
