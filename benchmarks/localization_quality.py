@@ -79,8 +79,9 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 
 
 def run_name(spec: str) -> str:
-    """A folder name for a variant (`trufor_tiny:noise_input=rgb` -> `trufor_tiny-noise_input=rgb`)."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "-", spec.replace(":", "-", 1))
+    """A folder name for a variant (`trufor_tiny:noise_input=rgb` -> `trufor_tiny-noise_input-rgb`):
+    no `=`, which Hydra would read as an override in `hydra.run.dir`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", spec)
 
 
 def make_data(folder: Path) -> Path:
