@@ -1,6 +1,6 @@
 """Deployment figures: start-up, steady state, pipeline vs its limit, int8 vs fp32, memory, processes.
 
-    python benchmarks/bench_deploy.py [--only startup pipeline localizer int8 memory processes]
+    python benchmarks/bench_deploy.py [--only startup pipeline localizer localizer_ckpt int8 memory processes]
                                       [--repeats 3] [--localizer mvss] [--output FILE.json]
 
 - startup: `python infer.py` on one PNG, a new process each time, with the `.onnx` and the `.ckpt`
@@ -10,18 +10,22 @@
   loaded: decoding threads, batches, forward, rows streamed to CSV) against (a) the raw onnxruntime
   forward on pre-decoded tensors and (b) the limit that decoding plus the raw forward set on the same
   cores: N / (time to decode and preprocess the N files with one thread + time of the raw forward).
-- localizer: `--localizer` (default `mvss`) on 16 PNGs of 512 x 512, batch 8: the `.onnx` scoring
-  loop with maps not saved and saved (`save_masks=true`) against the raw onnxruntime forward and
-  against decoding plus it; the `.ckpt` loop against the eager PyTorch forward; onnxruntime vs eager.
+- localizer: `--localizer` (default `mvss`) on 8 PNGs of 512 x 512, batch 8: the `.onnx` scoring
+  loop with maps not saved and saved (`save_masks=true`) against the raw onnxruntime forward (all
+  outputs fetched) and against decoding plus it.
+- localizer_ckpt: the same localizer's `.ckpt` scoring loop against the eager PyTorch forward, and
+  the raw onnxruntime forward against the eager one.
 - int8: raw onnxruntime forward images/s of the fp32 and the int8 (static QDQ) exports of `npr`,
   `dct` and `seg_tiny` (a localizer, 256 px).
 - memory: peak resident memory of `infer.py` (.onnx, `dct_tiny`) scoring 10,000 vs 1,000 images.
 - processes: `infer.py devices=2 device=cpu` vs one process, images/s end to end and in steady state
   (start-up taken off by scoring `count` and 4 x `count` images).
 
-The pipeline and localizer figures are taken in one run: every timing once as warm-up, then
+Pipeline and localizer figures: every timing once as warm-up (the localizers on one image), then
 `--repeats` rounds of all of them in turn; each ratio is the median over the rounds of the ratio
-within a round, so the pipeline and its reference are measured under the same load.
+within a round, so the pipeline and its reference are measured under the same load. The raw forward
+is timed with a default onnxruntime session and with the scoring runtime's own session (its threads
+sleep instead of spinning when idle); the faster of the two in each round is the reference.
 Untrained weights (speed does not depend on them); CPU only; one run gives all ratios.
 """
 from __future__ import annotations
@@ -168,83 +172,121 @@ def score_loop(runtime, paths: list[Path], batch_size: int, folder: Path, save_m
         assert len(list(masks.glob("*.png"))) == len(paths)
 
 
-def median_rounded(values: list[float], digits: int = 3) -> float:
+def median_rounded(values, digits: int = 3) -> float:
     return round(float(np.median(values)), digits)
 
 
-def interleaved(timings: dict, repeats: int) -> dict:
-    """Every timing once as warm-up, then `repeats` rounds of all of them in turn (so a change of
-    load on shared cores hits each alike); returns the median images/s of each and the per-round
-    times, from which ratios are taken round by round."""
+def interleaved(timings: dict, count: int, repeats: int, warm_up: int) -> dict:
+    """`timings`: name -> function of a number of images. Each runs once on `warm_up` images
+    (excluded), then `repeats` rounds run all of them in turn on `count` images, so a change of load
+    on shared cores hits each alike. Returns each one's seconds per round; ratios are taken round
+    by round (same load), then their median."""
     for function in timings.values():
-        function()
+        function(warm_up)
     rounds = {name: [] for name in timings}
     for _ in range(repeats):
         for name, function in timings.items():
-            rounds[name].append(timed(function))
+            rounds[name].append(timed(function, count))
     return {name: np.asarray(values) for name, values in rounds.items()}
 
 
-def pipeline(work: Path, repeats: int, count: int = 256) -> dict:
+def in_batches(images: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
+    from datamodules.geometry import to_network_input
+
+    return [to_network_input(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
+
+
+def rates(times: dict, count: int, digits: int = 1) -> dict:
+    return {f"{name}_images_per_s": median_rounded(count / values, digits) for name, values in times.items()}
+
+
+def pipeline(work: Path, repeats: int, count: int = 256, batch_size: int = 32) -> dict:
     """`npr` at 224 px, batch 32: the `.onnx` scoring loop against decoding plus the raw forward."""
     import onnxruntime as ort
 
-    from datamodules.geometry import to_network_input
     from inference.runtime import load_runtime, runtime_transform
 
     _, onnx = build_models("npr", work / "npr224", size=224)
     paths = write_pngs(work / "png224", count, 256)
     runtime = load_runtime(onnx, "cpu")
     geometry = runtime_transform(runtime)
-    decoded = decode(paths, geometry)
-    batches = [to_network_input(decoded[i:i + 32]) for i in range(0, count, 32)]
+    batches = in_batches(decode(paths, geometry), batch_size)
     session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
-    times = interleaved({"decode": lambda: decode(paths, geometry), "forward": lambda: onnx_forward(session, batches),
-                         "pipeline": lambda: score_loop(runtime, paths, 32, work)}, repeats)
-    limit = times["decode"] + times["forward"]
-    return {"detector": "npr", "size": 224, "batch_size": 32, "images": count, "repeats": repeats,
-            **{f"{name}_images_per_s": median_rounded(count / values, 1) for name, values in times.items()},
-            "limit_images_per_s": median_rounded(count / limit, 1),
+    times = interleaved({"decode": lambda n: decode(paths[:n], geometry),
+                         "forward": lambda n: onnx_forward(session, batches[:n // batch_size]),
+                         "forward_own_session": lambda n: onnx_forward(runtime.session, batches[:n // batch_size]),
+                         "pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work)},
+                        count, repeats, warm_up=count)
+    forward = np.minimum(times["forward"], times["forward_own_session"])
+    limit = times["decode"] + forward
+    return {"detector": "npr", "size": 224, "batch_size": batch_size, "images": count, "repeats": repeats,
+            **rates(times, count), "limit_images_per_s": median_rounded(count / limit, 1),
             "ratio_to_limit": median_rounded(limit / times["pipeline"]),
-            "ratio_to_raw_forward": median_rounded(times["forward"] / times["pipeline"]),
+            "ratio_to_raw_forward": median_rounded(forward / times["pipeline"]),
             "load_average": round(os.getloadavg()[0], 2)}
 
 
-def localizer(work: Path, repeats: int, name: str = "mvss", count: int = 16, batch_size: int = 8,
+def localizer_inputs(work: Path, name: str, count: int, size: int, batch_size: int) -> tuple:
+    """The localizer's .ckpt and .onnx (in a folder shared by the localizer sections of one run) and
+    `count` PNGs of `size` x `size`, also decoded into batches."""
+    from inference.runtime import load_runtime, runtime_transform
+
+    models = work.parent / f"models_{name}"
+    if not (models / "model.onnx").is_file():
+        build_models(name, models, size=128)  # the export's parity probes at 128 px: quicker
+    paths = write_pngs(work / "png", count, size)
+    runtime = load_runtime(models / "model.onnx", "cpu")
+    geometry = runtime_transform(runtime)
+    return models / "model.ckpt", models / "model.onnx", runtime, paths, geometry, in_batches(
+        decode(paths, geometry), batch_size)
+
+
+def localizer(work: Path, repeats: int, name: str = "mvss", count: int = 8, batch_size: int = 8,
               size: int = 512) -> dict:
-    """A localizer on `size` x `size` PNGs, batch `batch_size`: the `.onnx` scoring loop (maps not
-    saved / saved) against the raw onnxruntime forward and against decoding plus it; the `.ckpt`
-    loop against the eager PyTorch forward; onnxruntime against eager PyTorch."""
+    """A localizer on `count` PNGs of `size` x `size`, batch `batch_size`: the `.onnx` scoring loop
+    with maps not saved and saved against the raw onnxruntime forward and against decoding plus it."""
+    import onnxruntime as ort
+
+    _, onnx, runtime, paths, geometry, batches = localizer_inputs(work, name, count, size, batch_size)
+    session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    times = interleaved({
+        "decode": lambda n: decode(paths[:n], geometry),
+        "onnx_forward": lambda n: onnx_forward(session, [b[:n] for b in batches[:max(1, n // batch_size)]]),
+        "onnx_forward_own_session": lambda n: onnx_forward(runtime.session,
+                                                           [b[:n] for b in batches[:max(1, n // batch_size)]]),
+        "onnx_pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
+        "onnx_pipeline_masks": lambda n: score_loop(runtime, paths[:n], batch_size, work, save_masks=True),
+    }, count, repeats, warm_up=1)
+    forward = np.minimum(times["onnx_forward"], times["onnx_forward_own_session"])
+    limit = times["decode"] + forward
+    return {"detector": name, "size": size, "batch_size": batch_size, "images": count, "repeats": repeats,
+            **rates(times, count, 3), "limit_images_per_s": median_rounded(count / limit),
+            "ratio_to_raw_onnx": median_rounded(forward / times["onnx_pipeline"]),
+            "ratio_to_limit": median_rounded(limit / times["onnx_pipeline"]),
+            "masks_ratio_to_raw_onnx": median_rounded(forward / times["onnx_pipeline_masks"]),
+            "masks_ratio_to_limit": median_rounded(limit / times["onnx_pipeline_masks"]),
+            "load_average": round(os.getloadavg()[0], 2)}
+
+
+def localizer_ckpt(work: Path, repeats: int, name: str = "mvss", count: int = 8, batch_size: int = 8,
+                   size: int = 512) -> dict:
+    """The same localizer's `.ckpt` scoring loop against the eager PyTorch forward, and the raw
+    onnxruntime forward against the eager one (ONNX vs eager)."""
     import onnxruntime as ort
     import torch
 
-    from datamodules.geometry import to_network_input
-    from inference.runtime import load_checkpoint, load_runtime, runtime_transform
+    from inference.runtime import load_checkpoint, load_runtime
 
-    ckpt, onnx = build_models(name, work / name, size=128)  # the export's parity probes at 128 px: quicker
-    paths = write_pngs(work / "png", count, size)
-    runtimes = {kind: load_runtime(path, "cpu") for kind, path in (("onnx", onnx), ("ckpt", ckpt))}
-    geometry = runtime_transform(runtimes["onnx"])
-    decoded = decode(paths, geometry)
-    batches = [to_network_input(decoded[i:i + batch_size]) for i in range(0, count, batch_size)]
+    ckpt, onnx, _, paths, _, batches = localizer_inputs(work, name, count, size, batch_size)
     session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
-    module = load_checkpoint(ckpt)
+    runtime, module = load_runtime(ckpt, "cpu"), load_checkpoint(ckpt)
     times = interleaved({
-        "decode": lambda: decode(paths, geometry),
-        "onnx_forward": lambda: onnx_forward(session, batches),
-        "onnx_pipeline": lambda: score_loop(runtimes["onnx"], paths, batch_size, work),
-        "onnx_pipeline_masks": lambda: score_loop(runtimes["onnx"], paths, batch_size, work, save_masks=True),
-        "eager_forward": lambda: eager_forward(module, batches),
-        "ckpt_pipeline": lambda: score_loop(runtimes["ckpt"], paths, batch_size, work),
-    }, repeats)
-    limit = times["decode"] + times["onnx_forward"]
+        "eager_forward": lambda n: eager_forward(module, [b[:n] for b in batches[:max(1, n // batch_size)]]),
+        "ckpt_pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
+        "onnx_forward": lambda n: onnx_forward(session, [b[:n] for b in batches[:max(1, n // batch_size)]]),
+    }, count, repeats, warm_up=1)
     return {"detector": name, "size": size, "batch_size": batch_size, "images": count, "repeats": repeats,
-            "torch_threads": torch.get_num_threads(),
-            **{f"{key}_images_per_s": median_rounded(count / values) for key, values in times.items()},
-            "onnx_ratio_to_raw_onnx": median_rounded(times["onnx_forward"] / times["onnx_pipeline"]),
-            "onnx_ratio_to_limit": median_rounded(limit / times["onnx_pipeline"]),
-            "onnx_masks_ratio_to_raw_onnx": median_rounded(times["onnx_forward"] / times["onnx_pipeline_masks"]),
-            "onnx_masks_ratio_to_limit": median_rounded(limit / times["onnx_pipeline_masks"]),
+            "torch_threads": torch.get_num_threads(), **rates(times, count, 3),
             "ckpt_ratio_to_raw_eager": median_rounded(times["eager_forward"] / times["ckpt_pipeline"]),
             "onnx_vs_eager": median_rounded(times["eager_forward"] / times["onnx_forward"]),
             "load_average": round(os.getloadavg()[0], 2)}
@@ -319,7 +361,8 @@ def processes(work: Path, repeats: int, count: int = 512) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", default=["startup", "pipeline", "localizer", "int8", "memory", "processes"])
+    parser.add_argument("--only", nargs="+", default=["startup", "pipeline", "localizer", "localizer_ckpt", "int8",
+                                                       "memory", "processes"])
     parser.add_argument("--localizer", default="mvss", help="the localizer of the `localizer` figures")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", type=Path, default=None)
@@ -332,8 +375,8 @@ def main() -> None:
             start = time.perf_counter()
             if name == "memory":
                 results[name] = memory(work)
-            elif name == "localizer":
-                results[name] = localizer(work, args.repeats, args.localizer)
+            elif name in ("localizer", "localizer_ckpt"):
+                results[name] = globals()[name](work, args.repeats, args.localizer)
             else:
                 results[name] = globals()[{"int8": "int8_speed"}.get(name, name)](work, args.repeats)
             print(json.dumps({name: results[name], "seconds": round(time.perf_counter() - start, 1)}), flush=True)

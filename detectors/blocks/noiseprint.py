@@ -99,7 +99,8 @@ def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, photo
     tiles similar for the right reason; tiles of the same photo under another chain stay in the
     denominator as the hardest negatives (same content, different processing). Tiles of one image,
     and same-chain tiles of one photo, are left out. Noiseprint (Cozzolino and Verdoliva 2019)
-    trained the same way on same/different camera-and-processing pairs.
+    trained the same way on same/different camera-and-processing pairs. A batch where no tile has
+    a positive gives a zero loss.
     """
     n = fingerprint.shape[0]
     embeddings = tile_spectra(fingerprint, patch, margin)
@@ -114,7 +115,9 @@ def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, photo
     positive = same_chain & ~same_photo
     has_positive = positive.any(dim=1)
     if not has_positive.any():
-        raise ValueError("patch_contrastive_loss needs two photos through one chain in the batch")
+        # No two photos through one chain (a batch of crops of one photo, a last short batch):
+        # nothing to learn from, which must not stop a training run.
+        return embeddings.sum() * 0.0
     logits = (tiles @ tiles.T / temperature).masked_fill(excluded, float("-inf"))
     log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
     mean_positive = log_prob.masked_fill(~positive, 0.0).sum(dim=1) / positive.sum(dim=1).clamp(min=1)

@@ -47,6 +47,7 @@ def test_cpu_diverse_preset_and_the_generated_experiment_compose():
     root = train.data._get_node("root")._value()  # resolving it needs a running Hydra app
     assert train.data._target_.endswith("LayoutDataModule") and root.endswith("/generated_detector")
     assert train.detector.net.preprocess.size == 64 and train.data.balanced
+    assert train.data.pseudo_fakes > 0 and max(train.data.pseudo_fake_noise) >= 0.2  # the noisy-generator lever
     assert "ddpm_pixel_inpaint" in train.data.exclude_groups
     assert spec.changed_forgery_options() == {}  # the seed's recipe unless asked
     traced = spec_from_config(compose_config("generate", ["forgery_options.copy_move.scale=[0.8,1.25]",
