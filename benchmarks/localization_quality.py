@@ -79,8 +79,9 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 
 
 def run_name(spec: str) -> str:
-    """A folder name for a variant (`trufor_tiny:noise_input=rgb` -> `trufor_tiny-noise_input=rgb`)."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "-", spec.replace(":", "-", 1))
+    """A folder name for a variant (`trufor_tiny:noise_input=rgb` -> `trufor_tiny-noise_input-rgb`):
+    no `=`, which Hydra would read as an override in `hydra.run.dir`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", spec)
 
 
 def make_data(folder: Path) -> Path:
@@ -184,9 +185,11 @@ def robustness(checkpoint: Path, manifest: Path, out: Path, max_images: int) -> 
 
 
 def budget_line(results: list[dict]) -> str:
-    parts = [f"{r['detector']} {r['budget']['steps']} steps / {r['budget']['epochs']} epochs in "
-             f"{r['budget']['seconds'] / 60:.1f} min (load {r['budget']['load'][0]:.1f} -> {r['budget']['load'][1]:.1f})"
-             for r in results]
+    parts = []
+    for result in results:
+        budget = result["budget"]
+        parts.append(f"{result['detector']} {budget['steps']} steps / {budget['epochs']} epochs in "
+                     f"{budget['seconds'] / 60:.1f} min (load {budget['load'][0]:.1f} -> {budget['load'][1]:.1f})")
     return ("Training budget on this machine's CPU (1-minute load average at start -> end of each run): "
             + "; ".join(parts) + ".")
 

@@ -12,7 +12,7 @@ def test_a_variant_is_a_config_name_with_overrides_of_its_net():
     assert parse_variant("trufor_tiny:noise_input=rgb") == ("trufor_tiny", ["detector.net.noise_input=rgb"])
     assert parse_variant("trufor_tiny:encoder.embed_dims=[8,16,24,32],noise_input=rgb") == (
         "trufor_tiny", ["detector.net.encoder.embed_dims=[8,16,24,32]", "detector.net.noise_input=rgb"])
-    assert run_name("trufor_tiny:noise_input=rgb") == "trufor_tiny-noise_input=rgb"
+    assert run_name("trufor_tiny:noise_input=rgb") == "trufor_tiny-noise_input-rgb"  # Hydra reads `=`
 
 
 @pytest.mark.parametrize("spec, message", [("no_such_detector", "unknown detector 'no_such_detector'"),
