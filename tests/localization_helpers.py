@@ -49,8 +49,9 @@ def save_untrained_checkpoint(path, net: dict | None = None, seed: int = 0):
     return module.eval()
 
 
-def generated_forgeries(photos, panels_per_photo: int, size: int, seed: int, area: tuple[float, float] = (0.03, 0.4),
-                        copy_move_options: dict | None = None, splice_options: dict | None = None) -> dict[str, list[dict]]:
+def generated_forgeries(photos, panels_per_photo: int, size: int, seed: int,
+                        area: tuple[float, float] = (0.03, 0.4), copy_move_options: dict | None = None,
+                        splice_options: dict | None = None) -> dict[str, list[dict]]:
     """Copy-move and splicing forgeries made by the toolkit's own generators from `photos`.
 
     Each photo gives `panels_per_photo` square crops (35-90 % of its short side) shrunk to `size` px,
