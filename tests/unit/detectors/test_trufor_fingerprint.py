@@ -35,7 +35,7 @@ def textures(kind: torch.Tensor, size: int = 32, seed: int = 0) -> torch.Tensor:
     return torch.where(kind.view(-1, 1, 1, 1) == 0, smooth, rough)
 
 
-def test_contrastive_training_separates_two_chains_on_held_out_photos():
+def test_contrastive_training_separates_two_chains_on_held_out_photos(one_thread):
     torch.manual_seed(0)
     train_x, train_y = chain_patches(0, 64)
     test_x, test_y = chain_patches(1, 16)
