@@ -19,9 +19,8 @@ detector is that every output pixel comes out of a denoising chain.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -29,6 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha
+from synthesis.generator import RegionEdit
 from synthesis.latent import LatentAutoencoder, pad_to, random_crops, to_tensor, to_uint8
 from synthesis.model_files import load_model, save_model
 
@@ -239,11 +239,7 @@ def sdedit(model: DenoisingUNet, image: np.ndarray, strength: float, rng: np.ran
     return _to_pixels(model, latent, _denoise(model, x0, strength, steps, rng), *rgb.shape[:2])
 
 
-@dataclass
-class DiffusionEdit:
-    image: np.ndarray  # uint8 H x W x 3
-    mask: np.ndarray  # bool: the regenerated region; every changed pixel is inside
-    meta: dict[str, Any] = field(default_factory=dict)
+DiffusionEdit = RegionEdit  # the same result as the autoencoder's region edit: image, exact mask, meta
 
 
 @torch.no_grad()
