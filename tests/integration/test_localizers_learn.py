@@ -27,7 +27,8 @@ case is measured and reported, not asserted. Tried for it, at seed 0: a learning
 config's; 0.113 on copy-move, 0.231 on splicing) and a model trained on copy-moves only (0.152):
 both worse than the mixed recipe above. Twice the steps (1200, same cosine) reached 0.269 on
 copy-move and 0.444 on splicing at seed 0 (324 s on lightly loaded cores), clear of the margin, but
-is not yet measured on another seed nor for the other localizers, so the recipe stays at 600.
+0.182 and 0.443 at seed 1 (577 s, load 2-3): on copy-move no better than 600 steps at that seed, so
+more steps alone is not the lever, and the recipe stays at 600.
 
 The trivial maps are the all-zero map (pixel F1 0 on every manipulated image) and the whole-image
 map (pixel F1 2a / (1 + a) for a region covering a fraction a of the frame). Pixel F1 is per
