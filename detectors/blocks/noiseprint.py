@@ -59,28 +59,36 @@ class NoiseFingerprint(nn.Module):
 
 def tile_spectra(fingerprint: torch.Tensor, patch: int = 32, margin: int = 0, stride: int | None = None) -> torch.Tensor:
     """Each `patch` x `patch` tile of the fingerprint (every `stride` pixels; default: tiles side by
-    side) as the shape of its power spectrum: (N, tiles per image, C * (patch * (patch // 2 + 1) - 1)).
+    side) as the shape of its power spectrum: (N, tiles per image, C * (w * (w // 2 + 1) - 1)) with
+    `w = patch // 2`.
 
     Noiseprint compares raw residual pixels, which suits a sensor pattern aligned with one camera's
     pixel grid. Our chains are applied to crops at random offsets, so their traces sit at no fixed
     pixel: what they share is spectral (JPEG's 8 x 8 grid puts peaks at multiples of 1/8,
     resampling at its period, blur and denoising remove high frequencies), and the power spectrum
-    does not move with the offset. Per tile: mean removed, Hann window, log power without the DC
-    term, centred (the overall residual level, which follows the scene's texture, drops out) and
-    L2-normalized, so tiles compare by cosine similarity. `margin` pixels are dropped on every side
-    first: there the convolutions saw zero padding, which no processing chain explains.
+    does not move with the offset. Per tile, Welch's estimate: the periodograms of its half-size
+    windows at half-window steps (3 x 3 of them; mean removed, Hann window) are averaged, since one
+    periodogram's bins scatter like an exponential variable, which in the log is noise of about
+    1.3 nats per bin whatever the residual holds; then log power without the DC term, centred (the
+    overall residual level, which follows the scene's texture, drops out) and L2-normalized, so
+    tiles compare by cosine similarity. `margin` pixels are dropped on every side first: there the
+    convolutions saw zero padding, which no processing chain explains.
     """
     if margin > 0:
         fingerprint = fingerprint[..., margin:-margin, margin:-margin]
     n, channels, height, width = fingerprint.shape
     if min(height, width) < patch:
         raise ValueError(f"fingerprint {height}x{width} (after a {margin}px margin) is smaller than one {patch}px tile")
+    if patch < 4:
+        raise ValueError(f"tiles of {patch}px are too small for a spectrum; use at least 4")
     tiles = F.unfold(fingerprint.float(), patch, stride=stride or patch)
     count = tiles.shape[-1]
-    tiles = tiles.reshape(n, channels, patch, patch, count).permute(0, 4, 1, 2, 3)
-    tiles = tiles - tiles.mean(dim=(-2, -1), keepdim=True)
-    hann = torch.hann_window(patch, periodic=False, device=tiles.device)
-    power = torch.fft.rfft2(tiles * (hann[:, None] * hann[None, :])).abs().pow(2).flatten(-2)[..., 1:]
+    window = patch // 2
+    segments = F.unfold(tiles.transpose(1, 2).reshape(-1, 1, patch, patch), window, stride=max(1, window // 2))
+    segments = segments.transpose(1, 2).reshape(n, count, channels, -1, window, window)
+    segments = segments - segments.mean(dim=(-2, -1), keepdim=True)
+    hann = torch.hann_window(window, periodic=True, device=segments.device)
+    power = torch.fft.rfft2(segments * (hann[:, None] * hann[None, :])).abs().pow(2).mean(dim=3).flatten(-2)[..., 1:]
     # A floor relative to the tile's mean power keeps the log (and its gradient) finite.
     log_power = torch.log(power + 1e-3 * power.mean(dim=-1, keepdim=True) + 1e-12).flatten(2)
     return F.normalize(log_power - log_power.mean(dim=-1, keepdim=True), dim=-1)

@@ -58,14 +58,16 @@ def test_contrastive_training_separates_two_chains_on_held_out_photos(one_thread
         losses.append(loss.item())
     after = separation()
     assert np.mean(losses[-10:]) < np.mean(losses[:10])
-    assert after > 0.85 and after > before + 0.2
+    # Random weights already separate the two chains somewhat (0.80 measured); training must at
+    # least halve what is left of the separation error (0.97 measured).
+    assert after > 0.9 and 1 - after < (1 - before) / 2, f"separation {before:.3f} -> {after:.3f}"
 
 
 def test_loss_is_low_when_tiles_match_their_chain_and_high_when_they_match_the_other():
     chain = torch.tensor([0, 0, 0, 1, 1, 1])
     matching = textures(chain)
     crossed = textures(torch.tensor([0, 1, 0, 1, 0, 1]))  # each chain's images disagree
-    settings = {"patch": 16}
+    settings = {"patch": 32}  # one tile per image
     assert patch_contrastive_loss(matching, chain, **settings) < patch_contrastive_loss(crossed, chain, **settings) - 1
     assert chain_separation_auroc(matching, chain, **settings) > 0.99
 
