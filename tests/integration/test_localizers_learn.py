@@ -15,22 +15,30 @@ against 0.144 / 0.228): what is left to learn there is matching and semantics, n
 
 Recipe: one model per localizer on both operations mixed, 600 Adam steps of 16 panels, learning
 rate 3e-3 decayed to 0 by a cosine (a steadier end point: with a constant rate the figures moved by
-up to 0.04 between neighbouring checkpoints). Measured (held-out pixel F1, copy-move then splicing;
-whole-image map 0.163 and 0.259, all-zero 0; one thread each, the other core busy, torch 2.14),
-seed 0 (the test's): seg_tiny 0.296 and 0.393 (125 s of training), mvss_tiny 0.267 and 0.419
-(75 s), trufor_tiny 0.224 and 0.399 (119 s); seed 1 (another initialization and batch order):
-seg_tiny 0.329 and 0.507, mvss_tiny 0.269 and 0.424, trufor_tiny 0.190 and 0.318. An earlier
-machine gave figures up to 0.05 away from these (trufor_tiny splicing at seed 1: 0.366). The
-margin, 0.05 above the better trivial map, leaves at least 0.05 of room at seed 0 where it is
-asserted; at seed 1 trufor_tiny's splicing clears it by 0.01 only.
+up to 0.04 between neighbouring checkpoints); for trufor_tiny, whose encoder is a transformer, the
+rate first warms up linearly over 5 % of the steps. On one thread: the float summation order, and so
+the trajectory, changes with the thread count (trufor_tiny without warm-up, seed 0: splicing 0.399
+on one thread, 0.302 on two, below the margin), so the test pins it and a run is reproducible on
+a machine. Measured (held-out pixel F1, copy-move then splicing; whole-image map 0.163 and 0.259,
+all-zero 0; torch 2.14, the other core busy), seed 0 (the test's): seg_tiny 0.296 and 0.393
+(125 s of training), mvss_tiny 0.267 and 0.419 (75 s), trufor_tiny 0.246 and 0.471 (121 s);
+seed 1 (another initialization and batch order): seg_tiny 0.329 and 0.507, mvss_tiny 0.269 and
+0.424, trufor_tiny 0.202 and 0.480. On two threads trufor_tiny gave 0.193 / 0.340 (seed 0) and
+0.230 / 0.400 (seed 1); without warm-up its splicing ranged 0.30-0.40 over seeds and thread
+counts (0.318 at seed 1 on one thread), with it 0.34-0.48. The margin, 0.05 above the better
+trivial map, leaves at least 0.05 of room at seed 0 on one thread where it is asserted; the
+closest case elsewhere is trufor_tiny splicing at two threads, seed 0 (0.031 of room). The warm-up
+is for trufor_tiny only: it helps seg_tiny too (0.346 / 0.495 at seed 0) but costs mvss_tiny on
+copy-move (0.262 / 0.228 at seeds 0 / 1).
 
-trufor_tiny on copy-move falls short of the margin at every setting tried (0.17-0.22 at seed 1,
-0.22 at seed 0, against 0.163 + 0.05): it is measured and reported, not asserted. Its pixel
-AUROC stays at 0.69-0.74 (seg_tiny 0.83, mvss_tiny 0.72-0.73); at 0.5 it marks 0.14-0.27 of the
-pixels where 0.09 were copied (mvss_tiny 0.16). The README's learning-check section lists the
-levers tried and their figures (wider decoder, encoder and extractor, no drop-path, unweighted
-cross-entropy, detection gradients kept out of the map, a frozen phase-1 fingerprint, twice the
-steps, the RGB-only ablation); none reached the margin at both seeds. The map's stride is not the
+trufor_tiny on copy-move falls short of the margin at one seed or thread count in every setting
+tried (0.17-0.23 at seed 1, 0.19-0.25 at seed 0, against 0.163 + 0.05): it is measured and
+reported, not asserted. Its pixel AUROC stays at 0.69-0.77 (seg_tiny 0.83, mvss_tiny 0.72-0.73);
+at 0.5 it marks 0.14-0.27 of the pixels where 0.09 were copied (mvss_tiny 0.16). The README's
+learning-check section lists the levers tried and their figures (wider decoder, encoder and
+extractor, no drop-path, unweighted cross-entropy, detection gradients kept out of the map, a
+frozen phase-1 fingerprint, twice the steps, warm-up, the RGB-only ablation); none reached the
+margin at both seeds. The map's stride is not the
 limit: the true masks pooled to stride 4 and upsampled score 0.94.
 
 The trivial maps are the all-zero map (pixel F1 0 on every manipulated image) and the whole-image
@@ -41,6 +49,7 @@ from configs/detector/*_tiny.yaml.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -58,13 +67,21 @@ MARGIN = 0.10  # pixel F1 above the better of the two trivial maps
 
 
 def train_briefly(name: str, samples: list[dict], steps: int, batch_size: int, lr: float,
-                  seed: int = 0, cosine: bool = False) -> torch.nn.Module:
+                  seed: int = 0, cosine: bool = False, warmup: float = 0.0) -> torch.nn.Module:
     """`steps` of Adam on random batches of `samples`; `seed` fixes the initialization and the batches;
-    `cosine` decays the learning rate to 0 over the run (a steadier end point than a constant rate)."""
+    `cosine` decays the learning rate to 0 over the run (a steadier end point than a constant rate),
+    after a linear warm-up over the first `warmup` fraction of the steps."""
     torch.manual_seed(seed)
     net = build_detector(tiny_net_config(name))
     optimizer = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps) if cosine else None
+    warmup_steps = int(warmup * steps)
+
+    def rate(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / max(1, steps - warmup_steps)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate) if cosine else None
     rng = np.random.default_rng(seed)
     net.train()
     for _ in range(steps):
@@ -106,6 +123,9 @@ COPY_MOVE_TRACES = {"scale": (0.8, 1.25), "rotation": (-30.0, 30.0), "interpolat
 SPLICE_TRACES = {"donor_chains": tuple(chain for chain in DEFAULT_CHAINS if chain != "genuine")}
 GENERATED_STEPS = 600  # batches of 16, one model per localizer on both operations mixed
 GENERATED_MARGIN = 0.05  # pixel F1 above the better trivial map, per operation
+# A transformer encoder wants its learning rate warmed up (the CNN localizers do not: mvss_tiny
+# loses on copy-move with it); see the module docstring.
+GENERATED_WARMUP = {"trufor_tiny": 0.05}
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,12 +145,12 @@ def trained_on_generated(name: str) -> torch.nn.Module:
     """One training run per localizer on both operations mixed, shared by the per-operation checks."""
     train, _ = generated_split()
     return train_briefly(name, train["copy_move"] + train["splicing"], steps=GENERATED_STEPS, batch_size=16,
-                         lr=3e-3, cosine=True)
+                         lr=3e-3, cosine=True, warmup=GENERATED_WARMUP.get(name, 0.0))
 
 
 # Measured short of the margin with this recipe, so not asserted (held-out pixel F1, model vs the
 # whole-image map, initialization and batch seeds 0 / 1): see the module docstring.
-SHORT_OF_MARGIN = {("trufor_tiny", "copy_move"): "0.224 / 0.190 vs 0.163"}
+SHORT_OF_MARGIN = {("trufor_tiny", "copy_move"): "0.246 / 0.202 vs 0.163"}
 
 
 def generated_cases() -> list[tuple[str, str]]:
@@ -140,7 +160,7 @@ def generated_cases() -> list[tuple[str, str]]:
 
 @pytest.mark.slow  # minutes of CPU per localizer (600 steps at 64 px)
 @pytest.mark.parametrize(("name", "operation"), generated_cases())
-def test_short_training_localizes_held_out_generated_forgeries(name, operation):
+def test_short_training_localizes_held_out_generated_forgeries(name, operation, one_thread):
     """Copy-move and splicing with processing traces, made by the toolkit's generators; each
     held-out panel is scored whole."""
     samples = generated_split()[1][operation]
