@@ -38,8 +38,8 @@ at 0.5 it marks 0.14-0.27 of the pixels where 0.09 were copied (mvss_tiny 0.16).
 learning-check section lists the levers tried and their figures (wider decoder, encoder and
 extractor, no drop-path, unweighted cross-entropy, detection gradients kept out of the map, a
 frozen phase-1 fingerprint, twice the steps, warm-up, the RGB-only ablation); none reached the
-margin at both seeds. The map's stride is not the limit: the true masks pooled to stride 4 and
-upsampled score 0.94.
+margin at both seeds. The map's stride is not the
+limit: the true masks pooled to stride 4 and upsampled score 0.94.
 
 The trivial maps are the all-zero map (pixel F1 0 on every manipulated image) and the whole-image
 map (pixel F1 2a / (1 + a) for a region covering a fraction a of the frame). Pixel F1 is per
@@ -49,13 +49,13 @@ from configs/detector/*_tiny.yaml.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from detectors.build import build_detector
-from detectors.module import warmup_cosine
 from evaluation import pixel_metrics
 from tests.helpers import tiny_localizer_names, tiny_net_config
 from datamodules.chains import DEFAULT_CHAINS
@@ -74,7 +74,13 @@ def train_briefly(name: str, samples: list[dict], steps: int, batch_size: int, l
     torch.manual_seed(seed)
     net = build_detector(tiny_net_config(name))
     optimizer = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
-    rate = functools.partial(warmup_cosine, total=steps, warmup=int(warmup * steps))  # train.py's schedule
+    warmup_steps = int(warmup * steps)
+
+    def rate(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / max(1, steps - warmup_steps)))
+
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate) if cosine else None
     rng = np.random.default_rng(seed)
     net.train()
