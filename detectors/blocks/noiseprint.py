@@ -84,7 +84,7 @@ def tile_spectra(fingerprint: torch.Tensor, patch: int = 32, margin: int = 0, st
     tiles = F.unfold(fingerprint.float(), patch, stride=stride or patch)
     count = tiles.shape[-1]
     window = patch // 2
-    segments = F.unfold(tiles.transpose(1, 2).reshape(-1, 1, patch, patch), window, stride=max(1, window // 2))
+    segments = F.unfold(tiles.transpose(1, 2).reshape(-1, 1, patch, patch), window, stride=window // 2)
     segments = segments.transpose(1, 2).reshape(n, count, channels, -1, window, window)
     segments = segments - segments.mean(dim=(-2, -1), keepdim=True)
     hann = torch.hann_window(window, periodic=True, device=segments.device)

@@ -38,8 +38,8 @@ at 0.5 it marks 0.14-0.27 of the pixels where 0.09 were copied (mvss_tiny 0.16).
 learning-check section lists the levers tried and their figures (wider decoder, encoder and
 extractor, no drop-path, unweighted cross-entropy, detection gradients kept out of the map, a
 frozen phase-1 fingerprint, twice the steps, warm-up, the RGB-only ablation); none reached the
-margin at both seeds. The map's stride is not the
-limit: the true masks pooled to stride 4 and upsampled score 0.94.
+margin at both seeds. The map's stride is not the limit: the true masks pooled to stride 4 and
+upsampled score 0.94.
 
 The trivial maps are the all-zero map (pixel F1 0 on every manipulated image) and the whole-image
 map (pixel F1 2a / (1 + a) for a region covering a fraction a of the frame). Pixel F1 is per
