@@ -50,7 +50,10 @@ DEFAULT_PREPROCESS = {"size": 512, "mode": "center_crop"}
 class TruFor(Localizer):
     """TruFor with every part sized by config.
 
-    `encoder`: MiT sizes (`embed_dims`, `depths`, `num_heads`, `sr_ratios`; MiT-B2 by default).
+    `encoder`: MiT sizes (`embed_dims`, `depths`, `num_heads`, `sr_ratios`; MiT-B2 by default) and
+    `stem_width`, a convolutional stem before each stream's first patch embedding (`ConvStem`; not
+    in the published model, so it cannot take `encoder_weights` or `pretrained`; the tiny variant
+    has one).
     `encoder_weights`: `imagenet` (segmentation-models-pytorch's MiT-B2 weights from the local
     cache), a path to a MiT state dict, or None (random, logged); both streams start from the same
     weights, as in the published model. `fingerprint`: `depth`, `width`, `weights` (a Noiseprint++
@@ -64,7 +67,7 @@ class TruFor(Localizer):
     has_confidence = True
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "head",
-                 encoder: Mapping[str, Sequence[int]] | None = None, encoder_weights: str | None = None,
+                 encoder: Mapping[str, Any] | None = None, encoder_weights: str | None = None,
                  encoder_name: str = "mit_b2", drop_path_rate: float = 0.1,
                  fingerprint: Mapping[str, Any] | None = None, noise_input: str = "fingerprint",
                  decoder_embed_dim: int = 512, pretrained: str | None = None, phase: str = "full",
@@ -82,6 +85,9 @@ class TruFor(Localizer):
         if noise_input not in ("fingerprint", "rgb"):
             raise ValueError(f"noise_input must be 'fingerprint' or 'rgb', got {noise_input!r}")
         sizes = {**MIT_B2, **dict(encoder or {})}
+        if sizes.get("stem_width") and (pretrained or encoder_weights):
+            raise ValueError("encoder.stem_width adds layers that the published TruFor and MiT weights do not "
+                             "have: set it to null to load `pretrained` or `encoder_weights`")
         fingerprint = {**DEFAULT_FINGERPRINT, **dict(fingerprint or {})}
         self.phase, self.noise_input = phase, noise_input
         self.fingerprint = NoiseFingerprint(depth=int(fingerprint["depth"]), width=int(fingerprint["width"]))

@@ -21,14 +21,41 @@ MIT_B2 = {"embed_dims": (64, 128, 320, 512), "depths": (3, 4, 6, 3), "num_heads"
 
 
 def build_mit(embed_dims: Sequence[int], depths: Sequence[int], num_heads: Sequence[int],
-              sr_ratios: Sequence[int], drop_path_rate: float = 0.1) -> nn.Module:
+              sr_ratios: Sequence[int], drop_path_rate: float = 0.1, stem_width: int | None = None) -> nn.Module:
     """A MiT encoder of segmentation-models-pytorch with the SegFormer settings of every MiT size
-    (patch 7/3, MLP ratio 4, qkv bias, LayerNorm eps 1e-6); the widths and depths pick the size."""
+    (patch 7/3, MLP ratio 4, qkv bias, LayerNorm eps 1e-6); the widths and depths pick the size.
+
+    `stem_width` puts a convolutional stem (`ConvStem`) in front of the first patch embedding, which
+    then reads its `stem_width` channels; None (the published architecture) leaves MiT as it is.
+    """
     from segmentation_models_pytorch.encoders.mix_transformer import LayerNorm, MixVisionTransformer
 
-    return MixVisionTransformer(embed_dims=list(embed_dims), depths=list(depths), num_heads=list(num_heads),
-                                sr_ratios=list(sr_ratios), mlp_ratios=[4, 4, 4, 4], qkv_bias=True,
-                                norm_layer=partial(LayerNorm, eps=1e-6), drop_path_rate=drop_path_rate)
+    mit = MixVisionTransformer(embed_dims=list(embed_dims), depths=list(depths), num_heads=list(num_heads),
+                               sr_ratios=list(sr_ratios), mlp_ratios=[4, 4, 4, 4], qkv_bias=True,
+                               norm_layer=partial(LayerNorm, eps=1e-6), drop_path_rate=drop_path_rate)
+    if stem_width:
+        embed = mit.patch_embed1.proj
+        mit.patch_embed1.proj = nn.Sequential(ConvStem(embed.in_channels, int(stem_width)),
+                                              nn.Conv2d(int(stem_width), embed.out_channels, embed.kernel_size,
+                                                        embed.stride, embed.padding))
+    return mit
+
+
+class ConvStem(nn.Sequential):
+    """Two 3x3 conv -> BatchNorm -> ReLU layers at full resolution.
+
+    MiT's first step is a linear 7x7 convolution at stride 4 followed by a per-token LayerNorm: a
+    pixel-level trace (the smoothing left by resampling a copied region, a donor's noise level) can
+    reach the transformer only as an aliased linear mix whose amplitude the norm takes away. Large
+    pretrained models cope; a small one trained from random weights does not (measured in the
+    README's learning check). Nonlinear layers before the stride let it measure local energy first,
+    as early convolutions do for vision transformers (Xiao et al., NeurIPS 2021).
+    """
+
+    def __init__(self, in_channels: int, width: int) -> None:
+        super().__init__(nn.Conv2d(in_channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+                         nn.ReLU(inplace=True), nn.Conv2d(width, width, 3, padding=1, bias=False),
+                         nn.BatchNorm2d(width), nn.ReLU(inplace=True))
 
 
 class Rectify(nn.Module):

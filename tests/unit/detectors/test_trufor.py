@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from detectors.blocks.cmx import DualMiTEncoder, Fuse, Rectify, build_mit, weighted_statistics
+from detectors.blocks.cmx import ConvStem, DualMiTEncoder, Fuse, Rectify, build_mit, weighted_statistics
 from detectors.blocks.noiseprint import NoiseFingerprint
 from detectors.blocks.weights import MissingWeightsError
 from detectors.build import build_detector
@@ -22,6 +22,12 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 def tiny_net(**overrides) -> TruFor:
     config = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
     return build_detector({**config, **overrides})
+
+
+def tiny_published_layout(**overrides) -> TruFor:
+    """The tiny sizes without the convolutional stem, which the published model does not have."""
+    encoder = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]["encoder"]
+    return tiny_net(encoder={**encoder, "stem_width": None}, **overrides)
 
 
 def count(module: torch.nn.Module, trainable_only: bool = False) -> int:
@@ -129,6 +135,18 @@ def test_tiny_trufor_outputs_at_any_size_and_score_from_its_head():
     assert torch.allclose(outputs["logit"], net.detection_head(statistics).reshape(-1), atol=1e-6)
 
 
+def test_the_stem_works_at_full_resolution_before_the_first_patch_embedding():
+    torch.manual_seed(0)
+    stream = tiny_net().encoder.rgb
+    stem, embed = stream.patch_embed1.proj
+    assert isinstance(stem, ConvStem) and embed.in_channels == 16 and embed.stride == (4, 4)
+    image = torch.rand(1, 3, 40, 40)
+    assert stem(image).shape == (1, 16, 40, 40)
+    assert stream.patch_embed1(image).shape == (1, 16, 10, 10)  # stride 4 comes after the stem
+    without = tiny_published_layout().encoder.rgb.patch_embed1.proj
+    assert isinstance(without, torch.nn.Conv2d) and without.in_channels == 3
+
+
 @pytest.mark.parametrize("phase", ["fingerprint", "localize", "detect", "full"])
 def test_each_phase_trains_exactly_its_parts(phase):
     net = tiny_net(phase=phase)
@@ -193,10 +211,10 @@ def test_published_names_and_shapes_round_trip_through_the_mapping():
 
 def test_published_checkpoint_loads_and_reproduces_the_model(tmp_path):
     torch.manual_seed(0)
-    source = tiny_net().eval()
+    source = tiny_published_layout().eval()
     path = tmp_path / "trufor.pth.tar"
     torch.save({"state_dict": to_published_state_dict(source.state_dict())}, path)
-    loaded = tiny_net(pretrained=str(path)).eval()
+    loaded = tiny_published_layout(pretrained=str(path)).eval()
     image = torch.rand(1, 3, 40, 40)
     with torch.no_grad():
         expected, actual = source(image), loaded(image)
@@ -204,17 +222,24 @@ def test_published_checkpoint_loads_and_reproduces_the_model(tmp_path):
 
 
 def test_published_checkpoint_with_unknown_keys_is_refused(tmp_path):
-    state = to_published_state_dict(tiny_net().state_dict())
+    state = to_published_state_dict(tiny_published_layout().state_dict())
     state["aux_head.weight"] = torch.zeros(1)
     path = tmp_path / "other.pth"
     torch.save({"state_dict": state}, path)
     with pytest.raises(ValueError, match="no mapping"):
-        tiny_net(pretrained=str(path))
+        tiny_published_layout(pretrained=str(path))
 
 
 def test_missing_published_file_says_so():
     with pytest.raises(MissingWeightsError, match="does not exist"):
-        tiny_net(pretrained="/nonexistent/trufor.pth.tar")
+        tiny_published_layout(pretrained="/nonexistent/trufor.pth.tar")
+
+
+def test_a_convolutional_stem_cannot_take_published_weights():
+    with pytest.raises(ValueError, match="stem_width"):
+        tiny_net(pretrained="/some/trufor.pth.tar")
+    with pytest.raises(ValueError, match="stem_width"):
+        tiny_net(encoder_weights="imagenet")
 
 
 # ------------------------------------------------------------------ export
