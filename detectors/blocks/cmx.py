@@ -46,10 +46,11 @@ class ConvStem(nn.Sequential):
 
     MiT's first step is a linear 7x7 convolution at stride 4 followed by a per-token LayerNorm: a
     pixel-level trace (the smoothing left by resampling a copied region, a donor's noise level) can
-    reach the transformer only as an aliased linear mix whose amplitude the norm takes away. Large
-    pretrained models cope; a small one trained from random weights does not (measured in the
-    README's learning check). Nonlinear layers before the stride let it measure local energy first,
-    as early convolutions do for vision transformers (Xiao et al., NeurIPS 2021).
+    reach the transformer only as an aliased linear mix whose amplitude the norm takes away. The
+    published model starts from ImageNet weights; a small one trained for minutes from random
+    weights does not get past this (the README's learning check). Nonlinear layers before the
+    stride let it measure local energy first, as early convolutions do for vision transformers
+    (Xiao et al., NeurIPS 2021).
     """
 
     def __init__(self, in_channels: int, width: int) -> None:
