@@ -1,6 +1,7 @@
 """DetectorModule: the LightningModule every detector trains, validates and calibrates under."""
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Any, Mapping
@@ -19,6 +20,15 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OPTIMIZER = {"name": "AdamW", "lr": 1e-4, "weight_decay": 0.0}
 DEFAULT_SCHEDULER = {"warmup_fraction": 0.05, "min_lr_ratio": 0.0}
+
+
+def warmup_cosine(step: int, total: int, warmup: int, floor: float = 0.0) -> float:
+    """Learning-rate factor at `step` of `total`: linear warm-up over the first `warmup` steps, then
+    a cosine from 1 down to `floor` at `total` (held there after)."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class DetectorModule(L.LightningModule):
@@ -183,14 +193,7 @@ class DetectorModule(L.LightningModule):
         if schedule.get("name", "cosine") != "cosine":
             raise ValueError(f"scheduler.name must be cosine or step, got {schedule['name']!r}")
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(schedule["warmup_fraction"] * total)
-        floor = float(schedule["min_lr_ratio"])
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
+        factor = functools.partial(warmup_cosine, total=total, warmup=int(schedule["warmup_fraction"] * total),
+                                   floor=float(schedule["min_lr_ratio"]))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
