@@ -34,10 +34,10 @@ def build_mit(embed_dims: Sequence[int], depths: Sequence[int], num_heads: Seque
                                sr_ratios=list(sr_ratios), mlp_ratios=[4, 4, 4, 4], qkv_bias=True,
                                norm_layer=partial(LayerNorm, eps=1e-6), drop_path_rate=drop_path_rate)
     if stem_width:
-        embed = mit.patch_embed1.proj
-        mit.patch_embed1.proj = nn.Sequential(ConvStem(embed.in_channels, int(stem_width)),
-                                              nn.Conv2d(int(stem_width), embed.out_channels, embed.kernel_size,
-                                                        embed.stride, embed.padding))
+        embed, width = mit.patch_embed1.proj, int(stem_width)
+        mit.patch_embed1.proj = nn.Sequential(ConvStem(embed.in_channels, width),
+                                              nn.Conv2d(width, embed.out_channels, embed.kernel_size, embed.stride,
+                                                        embed.padding))
     return mit
 
 

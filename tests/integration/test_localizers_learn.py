@@ -11,23 +11,24 @@ donor first goes through one of the non-genuine processing chains of `datamodule
 copy, a donor with its host's history) none of the tiny variants beat the whole-image map on
 splicing after 200 steps, and on copy-move by 0.04 at most (held-out pixel F1 vs whole-image map,
 copy-move / splicing: seg_tiny 0.023 / 0.117, mvss_tiny 0.159 / 0.082, trufor_tiny before its stem
-0.184 / 0.108, against 0.144 / 0.228): what is left to learn there is matching and semantics, not a local trace.
+0.184 / 0.108, against 0.144 / 0.228): what is left to learn there is matching and semantics, not a
+local trace.
 
-Recipe: one model per localizer on both operations mixed, 600 Adam steps of 16 panels, learning
-rate 3e-3 decayed to 0 by a cosine (a steadier end point: with a constant rate the figures moved by
-up to 0.04 between neighbouring checkpoints); for trufor_tiny, whose encoder is a transformer, the
-rate first warms up linearly over 5 % of the steps (train.py's schedule, `warmup_cosine`). On one
-thread: the float summation order, and so the trajectory, changes with the thread count, so the test
-pins it and a run is reproducible on a machine. Measured (held-out pixel F1, copy-move then splicing; whole-image map 0.163 and 0.259,
-all-zero 0; torch 2.14, the other core busy), seed 0 (the test's): seg_tiny 0.296 and 0.393,
-mvss_tiny 0.267 and 0.419, trufor_tiny 0.408 and 0.560; seed 1 (another initialization and batch
-order): seg_tiny 0.329 and 0.507, mvss_tiny 0.269 and 0.424, trufor_tiny 0.363 and 0.470. On two
-threads trufor_tiny gave 0.410 / 0.429 (seed 0) and 0.363 / 0.496 (seed 1). The margin, 0.05 above
-the better trivial map, leaves at least 0.05 of room in every case at seed 0 on one thread, where it
-is asserted (the closest: mvss_tiny on copy-move, 0.054). The warm-up is for trufor_tiny only: in
-the test's earlier formula (which divided by the warm-up length) it helped seg_tiny too (0.346 /
-0.495 at seed 0) but cost mvss_tiny on copy-move (0.262 / 0.228 at seeds 0 / 1); with its stem
-trufor_tiny needs it less (without: 0.423 / 0.536 and 0.330 / 0.473).
+Recipe: one model per localizer on both operations mixed, 600 Adam steps of 16 panels, learning rate
+3e-3 decayed to 0 by a cosine (a steadier end point: with a constant rate the figures moved by up to
+0.04 between neighbouring checkpoints); for trufor_tiny, whose encoder is a transformer, the rate
+first warms up linearly over 5 % of the steps (train.py's schedule, `warmup_cosine`). On one thread:
+the float summation order, and so the trajectory, changes with the thread count, so the test pins it
+and a run is reproducible on a machine. Measured (held-out pixel F1, copy-move then splicing;
+whole-image map 0.163 and 0.259, all-zero 0; torch 2.14, the other core busy), seed 0 (the test's):
+seg_tiny 0.296 and 0.393, mvss_tiny 0.267 and 0.419, trufor_tiny 0.408 and 0.560; seed 1 (another
+initialization and batch order): seg_tiny 0.329 and 0.507, mvss_tiny 0.269 and 0.424, trufor_tiny
+0.363 and 0.470. On two threads trufor_tiny gave 0.410 / 0.429 (seed 0) and 0.363 / 0.496 (seed 1).
+The margin, 0.05 above the better trivial map, leaves at least 0.05 of room in every case at seed 0
+on one thread, where it is asserted (the closest: mvss_tiny on copy-move, 0.054). The warm-up is for
+trufor_tiny only: in the test's earlier formula (which divided by the warm-up length) it helped
+seg_tiny too (0.346 / 0.495 at seed 0) but cost mvss_tiny on copy-move (0.262 / 0.228 at seeds 0 /
+1); with its stem trufor_tiny needs it less (without: 0.423 / 0.536 and 0.330 / 0.473).
 
 trufor_tiny clears the margin on copy-move because of the convolutional stem in front of each MiT
 stream (`detectors.blocks.cmx.ConvStem`). Without it, it fell short at one seed or thread count in

@@ -19,15 +19,16 @@ from detectors.trufor_weights import map_published_state_dict, to_published_stat
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 
 
+TINY_NET = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
+
+
 def tiny_net(**overrides) -> TruFor:
-    config = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
-    return build_detector({**config, **overrides})
+    return build_detector({**TINY_NET, **overrides})
 
 
 def tiny_published_layout(**overrides) -> TruFor:
     """The tiny sizes without the convolutional stem, which the published model does not have."""
-    encoder = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]["encoder"]
-    return tiny_net(encoder={**encoder, "stem_width": None}, **overrides)
+    return tiny_net(encoder={**TINY_NET["encoder"], "stem_width": None}, **overrides)
 
 
 def count(module: torch.nn.Module, trainable_only: bool = False) -> int:
