@@ -1,7 +1,7 @@
 """mkdocs hook: the site's home page is README.md, with links that work both on GitHub and in the site.
 
-README.md links the guides as `docs/guides/x.md` (right on GitHub); the site's pages live under
-`docs/`, so the home page rewrites those links to `guides/x.md`. Pages under `docs/` may link the
+README.md links the guides as `docs/guides/<page>` (right on GitHub); the site's pages live under
+`docs/`, so the home page rewrites those links to `guides/<page>`. Pages under `docs/` may link the
 README as `../README.md` (right on GitHub); in the site that link becomes the home page. The
 rewrite runs before mkdocs validates links, so `mkdocs build --strict` still catches broken ones.
 """
