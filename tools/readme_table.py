@@ -48,7 +48,7 @@ def detector_rows(config_dir: Path = ROOT / "configs" / "detector") -> list[list
         task = "localizer" if "image_score" in net else "classifier"
         tiny = f"`{name}{TINY_SUFFIX}`" if f"{name}{TINY_SUFFIX}" in configs else "itself"
         rows.append([f"`{name}`", task, " ".join(str(summary).split()), describe_input(net), tiny])
-    return sorted(rows, key=lambda row: (row[1], row[0]))  # classifiers first, then localizers
+    return sorted(rows, key=lambda row: (row[1], row[0].strip("`")))  # classifiers, then localizers
 
 
 def render_table(config_dir: Path = ROOT / "configs" / "detector") -> str:
