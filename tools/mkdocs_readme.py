@@ -1,4 +1,4 @@
-"""mkdocs hook: the site's home page is README.md, with links that work both on GitHub and in the site.
+"""mkdocs hook: the site's home page is README.md, its links right both on GitHub and in the site.
 
 README.md links the guides as `docs/guides/<page>` (right on GitHub); the site's pages live under
 `docs/`, so the home page rewrites those links to `guides/<page>`. Pages under `docs/` may link the

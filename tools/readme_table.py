@@ -43,7 +43,7 @@ def detector_rows(config_dir: Path = ROOT / "configs" / "detector") -> list[list
             continue
         summary = config.get("summary")
         if not summary:
-            raise ValueError(f"{config_dir / name}.yaml has no `summary:` line for the README's table")
+            raise ValueError(f"{config_dir / name}.yaml has no `summary:` line for the README")
         net = config.get("net") or {}
         task = "localizer" if "image_score" in net else "classifier"
         tiny = f"`{name}{TINY_SUFFIX}`" if f"{name}{TINY_SUFFIX}" in configs else "itself"

@@ -15,14 +15,15 @@ from tools import mkdocs_readme, readme_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-ENTRY_POINTS = ("train", "infer", "export", "generate", "calibrate")  # each composes configs/<name>.yaml
-FENCE = re.compile(r"^```[ \t]*(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+# each entry point composes configs/<name>.yaml
+ENTRY_POINTS = ("train", "infer", "export", "generate", "calibrate")
+FENCE = re.compile(r"^```[ \t]*(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"(?<!`)`(python [^`]+)`(?!`)")
 HYDRA_COMMAND = re.compile(r"\bpython (" + "|".join(ENTRY_POINTS) + r")\.py\b(.*)")
 MODULE_COMMAND = re.compile(r"\bpython -m ([\w.]+)(.*)")
 SCRIPT_COMMAND = re.compile(r"\bpython ((?:benchmarks|tools|examples)/[\w/]+\.py)(.*)")
-CONFIG_CHOICE = re.compile(r"(?<![\w.+-])(detector|data|trainer|logger|callbacks|experiment|preset|generator)"
-                           r"=([a-z_][\w]*)\b")
+GROUPS = "detector|data|trainer|logger|callbacks|experiment|preset|generator"
+CONFIG_CHOICE = re.compile(rf"(?<![\w.+-])({GROUPS})=([a-z_][\w]*)\b")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 MISTYPED_ON_PURPOSE = {("detector", "nrp")}  # the training guide's example of a mistyped name
 
@@ -32,7 +33,7 @@ def relative(path: Path) -> str:
 
 
 def command_lines(text: str) -> list[str]:
-    """Shell lines of the fenced bash blocks (continuations joined) and inline `python ...` spans."""
+    """Lines of the fenced bash blocks (continuations joined) and inline `python ...` spans."""
     lines = []
     for language, body in FENCE.findall(text):
         if language in ("", "bash", "sh", "shell", "console"):
@@ -43,12 +44,12 @@ def command_lines(text: str) -> list[str]:
 def shell_words(arguments: str) -> list[str]:
     """The arguments as the shell passes them: placeholders filled, quotes and comments removed."""
     arguments = re.sub(r"<[^<>]*>", "placeholder", arguments)        # <run>, <phase-1 run>
-    arguments = re.sub(r"\$\{?\w+\}?", "0", arguments)                # $test, ${SLURM_ARRAY_TASK_ID}
+    arguments = re.sub(r"\$\{?\w+\}?", "0", arguments)                # $test, ${SLURM_...}
     lexer = shlex.shlex(arguments, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split, lexer.commenters = True, "#"
     words = []
     for word in lexer:
-        if set(word) <= set(";&|"):                                   # the next shell command starts
+        if set(word) <= set(";&|"):                          # the next shell command starts
             break
         words.append(word)
     return words
@@ -78,8 +79,8 @@ def test_the_docs_show_commands_of_every_entry_point():
 
 @pytest.mark.parametrize(("entry_point", "overrides"), HYDRA_COMMANDS)
 def test_every_command_line_of_the_docs_composes(entry_point, overrides):
-    """A renamed key or group option fails here, as it would for the user. `experiment` is an optional
-    group, which Hydra skips silently when the name is unknown: that name is checked as a file."""
+    """A renamed key or group option fails here, as it would for the user. `experiment` is an
+    optional group, which Hydra skips silently when the name is unknown: it is checked as a file."""
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         compose(config_name=entry_point, overrides=overrides)
     choices = [CONFIG_CHOICE.fullmatch(word.lstrip("+")) for word in overrides]
@@ -109,10 +110,12 @@ def test_every_config_named_in_the_docs_exists():
 
 
 def test_the_training_guide_lists_every_option_of_each_config_group():
-    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", (ROOT / "docs/guides/training.md").read_text("utf-8"), re.M)
+    guide = (ROOT / "docs" / "guides" / "training.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", guide, re.MULTILINE)
     listed = {group: set(re.findall(r"`([a-z0-9_]+)`", cell)) for group, cell in rows}
     for group in ("data", "trainer", "logger", "callbacks", "experiment"):
-        assert listed[group] == {path.stem for path in (ROOT / "configs" / group).glob("*.yaml")}, group
+        options = {path.stem for path in (ROOT / "configs" / group).glob("*.yaml")}
+        assert listed[group] == options, group
 
 
 @pytest.mark.parametrize("page", PAGES, ids=relative)
@@ -130,7 +133,8 @@ def test_every_docs_page_is_in_the_site_navigation():
         items = node.values() if isinstance(node, dict) else node
         return set().union(*(pages(item) for item in items))
     navigation = pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
-    assert {str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md")} == navigation
+    docs = ROOT / "docs"
+    assert {str(path.relative_to(docs)) for path in docs.rglob("*.md")} == navigation
 
 
 def test_the_readme_is_short():
@@ -162,17 +166,19 @@ def test_the_table_names_every_detector_config():
 def test_a_new_detector_config_gets_its_row_and_a_localizer_is_told_apart(tmp_path):
     configs = tmp_path / "detector"
     shutil.copytree(ROOT / "configs" / "detector", configs)
-    (configs / "blob.yaml").write_text("name: blob\nsummary: a throw-away localizer\n"
-                                       "net:\n  image_score: max\n  preprocess: {size: 96, mode: pad}\n")
+    (configs / "blob.yaml").write_text(
+        "name: blob\nsummary: a throw-away localizer\n"
+        "net:\n  image_score: max\n  preprocess: {size: 96, mode: pad}\n")
     (configs / "blob_tiny.yaml").write_text("name: blob_tiny\nnet: {image_score: max}\n")
     rows = {row[0]: row for row in readme_table.detector_rows(configs)}
-    assert rows["`blob`"] == ["`blob`", "localizer", "a throw-away localizer", "96 px, pad", "`blob_tiny`"]
+    assert rows["`blob`"] == ["`blob`", "localizer", "a throw-away localizer", "96 px, pad",
+                              "`blob_tiny`"]
     assert "`blob_tiny`" not in rows and rows["`npr`"][1] == "classifier"
 
 
 def test_a_detector_config_without_a_summary_is_refused_by_name(tmp_path):
     (tmp_path / "nameless.yaml").write_text("name: nameless\nnet: {}\n")
-    with pytest.raises(ValueError, match="nameless.yaml has no `summary:`"):
+    with pytest.raises(ValueError, match="nameless.yaml has no `summary:` line"):
         readme_table.detector_rows(tmp_path)
 
 
@@ -199,4 +205,5 @@ def test_a_pages_link_to_the_readme_becomes_the_home_page():
     text = "[table](../../README.md#detectors) [other](../data.md) [up](../README.md)"
     assert mkdocs_readme.readme_links_to_home(text, "guides/training.md") == \
         "[table](../index.md#detectors) [other](../data.md) [up](../README.md)"
-    assert mkdocs_readme.readme_links_to_home("[r](../README.md)", "architecture.md") == "[r](index.md)"
+    top_level = mkdocs_readme.readme_links_to_home("[r](../README.md)", "architecture.md")
+    assert top_level == "[r](index.md)"
