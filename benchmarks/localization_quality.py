@@ -2,7 +2,7 @@
 
     python benchmarks/localization_quality.py [--detectors seg_tiny mvss_tiny trufor_tiny
         trufor_tiny:noise_input=rgb] [--minutes 10] [--epochs 30] [--output-dir outputs/localization_quality]
-        [--readme README.md] [--robustness] [--robustness-max-images 200]
+        [--readme docs/results/localization.md] [--robustness] [--robustness-max-images 200]
 
 A detector is a config name or a variant `NAME:KEY=VALUE[,KEY=VALUE...]`, each KEY a field of the
 config's `net` (`trufor_tiny:noise_input=rgb` is TruFor without its fingerprint branch); the row is

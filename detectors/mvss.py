@@ -181,7 +181,7 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
     wrappers removed: a training checkpoint's `state_dict`, `net.` and DataParallel's `module.`."""
     if not os.path.isfile(path):
         raise MissingWeightsError(f"MVSS-Net weights file {path!r} does not exist (nothing is downloaded); "
-                                  "see the README's MVSS-Net section for where the published checkpoints are")
+                                  "see docs/guides/localizers.md (MVSS-Net) for where the published checkpoints are")
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
 

@@ -48,7 +48,7 @@ class ConvStem(nn.Sequential):
     pixel-level trace (the smoothing left by resampling a copied region, a donor's noise level) can
     reach the transformer only as an aliased linear mix whose amplitude the norm takes away. The
     published model starts from ImageNet weights; a small one trained for minutes from random
-    weights does not get past this (the README's learning check). Nonlinear layers before the
+    weights does not get past this (docs/results/localization.md). Nonlinear layers before the
     stride let it measure local energy first, as early convolutions do for vision transformers
     (Xiao et al., NeurIPS 2021).
     """
