@@ -51,7 +51,7 @@ def build_models(name: str, folder: Path, size: int | None = None) -> tuple[Path
     import torch
     import yaml
 
-    from detectors.export import export_onnx
+    from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
 
     config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
@@ -296,7 +296,7 @@ def int8_speed(work: Path, repeats: int) -> dict:
     import onnxruntime as ort
 
     from datamodules.preprocess import Preprocess
-    from inference.onnx_variants import build_variant, probe_images
+    from exporting.variants import build_variant, probe_images
 
     result = {}
     for name, size in (("npr", 224), ("dct", None), ("seg_tiny", 256)):

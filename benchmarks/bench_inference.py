@@ -10,7 +10,7 @@
     # interleaved rounds): benchmarks/bench_deploy.py --only pipeline localizer
 
 For each detector config (untrained: speed does not depend on the weights) it writes a checkpoint,
-exports it with `detectors.export`, writes `--images` PNGs at the detector's input size, and
+exports it with `exporting.onnx_export`, writes `--images` PNGs at the detector's input size, and
 reports images/second of `infer.infer` (decode, preprocess, batch, score, write CSV) with the
 .ckpt and the .onnx, next to the raw PyTorch forward pass on the same images already decoded to
 tensors, in the same run. `ratio` = pipeline / raw: how much of the model's speed survives the
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from omegaconf import DictConfig  # noqa: E402
 
-from detectors.export import export_onnx  # noqa: E402
+from exporting.onnx_export import export_onnx  # noqa: E402
 from detectors.module import DetectorModule  # noqa: E402
 
 

@@ -7,7 +7,7 @@ Our side, on every image of `DIR` (written as seeded random PNGs at `--size` whe
 missing), with untrained weights (`pretrained` and `encoder_weights` off: speed does not depend on
 them) and `--threads` CPU threads:
 
-- `infer.py` with the `.ckpt` and with the `.onnx` (exported by `detectors.export`, parity-checked),
+- `infer.py` with the `.ckpt` and with the `.onnx` (exported by `exporting.onnx_export`, parity-checked),
   each as its own process: wall time / images, so Python start-up, imports and model load count, as
   they do for a user's run (`batch_size=1`: whole-image localizers score one image at a time anyway);
 - the raw forward pass on decoded tensors, eager PyTorch and onnxruntime: median seconds per image
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_inference import build_module, write_images  # noqa: E402
-from detectors.export import export_onnx  # noqa: E402
+from exporting.onnx_export import export_onnx  # noqa: E402
 
 
 def load_images(folder: Path) -> list[torch.Tensor]:

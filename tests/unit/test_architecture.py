@@ -19,6 +19,8 @@ ALLOWED = {
     "detectors": {"datamodules", "evaluation"},
     "synthesis": {"datamodules.io"},
     "inference": {"detectors", "datamodules", "evaluation"},
+    "exporting": {"detectors", "datamodules", "evaluation", "inference"},
+    "tools": {"detectors", "datamodules", "evaluation", "inference", "exporting"},
 }
 NOT_PRODUCT = {"tests", "benchmarks", "configs", "docs", "checkpoints"}
 
