@@ -1,6 +1,6 @@
 """Seconds per image of a detector in this toolkit next to its authors' released code (a script).
 
-    python benchmarks/speed_vs_authors.py --detector trufor --images-dir DIR [--size 512] [--threads 2]
+    python -m benchmarks.speed_vs_authors --detector trufor --images-dir DIR [--size 512] [--threads 2]
         [--authors authors.json] [--workdir outputs/speed_vs_authors] [--output speed.json]
 
 Our side, on every image of `DIR` (written as seeded random PNGs at `--size` when the folder is
@@ -34,11 +34,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.bench_inference import build_module, write_images
+from exporting.onnx_export import export_onnx
 
-from benchmarks.bench_inference import build_module, write_images  # noqa: E402
-from exporting.onnx_export import export_onnx  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_images(folder: Path) -> list[torch.Tensor]:

@@ -22,7 +22,6 @@ from datamodules.preprocess import Preprocess
 from datamodules.records import Record
 from exporting.graph_preprocess import INPUT as U8_INPUT
 from exporting.graph_preprocess import with_graph_preprocess
-from inference.batches import iter_batches
 from inference.runtime import scoring_preprocess
 
 log = logging.getLogger(__name__)
