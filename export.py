@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
-from detectors.export import ExportError, export_onnx
-from inference.onnx_variants import VariantRefused, build_variant, sample_images
+from exporting.onnx_export import ExportError, export_onnx
+from exporting.variants import VariantRefused, build_variant, sample_images
 from inference.runtime import ModelLoadError, load_checkpoint
 
 log = logging.getLogger("export")

@@ -1,6 +1,6 @@
 """Deployment figures: start-up, steady state, pipeline vs its limit, int8 vs fp32, memory, processes.
 
-    python benchmarks/bench_deploy.py [--only startup pipeline localizer localizer_ckpt int8 memory processes]
+    python -m benchmarks.bench_deploy [--only startup pipeline localizer localizer_ckpt int8 memory processes]
                                       [--repeats 3] [--localizer mvss] [--output FILE.json]
 
 - startup: `python infer.py` on one PNG, a new process each time, with the `.onnx` and the `.ckpt`
@@ -43,7 +43,6 @@ import numpy as np
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def build_models(name: str, folder: Path, size: int | None = None) -> tuple[Path, Path]:
@@ -51,8 +50,8 @@ def build_models(name: str, folder: Path, size: int | None = None) -> tuple[Path
     import torch
     import yaml
 
-    from detectors.export import export_onnx
     from detectors.module import DetectorModule
+    from exporting.onnx_export import export_onnx
 
     config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
     if size:
@@ -296,7 +295,7 @@ def int8_speed(work: Path, repeats: int) -> dict:
     import onnxruntime as ort
 
     from datamodules.preprocess import Preprocess
-    from inference.onnx_variants import build_variant, probe_images
+    from exporting.variants import build_variant, probe_images
 
     result = {}
     for name, size in (("npr", 224), ("dct", None), ("seg_tiny", 256)):

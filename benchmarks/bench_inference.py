@@ -1,16 +1,16 @@
 """What the scoring pipeline costs: `infer.py` with .ckpt and .onnx vs the raw forward pass (a script).
 
-    python benchmarks/bench_inference.py [--detectors dct_tiny clip_linear_tiny clip_freq_tiny npr forgelens_tiny
+    python -m benchmarks.bench_inference [--detectors dct_tiny clip_linear_tiny clip_freq_tiny npr forgelens_tiny
                                           iapl_tiny cospy_tiny cospy_progan_tiny effort_tiny]
                                          [--images 64] [--batch-sizes 1 32] [--repeats 3] [--threads 2]
                                          [--size 512] [--save-masks]
     # localizers at 512 x 512 (maps saved or not):
-    python benchmarks/bench_inference.py --detectors mvss --size 512 --images 16 --batch-sizes 8 --repeats 2
+    python -m benchmarks.bench_inference --detectors mvss --size 512 --images 16 --batch-sizes 8 --repeats 2
     # the steady-state ratios of the deployment targets (model loaded, warm-up excluded, medians of
     # interleaved rounds): benchmarks/bench_deploy.py --only pipeline localizer
 
 For each detector config (untrained: speed does not depend on the weights) it writes a checkpoint,
-exports it with `detectors.export`, writes `--images` PNGs at the detector's input size, and
+exports it with `exporting.onnx_export`, writes `--images` PNGs at the detector's input size, and
 reports images/second of `infer.infer` (decode, preprocess, batch, score, write CSV) with the
 .ckpt and the .onnx, next to the raw PyTorch forward pass on the same images already decoded to
 tensors, in the same run. `ratio` = pipeline / raw: how much of the model's speed survives the
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,15 +33,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from omegaconf import DictConfig
 from PIL import Image
 
+from detectors.module import DetectorModule
+from exporting.onnx_export import export_onnx
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from omegaconf import DictConfig  # noqa: E402
-
-from detectors.export import export_onnx  # noqa: E402
-from detectors.module import DetectorModule  # noqa: E402
 
 
 def build_module(name: str, size: int | None = None) -> DetectorModule:

@@ -1,6 +1,6 @@
 """Benchmark evaluation metrics against scikit-learn on the same data (a script, not a test).
 
-    python benchmarks/bench_metrics.py [--n-scores 10000000] [--n-masks 1000] [--size 512]
+    python -m benchmarks.bench_metrics [--n-scores 10000000] [--n-masks 1000] [--size 512]
 
 Reports wall time of ``image_metrics`` on N scores and of ``pixel_metrics`` (streamed) on M masks,
 each next to scikit-learn computing the same numbers, the speed ratio, and the largest absolute
@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from sklearn import metrics as skm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from sklearn import metrics as skm  # noqa: E402
-
-from evaluation import PixelMetricAccumulator, image_metrics  # noqa: E402
+from evaluation import PixelMetricAccumulator, image_metrics
 
 LEVELS = (0.001, 0.01, 0.05, 0.1)
 

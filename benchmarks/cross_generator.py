@@ -1,6 +1,6 @@
 """Cross-generator generalization: train on some generators, test on held-out ones (a script).
 
-    python benchmarks/cross_generator.py [--manifest data/embedded/manifest.csv]
+    python -m benchmarks.cross_generator [--manifest data/embedded/manifest.csv]
         [--train-groups rerender_nearest rerender_bilinear] [--test-groups rerender_bicubic rerender_lanczos]
         [--detectors npr dct_tiny clip_linear_tiny clip_freq_tiny] [--epochs 8]
         [--size CROP] [--output-dir outputs/cross_generator] [--override KEY=VALUE ...]
@@ -33,108 +33,20 @@ validation AUROC on the seen generators, training time) is printed and written t
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
-import random
 import subprocess
 import sys
 import time
-from collections import defaultdict
-from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from datamodules.records import Record, read_manifest, write_manifest
+from datamodules.splits import SplitError, cross_generator_split
 
-from datamodules.records import Record, read_manifest, write_manifest  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_TRAIN = ["rerender_nearest", "rerender_bilinear"]
 DEFAULT_TEST = ["rerender_bicubic", "rerender_lanczos"]
 DEFAULT_DETECTORS = ["npr", "dct_tiny", "clip_linear_tiny", "clip_freq_tiny"]
-
-
-class SplitError(ValueError):
-    """The manifest cannot give the cross-generator split asked for."""
-
-
-def match_groups(patterns: list[str], available: set[str], option: str) -> set[str]:
-    chosen: set[str] = set()
-    for pattern in patterns:
-        hits = set(fnmatch.filter(sorted(available), pattern))
-        if not hits:
-            raise SplitError(f"{option} {pattern!r} matches no generator group of the manifest; "
-                             f"groups there: {', '.join(sorted(available)) or 'none'}")
-        chosen |= hits
-    return chosen
-
-
-def cross_generator_split(records: list[Record], train_groups: list[str], test_groups: list[str],
-                          val_fraction: float = 0.15, seed: int = 0) -> tuple[list[Record], dict]:
-    """Records with `split` set for a cross-generator run, and a summary of what went where.
-
-    Kept in one piece: sides, orphan genuines and the validation carve share one random stream, and the
-    published figures depend on its order.
-    """
-    fakes = [r for r in records if r.label == 1]
-    genuine = [r for r in records if r.label == 0]
-    available = {r.group or "(none)" for r in fakes}
-    seen = match_groups(train_groups, available, "--train-groups")
-    held_out = match_groups(test_groups, available, "--test-groups")
-    seen -= held_out  # a pattern such as 'rerender_*' trains on every group that is not held out
-    if not seen:
-        raise SplitError("every group matched by --train-groups is held out by --test-groups")
-
-    key = lambda r: r.source or r.path  # noqa: E731  (an image without a source is its own source)
-    sides_of: dict[str, set[str]] = defaultdict(set)
-    for r in fakes:
-        group = r.group or "(none)"
-        if group in seen or group in held_out:
-            sides_of[key(r)].add("train" if group in seen else "test")
-    rng = random.Random(seed)
-    side: dict[str, str] = {}
-    for source in sorted(sides_of):  # a source with fakes on both sides goes to one of them
-        options = sorted(sides_of[source])
-        side[source] = options[0] if len(options) == 1 else rng.choice(options)
-    orphans = sorted({key(r) for r in genuine} - set(side))
-    if orphans:  # genuine images with no selected fake: shared out in proportion to the sides
-        train_share = sum(s == "train" for s in side.values()) / max(1, len(side))
-        rng.shuffle(orphans)
-        cut = round(train_share * len(orphans))
-        side.update({s: "train" for s in orphans[:cut]})
-        side.update({s: "test" for s in orphans[cut:]})
-
-    train_sources = sorted(s for s, v in side.items() if v == "train")
-    rng.shuffle(train_sources)
-    val_sources = set(train_sources[:round(val_fraction * len(train_sources))])
-
-    out, dropped = [], defaultdict(int)
-    for r in records:
-        source = key(r)
-        group = r.group or "(none)"
-        where = side.get(source)
-        if r.label == 1 and not ((where == "train" and group in seen) or (where == "test" and group in held_out)):
-            dropped[group] += 1
-            continue
-        if where is None or r.label is None:  # unlabelled rows cannot be trained or scored
-            dropped[group] += 1
-            continue
-        split = "test" if where == "test" else "val" if source in val_sources else "train"
-        out.append(Record(**{**asdict(r), "split": split}))
-
-    summary = {"train_groups": sorted(seen), "test_groups": sorted(held_out), "dropped": dict(dropped),
-               "counts": {split: {"genuine": sum(r.split == split and r.label == 0 for r in out),
-                                  "fake": sum(r.split == split and r.label == 1 for r in out)}
-                          for split in ("train", "val", "test")}}
-    for split, count in summary["counts"].items():
-        if not count["genuine"] or not count["fake"]:
-            raise SplitError(f"the {split} split would hold {count['genuine']} genuine and {count['fake']} "
-                             "fake images; it needs both (more data, or another --val-fraction)")
-    by_split: dict[str, set[str]] = defaultdict(set)
-    for r in out:
-        by_split[r.split].add(key(r))
-    assert not (by_split["train"] & by_split["val"] or by_split["train"] & by_split["test"]
-                or by_split["val"] & by_split["test"]), "a source in two splits"
-    return out, summary
 
 
 def crop_size(records: list[Record]) -> int:
@@ -238,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{detector}] {error or 'done'} in {seconds:.0f} s: test auroc "
               f"{fmt((metrics or {}).get('auroc'))}", flush=True)
 
-    command = "python benchmarks/cross_generator.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.cross_generator " + " ".join(sys.argv[1:] if argv is None else argv)
     markdown = (f"Train on {', '.join(summary['train_groups'])}; test on {', '.join(summary['test_groups'])} "
                 f"(held out), {args.epochs} epochs each, detector input {f'{size} px' if size else 'as configured'}.\n"
                 f"Images (genuine + fake): " + ", ".join(f"{s} {c['genuine']} + {c['fake']}"

@@ -1,6 +1,6 @@
 """Did phase 1 work? Chain separation and splice visibility of a trufor fingerprint (a script).
 
-    python benchmarks/fingerprint_separation.py --manifest data/photos/manifest.csv \
+    python -m benchmarks.fingerprint_separation --manifest data/photos/manifest.csv \
         [--checkpoint outputs/phase1/checkpoints/last.ckpt] [--config configs/detector/trufor_tiny.yaml]
         [--size 128] [--patch 32] [--crops 4] [--splice-chains jpeg60 blur1.0]
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +27,12 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from datamodules.chains import DEFAULT_CHAINS, apply_chain, crop
+from datamodules.io import read_image
+from datamodules.records import read_manifest
+from detectors.blocks.noiseprint import NoiseFingerprint, chain_separation_auroc, splice_anomaly_map
 
-from datamodules.chains import DEFAULT_CHAINS, apply_chain, crop  # noqa: E402
-from datamodules.io import read_image  # noqa: E402
-from datamodules.records import read_manifest  # noqa: E402
-from detectors.blocks.noiseprint import (NoiseFingerprint, chain_separation_auroc,  # noqa: E402
-                                         splice_anomaly_map)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def extractor_from(config: Path, checkpoint: Path | None) -> NoiseFingerprint:

@@ -1,6 +1,6 @@
 """Leave-one-family-out: for each generator family, train on all the others and test on it (a script).
 
-    python benchmarks/leave_one_family_out.py --manifest data/generated_detector/manifest.csv
+    python -m benchmarks.leave_one_family_out --manifest data/generated_detector/manifest.csv
         [--families NAME=PATTERN[,PATTERN...] ...] [--detectors npr dct clip_freq_tiny]
         [--fused clip_freq_tiny] [--epochs 3] [--size 64] [--output-dir outputs/leave_one_family_out]
         [--override KEY=VALUE ...]
@@ -18,78 +18,18 @@ calibrated on validation genuines, per held-out family and detector) is printed 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
-import random
 import sys
 from collections import defaultdict
-from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.cross_generator import fmt, train_detector
+from datamodules.records import read_manifest, write_manifest
+from datamodules.splits import SplitError, all_families_split, family_split, parse_families
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.cross_generator import SplitError, cross_generator_split, fmt, train_detector  # noqa: E402
-from datamodules.records import Record, read_manifest, write_manifest  # noqa: E402
-
-# the families `python generate.py preset=cpu_diverse` makes
-DEFAULT_FAMILIES = {
-    "autoencoder": ["ae_transposed", "ae_nearest_conv", "ae_bilinear_conv", "ae_pixel_shuffle"],
-    "latent_ae": ["latent_ae"],
-    "ddpm_pixel": ["ddpm_pixel_sdedit_*"],
-    "ddpm_latent": ["ddpm_latent_sdedit_*"],
-}  # region edits (ae_*_region, ddpm_*_inpaint) are a localization task; add them with --families
 DEFAULT_DETECTORS = ["npr", "dct", "clip_freq_tiny"]
-
-
-def parse_families(specs: list[str] | None) -> dict[str, list[str]]:
-    if not specs:
-        return dict(DEFAULT_FAMILIES)
-    families = {}
-    for spec in specs:
-        name, _, patterns = spec.partition("=")
-        if not name or not patterns:
-            raise SplitError(f"--families takes NAME=PATTERN[,PATTERN...], got {spec!r}")
-        families[name] = patterns.split(",")
-    return families
-
-
-def family_of(group: str | None, families: dict[str, list[str]]) -> str | None:
-    for name, patterns in families.items():
-        if any(fnmatch.fnmatchcase(group or "", p) for p in patterns):
-            return name
-    return None
-
-
-def family_split(records: list[Record], families: dict[str, list[str]], held_out: str,
-                 val_fraction: float = 0.15, seed: int = 0) -> tuple[list[Record], dict]:
-    """The cross-generator split holding out `held_out`, with groups renamed to families."""
-    if held_out not in families:
-        raise SplitError(f"unknown family {held_out!r}; families: {', '.join(families)}")
-    groups = {r.group for r in records if r.label == 1}
-    if not any(family_of(g, families) == held_out for g in groups):
-        raise SplitError(f"family {held_out!r} ({', '.join(families[held_out])}) matches no group of the manifest")
-    train = [g for g in sorted(groups) if family_of(g, families) not in (None, held_out)]
-    test = [g for g in sorted(groups) if family_of(g, families) == held_out]
-    split, summary = cross_generator_split(records, train, test, val_fraction, seed)
-    return [_as_family(r, families) for r in split], summary
-
-
-def all_families_split(records: list[Record], families: dict[str, list[str]], fractions=(0.6, 0.15, 0.25),
-                       seed: int = 0) -> list[Record]:
-    """Every family in training: photos (sources) shuffled and cut by `fractions`."""
-    kept = [r for r in records if r.label == 0 or family_of(r.group, families) is not None]
-    sources = sorted({r.source or r.path for r in kept})
-    random.Random(seed).shuffle(sources)
-    cut1, cut2 = round(fractions[0] * len(sources)), round((fractions[0] + fractions[1]) * len(sources))
-    where = {s: "train" if i < cut1 else "val" if i < cut2 else "test" for i, s in enumerate(sources)}
-    return [_as_family(Record(**{**asdict(r), "split": where[r.source or r.path]}), families) for r in kept]
-
-
-def _as_family(record: Record, families: dict[str, list[str]]) -> Record:
-    if record.label != 1:
-        return record
-    return Record(**{**asdict(record), "group": family_of(record.group, families)})
 
 
 def _cells(metrics: dict | None, family: str) -> str:

@@ -1,6 +1,6 @@
 """Localization quality per operation on generated data, within a stated CPU budget (a script).
 
-    python benchmarks/localization_quality.py [--detectors seg_tiny mvss_tiny trufor_tiny
+    python -m benchmarks.localization_quality [--detectors seg_tiny mvss_tiny trufor_tiny
         trufor_tiny:noise_input=rgb] [--minutes 10] [--epochs 30] [--output-dir outputs/localization_quality]
         [--readme docs/results/localization.md] [--robustness] [--robustness-max-images 200]
 
@@ -42,13 +42,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from datamodules.io import read_image, read_mask
+from datamodules.layouts import read_layout
+from evaluation import PixelMetricAccumulator, image_metrics
+from inference.runtime import load_checkpoint
 
-from datamodules.io import read_image, read_mask  # noqa: E402
-from datamodules.layouts import read_layout  # noqa: E402
-from evaluation import PixelMetricAccumulator, image_metrics  # noqa: E402
-from inference.runtime import load_checkpoint  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OPERATIONS = ("splicing", "copy_move", "inpainting", "region_edit", "damage")
 SPEC = {"kind": "forgery", "ops": {"splicing": 0.5, "copy_move": 0.75, "inpainting": 0.5, "region_edit": 0.5,

@@ -1,13 +1,13 @@
 """Seconds per image of a detector in this toolkit next to its authors' released code (a script).
 
-    python benchmarks/speed_vs_authors.py --detector trufor --images-dir DIR [--size 512] [--threads 2]
+    python -m benchmarks.speed_vs_authors --detector trufor --images-dir DIR [--size 512] [--threads 2]
         [--authors authors.json] [--workdir outputs/speed_vs_authors] [--output speed.json]
 
 Our side, on every image of `DIR` (written as seeded random PNGs at `--size` when the folder is
 missing), with untrained weights (`pretrained` and `encoder_weights` off: speed does not depend on
 them) and `--threads` CPU threads:
 
-- `infer.py` with the `.ckpt` and with the `.onnx` (exported by `detectors.export`, parity-checked),
+- `infer.py` with the `.ckpt` and with the `.onnx` (exported by `exporting.onnx_export`, parity-checked),
   each as its own process: wall time / images, so Python start-up, imports and model load count, as
   they do for a user's run (`batch_size=1`: whole-image localizers score one image at a time anyway);
 - the raw forward pass on decoded tensors, eager PyTorch and onnxruntime: median seconds per image
@@ -34,11 +34,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.bench_inference import build_module, write_images
+from exporting.onnx_export import export_onnx
 
-from benchmarks.bench_inference import build_module, write_images  # noqa: E402
-from detectors.export import export_onnx  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_images(folder: Path) -> list[torch.Tensor]:

@@ -21,13 +21,14 @@ from torch.utils.data import Dataset
 
 from datamodules.classification import ManifestDataModule
 from datamodules.datasets import collate
-from datamodules.io import DEFAULT_MAX_PIXELS, RESAMPLING_KERNELS, ImageReadError, apply_chain, read_image
+from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, apply_chain, read_image
 from datamodules.records import Record
 from datamodules.transforms import to_tensor
+from imageops import RESAMPLING_KERNELS
 
 DEFAULT_CHAINS = ("genuine", "jpeg90", "jpeg75", "jpeg60", "resize0.75_bicubic", "resize1.5_bilinear",
                   "resize0.5_area", "median3", "bilateral", "blur1.0")
-KERNELS = {name: getattr(cv2, flag) for name, flag in RESAMPLING_KERNELS.items()}
+KERNELS = dict(RESAMPLING_KERNELS)
 __all__ = ["DEFAULT_CHAINS", "KERNELS", "apply_chain", "crop", "ChainPatchDataset", "ChainPatchDataModule"]
 RERENDER = "rerender"
 

@@ -26,9 +26,6 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
 SPLITS = ("train", "val", "test")
 MANIFEST_COLUMNS = ("path", "label", "mask", "group", "category", "source", "split", "review")
-# resampling kernels of the `resize<factor>_<kernel>` chains, by OpenCV flag name (cv2 loads lazily)
-RESAMPLING_KERNELS = {"nearest": "INTER_NEAREST", "area": "INTER_AREA", "bilinear": "INTER_LINEAR",
-                      "bicubic": "INTER_CUBIC", "lanczos": "INTER_LANCZOS4"}
 DEFAULT_MAX_PIXELS = 128_000_000  # ~ 11,300 x 11,300; larger files are refused, not decoded
 
 # PIL's own bomb check only warns below 2x its limit; ours refuses with a clear reason instead.
@@ -175,28 +172,28 @@ def apply_chain(image: np.ndarray, chain: str) -> np.ndarray:
 
     `genuine` (unchanged), `jpeg<quality>`, `resize<factor>_<kernel>` (kernel: nearest, area,
     bilinear, bicubic, lanczos; the size changes by `factor`), `median<k>`, `bilateral`,
-    `blur<sigma>`. Unknown names raise ValueError listing the known forms.
+    `blur<sigma>`. Unknown names raise ValueError listing the known forms. JPEG, resizing and blur
+    are `imageops`' (imported here, so reading images does not load OpenCV).
     """
     import cv2
+
+    import imageops
 
     if chain == "genuine":
         return image
     if match := re.fullmatch(r"jpeg(\d+)", chain):
-        ok, data = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, int(match[1])])
-        return cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1].copy()
+        return imageops.jpeg(image, int(match[1]))
     if match := re.fullmatch(r"resize([\d.]+)_(\w+)", chain):
         factor, kernel = float(match[1]), match[2]
-        if kernel not in RESAMPLING_KERNELS:
+        if kernel not in imageops.RESAMPLING_KERNELS:
             raise ValueError(f"unknown resampling kernel {kernel!r} in chain {chain!r}; "
-                             f"known: {sorted(RESAMPLING_KERNELS)}")
-        height, width = image.shape[:2]
-        size = (max(1, round(width * factor)), max(1, round(height * factor)))
-        return cv2.resize(image, size, interpolation=getattr(cv2, RESAMPLING_KERNELS[kernel]))
+                             f"known: {sorted(imageops.RESAMPLING_KERNELS)}")
+        return imageops.rescale(image, factor, kernel)
     if match := re.fullmatch(r"median(\d+)", chain):
         return cv2.medianBlur(image, int(match[1]))
     if chain == "bilateral":
         return cv2.bilateralFilter(image, 5, 25, 5)
     if match := re.fullmatch(r"blur([\d.]+)", chain):
-        return cv2.GaussianBlur(image, (0, 0), float(match[1]))
+        return imageops.gaussian_blur(image, float(match[1]))
     raise ValueError(f"unknown processing chain {chain!r}; names: genuine, jpeg<q>, resize<f>_<kernel>, "
                      "median<k>, bilateral, blur<sigma>")

@@ -1,4 +1,9 @@
-"""albumentations pipelines built from a detector's `Preprocess`, so training and scoring agree."""
+"""albumentations pipelines built from a detector's `Preprocess`, so training and scoring agree.
+
+The degradations (JPEG, blur, noise, resampling) are `imageops`' operations wrapped as
+albumentations steps, so training applies the same JPEG at the same quality as generated data and
+the robustness curves; geometric steps, which move the mask too, stay albumentations'.
+"""
 from __future__ import annotations
 
 from functools import partial
@@ -9,6 +14,7 @@ import cv2
 import numpy as np
 import torch
 
+import imageops
 from datamodules.geometry import resize_short_side, tile_to_cover
 from datamodules.preprocess import Preprocess
 
@@ -26,6 +32,79 @@ DEFAULT_AUGMENT = {"hflip": 0.5, "jpeg": 0.0, "jpeg_quality": (30, 100), "blur":
 # The point-6 recipe for manipulation localizers (masks follow every geometric step): flips, JPEG
 # q30-100 and Gaussian blur sigma 0-3 each with probability 0.5, rescale +-0.2.
 LOCALIZATION_AUGMENT = {"hflip": 0.5, "vflip": 0.5, "jpeg": 0.5, "blur": 0.5, "rescale": 0.5}
+
+
+class Jpeg(A.ImageOnlyTransform):
+    """`imageops.jpeg` at a quality drawn from `quality_range` (inclusive), so training sees the
+    JPEG that generated data and the robustness curves see."""
+
+    def __init__(self, quality_range: tuple[int, int], p: float) -> None:
+        super().__init__(p=p)
+        self.quality_range = (int(quality_range[0]), int(quality_range[1]))
+
+    def get_params(self) -> dict[str, int]:
+        return {"quality": self.py_random.randint(*self.quality_range)}
+
+    def apply(self, img: np.ndarray, quality: int, **params: Any) -> np.ndarray:
+        return imageops.jpeg(img, quality)
+
+    def get_transform_init_args_names(self) -> tuple[str, ...]:
+        return ("quality_range",)
+
+
+class GaussianBlur(A.ImageOnlyTransform):
+    """`imageops.gaussian_blur` at a sigma drawn from `sigma_range`."""
+
+    def __init__(self, sigma_range: tuple[float, float], p: float) -> None:
+        super().__init__(p=p)
+        self.sigma_range = (float(sigma_range[0]), float(sigma_range[1]))
+
+    def get_params(self) -> dict[str, float]:
+        return {"sigma": self.py_random.uniform(*self.sigma_range)}
+
+    def apply(self, img: np.ndarray, sigma: float, **params: Any) -> np.ndarray:
+        return imageops.gaussian_blur(img, sigma)
+
+    def get_transform_init_args_names(self) -> tuple[str, ...]:
+        return ("sigma_range",)
+
+
+class GaussianNoise(A.ImageOnlyTransform):
+    """`imageops.gaussian_noise` with a standard deviation (a fraction of the full range) drawn from
+    `std_range`, independent per pixel and channel."""
+
+    def __init__(self, std_range: tuple[float, float], p: float) -> None:
+        super().__init__(p=p)
+        self.std_range = (float(std_range[0]), float(std_range[1]))
+
+    def get_params(self) -> dict[str, Any]:
+        return {"std": self.py_random.uniform(*self.std_range), "seed": int(self.random_generator.integers(2**32))}
+
+    def apply(self, img: np.ndarray, std: float, seed: int, **params: Any) -> np.ndarray:
+        return imageops.gaussian_noise(img, std, np.random.default_rng(seed))
+
+    def get_transform_init_args_names(self) -> tuple[str, ...]:
+        return ("std_range",)
+
+
+class Resample(A.ImageOnlyTransform):
+    """Shrink by a factor drawn from `scale_range` (area averaging) and enlarge back to the original
+    size (bilinear) with `imageops.resize`: up-sampling traces on any image."""
+
+    def __init__(self, scale_range: tuple[float, float], p: float) -> None:
+        super().__init__(p=p)
+        self.scale_range = (float(scale_range[0]), float(scale_range[1]))
+
+    def get_params(self) -> dict[str, float]:
+        return {"scale": self.py_random.uniform(*self.scale_range)}
+
+    def apply(self, img: np.ndarray, scale: float, **params: Any) -> np.ndarray:
+        height, width = img.shape[:2]
+        small = imageops.resize(img, (round(width * scale), round(height * scale)), "area")
+        return imageops.resize(small, (width, height), "bilinear")
+
+    def get_transform_init_args_names(self) -> tuple[str, ...]:
+        return ("scale_range",)
 
 
 def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
@@ -72,14 +151,13 @@ def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bo
             limit = float(options["rescale_limit"])
             steps.append(A.RandomScale(scale_limit=(-limit, limit), p=options["rescale"]))
         if options["resample"] > 0:
-            steps.append(A.Downscale(scale_range=tuple(options["resample_scale"]), p=options["resample"],
-                                     interpolation_pair={"downscale": cv2.INTER_AREA, "upscale": cv2.INTER_LINEAR}))
+            steps.append(Resample(tuple(options["resample_scale"]), p=options["resample"]))
         if options["blur"] > 0:
-            steps.append(A.GaussianBlur(blur_limit=0, sigma_limit=tuple(options["blur_sigma"]), p=options["blur"]))
+            steps.append(GaussianBlur(tuple(options["blur_sigma"]), p=options["blur"]))
         if options["noise"] > 0:
-            steps.append(A.GaussNoise(std_range=tuple(options["noise_std"]), per_channel=True, p=options["noise"]))
+            steps.append(GaussianNoise(tuple(options["noise_std"]), p=options["noise"]))
         if options["jpeg"] > 0:
-            steps.append(A.ImageCompression(quality_range=tuple(options["jpeg_quality"]), p=options["jpeg"]))
+            steps.append(Jpeg(tuple(options["jpeg_quality"]), p=options["jpeg"]))
         if options["hflip"] > 0:
             steps.append(A.HorizontalFlip(p=options["hflip"]))
         if options["vflip"] > 0:

@@ -98,7 +98,8 @@ def _robustness_section(robustness: Mapping) -> list[str]:
         keys = [k for k in ROBUSTNESS_KEYS if k in curve["metrics"]] or list(curve["metrics"])
         rows = [[f"{level:g}"] + [_fmt(curve["metrics"][k][i]) for k in keys]
                 for i, level in enumerate(curve["levels"])]
-        lines += [f"### {name}", "", *_table(["level"] + keys, rows), ""]
+        codec = [f"JPEG encoder: {curve['codec']}.", ""] if curve.get("codec") else []
+        lines += [f"### {name}", "", *codec, *_table(["level"] + keys, rows), ""]
     return lines
 
 

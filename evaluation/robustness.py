@@ -12,60 +12,19 @@ the image and the pixel curves.
 
 from __future__ import annotations
 
-import io
 import warnings
 from functools import partial
 from typing import Callable, Mapping, Sequence
 
-import cv2
 import numpy as np
-from PIL import Image
+
+from imageops import check_image, gaussian_blur, jpeg, jpeg_codec, rescale
 
 from .image import image_metrics
 
 Perturbation = Callable[[np.ndarray, float], np.ndarray]
 ScoreFn = Callable[[list], np.ndarray]
 ScorePerturbed = Callable[[Callable[[np.ndarray], np.ndarray] | None], "np.ndarray | Mapping"]
-
-
-def _check_image(image: np.ndarray) -> np.ndarray:
-    image = np.asarray(image)
-    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(
-            f"perturbations take uint8 H x W x 3 RGB images, got {image.dtype} {image.shape}"
-        )
-    return image
-
-
-def jpeg(image: np.ndarray, quality: float) -> np.ndarray:
-    """Re-encode as JPEG at ``quality`` (Pillow, 4:2:0 chroma as most uploads are)."""
-    image = _check_image(image)
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="JPEG", quality=int(round(quality)))
-    buffer.seek(0)
-    with Image.open(buffer) as decoded:
-        return np.asarray(decoded.convert("RGB"))
-
-
-def gaussian_blur(image: np.ndarray, sigma: float) -> np.ndarray:
-    """Gaussian blur with standard deviation ``sigma`` pixels; sigma 0 returns the image unchanged."""
-    image = _check_image(image)
-    if sigma <= 0:
-        return image.copy()
-    return cv2.GaussianBlur(image, (0, 0), sigmaX=float(sigma), sigmaY=float(sigma))
-
-
-def rescale(image: np.ndarray, factor: float) -> np.ndarray:
-    """Resize by ``factor`` (area averaging when shrinking, bilinear when enlarging); the detector
-    sees the new size, as it would with a re-uploaded image."""
-    image = _check_image(image)
-    if factor == 1:
-        return image.copy()
-    h, w = image.shape[:2]
-    size = (max(1, int(round(w * factor))), max(1, int(round(h * factor))))
-    interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_LINEAR
-    return cv2.resize(image, size, interpolation=interpolation)
-
 
 PERTURBATIONS: dict[str, Perturbation] = {"jpeg": jpeg, "blur": gaussian_blur, "rescale": rescale}
 DEFAULT_LEVELS: dict[str, tuple[float, ...]] = {
@@ -118,7 +77,7 @@ def robustness_sweep(
         raise ValueError(f"{len(images)} images for {np.asarray(labels).size} labels")
 
     def score_perturbed(perturb: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
-        return _score_all(score_fn, images, perturb or _check_image, batch_size)
+        return _score_all(score_fn, images, perturb or check_image, batch_size)
 
     return robustness_curves(score_perturbed, labels, levels, threshold, curve_keys, perturbations)
 
@@ -142,6 +101,8 @@ def robustness_curves(
     ``levels`` maps a perturbation name to its strengths (default: JPEG quality 95 -> 30, blur sigma
     0 -> 3, rescale 0.5 -> 1.5). ``perturbations`` adds or overrides functions ``f(image, level)``.
     Identity levels (sigma 0, factor 1) reuse the clean scores instead of running the detector again.
+    The JPEG curve names its encoder (``codec``): the operations are ``imageops``', the ones training
+    augmentation and generated data apply.
     """
     functions = {**PERTURBATIONS, **(perturbations or {})}
     levels = dict(DEFAULT_LEVELS if levels is None else levels)
@@ -171,6 +132,8 @@ def robustness_curves(
             for k in curve_keys:
                 values[k].append(metrics[k])
         curves[name] = {"levels": [float(v) for v in strengths], "metrics": values}
+        if fn is jpeg:  # which encoder made the curve: another library's JPEG gives other bytes
+            curves[name]["codec"] = jpeg_codec()
     return {"clean": clean, "curves": curves}
 
 

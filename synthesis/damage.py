@@ -17,6 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+import imageops
 from synthesis.common import as_rgb_uint8
 
 __all__ = ["DAMAGE_KINDS", "DamageResult", "damage_edit", "draw_damage", "rerender", "local_shading"]
@@ -212,21 +213,19 @@ def rerender(
 
     The frame is resized by a random factor and back, every channel gets its own gain and an offset
     that never clips (out = gain x in + offset <= 255, a slight fade and colour cast), and the result
-    is JPEG-compressed; the size is unchanged. Returns (image, parameters).
+    is JPEG-compressed (`imageops`, the encoder of the robustness curves); the size is unchanged.
+    Returns (image, parameters).
     """
     rgb = as_rgb_uint8(image)
     h, w = rgb.shape[:2]
     s = float(rng.uniform(*scale))
-    small = cv2.resize(rgb, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
-    out = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR).astype(np.float32)
+    small = imageops.resize(rgb, (max(1, round(w * s)), max(1, round(h * s))), "area")
+    out = imageops.resize(small, (w, h), "bilinear").astype(np.float32)
     g = rng.uniform(*gain, size=3).astype(np.float32)
     o = (rng.uniform(0.0, 1.0, size=3) * 255.0 * (1.0 - g)).astype(np.float32)
     out = np.clip(np.rint(out * g + o), 0, 255).astype(np.uint8)
     q = int(rng.integers(jpeg_quality[0], jpeg_quality[1] + 1))
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(out, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, q])
-    if not ok:
-        raise RuntimeError("JPEG encoding failed")
-    out = cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    out = imageops.jpeg(out, q)
     params = {"scale": round(s, 4), "gain": [round(float(x), 4) for x in g],
               "offset": [round(float(x), 3) for x in o], "jpeg_quality": q}
     return out, params

@@ -61,7 +61,7 @@ def write_tiny_model(folder: Path, preprocess: dict | None = None, onnx: bool = 
     exported to `model.onnx`; returns {"ckpt": path, "onnx": path or None, "module": module}."""
     import torch
 
-    from detectors.export import export_onnx
+    from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -163,7 +163,7 @@ def test_robustness_sweep_scores_through_the_scoring_runs_dataset_and_transform(
     """Unperturbed, the sweep's scoring path gives the scores of the scoring run itself, and a
     perturbation reaches the decoded pixels (so the curves measure the model, not a second pipeline)."""
     from datamodules.records import Record
-    from evaluation.robustness import gaussian_blur
+    from imageops import gaussian_blur
     from inference.runtime import load_runtime
     from inference.scoring import score_perturbed_fn
 

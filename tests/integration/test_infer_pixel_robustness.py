@@ -12,7 +12,7 @@ from PIL import Image
 
 from datamodules.preprocess import Preprocess
 from datamodules.records import Record
-from evaluation.robustness import jpeg, rescale
+from imageops import jpeg, rescale
 from inference.perturbed_maps import score_perturbed_maps_fn
 from inference.runtime import load_runtime
 from tests.integration.test_infer import run_infer

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from detectors.export import ExportError, export_onnx
+from exporting.onnx_export import ExportError, export_onnx
 from inference.runtime import load_checkpoint
 from inference.writer import read_results
 from tests.integration.test_infer import run_infer

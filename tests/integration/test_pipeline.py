@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from datamodules.records import read_manifest
-from detectors.export import ExportError, export_onnx
+from exporting.onnx_export import ExportError, export_onnx
 from inference.runtime import ModelLoadError, load_checkpoint
 from inference.writer import read_results
 from infer import infer

@@ -14,11 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRY_POINTS = {"train", "infer", "export", "generate", "calibrate"}
 # package -> the sibling modules it may import (a package name allows all of it)
 ALLOWED = {
-    "evaluation": set(),
-    "datamodules": {"evaluation"},
-    "detectors": {"datamodules", "evaluation"},
-    "synthesis": {"datamodules.io"},
-    "inference": {"detectors", "datamodules", "evaluation"},
+    "imageops": set(),
+    "evaluation": {"imageops"},
+    "datamodules": {"evaluation", "imageops"},
+    "detectors": {"datamodules", "evaluation", "imageops"},
+    "synthesis": {"datamodules.io", "imageops"},
+    "inference": {"detectors", "datamodules", "evaluation", "imageops"},
+    "exporting": {"detectors", "datamodules", "evaluation", "inference", "imageops"},
+    "tools": {"detectors", "datamodules", "evaluation", "inference", "exporting", "imageops"},
 }
 NOT_PRODUCT = {"tests", "benchmarks", "configs", "docs", "checkpoints"}
 

@@ -183,11 +183,10 @@ def test_regularizer_weights_enter_the_training_loss(clip_folder):
     torch.testing.assert_close(regularized.loss(out, batch), expected)
 
 
-def test_mapping_check_tool_reports_agreement_with_an_independent_reference(clip_folder, tmp_path):
-    """`benchmarks/check_mapping.py effort` on a dump in the authors' format, whose outputs come from a
-    plain Hugging Face tower with W = W_main + U S V written in (not from our model)."""
-    import importlib.util
-    from pathlib import Path
+def test_mapping_check_tool_reports_agreement_with_an_independent_reference(clip_folder, tmp_path, capsys):
+    """`python -m tools.check_mapping effort` on a dump in the authors' format, whose outputs come
+    from a plain Hugging Face tower with W = W_main + U S V written in (not from our model)."""
+    from tools.check_mapping import main
 
     _, original = clip_folder
     state = authors_checkpoint(original, seed=4)
@@ -195,14 +194,8 @@ def test_mapping_check_tool_reports_agreement_with_an_independent_reference(clip
     dump = {"state_dict": state, "clip_config": TINY, "input": image,
             "clip_state_dict": {_strip(k): v for k, v in original.items()},
             "outputs": reference_score(state, original, image)}
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "check_mapping.py"
-    spec = importlib.util.spec_from_file_location("check_mapping", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    (tmp_path / "work").mkdir()
-    result = tool.check_effort(dump, tmp_path / "work")
-    assert result["max_abs_score_difference_full"] <= 1e-4
-    assert result["max_abs_score_difference_without_frozen_copies"] <= 1e-4
-    (tmp_path / "work2").mkdir()
-    wrong = tool.check_effort({**dump, "outputs": dump["outputs"] + 0.1}, tmp_path / "work2")
-    assert wrong["max_abs_score_difference_full"] == pytest.approx(0.1, abs=1e-4)  # a mismatch is reported
+    torch.save(dump, tmp_path / "good.pt")
+    torch.save({**dump, "outputs": dump["outputs"] + 0.1}, tmp_path / "wrong.pt")
+    assert main(["effort", str(tmp_path / "good.pt")]) == 0  # both the full and the slim file agree
+    assert main(["effort", str(tmp_path / "wrong.pt")]) == 1
+    assert "FAIL: wrong.pt: largest checked difference 1.00e-01" in capsys.readouterr().out

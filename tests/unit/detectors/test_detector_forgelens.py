@@ -211,12 +211,10 @@ def test_training_recipes_compose_with_the_authors_settings(recipe, stage, lr):
     assert cfg.detector.net.preprocess.mode == "tile" and cfg.data.batch_size == 16
 
 
-def test_mapping_check_script_compares_scores_through_the_released_file_path(tmp_path, monkeypatch, capsys):
-    """benchmarks/check_released_weights.py: a dump whose scores our mapping reproduces passes,
+def test_mapping_check_tool_compares_scores_through_the_released_file_path(tmp_path, capsys):
+    """`python -m tools.check_mapping released`: a dump whose scores our mapping reproduces passes,
     and one whose scores differ fails (exit status 1)."""
-    import sys
-
-    from benchmarks.check_released_weights import check, main
+    from tools.check_mapping import check_dump, main
 
     state = authors_state_dict(tiny(), wsgm=2, layers=1)
     config = {**TINY, "clip_pretrained": None}
@@ -228,8 +226,8 @@ def test_mapping_check_script_compares_scores_through_the_released_file_path(tmp
     dump = {"state_dict": state, "entry": "model_state_dict", "input": image, "outputs": scores, "detector": config}
     torch.save(dump, tmp_path / "good.pt")
     torch.save({**dump, "outputs": scores + 0.01}, tmp_path / "bad.pt")
-    assert check(tmp_path / "good.pt") <= 1e-6
-    monkeypatch.setattr(sys, "argv", ["check_released_weights.py", str(tmp_path / "bad.pt")])
-    with pytest.raises(SystemExit) as exited:
-        main()
-    assert exited.value.code == 1 and "largest score difference 1.00e-02" in capsys.readouterr().out
+    assert check_dump("released", tmp_path / "good.pt")["score"] <= 1e-6
+    assert main(["released", str(tmp_path / "good.pt")]) == 0
+    assert main(["released", str(tmp_path / "good.pt"), str(tmp_path / "bad.pt")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: bad.pt: largest checked difference 1.00e-02 (score)" in out

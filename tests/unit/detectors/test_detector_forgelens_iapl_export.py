@@ -7,8 +7,8 @@ import pytest
 import torch
 import yaml
 
-from detectors.export import export_onnx
 from detectors.module import DetectorModule
+from exporting.onnx_export import export_onnx
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 

@@ -1,4 +1,4 @@
-"""The shipped exporter (`detectors.export.export_onnx`, what `export.py` runs) on every detector.
+"""The shipped exporter (`exporting.onnx_export.export_onnx`, what `export.py` runs) on every detector.
 
 Detectors are discovered from `configs/detector/*_tiny.yaml`, plus every detector that has no tiny
 variant (its own config is small enough), so a new detector is covered as soon as its config exists.
@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from detectors.export import PARITY_TOLERANCE, export_onnx
 from detectors.module import DetectorModule
+from exporting.onnx_export import PARITY_TOLERANCE, export_onnx
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 TINY = sorted(p.stem for p in CONFIGS.glob("*_tiny.yaml"))

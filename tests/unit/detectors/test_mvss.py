@@ -111,7 +111,7 @@ def test_bad_settings_are_refused_with_a_clear_message():
 @pytest.mark.slow  # the dynamo ONNX export of two ResNets takes minutes on a shared CPU
 def test_export_reproduces_the_mask_at_two_sizes(tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    from detectors.export import export_onnx
+    from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
 
     config = tiny_config()

@@ -248,7 +248,7 @@ def test_a_convolutional_stem_cannot_take_published_weights():
 def test_export_reproduces_score_mask_and_confidence_at_two_sizes(tmp_path):
     import numpy as np
     ort = pytest.importorskip("onnxruntime")
-    from detectors.export import export_onnx
+    from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
 
     config = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())

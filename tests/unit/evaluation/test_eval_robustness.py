@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from evaluation.robustness import gaussian_blur, jpeg, rescale, robustness_sweep
+from evaluation.robustness import robustness_sweep
+from imageops import gaussian_blur, jpeg, rescale
 
 
 def images(n=12, seed=0):

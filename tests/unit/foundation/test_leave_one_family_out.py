@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.cross_generator import SplitError
-from benchmarks.leave_one_family_out import DEFAULT_FAMILIES, all_families_split, family_of, family_split, main
+from benchmarks.leave_one_family_out import main
 from datamodules.records import Record, read_manifest
+from datamodules.splits import DEFAULT_FAMILIES, SplitError, all_families_split, family_of, family_split
 
 GROUPS = ("ae_transposed", "ae_pixel_shuffle", "ae_transposed_region", "latent_ae", "ddpm_pixel_sdedit_0.3",
           "ddpm_pixel_sdedit_0.6", "ddpm_latent_sdedit_0.3", "ddpm_pixel_inpaint")

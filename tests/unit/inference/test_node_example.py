@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
+from exporting.variants import build_variant
 from infer import infer
-from inference.onnx_variants import build_variant
 from inference.writer import read_results
 from tests.helpers import ROOT, compose_config, write_images
 

@@ -20,9 +20,8 @@ from datamodules.geometry import eval_geometry
 from datamodules.io import ImageReadError, read_image
 from datamodules.preprocess import Preprocess
 from datamodules.records import Record
-from inference.batches import iter_batches
-from inference.onnx_preprocess import INPUT as U8_INPUT
-from inference.onnx_preprocess import with_graph_preprocess
+from exporting.graph_preprocess import INPUT as U8_INPUT
+from exporting.graph_preprocess import with_graph_preprocess
 from inference.runtime import scoring_preprocess
 
 log = logging.getLogger(__name__)

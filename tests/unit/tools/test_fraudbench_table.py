@@ -11,9 +11,9 @@ import torch
 import yaml
 from PIL import Image
 
-from detectors.export import export_onnx
 from detectors.module import DetectorModule
-from inference.fraudbench_table import main
+from exporting.onnx_export import export_onnx
+from tools.fraudbench_table import main
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 # category -> subset -> images with the score a detector gave them

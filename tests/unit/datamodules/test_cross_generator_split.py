@@ -1,10 +1,11 @@
-"""The cross-generator benchmark's split: unseen generators and unseen sources in test, never shared."""
+"""The cross-generator split (`datamodules.splits`): unseen generators and unseen sources in test,
+never shared."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.cross_generator import SplitError, cross_generator_split
 from datamodules.records import Record
+from datamodules.splits import SplitError, cross_generator_split
 
 GENERATORS = ("g_nearest", "g_bilinear", "g_bicubic", "g_lanczos")
 

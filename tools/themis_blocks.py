@@ -1,7 +1,7 @@
 """Score any localizer's maps the way THEMIS scores MLLMs: as numbered blocks (a command).
 
     python infer.py model=MODEL.ckpt input=data/manifest.csv output=runs/scores.csv save_masks=true
-    python -m inference.themis_blocks runs/scores.csv --manifest data/manifest.csv [--grid 3x3]
+    python -m tools.themis_blocks runs/scores.csv --manifest data/manifest.csv [--grid 3x3]
         [--threshold 0.5] [--pred-coverage 0.5] [--true-coverage 0.0] [--partitions DIR]
         [--task splicing=SPL --task copy_move=CM --task region=AIG] [--output table.md]
 

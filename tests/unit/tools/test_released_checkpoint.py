@@ -1,4 +1,4 @@
-"""Released weights become a self-contained toolkit checkpoint (`python -m inference.released`)."""
+"""Released weights become a self-contained toolkit checkpoint (`python -m tools.released`)."""
 from __future__ import annotations
 
 import shutil
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from detectors.cospy import TRUNK_NAMES
-from inference.released import build_released, main
 from inference.runtime import load_checkpoint
+from tools.released import build_released, main
 
 
 def write_authors_folder(net, folder):
@@ -37,7 +37,7 @@ def test_released_weights_become_a_checkpoint_that_needs_no_released_files(tmp_p
                 parameter.normal_()
     write_authors_folder(source, tmp_path / "weights")
     torch.manual_seed(1)  # a different random tower: the one saved in the checkpoint must be used later
-    path = main(["detector=cospy_progan_tiny", f"output={tmp_path / 'cospy.ckpt'}",
+    path = main(["cospy_progan_tiny", "--output", str(tmp_path / "cospy.ckpt"),
                  f"net.pretrained={tmp_path / 'weights'}"])
     built = build_released("cospy_progan_tiny", [f"net.pretrained={tmp_path / 'weights'}"])
     for key in ("semantic_head.weight", "artifact.trunk.4.0.conv1.weight", "fusion.bias"):
@@ -75,7 +75,7 @@ def test_checkpoint_needs_none_of_the_backbone_folders_it_was_built_from(tmp_pat
                   up_block_types=["UpDecoderBlock2D"] * 2, norm_num_groups=4).save_pretrained(tmp_path / "vae")
     cases = {"effort_tiny": [f"net.clip={tmp_path / 'clip'}"], "cospy_tiny": [f"net.vae={tmp_path / 'vae'}"]}
     built = {name: build_released(name, overrides) for name, overrides in cases.items()}
-    paths = {name: main([f"detector={name}", f"output={tmp_path / name}.ckpt", *cases[name]]) for name in cases}
+    paths = {name: main([name, "--output", f"{tmp_path / name}.ckpt", *cases[name]]) for name in cases}
     shutil.rmtree(tmp_path / "clip"), shutil.rmtree(tmp_path / "vae")
     for name, path in paths.items():
         module = load_checkpoint(path)

@@ -10,9 +10,9 @@ import onnxruntime as ort
 import pytest
 
 from datamodules.geometry import eval_geometry
+from exporting.graph_preprocess import preprocess_graph
+from exporting.variants import VariantRefused, build_variant
 from infer import infer
-from inference.onnx_preprocess import preprocess_graph
-from inference.onnx_variants import VariantRefused, build_variant
 from inference.writer import read_results
 from tests.helpers import compose_config, write_images
 

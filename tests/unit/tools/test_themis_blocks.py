@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from inference.themis_blocks import THEMIS_MLLM, main, score_images, summarize, table, task_of
+from tools.themis_blocks import THEMIS_MLLM, main, score_images, summarize, table, task_of
 
 
 def square(shape=(90, 90), top=0, left=0, side=30) -> np.ndarray:

@@ -1,6 +1,6 @@
 """FraudBench's detector table from one command: score a tree with several detectors, write the table.
 
-    python -m inference.fraudbench_table --data /data/FraudBench \
+    python -m tools.fraudbench_table --data /data/FraudBench \
         --model cospy=cospy.onnx --model effort=effort.ckpt \
         --genuine /data/our_genuine_photos --target-fpr 0.05 --output results/fraudbench.md
 

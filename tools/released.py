@@ -1,20 +1,20 @@
 """A toolkit checkpoint from a detector config and its authors' released weights.
 
-    python -m inference.released detector=cospy output=cospy_sd14.ckpt \
+    python -m tools.released cospy --output cospy_sd14.ckpt \
         net.pretrained=/weights/cospy/sd-v1_4 net.vae=/models/stable-diffusion-v1-4
-    python -m inference.released detector=effort output=effort_chameleon.ckpt \
-        net.pretrained=/weights/effort_chameleon.pth
+    python -m tools.released effort --output effort_chameleon.ckpt \
+        net.pretrained=/weights/effort_chameleon.pth [--threshold 0.5]
 
-The detector is built from `configs/detector/<detector>.yaml` with the `net.*` / `threshold=`
-overrides (so its pretrained backbones are read from the local caches and the released weights
+The detector is built from `configs/detector/<detector>.yaml` with the `net.key=value` overrides (so its pretrained backbones are read from the local caches and the released weights
 mapped in, exactly as `train.py` would), then saved as a `.ckpt` that `infer.py`, `export.py`,
-`calibrate.py` and `python -m inference.fraudbench_table` take like any trained checkpoint. The
+`calibrate.py` and `python -m tools.fraudbench_table` take like any trained checkpoint. The
 checkpoint holds every weight and its backbones' architectures, so the machines that use it need
 neither the released files nor the backbone caches or folders. The threshold defaults to 0.5, the
 authors' operating point.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -84,14 +84,21 @@ def save_checkpoint(module: DetectorModule, output: str | Path) -> Path:
     return output
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("detector", help="a config name of configs/detector/ (cospy, effort, ...)")
+    parser.add_argument("overrides", nargs="*", metavar="net.KEY=VALUE",
+                        help="network settings, such as net.pretrained=PATH (the released weights)")
+    parser.add_argument("--output", type=Path, required=True, help="the .ckpt to write")
+    parser.add_argument("--threshold", type=float, default=0.5, help="decision threshold (0.5, the authors')")
+    return parser.parse_intermixed_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = dict(a.split("=", 1) for a in argv or [] if not a.startswith("net.") and "=" in a)
-    overrides = [a for a in argv or [] if a.startswith("net.")]
-    if "detector" not in args or "output" not in args:
-        raise SystemExit(__doc__)
-    module = build_released(args["detector"], overrides, float(args.get("threshold", 0.5)))
-    path = save_checkpoint(module, args["output"])
+    args = parse_args(argv)
+    module = build_released(args.detector, args.overrides, args.threshold)
+    path = save_checkpoint(module, args.output)
     log.info("wrote %s", path)
     return path
 
