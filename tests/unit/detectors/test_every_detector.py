@@ -55,6 +55,8 @@ def test_forward_and_loss_follow_the_contract(name):
     if net.is_localizer:
         assert outputs["mask_logit"].shape == (2, 1, height, width)
     assert torch.isfinite(net.loss(outputs, batch))
+    # one way to split a network for every detector, or none (detectors.base.Detector says why none)
+    assert not hasattr(net, "forward_features") and not hasattr(net, "forward_head")
 
 
 @pytest.mark.parametrize("name", TINY)
