@@ -1,6 +1,6 @@
 """Check our TruFor key mapping against a dump of the authors' model (a script).
 
-    python benchmarks/check_trufor_mapping.py dump.pt [--config configs/detector/trufor.yaml]
+    python benchmarks/check_trufor_mapping.py dump.pt [--detector trufor]
 
 `dump.pt` is a `torch.save`d dict with `state_dict` (the authors' network, published key names),
 `input` (N x 3 x H x W in [0, 1]) and `outputs` (`anomaly`: N x 2 x H x W logits, `confidence`:
@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from detectors.blocks.weights import architecture_only  # noqa: E402
 from detectors.build import build_detector  # noqa: E402
+from detectors.registry import net_config  # noqa: E402
 from detectors.trufor_weights import map_published_state_dict  # noqa: E402
 
 
@@ -55,14 +55,13 @@ def compare(dump: dict, net_config: dict) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dump", type=Path)
-    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "detector" / "trufor.yaml")
+    parser.add_argument("--detector", default="trufor", help="the detector config giving the architecture")
     parser.add_argument("--tolerance", type=float, default=1e-4)
     args = parser.parse_args(argv)
     if not args.dump.is_file():
         parser.error(f"{args.dump} does not exist")
     dump = torch.load(args.dump, map_location="cpu", weights_only=True)
-    net_config = yaml.safe_load(args.config.read_text())["net"]
-    differences = compare(dump, net_config)
+    differences = compare(dump, net_config(args.detector))
     size = list(dump["input"].shape)
     print(json.dumps({"input": size, "max_abs_difference": differences}, indent=2))
     probabilities = [v for k, v in differences.items() if "logit" not in k and k != "fingerprint"]
