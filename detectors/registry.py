@@ -68,16 +68,15 @@ def _composed(name: str, overrides: tuple[str, ...]) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    global_hydra = GlobalHydra.instance()
-    running = global_hydra.hydra if global_hydra.is_initialized() else None
-    global_hydra.clear()
+    running = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             composed = compose(overrides=[f"+detector={name}", *map(_detector_override, overrides)])
-    finally:
-        global_hydra.clear()
+    finally:  # the context above swaps the singleton: ask for the current one
+        GlobalHydra.instance().clear()
         if running is not None:
-            global_hydra.initialize(running)
+            GlobalHydra.instance().initialize(running)
     return composed.detector
 
 
