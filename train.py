@@ -10,6 +10,7 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from detectors.module import DetectorModule
+from detectors.registry import create_module
 from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 
@@ -41,9 +42,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
-    module = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.get("optimizer"),
-                            scheduler=cfg.detector.get("scheduler"), target_fpr=cfg.target_fpr,
-                            name=cfg.detector.get("name"))
+    module = create_module(cfg.detector, target_fpr=cfg.target_fpr)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),

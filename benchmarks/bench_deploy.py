@@ -48,17 +48,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def build_models(name: str, folder: Path, size: int | None = None) -> tuple[Path, Path]:
     """`name`'s config, untrained, as model.ckpt and model.onnx in `folder`."""
     import torch
-    import yaml
 
     from detectors.module import DetectorModule
     from exporting.onnx_export import export_onnx
+    from detectors.registry import net_config
 
-    config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
-    if size:
-        config["net"]["preprocess"] = {**config["net"].get("preprocess", {}), "size": size}
-    if config["net"].get("pretrained"):
-        config["net"]["pretrained"] = None
-    module = DetectorModule(net=config["net"], name=config.get("name", name)).eval()
+    net = net_config(name, [f"net.preprocess.size={size}"] if size else [])
+    if net.get("pretrained"):
+        net["pretrained"] = None
+    module = DetectorModule(net=net, name=name).eval()
     folder.mkdir(parents=True, exist_ok=True)
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, folder / "model.ckpt")
     export_onnx(module, folder / "model.onnx")

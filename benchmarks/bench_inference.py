@@ -32,25 +32,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from omegaconf import DictConfig
 from PIL import Image
 
 from detectors.module import DetectorModule
+from detectors.registry import create_module, detector_config
 from exporting.onnx_export import export_onnx
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_module(name: str, size: int | None = None) -> DetectorModule:
-    config = yaml.safe_load((ROOT / "configs" / "detector" / f"{name}.yaml").read_text())
-    if size:
-        config["net"]["preprocess"] = {**config["net"].get("preprocess", {}), "size": size}
+    config = detector_config(name, [f"net.preprocess.size={size}"] if size else [])
     for key in ("pretrained", "encoder_weights"):  # speed does not depend on the weights: none to look for
-        if config["net"].get(key):
-            config["net"][key] = None
-    return DetectorModule(net=config["net"], optimizer=config.get("optimizer"), scheduler=config.get("scheduler"),
-                          name=config.get("name", name)).eval()
+        if config.net.get(key):
+            config.net[key] = None
+    return create_module(config).eval()
 
 
 def write_images(folder: Path, count: int, size: int, seed: int = 0) -> torch.Tensor:

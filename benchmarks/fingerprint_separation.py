@@ -1,7 +1,7 @@
 """Did phase 1 work? Chain separation and splice visibility of a trufor fingerprint (a script).
 
     python -m benchmarks.fingerprint_separation --manifest data/photos/manifest.csv \
-        [--checkpoint outputs/phase1/checkpoints/last.ckpt] [--config configs/detector/trufor_tiny.yaml]
+        [--checkpoint outputs/phase1/checkpoints/last.ckpt] [--detector trufor_tiny]
         [--size 128] [--patch 32] [--crops 4] [--splice-chains jpeg60 blur1.0]
 
 On the *test* split's genuine photos (held out from phase-1 training; `data/photos` is written by
@@ -25,18 +25,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 
 from datamodules.chains import DEFAULT_CHAINS, apply_chain, crop
 from datamodules.io import read_image
 from datamodules.records import read_manifest
 from detectors.blocks.noiseprint import NoiseFingerprint, chain_separation_auroc, splice_anomaly_map
+from detectors.registry import net_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def extractor_from(config: Path, checkpoint: Path | None) -> NoiseFingerprint:
-    settings = {**{"depth": 17, "width": 64}, **yaml.safe_load(config.read_text())["net"].get("fingerprint", {})}
+def extractor_from(detector: str, checkpoint: Path | None) -> NoiseFingerprint:
+    settings = {**{"depth": 17, "width": 64}, **net_config(detector).get("fingerprint", {})}
     extractor = NoiseFingerprint(depth=int(settings["depth"]), width=int(settings["width"]))
     if checkpoint is not None:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--manifest", type=Path, required=True)
     parser.add_argument("--checkpoint", type=Path)
-    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "detector" / "trufor_tiny.yaml")
+    parser.add_argument("--detector", default="trufor_tiny", help="the detector config the extractor comes from")
     parser.add_argument("--chains", nargs="*", default=list(DEFAULT_CHAINS))
     parser.add_argument("--splice-chains", nargs="*", default=["jpeg60", "blur1.0"])
     parser.add_argument("--size", type=int, default=128, help="crop side for chain separation")
@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     photos = [read_image(r.path) for r in records]
     positions = crop_positions(args.crops)
     images, chains, photo_ids = chain_batch(photos, args.chains, args.size, positions)
-    candidates = {"highpass": HighPass(), "random": extractor_from(args.config, None)}
+    candidates = {"highpass": HighPass(), "random": extractor_from(args.detector, None)}
     if args.checkpoint:
-        candidates["trained"] = extractor_from(args.config, args.checkpoint)
+        candidates["trained"] = extractor_from(args.detector, args.checkpoint)
     report = {"photos": [Path(r.path).name for r in records], "chains": args.chains, "size": args.size,
               "crops_per_photo": len(positions)}
     for name, extractor in candidates.items():

@@ -44,6 +44,7 @@ import torch
 
 from datamodules.io import read_image, read_mask
 from datamodules.layouts import read_layout
+from detectors.registry import list_detectors
 from evaluation import PixelMetricAccumulator, image_metrics
 from inference.runtime import load_checkpoint
 
@@ -65,9 +66,8 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
     """`NAME[:KEY=VALUE[,KEY=VALUE...]]` -> (detector config name, `detector.net.KEY=VALUE` overrides).
     A value may hold commas when the next item does not look like `KEY=` (`embed_dims=[8,16]`)."""
     name, _, rest = spec.partition(":")
-    if not (ROOT / "configs" / "detector" / f"{name}.yaml").is_file():
-        known = sorted(p.stem for p in (ROOT / "configs" / "detector").glob("*.yaml"))
-        raise ValueError(f"unknown detector {name!r} in {spec!r}; known: {', '.join(known)}")
+    if name not in list_detectors():
+        raise ValueError(f"unknown detector {name!r} in {spec!r}; known: {', '.join(list_detectors())}")
     overrides = []
     for item in (re.split(r",(?=[A-Za-z_][\w.]*=)", rest) if rest else []):
         key, equals, value = item.partition("=")

@@ -17,6 +17,10 @@ class Detector(nn.Module):
     need no outside preprocessing) and returns `{"logit": (N,)}`; localizers add
     `{"mask_logit": (N, 1, H, W)}` and set `is_localizer`. Losses live in `loss()`, never in
     `forward`, so inference and export need no labels.
+
+    No detector splits its forward into `forward_features` / `forward_head`: the two-branch
+    classifiers fuse per-branch features and logits (clip_freq, CO-SPY), and the localizers split
+    at the dense prediction (`Localizer`), so one such split would describe few of them.
     """
 
     is_localizer: bool = False

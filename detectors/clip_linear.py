@@ -45,11 +45,5 @@ class ClipLinear(Detector):
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
 
-    def forward_features(self, image: torch.Tensor) -> torch.Tensor:
-        return self.encoder(self.normalize(image))
-
-    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
-        return self.head(features).squeeze(1)
-
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logit": self.forward_head(self.forward_features(image))}
+        return {"logit": self.head(self.encoder(self.normalize(image))).squeeze(1)}

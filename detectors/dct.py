@@ -45,14 +45,8 @@ class DCT(Detector):
         """The standardized log-DCT spectrum (N x 3 x H x W) the CNN sees."""
         return self.standardize(log_dct_spectrum(self.normalize(image), self.eps))
 
-    def forward_features(self, image: torch.Tensor) -> torch.Tensor:
+    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         spectrum = self.spectrum(image)
         if self.coordinates:
             spectrum = torch.cat([spectrum, frequency_coordinates(spectrum)], dim=1)
-        return self.pool(self.features(spectrum)).flatten(1)
-
-    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
-        return self.head(features).squeeze(1)
-
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logit": self.forward_head(self.forward_features(image))}
+        return {"logit": self.head(self.pool(self.features(spectrum)).flatten(1)).squeeze(1)}

@@ -1,13 +1,15 @@
 """What every manipulation localizer shares: map -> image score, the default loss, padding to stride.
 
 A localizer's `forward(image)` returns `{"logit": (N,), "mask_logit": (N, 1, H, W)}` at the input's
-size, plus optionally `"edge_logit"` and `"confidence_logit"` (N, 1, H, W). A new localizer is a
-constructor and a forward that ends with `self.outputs(mask_logit, ...)`; the image score, the loss
-and the handling of arbitrary input sizes come from here, so nothing else in the toolkit changes.
+size, plus optionally `"edge_logit"` and `"confidence_logit"` (N, 1, H, W). The pipeline is fixed
+here, as segmentation_models_pytorch's base model fixes its own: pad to the stride -> the dense
+prediction -> crop back -> the image score and the result dict. A new localizer is a constructor
+and a `dense_prediction`; the image score, the loss and the handling of arbitrary input sizes come
+from here, so nothing else in the toolkit changes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +73,25 @@ class Localizer(Detector):
             return flat.topk(k, dim=1).values.mean(1)
         return flat.amax(1)
 
+    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Pad to a multiple of `stride`, predict densely, crop every map back to the input's size,
+        then the image logit (from the map or the head) and the result dict."""
+        height, width = image.shape[-2:]
+        if self.stride > 1:  # a class constant: the exported graph has no size-dependent branch
+            image = pad_to_multiple(image, self.stride)
+        dense = dict(self.dense_prediction(image))
+        if self.stride > 1:
+            dense = {k: v[..., :height, :width] if v.dim() == 4 else v for k, v in dense.items()}
+        if "mask_logit" not in dense:  # a training phase that trains no map (TruFor's fingerprint)
+            return dense
+        return self.outputs(dense.pop("mask_logit"), dense.pop("head_logit", None), **dense)
+
+    def dense_prediction(self, image: torch.Tensor) -> Mapping[str, torch.Tensor]:
+        """The network on `image` (height and width multiples of `stride`): `mask_logit`
+        (N, 1, H, W) at the image's size, `head_logit` (N,) when the network has a detection head,
+        and any other maps it produces (`edge_logit`, `confidence_logit`, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement dense_prediction")
+
     def outputs(self, mask_logit: torch.Tensor, head_logit: torch.Tensor | None = None,
                 **extra: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """The forward's result dict: image logit from the head or the map, plus the given maps."""
@@ -81,17 +102,6 @@ class Localizer(Detector):
         result = {"logit": logit, "mask_logit": mask_logit}
         result.update({k: v for k, v in extra.items() if v is not None})
         return result
-
-    def run_padded(self, image: torch.Tensor,
-                   forward: Callable[[torch.Tensor], Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        """Call `forward` on the image padded to a multiple of `stride`; crop its maps back.
-
-        Lets a fully convolutional network take any input size: 4-D outputs are cropped to the
-        input's height and width, other outputs are returned as they are.
-        """
-        height, width = image.shape[-2:]
-        produced = forward(pad_to_multiple(image, self.stride))
-        return {k: v[..., :height, :width] if v.dim() == 4 else v for k, v in produced.items()}
 
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """Weighted sum of mask Dice, mask BCE, edge Dice and image BCE (zero weights are skipped)."""

@@ -144,11 +144,7 @@ class MVSSNet(Localizer):
                              f"(backbone, head_channels): {error}") from error
         log.info("mvss: loaded %s from %s", kind, path)
 
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        maps = self.run_padded(image, self.dense_logits)
-        return self.outputs(maps["mask_logit"], edge_logit=maps["edge_logit"])
-
-    def dense_logits(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         """Mask and edge logits up-sampled to the input's size (a multiple of `stride`)."""
         coarse = self.coarse_logits(image)
         size = image.shape[-2:]

@@ -35,12 +35,6 @@ class NPR(Detector):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Linear(channels, 1)
 
-    def forward_features(self, image: torch.Tensor) -> torch.Tensor:
-        residual = neighboring_pixel_residual(self.normalize(image)) * self.residual_scale
-        return self.pool(self.features(residual)).flatten(1)
-
-    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
-        return self.head(features).squeeze(1)
-
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logit": self.forward_head(self.forward_features(image))}
+        residual = neighboring_pixel_residual(self.normalize(image)) * self.residual_scale
+        return {"logit": self.head(self.pool(self.features(residual)).flatten(1)).squeeze(1)}

@@ -55,15 +55,11 @@ class SegmentationLocalizer(Localizer):
         self.model = build_smp_model(arch, encoder, int(encoder_depth), pretrained, aux_head, dict(arch_kwargs or {}))
         freeze_unused_parameters(self.model, self.stride)
 
-    def _segment(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         produced = self.model(self.normalize(image))
         if isinstance(produced, tuple):
             return {"mask_logit": produced[0], "head_logit": produced[1].reshape(-1)}
         return {"mask_logit": produced}
-
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        produced = self.run_padded(image, self._segment)
-        return self.outputs(produced["mask_logit"], produced.get("head_logit"))
 
 
 def build_smp_model(arch: str, encoder: str, depth: int, pretrained: str | None, aux_head: bool,

@@ -176,10 +176,10 @@ class TruFor(Localizer):
         return torch.is_grad_enabled() and part in TRAINED_PARTS[self.phase]
 
     # ---------------------------------------------------------------- forward
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        """`logit`, `mask_logit` (log-odds of manipulated: class 1 minus class 0 of the anomaly
-        map), `confidence_logit` and `fingerprint`. While phase 1 trains, only the fingerprint is
-        computed: nothing downstream learns from it then."""
+    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`mask_logit` (log-odds of manipulated: class 1 minus class 0 of the anomaly map), the
+        detection head's `head_logit`, `confidence_logit` and `fingerprint`. While phase 1 trains,
+        only the fingerprint is computed: nothing downstream learns from it then."""
         with torch.set_grad_enabled(self._trains("fingerprint")):
             fingerprint = self.fingerprint(image)
         if self.training and self.phase == "fingerprint":
@@ -197,7 +197,8 @@ class TruFor(Localizer):
             statistics = torch.cat((weighted_statistics(confidence),
                                     weighted_statistics(mask_logit, F.logsigmoid(confidence))), dim=1)
             head_logit = self.detection_head(statistics)
-        return self.outputs(mask_logit, head_logit, confidence_logit=confidence, fingerprint=fingerprint)
+        return {"mask_logit": mask_logit, "head_logit": head_logit, "confidence_logit": confidence,
+                "fingerprint": fingerprint}
 
     @staticmethod
     def _upsample(decoded: torch.Tensor, image: torch.Tensor) -> torch.Tensor:

@@ -86,24 +86,3 @@ def write_images(folder: Path, sizes: list[tuple[int, int]], seed: int = 0, suff
         paths.append(folder / f"{i:03d}{suffix}")
         Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(paths[-1])
     return paths
-
-
-def tiny_detector_names() -> list[str]:
-    """Every detector with a tiny CPU variant, found from `configs/detector/*_tiny.yaml` (the
-    registry), so a new detector is covered by the "every detector" tests without editing them."""
-    return sorted(path.stem for path in (CONFIGS / "detector").glob("*_tiny.yaml"))
-
-
-def tiny_net_config(name: str) -> dict:
-    """The `net` block of a detector config as plain values."""
-    import yaml
-
-    return yaml.safe_load((CONFIGS / "detector" / f"{name}.yaml").read_text())["net"]
-
-
-def tiny_localizer_names() -> list[str]:
-    """The tiny variants whose class is a localizer (by its `is_localizer`, not by name)."""
-    from detectors.build import resolve_detector_class
-
-    return [name for name in tiny_detector_names()
-            if resolve_detector_class(tiny_net_config(name)["_target_"]).is_localizer]

@@ -3,7 +3,7 @@
     python -m tools.check_mapping cospy DUMP.pt
     python -m tools.check_mapping effort DUMP.pt
     python -m tools.check_mapping mvss DUMP.pt
-    python -m tools.check_mapping trufor DUMP.pt [--config configs/detector/trufor.yaml]
+    python -m tools.check_mapping trufor DUMP.pt [--config trufor]
     python -m tools.check_mapping released DUMP.pt [DUMP.pt ...]
     (every form takes one or more dumps and --tolerance, 1e-4 by default)
 
@@ -24,7 +24,7 @@ as the authors' test transform leaves it) and `outputs`; the rest depends on the
   {`mask_logit`, `edge_logit_quarter`, `score`}.
 - `trufor`: `state_dict` (published key names), `outputs` {`anomaly`: N x 2 x H x W logits,
   `confidence`: N x 1 x H x W logits, `detection`: N x 1 logits, optionally `fingerprint`}; the
-  architecture comes from `--config`.
+  architecture comes from `--config` (a detector config name).
 - `released` (any detector loading a `.pth` whose weights sit under one entry): `state_dict`,
   `entry` ("model_state_dict" | "model"), `detector` (our config with `_target_`), `outputs`
   (probabilities, N).
@@ -44,12 +44,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
-import yaml
 
 from detectors.blocks.weights import architecture_only
 from detectors.build import build_detector
 
-TRUFOR_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "detector" / "trufor.yaml"
 # the differences held to --tolerance; the others (logits, branch outputs) are printed for diagnosis
 CHECKED = {
     "cospy": ("score",),
@@ -143,12 +141,14 @@ def check_mvss(dump: dict, workdir: Path) -> dict[str, float]:
 
 
 @torch.no_grad()
-def check_trufor(dump: dict, workdir: Path, config: Path = TRUFOR_CONFIG) -> dict[str, float]:
+def check_trufor(dump: dict, workdir: Path, config: str = "trufor") -> dict[str, float]:
     """Anomaly and confidence maps, image score and fingerprint of our TruFor (architecture from
     `config`, no pretrained files) with the published state dict mapped in."""
     from detectors.trufor_weights import map_published_state_dict
 
-    net_config = yaml.safe_load(Path(config).read_text())["net"]
+    from detectors.registry import net_config as composed
+
+    net_config = composed(config)
     with architecture_only():
         model = build_detector({**net_config, "pretrained": None, "encoder_weights": None, "phase": "full"})
     model.load_state_dict(map_published_state_dict(dump["state_dict"]), strict=True)
@@ -194,7 +194,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("detector", choices=sorted(CHECKS), help="which mapping to check")
     parser.add_argument("dumps", nargs="+", type=Path, help="dumps of the authors' model")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest difference accepted (1e-4)")
-    parser.add_argument("--config", type=Path, default=TRUFOR_CONFIG, help="trufor: the architecture's config")
+    parser.add_argument("--config", default="trufor", help="trufor: the detector config giving the architecture")
     args = parser.parse_args(argv)
     missing = [str(path) for path in args.dumps if not path.is_file()]
     if missing:

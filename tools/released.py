@@ -5,7 +5,8 @@
     python -m tools.released effort --output effort_chameleon.ckpt \
         net.pretrained=/weights/effort_chameleon.pth [--threshold 0.5]
 
-The detector is built from `configs/detector/<detector>.yaml` with the `net.key=value` overrides (so its pretrained backbones are read from the local caches and the released weights
+The detector is composed from `configs/detector/<detector>.yaml` with the `net.key=value` overrides
+(so its pretrained backbones are read from the local caches and the released weights
 mapped in, exactly as `train.py` would), then saved as a `.ckpt` that `infer.py`, `export.py`,
 `calibrate.py` and `python -m tools.fraudbench_table` take like any trained checkpoint. The
 checkpoint holds every weight and its backbones' architectures, so the machines that use it need
@@ -21,27 +22,21 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from omegaconf import OmegaConf
 
 from detectors.module import DetectorModule
+from detectors.registry import create_module, list_detectors
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "detector"
 log = logging.getLogger(__name__)
 
 
 def build_released(detector: str, overrides: Sequence[str] = (), threshold: float = 0.5) -> DetectorModule:
     """The detector named `detector` with `net.key=value` overrides applied, weights loaded."""
-    path = CONFIGS / f"{detector}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
-        raise SystemExit(f"unknown detector {detector!r}; known: {', '.join(known)}")
+    if detector not in list_detectors():
+        raise SystemExit(f"unknown detector {detector!r}; known: {', '.join(list_detectors())}")
     bad = [o for o in overrides if not o.startswith("net.") or "=" not in o]
     if bad:
         raise SystemExit(f"overrides must look like net.key=value, got {bad}")
-    config = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-    config = OmegaConf.to_container(config, resolve=True)
-    module = DetectorModule(net=config["net"], optimizer=config.get("optimizer"), scheduler=config.get("scheduler"),
-                            name=config.get("name", detector))
+    module = create_module(detector, [f"++{o}" for o in overrides])  # `++`: set, or add if absent
     module.threshold.fill_(float(threshold))
     return module.eval()
 

@@ -30,25 +30,22 @@ from datamodules.classification import ManifestDataModule
 from datamodules.datasets import ImageDataset, collate
 from datamodules.transforms import build_transform
 from detectors.module import DetectorModule
+from detectors.registry import create_module, detector_config, list_detectors
 from inference.runtime import load_checkpoint
 from tests.helpers import TINY_NPR, prepare_train_config, small_train_overrides
 from train import train
 
-# Per detector: overrides on top of the small-train config (1 epoch, batch 16, 64 px, CPU).
-# npr keeps the tiny NPR of the helpers; the others drop it (it names NPR-only keys).
-RUNS = {
-    "npr": ["trainer.max_epochs=2", "detector.optimizer.lr=2e-3"],
-    "dct_tiny": ["detector=dct_tiny", "trainer.max_epochs=2"],
-    "clip_freq_tiny": ["detector=clip_freq_tiny", "trainer.max_epochs=6", "detector.optimizer.lr=3e-3"],
-    "clip_linear_tiny": ["detector=clip_linear_tiny", "trainer.max_epochs=4", "detector.optimizer.lr=1e-2"],
-}
+# The tiny variants whose config names a budget with which a short run beats chance.
+BEATS_CHANCE = [name for name in list_detectors(tiny=True) if detector_config(name).cpu_checks.get("beats_chance")]
 
 
-def overrides_for(detector: str, manifest) -> list[str]:
-    base = small_train_overrides(manifest)
-    if detector != "npr":
-        base = [o for o in base if o not in TINY_NPR]
-    return [*base, *RUNS[detector]]
+def overrides_for(detector: str, manifest, budget: dict | None = None) -> list[str]:
+    """The small-train config (1 epoch, batch 16, 64 px, CPU) on `detector`, with its `beats_chance`
+    budget (`max_epochs`, `lr`) or the given one."""
+    base = [o for o in small_train_overrides(manifest) if o not in TINY_NPR]
+    budget = budget or detector_config(detector).cpu_checks.beats_chance
+    keys = {"max_epochs": "trainer.max_epochs", "lr": "detector.optimizer.lr"}
+    return [*base, f"detector={detector}", *(f"{keys[key]}={value}" for key, value in budget.items())]
 
 
 def chance_bar(n_pos: int, n_neg: int) -> float:
@@ -57,7 +54,11 @@ def chance_bar(n_pos: int, n_neg: int) -> float:
 
 
 # The whole file takes ~30 s on 2 idle cores (~2 min when the cores are shared with other jobs).
-@pytest.mark.parametrize("detector", ["npr", "dct_tiny", "clip_freq_tiny"])
+def test_the_short_runs_cover_an_artifact_a_frequency_and_a_clip_detector():
+    assert {"npr_tiny", "dct_tiny", "clip_freq_tiny"} <= set(BEATS_CHANCE)
+
+
+@pytest.mark.parametrize("detector", BEATS_CHANCE)
 def test_short_training_beats_chance_on_generated_data(detector, small_dataset, tmp_path):
     cfg = prepare_train_config(overrides_for(detector, small_dataset), tmp_path / "run")
     metrics = train(cfg)
@@ -87,10 +88,10 @@ def train_split_loss(module: DetectorModule, cfg) -> float:
 
 
 def test_random_tiny_clip_linear_probe_trains_only_its_head_stably_and_is_calibrated(small_dataset, tmp_path):
-    cfg = prepare_train_config(overrides_for("clip_linear_tiny", small_dataset), tmp_path / "run")
+    budget = {"max_epochs": 4, "lr": 1e-2}
+    cfg = prepare_train_config(overrides_for("clip_linear_tiny", small_dataset, budget), tmp_path / "run")
     L.seed_everything(cfg.seed)  # train() builds its module right after seeding the same way
-    initial = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.optimizer,
-                             scheduler=cfg.detector.scheduler, name=cfg.detector.name)
+    initial = create_module(cfg.detector)
     before = train_split_loss(initial, cfg)
 
     metrics = train(cfg)

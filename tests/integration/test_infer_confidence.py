@@ -7,21 +7,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from PIL import Image
 
+from detectors.registry import net_config
 from inference.writer import read_results
 from tests.integration.test_infer import run_infer
 from tests.localization_helpers import save_untrained_checkpoint
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "detector"
 SIZES = {"wide.png": (45, 70), "tall.png": (90, 37)}
 
 
 @pytest.fixture(scope="module")
 def trufor(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trufor")
-    net = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
+    net = net_config("trufor_tiny")
     module = save_untrained_checkpoint(folder / "trufor_tiny.ckpt", net=net)
     return folder / "trufor_tiny.ckpt", module
 

@@ -39,8 +39,8 @@ learning-check section lists the levers tried before the stem.
 
 The trivial maps are the all-zero map (pixel F1 0 on every manipulated image) and the whole-image
 map (pixel F1 2a / (1 + a) for a region covering a fraction a of the frame). Pixel F1 is per
-manipulated image at probability 0.5, averaged (the toolkit's `pixel_f1`). Localizers are found
-from configs/detector/*_tiny.yaml.
+manipulated image at probability 0.5, averaged (the toolkit's `pixel_f1`). Localizers are the
+registry's tiny variants (`list_detectors(tiny=True, localizer=True)`).
 """
 from __future__ import annotations
 
@@ -50,15 +50,14 @@ import numpy as np
 import pytest
 import torch
 
-from detectors.build import build_detector
 from detectors.module import warmup_cosine
 from evaluation import pixel_metrics
-from tests.helpers import tiny_localizer_names, tiny_net_config
 from datamodules.chains import DEFAULT_CHAINS
+from detectors.registry import create_detector, detector_config, list_detectors
 from synthesis.embedded import bundled_photo_paths
 from tests.localization_helpers import SquaresDataset, generated_forgeries
 
-LOCALIZERS = tiny_localizer_names()
+LOCALIZERS = list_detectors(tiny=True, localizer=True)
 MARGIN = 0.10  # pixel F1 above the better of the two trivial maps
 
 
@@ -68,7 +67,7 @@ def train_briefly(name: str, samples: list[dict], steps: int, batch_size: int, l
     `cosine` decays the learning rate to 0 over the run (a steadier end point than a constant rate),
     after a linear warm-up over the first `warmup` fraction of the steps."""
     torch.manual_seed(seed)
-    net = build_detector(tiny_net_config(name))
+    net = create_detector(name)
     optimizer = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
     rate = functools.partial(warmup_cosine, total=steps, warmup=int(warmup * steps))  # train.py's schedule
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate) if cosine else None
@@ -99,7 +98,7 @@ def f1_against_trivial_maps(net: torch.nn.Module, held_out: list[dict]) -> tuple
 @pytest.mark.parametrize("name", LOCALIZERS)
 def test_a_few_steps_find_pasted_bright_regions(name):
     """Regions pasted with a brightness offset (a splice from a brighter source), held out by seed."""
-    size = int(tiny_net_config(name)["preprocess"]["size"])  # the crop size the tiny variant trains on
+    size = int(detector_config(name).net.preprocess.size)  # the crop size the tiny variant trains on
     train = SquaresDataset(48, size=size, seed=0).samples
     held_out = SquaresDataset(18, size=size, seed=1).samples
     model, zero, whole = f1_against_trivial_maps(train_briefly(name, train, steps=30, batch_size=8, lr=3e-3),

@@ -1,23 +1,20 @@
 """AI-generated-image detectors built from their real configs: contract, odd sizes, branch dropout."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-import yaml
 
 from detectors.base import Detector
 from detectors.blocks.frequency import dct2, dct_highpass_residual, idct2, SpectrumStandardizer
 from detectors.build import build_detector
 from detectors.clip_freq import ClipFreq
+from detectors import registry
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 TINY = ["clip_linear_tiny", "dct_tiny", "clip_freq_tiny"]
 
 
 def net_config(name: str, **overrides) -> dict:
-    return {**yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["net"], **overrides}
+    return {**registry.net_config(name), **overrides}
 
 
 @pytest.mark.parametrize("name", TINY)

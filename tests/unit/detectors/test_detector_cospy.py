@@ -6,20 +6,19 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
-import yaml
 from diffusers import AutoencoderKL
 
 from detectors.blocks.weights import MissingWeightsError
 from detectors.build import build_detector
 from detectors.cospy import CoSpy, cospy_state_dict
+from detectors.registry import net_config
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 TINY_VAE = dict(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
                 up_block_types=["UpDecoderBlock2D"] * 2, layers_per_block=1, latent_channels=4, norm_num_groups=4)
 
 
 def tiny(name: str, **overrides) -> dict:
-    return {**yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["net"], **overrides}
+    return {**net_config(name), **overrides}
 
 
 def authors_folder(folder: Path, semantic_dim: int, seed: int = 0) -> dict:

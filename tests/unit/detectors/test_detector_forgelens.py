@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from datamodules.preprocess import Preprocess
 from datamodules.transforms import build_transform
 from detectors.blocks.released import IncompatibleWeightsError
 from detectors.build import build_detector
+from detectors.registry import net_config
+from tests.helpers import compose_config
 
-TINY = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs/detector/forgelens_tiny.yaml").read_text())["net"]
+TINY = net_config("forgelens_tiny")
 
 
 def tiny(**overrides):
@@ -199,12 +199,8 @@ def test_step_schedule_decays_per_epoch_and_optimises_trainable_parameters_only(
 
 @pytest.mark.parametrize("recipe, stage, lr", [("forgelens_stage1", 1, 5e-5), ("forgelens_stage2", 2, 2.5e-6)])
 def test_training_recipes_compose_with_the_authors_settings(recipe, stage, lr):
-    from hydra import compose, initialize_config_dir
-
-    configs = Path(__file__).resolve().parents[3] / "configs"
     overrides = [f"experiment={recipe}", "data.manifest=/data/m.csv", "detector.net.pretrained=/w/stage1.ckpt"]
-    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+    cfg = compose_config("train", overrides)
     assert cfg.detector.net._target_ == "detectors.forgelens.ForgeLens" and cfg.detector.net.stage == stage
     assert cfg.detector.optimizer.name == "Adam" and cfg.detector.optimizer.lr == lr
     assert (cfg.detector.scheduler.name, cfg.detector.scheduler.step_size, cfg.detector.scheduler.gamma) == ("step", 2, 0.7)

@@ -6,20 +6,19 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from detectors.build import build_detector
 from detectors.iapl import BRANCH_PARTS, BRANCH_STAGES, dct_matrix, srm_kernels
-from detectors.module import DetectorModule
+from detectors.registry import create_module, net_config
 from inference.runtime import ModelLoadError, OnnxRuntime, TorchRuntime
 from inference.tta import ContextAdapter, TTASettings
 
-CONFIG = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs/detector/iapl_tiny.yaml").read_text())
+TINY_NET = net_config("iapl_tiny")
 
 
 def tiny(**overrides):
     torch.manual_seed(0)
-    return build_detector({**CONFIG["net"], **overrides})
+    return build_detector({**TINY_NET, **overrides})
 
 
 def test_forward_backward_trains_prompts_gates_adapters_condition_and_head_only():
@@ -43,7 +42,7 @@ def test_loss_is_label_smoothed_on_both_heads():
 
 def test_gates_start_near_zero_so_training_starts_from_plain_prompts():
     net = tiny()
-    assert len(net.gates) == CONFIG["net"]["prompt_depth"] - 1
+    assert len(net.gates) == TINY_NET["prompt_depth"] - 1
     assert all(gate.abs().max() <= 1e-6 for gate in net.gates)
     assert net.condition.gate_min.abs().max() <= 1e-6 and net.condition.gate_max.abs().max() <= 1e-6
     image = torch.rand(2, 3, 64, 64)
@@ -147,16 +146,15 @@ def test_context_adaptation_restores_the_context_and_keeps_batchnorm_statistics(
     assert all(p.grad is None for p in net.parameters())
 
 
-def write_checkpoint(tmp_path, name: str, config: dict) -> Path:
-    module = DetectorModule(net=config["net"], optimizer=config.get("optimizer"), scheduler=config.get("scheduler"),
-                            name=name)
+def write_checkpoint(tmp_path, name: str) -> Path:
+    module = create_module(name)
     path = tmp_path / f"{name}.ckpt"
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
     return path
 
 
 def test_ckpt_runtime_adapts_per_image_and_onnx_refuses(tmp_path):
-    runtime = TorchRuntime(write_checkpoint(tmp_path, "iapl_tiny", CONFIG), device="cpu", tta=True)
+    runtime = TorchRuntime(write_checkpoint(tmp_path, "iapl_tiny"), device="cpu", tta=True)
     assert (runtime.preprocess.mode, runtime.preprocess.size, runtime.preprocess.interpolation) == (
         "resize", 256, "bilinear")  # views are cut from this resize, as the authors' are
     runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=4, steps=1, load_size=80))
@@ -167,9 +165,8 @@ def test_ckpt_runtime_adapts_per_image_and_onnx_refuses(tmp_path):
 
 
 def test_tta_is_refused_for_detectors_without_context(tmp_path):
-    config = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs/detector/clip_linear_tiny.yaml").read_text())
     with pytest.raises(ModelLoadError, match="no test-time adaptation"):
-        TorchRuntime(write_checkpoint(tmp_path, "clip_linear_tiny", config), device="cpu", tta=True)
+        TorchRuntime(write_checkpoint(tmp_path, "clip_linear_tiny"), device="cpu", tta=True)
 
 
 def test_infer_with_tta_scores_every_image(tmp_path):
@@ -177,7 +174,7 @@ def test_infer_with_tta_scores_every_image(tmp_path):
     from inference.writer import read_results
     from tests.helpers import compose_config, write_images
 
-    model = write_checkpoint(tmp_path, "iapl_tiny", CONFIG)
+    model = write_checkpoint(tmp_path, "iapl_tiny")
     images = write_images(tmp_path / "images", [(300, 260), (40, 90)])
     cfg = compose_config("infer", [f"model={model}", f"input={tmp_path / 'images'}", f"output={tmp_path / 's.csv'}",
                                    "tta=true", "device=cpu", "num_workers=0", "progress=false", "batch_size=2"])
@@ -188,10 +185,9 @@ def test_infer_with_tta_scores_every_image(tmp_path):
 
 
 def test_iapl_recipe_composes_with_the_authors_settings():
-    from hydra import compose, initialize_config_dir
+    from tests.helpers import compose_config
 
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[3] / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=iapl", "data.manifest=/data/m.csv"])
+    cfg = compose_config("train", ["experiment=iapl", "data.manifest=/data/m.csv"])
     assert cfg.detector.net._target_ == "detectors.iapl.IAPL" and list(cfg.detector.net.adapter_layers) == [
         3, 7, 11, 15, 19, 23]
     assert (cfg.detector.optimizer.name, cfg.detector.optimizer.lr, cfg.data.batch_size) == ("Adam", 5e-5, 32)

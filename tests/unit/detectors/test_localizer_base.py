@@ -59,8 +59,8 @@ class Constant(Localizer):
         super().__init__(**kwargs)
         self.register_buffer("fixed", mask_logit)
 
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.outputs(self.fixed, edge_logit=self.fixed)
+    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"mask_logit": self.fixed, "edge_logit": self.fixed}
 
 
 def test_image_logit_is_the_map_max_or_the_mean_of_the_top_pixels():
@@ -121,22 +121,19 @@ class StrideChecker(Localizer):
         self.seen: list[tuple[int, int]] = []
         self.conv = nn.Conv2d(3, 1, 3, padding=1)
 
-    def _network(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         assert image.shape[-2] % 8 == 0 and image.shape[-1] % 8 == 0
         self.seen.append(tuple(image.shape[-2:]))
-        return {"mask_logit": self.conv(image), "aux": image.mean((1, 2, 3))}
-
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        maps = self.run_padded(image, self._network)
-        return self.outputs(maps["mask_logit"])
+        return {"mask_logit": self.conv(image), "edge_logit": -self.conv(image), "aux": image.mean((1, 2, 3))}
 
 
-def test_run_padded_takes_any_size_and_crops_back_to_it():
+def test_forward_pads_to_the_stride_and_crops_every_map_back():
     net = StrideChecker()
     image = torch.rand(2, 3, 13, 21)
     out = net(image)
     assert net.seen == [(16, 24)]
-    assert out["mask_logit"].shape == (2, 1, 13, 21) and out["logit"].shape == (2,)
+    assert out["mask_logit"].shape == out["edge_logit"].shape == (2, 1, 13, 21) and out["logit"].shape == (2,)
+    assert out["aux"].shape == (2,)  # what is not a map passes through uncropped
     # the crop keeps the top-left, where the image is: same as running the padded input directly
     direct = net.conv(pad_to_multiple(image, 8))[..., :13, :21]
     assert torch.equal(out["mask_logit"], direct)
@@ -149,3 +146,15 @@ def test_pad_to_multiple_replicates_the_border_and_leaves_multiples_alone():
     assert torch.equal(padded[..., :2, :3], image)
     assert torch.equal(padded[..., 3, :3], image[..., 1, :])
     assert pad_to_multiple(torch.rand(1, 3, 8, 16), 8).shape == (1, 3, 8, 16)
+
+
+def test_every_localizer_supplies_only_its_dense_part():
+    """The pipeline (pad, dense prediction, crop, outputs) is the base class's; a localizer that
+    overrode `forward` would bypass it."""
+    from detectors.registry import detector_class, list_detectors
+
+    localizers = {detector_class(name) for name in list_detectors(localizer=True)}
+    assert localizers, "the registry lists no localizer"
+    for cls in localizers:
+        assert cls.forward is Localizer.forward, f"{cls.__name__} overrides forward"
+        assert cls.dense_prediction is not Localizer.dense_prediction, f"{cls.__name__} has no dense_prediction"

@@ -2,26 +2,18 @@
 specified, and the exported graph reproduces the mask at two sizes."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from detectors.build import build_detector
 from detectors.mvss import MVSSNet
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def tiny_config() -> dict:
-    return yaml.safe_load((ROOT / "configs" / "detector" / "mvss_tiny.yaml").read_text())
+from detectors.registry import net_config
 
 
 def tiny_mvss(**overrides) -> MVSSNet:
     torch.manual_seed(0)
-    return build_detector({**tiny_config()["net"], **overrides})
+    return build_detector({**net_config("mvss_tiny"), **overrides})
 
 
 def square_batch(size: tuple[int, int] = (48, 56), batch: int = 2) -> dict[str, torch.Tensor]:
@@ -113,11 +105,10 @@ def test_export_reproduces_the_mask_at_two_sizes(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
+    from detectors.registry import create_module
 
-    config = tiny_config()
     torch.manual_seed(0)
-    module = DetectorModule(net=config["net"], optimizer=config["optimizer"], scheduler=config["scheduler"],
-                            name=config["name"]).eval()
+    module = create_module("mvss_tiny").eval()
     path = export_onnx(module, tmp_path / "mvss_tiny.onnx").path
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for size in ((64, 64), (80, 112)):

@@ -10,10 +10,8 @@ from safetensors.torch import save_file
 
 from detectors.blocks.weights import MissingWeightsError
 from detectors.build import build_detector
+from detectors.registry import net_config
 from detectors.seg import SegmentationLocalizer
-from tests.helpers import CONFIGS
-
-import yaml
 
 SMALL = {
     "Unet": {"encoder": "resnet18", "encoder_depth": 3, "arch_kwargs": {"decoder_channels": [16, 8, 8]}},
@@ -99,11 +97,10 @@ def test_random_initialization_is_logged(caplog):
 
 @pytest.mark.parametrize("name", ["seg", "seg_tiny"])
 def test_configs_build_the_described_network(name, monkeypatch):
-    net_config = yaml.safe_load((CONFIGS / "detector" / f"{name}.yaml").read_text())["net"]
-    net_config["pretrained"] = None  # the full config asks for ImageNet weights, absent in tests
-    net = build_detector(net_config)
+    config = net_config(name, ["net.pretrained=null"])  # no ImageNet weights in tests
+    net = build_detector(config)
     assert isinstance(net, SegmentationLocalizer) and net.is_localizer
-    assert net.stride == 2 ** net_config["encoder_depth"]
+    assert net.stride == 2 ** config["encoder_depth"]
 
 
 def test_unused_encoder_stages_are_frozen_and_inference_mode_builds_the_same_network():

@@ -3,23 +3,20 @@ published-weight mapping (on a synthetic state dict carrying the published names
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from detectors.blocks.cmx import ConvStem, DualMiTEncoder, Fuse, Rectify, build_mit, weighted_statistics
 from detectors.blocks.noiseprint import NoiseFingerprint
 from detectors.blocks.weights import MissingWeightsError
 from detectors.build import build_detector
+from detectors.registry import create_detector, create_module, net_config
 from detectors.trufor import TRAINED_PARTS, TruFor
 from detectors.trufor_weights import map_published_state_dict, to_published_state_dict
+from tests.helpers import compose_config
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
-
-
-TINY_NET = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
+TINY_NET = net_config("trufor_tiny")
 
 
 def tiny_net(**overrides) -> TruFor:
@@ -199,8 +196,7 @@ PUBLISHED_KEY_COUNT = 952
 
 
 def test_published_names_and_shapes_round_trip_through_the_mapping():
-    config = yaml.safe_load((CONFIGS / "trufor.yaml").read_text())["net"]
-    net = build_detector({**config, "encoder_weights": None})
+    net = create_detector("trufor", ["net.encoder_weights=null"])
     ours = net.state_dict()
     published = to_published_state_dict(ours)
     assert len(published) == PUBLISHED_KEY_COUNT
@@ -251,10 +247,8 @@ def test_export_reproduces_score_mask_and_confidence_at_two_sizes(tmp_path):
     from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
 
-    config = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())
     torch.manual_seed(0)
-    module = DetectorModule(net=config["net"], optimizer=config["optimizer"], scheduler=config["scheduler"],
-                            name=config["name"]).eval()
+    module = create_module("trufor_tiny").eval()
     report = export_onnx(module, tmp_path / "trufor_tiny.onnx")
     assert report.outputs == ["score", "mask", "confidence"]
     session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
@@ -296,15 +290,12 @@ def test_each_phase_takes_what_earlier_phases_trained_from_the_previous_checkpoi
 @pytest.mark.parametrize("recipe,phase", [("trufor_fingerprint", "fingerprint"), ("trufor_localize", "localize"),
                                           ("trufor_detect", "detect")])
 def test_phase_recipes_compose_and_build_the_tiny_network(recipe, phase, tmp_path):
-    from hydra import compose, initialize_config_dir
-
     torch.manual_seed(0)
     save_phase(tiny_net(), tmp_path / "previous.ckpt")
     overrides = [f"experiment={recipe}", "detector=trufor_tiny", "trainer=cpu"]
     if phase != "fingerprint":
         overrides += ["data.root=/data/forgeries", f"detector.net.init_from={tmp_path / 'previous.ckpt'}"]
-    with initialize_config_dir(config_dir=str(CONFIGS.parent), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+    cfg = compose_config("train", overrides)
     assert cfg.detector.net.phase == phase
     net = build_detector(cfg.detector.net)
     assert count(net, trainable_only=True) == sum(count(getattr(net, p)) for p in TRAINED_PARTS[phase])

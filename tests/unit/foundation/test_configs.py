@@ -1,21 +1,22 @@
-"""Every config composes; mistyped names fail with Hydra's list of valid options."""
+"""Every config composes; mistyped names fail with Hydra's list of valid options; every detector
+is a full config and a tiny one, each named as its file."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from hydra.errors import MissingConfigException
+from hydra.utils import get_class
+from omegaconf import OmegaConf
 
+from detectors.registry import TINY_SUFFIX, detector_config, list_detectors
 from tests.helpers import CONFIGS, compose_config
 
-DETECTORS = sorted(p.stem for p in (CONFIGS / "detector").glob("*.yaml"))
+DETECTORS = list_detectors()
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("name", DETECTORS)
 def test_every_detector_config_composes_with_a_target_and_preprocessing(name):
     cfg = compose_config("train", [f"detector={name}"])
-    assert cfg.detector.name == name
     assert cfg.detector.net._target_.startswith("detectors.")
     assert "preprocess" in cfg.detector.net
 
@@ -32,7 +33,9 @@ def test_every_option_of_the_other_groups_composes(group):
     for option in sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")):
         extra = {"manifest": ["data.manifest=m.csv"], "folder": ["data.root=."]}.get(option, [])
         cfg = compose_config("train", [f"{group}={option}", *extra])
-        assert group in cfg
+        entries = [cfg[group]] if "_target_" in cfg[group] else [e for e in cfg[group].values() if "_target_" in e]
+        for entry in entries:  # a misspelled class path fails here, not at the start of a long run
+            assert isinstance(get_class(entry._target_), type), f"{group}={option}: {entry._target_}"
 
 
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
@@ -54,4 +57,18 @@ def test_unknown_names_list_the_valid_options(override, group):
 def test_entry_point_configs_compose(name):
     overrides = {"infer": ["model=m.ckpt", "input=x"], "export": ["model=m.ckpt"], "generate": []}[name]
     cfg = compose_config(name, overrides)
-    assert Path(CONFIGS / f"{name}.yaml").is_file() and cfg
+    missing = OmegaConf.missing_keys(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]))
+    assert missing == set(), f"{name} needs more than {overrides}"  # these overrides suffice to run
+
+
+@pytest.mark.parametrize("name", DETECTORS)
+def test_a_detector_config_is_named_as_its_file(name):
+    assert detector_config(name).name == name  # metrics, reports and ONNX metadata carry this name
+
+
+def test_every_detector_has_a_full_and_a_tiny_config():
+    full = set(list_detectors(tiny=False))
+    tiny = {name.removesuffix(TINY_SUFFIX) for name in list_detectors(tiny=True)}
+    assert full and full == tiny, f"without a tiny config: {sorted(full - tiny)}; without a full one: " \
+                                  f"{sorted(tiny - full)}"
+    assert all("slow" in detector_config(name).cpu_checks for name in list_detectors(tiny=True))

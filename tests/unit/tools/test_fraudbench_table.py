@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from PIL import Image
 
 from detectors.module import DetectorModule
 from exporting.onnx_export import export_onnx
 from tools.fraudbench_table import main
+from detectors.registry import net_config
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 # category -> subset -> images with the score a detector gave them
 TREE = {
     "Receipts": {"Negative/Review_001": {"a.png": 0.1, "b.png": 0.2}, "Negative/Review_002": {"c.png": 0.6, "d.png": 0.95},
@@ -85,9 +84,8 @@ def test_table_scores_the_tree_with_a_model_and_calibrates_on_a_genuine_folder(t
     (tmp_path / "genuine").mkdir()
     for index in range(20):
         Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "genuine" / f"{index}.png")
-    config = yaml.safe_load((CONFIGS / "cospy_progan_tiny.yaml").read_text())
     torch.manual_seed(0)
-    module = DetectorModule(net=config["net"], name="cospy_progan_tiny")
+    module = DetectorModule(net=net_config("cospy_progan_tiny"), name="cospy_progan_tiny")
     checkpoint = tmp_path / "cospy.ckpt"
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, checkpoint)
     export_onnx(module.eval(), tmp_path / "cospy.onnx")
