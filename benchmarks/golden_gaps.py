@@ -22,21 +22,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from datamodules.geometry import to_network_input  # noqa: E402
-from datamodules.io import read_image  # noqa: E402
-from inference.masks import to_uint8_map  # noqa: E402
-from inference.released import build_released, save_checkpoint  # noqa: E402
-from inference.runtime import load_runtime  # noqa: E402
+from datamodules.geometry import to_network_input
+from datamodules.io import read_image
+from inference.masks import to_uint8_map
+from inference.released import build_released, save_checkpoint
+from inference.runtime import load_runtime
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
-FAMILIES = {
-    "trufor": ("trufor_small.pth.tar", ["net.encoder.embed_dims=[8,8,16,16]", "net.encoder.depths=[1,1,1,1]",
-                                        "net.encoder.num_heads=[1,1,2,2]", "net.encoder_weights=null",
-                                        "net.fingerprint.depth=4", "net.fingerprint.width=8",
-                                        "net.decoder_embed_dim=16"]),
-    "mvss": ("mvss_small.pt", ["net.channel_order=bgr", "net.backbone_kwargs.layers=[2,1,1,3]",
-                               "net.backbone_kwargs.channels=[2,4,8,16]", "net.head_channels=8"]),
-}
+TRUFOR_SMALL = ["net.encoder.embed_dims=[8,8,16,16]", "net.encoder.depths=[1,1,1,1]",
+                "net.encoder.num_heads=[1,1,2,2]", "net.encoder_weights=null",
+                "net.fingerprint.depth=4", "net.fingerprint.width=8", "net.decoder_embed_dim=16"]
+MVSS_SMALL = ["net.channel_order=bgr", "net.backbone_kwargs.layers=[2,1,1,3]",
+              "net.backbone_kwargs.channels=[2,4,8,16]", "net.head_channels=8"]
+FAMILIES = {"trufor": ("trufor_small.pth.tar", TRUFOR_SMALL), "mvss": ("mvss_small.pt", MVSS_SMALL)}
 
 
 def authors_map(family: str, authors: dict) -> np.ndarray:
@@ -55,11 +53,13 @@ def gaps(family: str, extra: list[str], folder: Path) -> dict[str, float]:
     expected = authors_map(family, authors)
     ours = outputs["mask"][0, 0].astype(np.float64)
     written = to_uint8_map(ours, ours.shape).astype(np.float64) / 255
-    result = {"map_max": float(np.abs(ours - expected).max()), "map_mean": float(np.abs(ours - expected).mean()),
+    difference = np.abs(ours - expected)
+    result = {"map_max": float(difference.max()), "map_mean": float(difference.mean()),
               "score": float(abs(float(outputs["score"][0]) - float(authors["score"]))),
               "written_map_max": float(np.abs(written - expected).max())}
     if "map_uint8" in authors:  # the authors' own 8-bit map file (MVSS-Net's inference writes one)
-        result["written_vs_authors_png_max"] = float(np.abs(written - authors["map_uint8"] / 255).max())
+        authors_png = authors["map_uint8"] / 255
+        result["written_vs_authors_png_max"] = float(np.abs(written - authors_png).max())
     return result
 
 
@@ -67,7 +67,8 @@ def main() -> None:
     report = {}
     with tempfile.TemporaryDirectory() as folder:
         report["trufor (pixels / 256, published layout)"] = gaps("trufor", [], Path(folder))
-        report["trufor (pixels / 255)"] = gaps("trufor", ["net.preprocess.pixel_divisor=255"], Path(folder))
+        report["trufor (pixels / 255)"] = gaps("trufor", ["net.preprocess.pixel_divisor=255"],
+                                               Path(folder))
         report["mvss (bgr)"] = gaps("mvss", [], Path(folder))
     print(json.dumps(report, indent=2))
 
