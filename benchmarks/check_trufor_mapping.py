@@ -32,8 +32,11 @@ from detectors.trufor_weights import map_published_state_dict  # noqa: E402
 
 def compare(dump: dict, net_config: dict) -> dict[str, float]:
     """Largest absolute differences between the dump's outputs and ours on the dump's input."""
+    # the dump's input is the authors' network input itself: no rescaling of 8-bit pixels here
+    preprocess = {**net_config.get("preprocess", {}), "pixel_divisor": 255}
     with architecture_only():
-        model = build_detector({**net_config, "pretrained": None, "encoder_weights": None, "phase": "full"})
+        model = build_detector({**net_config, "pretrained": None, "encoder_weights": None, "phase": "full",
+                                "preprocess": preprocess})
     model.load_state_dict(map_published_state_dict(dump["state_dict"]), strict=True)
     model.eval()
     with torch.no_grad():
