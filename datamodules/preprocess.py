@@ -27,6 +27,10 @@ class Preprocess:
     it is. Frequency detectors
     avoid `resize` because resampling erases the traces they look for.
     `mean`/`std` are applied inside the network, recorded here so exported models document them.
+    `pixel_divisor`: what 8-bit pixels are divided by to give the network's [0, 1] input. Every
+    loader divides by 255; a network whose weights were trained on another divisor (TruFor's
+    published weights: 256, as their loaders divide) rescales its input by 255 / `pixel_divisor`
+    inside, so exported graphs reproduce it too.
     """
 
     size: int | None = 224
@@ -35,6 +39,7 @@ class Preprocess:
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     load_size: int | None = None
+    pixel_divisor: float = 255.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -46,6 +51,9 @@ class Preprocess:
             )
         if self.mode != "none" and (self.size is None or int(self.size) <= 0):
             raise ValueError(f"preprocess.size must be a positive integer for mode {self.mode!r}")
+        if not float(self.pixel_divisor) > 0:
+            raise ValueError(f"preprocess.pixel_divisor must be positive, got {self.pixel_divisor!r}")
+        object.__setattr__(self, "pixel_divisor", float(self.pixel_divisor))
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
         object.__setattr__(self, "std", tuple(float(v) for v in self.std))
 

@@ -24,15 +24,26 @@ class Detector(nn.Module):
     """
 
     is_localizer: bool = False
+    # Whether `forward` applies `preprocess.pixel_divisor` (through `scale_pixels`); the others
+    # refuse a divisor other than 255 rather than ignore it.
+    scales_pixels: bool = False
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.preprocess = Preprocess.from_config(preprocess)
+        if self.preprocess.pixel_divisor != 255 and not self.scales_pixels:
+            raise ValueError(f"{type(self).__name__} takes 8-bit pixels / 255 only; got preprocess.pixel_divisor "
+                             f"{self.preprocess.pixel_divisor:g}")
         self.register_buffer("pixel_mean", torch.tensor(self.preprocess.mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(self.preprocess.std).view(1, 3, 1, 1), persistent=False)
 
     def normalize(self, image: torch.Tensor) -> torch.Tensor:
         return (image - self.pixel_mean) / self.pixel_std
+
+    def scale_pixels(self, image: torch.Tensor) -> torch.Tensor:
+        """Loader input (8-bit / 255) -> 8-bit / `preprocess.pixel_divisor`, what the weights expect."""
+        divisor = self.preprocess.pixel_divisor
+        return image if divisor == 255 else image * (255.0 / divisor)
 
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """Binary cross-entropy of the image logit; localizers override to add mask terms."""

@@ -45,6 +45,9 @@ INHERITED_PARTS = {
 }
 DEFAULT_FINGERPRINT = {"depth": 17, "width": 64, "weights": None}
 DEFAULT_PREPROCESS = {"size": 512, "mode": "center_crop"}
+# The authors' training and test loaders divide 8-bit pixels by 256 (not 255), so the published
+# TruFor and Noiseprint++ weights expect that scale (`configs/detector/trufor.yaml` sets it).
+PUBLISHED_PIXEL_DIVISOR = 256
 
 
 class TruFor(Localizer):
@@ -65,6 +68,7 @@ class TruFor(Localizer):
 
     has_image_head = True
     has_confidence = True
+    scales_pixels = True
 
     def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "head",
                  encoder: Mapping[str, Any] | None = None, encoder_weights: str | None = None,
@@ -89,6 +93,11 @@ class TruFor(Localizer):
             raise ValueError("encoder.stem_width adds layers that the published TruFor and MiT weights do not "
                              "have: set it to null to load `pretrained` or `encoder_weights`")
         fingerprint = {**DEFAULT_FINGERPRINT, **dict(fingerprint or {})}
+        if (pretrained or fingerprint["weights"]) and self.preprocess.pixel_divisor != PUBLISHED_PIXEL_DIVISOR:
+            log.warning("trufor: the published weights expect 8-bit pixels / %d (their loaders' scale), this "
+                        "configuration divides by %g: maps differ by up to about 0.015; set "
+                        "preprocess.pixel_divisor: %d", PUBLISHED_PIXEL_DIVISOR, self.preprocess.pixel_divisor,
+                        PUBLISHED_PIXEL_DIVISOR)
         self.phase, self.noise_input = phase, noise_input
         self.fingerprint = NoiseFingerprint(depth=int(fingerprint["depth"]), width=int(fingerprint["width"]))
         self.encoder = DualMiTEncoder(build_mit(**sizes, drop_path_rate=drop_path_rate),
@@ -180,6 +189,7 @@ class TruFor(Localizer):
         """`mask_logit` (log-odds of manipulated: class 1 minus class 0 of the anomaly map), the
         detection head's `head_logit`, `confidence_logit` and `fingerprint`. While phase 1 trains,
         only the fingerprint is computed: nothing downstream learns from it then."""
+        image = self.scale_pixels(image)
         with torch.set_grad_enabled(self._trains("fingerprint")):
             fingerprint = self.fingerprint(image)
         if self.training and self.phase == "fingerprint":

@@ -150,7 +150,10 @@ def check_trufor(dump: dict, workdir: Path, config: str = "trufor") -> dict[str,
 
     net_config = composed(config)
     with architecture_only():
-        model = build_detector({**net_config, "pretrained": None, "encoder_weights": None, "phase": "full"})
+        # the dump's input is the authors' network input itself: no rescaling of 8-bit pixels here
+        preprocess = {**net_config.get("preprocess", {}), "pixel_divisor": 255}
+        model = build_detector({**net_config, "pretrained": None, "encoder_weights": None, "phase": "full",
+                                "preprocess": preprocess})
     model.load_state_dict(map_published_state_dict(dump["state_dict"]), strict=True)
     ours, theirs = model.eval()(dump["input"]), dump["outputs"]
     difference = {
