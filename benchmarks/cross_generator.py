@@ -6,7 +6,8 @@
         [--size CROP] [--output-dir outputs/cross_generator] [--override KEY=VALUE ...]
 
 From a generated manifest (`python generate.py output=DIR` writes one; a missing
-`data/embedded/manifest.csv` is generated first), it builds one cross-generator split:
+`data/embedded/manifest.csv` is generated first), it builds one cross-generator split
+(`datamodules.splits.cross_generator_split`):
 
 - train + val: the fakes of `--train-groups` and the genuine images they were made from
   (their `source`), split by source (`--val-fraction` of the sources go to val, where the

@@ -8,6 +8,7 @@ the mean and largest absolute difference in grey levels between `imageops` and: 
 array to OpenCV, which reads it as BGR, so the chroma planes are computed from swapped channels)
 and albumentations' `GaussianBlur` (a kernel of radius 3.5 sigma; OpenCV's is 3 sigma).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ def difference(images: list[np.ndarray], ours, theirs) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--qualities", type=int, nargs="+", default=[95, 70, 30])
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.5, 1.0, 3.0])
     args = parser.parse_args(argv)
@@ -47,15 +50,30 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for q in args.qualities:
         ours = lambda im, q=q: imageops.jpeg(im, q)  # noqa: E731 (bound per quality)
-        rows.append((f"JPEG q{q}", "Pillow", difference(images, ours, lambda im, q=q: pillow_jpeg(im, q))))
+        rows.append(
+            (f"JPEG q{q}", "Pillow", difference(images, ours, lambda im, q=q: pillow_jpeg(im, q)))
+        )
         step = A.ImageCompression(quality_range=(q, q), p=1.0)
-        rows.append((f"JPEG q{q}", "albumentations ImageCompression",
-                     difference(images, ours, lambda im, s=step: albumentations_step(s, im))))
+        rows.append(
+            (
+                f"JPEG q{q}",
+                "albumentations ImageCompression",
+                difference(images, ours, lambda im, s=step: albumentations_step(s, im)),
+            )
+        )
     for sigma in args.sigmas:
         step = A.GaussianBlur(blur_limit=0, sigma_limit=(sigma, sigma), p=1.0)
-        rows.append((f"blur sigma {sigma:g}", "albumentations GaussianBlur",
-                     difference(images, lambda im, s=sigma: imageops.gaussian_blur(im, s),
-                                lambda im, s=step: albumentations_step(s, im))))
+        rows.append(
+            (
+                f"blur sigma {sigma:g}",
+                "albumentations GaussianBlur",
+                difference(
+                    images,
+                    lambda im, s=sigma: imageops.gaussian_blur(im, s),
+                    lambda im, s=step: albumentations_step(s, im),
+                ),
+            )
+        )
     print(f"imageops JPEG encoder: {imageops.jpeg_codec()}\n")
     print("| operation | compared with | mean / largest abs. difference (grey levels) |")
     print("| --- | --- | --- |")

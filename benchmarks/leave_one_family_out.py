@@ -5,15 +5,15 @@
         [--fused clip_freq_tiny] [--epochs 3] [--size 64] [--output-dir outputs/leave_one_family_out]
         [--override KEY=VALUE ...]
 
-It extends `benchmarks/cross_generator.py`: each held-out family gets that script's split (train and
-validation hold the other families' fakes and the genuine images of their photos; test holds the
-held-out family's fakes and the genuine images of *other* photos, so neither the family nor any
-test photo is seen in training), and every detector is trained on it by `train.py`. Groups are
-renamed to their family in the split manifests, so breakdowns read per family. `--fused` also
-trains that detector on every family (an ordinary split by photo) as the reference of what
-training on everything gives. The table (AUROC, TPR at 1 % FPR, genuine TNR at the threshold
-calibrated on validation genuines, per held-out family and detector) is printed and written to
-`<output-dir>/leave_one_family_out.md` (and `results.json`).
+It extends `benchmarks/cross_generator.py`: each held-out family gets the cross-generator split
+(`datamodules.splits.family_split`: train and validation hold the other families' fakes and the
+genuine images of their photos; test holds the held-out family's fakes and the genuine images of
+*other* photos, so neither the family nor any test photo is seen in training), and every detector
+is trained on it by `train.py`. Groups are renamed to their family in the split manifests, so
+breakdowns read per family. `--fused` also trains that detector on every family (an ordinary split
+by photo) as the reference of what training on everything gives. The table (AUROC, TPR at 1 % FPR,
+genuine TNR at the threshold calibrated on validation genuines, per held-out family and detector)
+is printed and written to `<output-dir>/leave_one_family_out.md` (and `results.json`).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ Every operation takes and returns H x W x 3 uint8 RGB arrays. JPEG goes through 
 from the RGB planes in their true order. A leaf package: it imports nothing of the toolkit, so every
 package may use it.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,10 +17,19 @@ import cv2
 import numpy as np
 
 # resampling kernels by name, as the toolkit's configs and chain names spell them
-RESAMPLING_KERNELS = {"nearest": cv2.INTER_NEAREST, "area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR,
-                      "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}
-_JPEG_OPTIONS = (cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
-                 cv2.IMWRITE_JPEG_OPTIMIZE, 0, cv2.IMWRITE_JPEG_PROGRESSIVE, 0)
+RESAMPLING_KERNELS = {
+    "nearest": cv2.INTER_NEAREST,
+    "area": cv2.INTER_AREA,
+    "bilinear": cv2.INTER_LINEAR,
+    "bicubic": cv2.INTER_CUBIC,
+    "lanczos": cv2.INTER_LANCZOS4,
+}
+# baseline JPEG with 4:2:0 chroma, written out so another OpenCV default cannot change it silently
+_JPEG_SETTINGS = {
+    cv2.IMWRITE_JPEG_SAMPLING_FACTOR: cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    cv2.IMWRITE_JPEG_OPTIMIZE: 0,
+    cv2.IMWRITE_JPEG_PROGRESSIVE: 0,
+}
 
 
 @lru_cache(maxsize=1)
@@ -34,7 +44,9 @@ def check_image(image: np.ndarray) -> np.ndarray:
     """`image` as an array, refused with a clear message unless it is H x W x 3 uint8."""
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(f"image operations take uint8 H x W x 3 RGB images, got {image.dtype} {image.shape}")
+        raise ValueError(
+            f"image operations take uint8 H x W x 3 RGB images, got {image.dtype} {image.shape}"
+        )
     return image
 
 
@@ -44,8 +56,11 @@ def jpeg(image: np.ndarray, quality: float) -> np.ndarray:
     quality = int(round(quality))
     if not 1 <= quality <= 100:
         raise ValueError(f"JPEG quality must lie in 1-100, got {quality}")
-    ok, data = cv2.imencode(".jpg", np.ascontiguousarray(image[..., ::-1]),
-                            [cv2.IMWRITE_JPEG_QUALITY, quality, *_JPEG_OPTIONS])
+    ok, data = cv2.imencode(
+        ".jpg",
+        np.ascontiguousarray(image[..., ::-1]),
+        [cv2.IMWRITE_JPEG_QUALITY, quality, *(v for pair in _JPEG_SETTINGS.items() for v in pair)],
+    )
     if not ok:
         raise RuntimeError(f"JPEG encoding failed for an image of shape {image.shape}")
     return cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1].copy()
@@ -64,9 +79,13 @@ def resize(image: np.ndarray, size: tuple[int, int], kernel: str = "bilinear") -
     """`image` at `size` = (width, height) with the named resampling `kernel`."""
     image = check_image(image)
     if kernel not in RESAMPLING_KERNELS:
-        raise ValueError(f"unknown resampling kernel {kernel!r}; known: {sorted(RESAMPLING_KERNELS)}")
+        raise ValueError(
+            f"unknown resampling kernel {kernel!r}; known: {sorted(RESAMPLING_KERNELS)}"
+        )
     width, height = size
-    return cv2.resize(image, (max(1, int(width)), max(1, int(height))), interpolation=RESAMPLING_KERNELS[kernel])
+    return cv2.resize(
+        image, (max(1, int(width)), max(1, int(height))), interpolation=RESAMPLING_KERNELS[kernel]
+    )
 
 
 def rescale(image: np.ndarray, factor: float, kernel: str | None = None) -> np.ndarray:

@@ -34,6 +34,7 @@ local tower folders; nothing of the authors' code is imported), runs on `input`,
 absolute differences are printed as JSON. The exit status is 1 when a checked difference (the
 scores, and the maps of the localizers) exceeds `--tolerance`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,15 +94,25 @@ def check_cospy(dump: dict, workdir: Path) -> dict[str, float]:
         vae_model.save_pretrained(workdir / "vae")
         vae = str(workdir / "vae")
     else:
-        clip = _hf_vision_folder(dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=True)
+        clip = _hf_vision_folder(
+            dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=True
+        )
         clip_pretrained, vae = None, None
-    net = CoSpy(variant=variant, clip=clip, clip_pretrained=clip_pretrained, vae=vae, pretrained=str(weights)).eval()
+    net = CoSpy(
+        variant=variant,
+        clip=clip,
+        clip_pretrained=clip_pretrained,
+        vae=vae,
+        pretrained=str(weights),
+    ).eval()
     out = net(dump["input"])
     theirs = dump["outputs"].flatten()
     branches = torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1)
-    return {"logit": _largest(out["logit"] - theirs),
-            "score": _largest(out["logit"].sigmoid() - theirs.sigmoid()),
-            "branch_logit": _largest(branches - dump["branch_logits"])}
+    return {
+        "logit": _largest(out["logit"] - theirs),
+        "score": _largest(out["logit"].sigmoid() - theirs.sigmoid()),
+        "branch_logit": _largest(branches - dump["branch_logits"]),
+    }
 
 
 @torch.no_grad()
@@ -109,7 +120,9 @@ def check_effort(dump: dict, workdir: Path) -> dict[str, float]:
     """Scores for the full checkpoint and for one without the frozen SVD copies."""
     from detectors.effort import FROZEN_FACTOR_KEYS, Effort
 
-    clip = _hf_vision_folder(dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=False)
+    clip = _hf_vision_folder(
+        dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=False
+    )
     full, slim = workdir / "effort_full.pth", workdir / "effort_without_frozen_copies.pth"
     state = dump["state_dict"]
     torch.save(state, full)
@@ -128,16 +141,22 @@ def check_mvss(dump: dict, workdir: Path) -> dict[str, float]:
     """Mask logits, edge logits at 1/4 and the image score (sigmoid of the map's maximum)."""
     from detectors.mvss import MVSSNet, map_authors_state_dict
 
-    model = MVSSNet(backbone="resnet50", pretrained=None, channel_order=dump.get("channel_order", "bgr"))
+    model = MVSSNet(
+        backbone="resnet50", pretrained=None, channel_order=dump.get("channel_order", "bgr")
+    )
     model.load_state_dict(map_authors_state_dict(dump["state_dict"]), strict=True)
     model.eval()
     image, theirs = dump["input"].float(), dump["outputs"]
     coarse, ours = model.coarse_logits(image), model(image)
-    return {"mask_logit": _largest(ours["mask_logit"] - theirs["mask_logit"]),
-            "score": _largest(torch.sigmoid(ours["logit"]) - theirs["score"]),
-            "edge_logit_quarter": _largest(coarse["edge"] - theirs["edge_logit_quarter"]),
-            "mask_probability": _largest(torch.sigmoid(ours["mask_logit"]) - torch.sigmoid(theirs["mask_logit"])),
-            "mask_logit_range": _largest(theirs["mask_logit"])}
+    return {
+        "mask_logit": _largest(ours["mask_logit"] - theirs["mask_logit"]),
+        "score": _largest(torch.sigmoid(ours["logit"]) - theirs["score"]),
+        "edge_logit_quarter": _largest(coarse["edge"] - theirs["edge_logit_quarter"]),
+        "mask_probability": _largest(
+            torch.sigmoid(ours["mask_logit"]) - torch.sigmoid(theirs["mask_logit"])
+        ),
+        "mask_logit_range": _largest(theirs["mask_logit"]),
+    }
 
 
 @torch.no_grad()
@@ -157,15 +176,19 @@ def check_trufor(dump: dict, workdir: Path, config: str = "trufor") -> dict[str,
     model.load_state_dict(map_published_state_dict(dump["state_dict"]), strict=True)
     ours, theirs = model.eval()(dump["input"]), dump["outputs"]
     difference = {
-        "anomaly_probability": torch.sigmoid(ours["mask_logit"]) - theirs["anomaly"].softmax(1)[:, 1:2],
+        "anomaly_probability": torch.sigmoid(ours["mask_logit"])
+        - theirs["anomaly"].softmax(1)[:, 1:2],
         "mask_logit": ours["mask_logit"] - (theirs["anomaly"][:, 1:2] - theirs["anomaly"][:, 0:1]),
-        "confidence_probability": torch.sigmoid(ours["confidence_logit"]) - torch.sigmoid(theirs["confidence"]),
+        "confidence_probability": torch.sigmoid(ours["confidence_logit"])
+        - torch.sigmoid(theirs["confidence"]),
         "confidence_logit": ours["confidence_logit"] - theirs["confidence"],
         "score": torch.sigmoid(ours["logit"]) - torch.sigmoid(theirs["detection"].reshape(-1)),
         "score_logit": ours["logit"] - theirs["detection"].reshape(-1),
     }
     if theirs.get("fingerprint") is not None:
-        difference["fingerprint"] = ours["fingerprint"].expand_as(theirs["fingerprint"]) - theirs["fingerprint"]
+        difference["fingerprint"] = (
+            ours["fingerprint"].expand_as(theirs["fingerprint"]) - theirs["fingerprint"]
+        )
     return {name: _largest(value) for name, value in difference.items()}
 
 
@@ -181,8 +204,12 @@ def check_released(dump: dict, workdir: Path) -> dict[str, float]:
 
 
 CHECKS: dict[str, Callable[..., dict[str, float]]] = {
-    "cospy": check_cospy, "effort": check_effort, "mvss": check_mvss, "trufor": check_trufor,
-    "released": check_released}
+    "cospy": check_cospy,
+    "effort": check_effort,
+    "mvss": check_mvss,
+    "trufor": check_trufor,
+    "released": check_released,
+}
 
 
 def check_dump(kind: str, path: Path, **options) -> dict[str, float]:
@@ -193,7 +220,9 @@ def check_dump(kind: str, path: Path, **options) -> dict[str, float]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("detector", choices=sorted(CHECKS), help="which mapping to check")
     parser.add_argument("dumps", nargs="+", type=Path, help="dumps of the authors' model")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest difference accepted (1e-4)")
@@ -212,14 +241,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     worst_overall = 0.0
     for path in args.dumps:
         differences = check(path)
-        checked = {name: differences[name] for name in CHECKED[args.detector] if name in differences}
+        checked = {
+            name: differences[name] for name in CHECKED[args.detector] if name in differences
+        }
         worst = max(checked, key=checked.get)
         worst_overall = max(worst_overall, checked[worst])
-        print(json.dumps({"dump": str(path), "detector": args.detector, "max_abs_difference": differences},
-                         indent=2))
+        print(
+            json.dumps(
+                {"dump": str(path), "detector": args.detector, "max_abs_difference": differences},
+                indent=2,
+            )
+        )
         verdict = "OK" if checked[worst] <= args.tolerance else "FAIL"
-        print(f"{verdict}: {path.name}: largest checked difference {checked[worst]:.2e} ({worst}), "
-              f"tolerance {args.tolerance:g}")
+        print(
+            f"{verdict}: {path.name}: largest checked difference {checked[worst]:.2e} ({worst}), "
+            f"tolerance {args.tolerance:g}"
+        )
     return 0 if worst_overall <= args.tolerance else 1
 
 

@@ -6,6 +6,7 @@ so a lazy import cannot slip a backward dependency past the rule.
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,36 @@ def test_the_checker_sees_backward_and_lazy_imports(tmp_path, monkeypatch):
     assert violations("datamodules") == ["datamodules/bad.py imports synthesis.embedded.x"]
     assert violations("synthesis") == ["synthesis/bad.py imports datamodules.records"]
     assert violations("evaluation") == ["evaluation/bad.py imports train"]
+
+
+
+def python_files(root: Path) -> list[Path]:
+    """The repository's Python files, tests and scripts included (git's view: ignored data is not)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+                            cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    return [root / name for name in listed if (root / name).is_file()]
+
+
+def sys_path_edits(root: Path, paths: list[Path]) -> list[str]:
+    """`sys.path.insert/append/extend` calls and `sys.path` assignments, as file:line."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                target = node.func.value
+            elif isinstance(node, ast.Assign):
+                target = node.targets[0]
+            else:
+                continue
+            if (isinstance(target, ast.Attribute) and target.attr == "path"
+                    and isinstance(target.value, ast.Name) and target.value.id == "sys"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return sorted(found)
+
+
+def test_no_file_edits_sys_path(tmp_path):
+    """Scripts run as `python -m` and tests import through the packages, so nothing needs it."""
+    assert sys_path_edits(ROOT, python_files(ROOT)) == []
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nsys.path.insert(0, '..')\nsys.path = []\nprint(sys.path)\n")
+    assert sys_path_edits(tmp_path, [script]) == ["script.py:2", "script.py:3"]
