@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from datamodules.records import LayoutError
+from inference.cli import expected_failures, run
 from inference.recalibration import CalibrationRefused, calibrate_model
 from inference.runtime import ModelLoadError
 
@@ -16,14 +16,11 @@ log = logging.getLogger("calibrate")
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="calibrate")
+@expected_failures(CalibrationRefused, ModelLoadError, LayoutError, ValueError)
 def main(cfg: DictConfig) -> None:
-    try:
-        record = calibrate_model(cfg.model, cfg.input, cfg.output, target_fpr=cfg.target_fpr,
-                                 confidence=cfg.confidence, device=cfg.device, batch_size=cfg.batch_size,
-                                 num_workers=cfg.num_workers, progress=cfg.progress)
-    except (CalibrationRefused, ModelLoadError, LayoutError, ValueError) as error:
-        log.error("%s", error)
-        sys.exit(1)
+    record = calibrate_model(cfg.model, cfg.input, cfg.output, target_fpr=cfg.target_fpr,
+                             confidence=cfg.confidence, device=cfg.device, batch_size=cfg.batch_size,
+                             num_workers=cfg.num_workers, progress=cfg.progress)
     low, high = record["tnr_interval"]
     log.info("threshold %.6g (was %.6g) on %d genuine images: TNR %.4f [%.4f, %.4f]%s -> %s", record["threshold"],
              record["previous_threshold"], record["n_genuine"], record["tnr"], low, high,
@@ -31,4 +28,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import tempfile
 from pathlib import Path
 
@@ -13,8 +12,10 @@ from omegaconf import DictConfig
 
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
+from detectors.blocks.weights import MissingWeightsError
 from exporting.onnx_export import ExportError, export_onnx
 from exporting.variants import VariantRefused, build_variant, sample_images
+from inference.cli import expected_failures, run
 from inference.runtime import ModelLoadError, load_checkpoint
 
 log = logging.getLogger("export")
@@ -42,14 +43,11 @@ def export(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="export")
+@expected_failures(ModelLoadError, ExportError, VariantRefused, LayoutError, MissingWeightsError)
 def main(cfg: DictConfig) -> None:
-    try:
-        report = export(cfg)
-    except (ModelLoadError, ExportError, VariantRefused, LayoutError) as error:
-        log.error("%s", error)
-        sys.exit(1)
+    report = export(cfg)
     log.info("wrote %s and %s:\n%s", cfg.output, report["sidecar"], json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -6,7 +6,6 @@ point reads the config, finds the photos and prints what was made.
 from __future__ import annotations
 
 import logging
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from datamodules.records import LayoutError, list_images, read_manifest
+from inference.cli import expected_failures, run
 from synthesis.dataset import make_generated_manifest
 from synthesis.embedded import make_embedded_manifest
 
@@ -22,18 +22,13 @@ log = logging.getLogger("generate")
 
 
 def find_photos(source: str | None) -> list[str] | None:
-    """Image files below `source`, or None for the bundled photographs; exits with a reason if empty."""
+    """Image files below `source`, or None for the bundled photographs; a `LayoutError` if there are none."""
     if not source:
         return None
-    try:
-        # a labelled tree (0_real/1_fake) may hold fakes already: only authentic images are sources
-        photos = [r.path for r in list_images(source) if r.label != 1]
-    except LayoutError as error:
-        log.error("%s", error)
-        sys.exit(1)
+    # a labelled tree (0_real/1_fake) may hold fakes already: only authentic images are sources
+    photos = [r.path for r in list_images(source) if r.label != 1]
     if not photos:
-        log.error("no images found in %s", source)
-        sys.exit(1)
+        raise LayoutError(f"no images found in {source}")
     return photos
 
 
@@ -92,13 +87,10 @@ def generate(cfg: DictConfig) -> Path:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="generate")
+@expected_failures(ValueError, FileNotFoundError)  # bad options or source, an output made with other options
 def main(cfg: DictConfig) -> None:
-    try:
-        generate(cfg)
-    except ValueError as error:  # a bad option or an output folder made with other options
-        log.error("%s", error)
-        sys.exit(1)
+    generate(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

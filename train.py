@@ -9,10 +9,14 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from datamodules.records import LayoutError
+from detectors.blocks.released import IncompatibleWeightsError
+from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
 from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
+from inference.cli import expected_failures, run
 
 log = logging.getLogger("train")
 
@@ -111,9 +115,10 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
+@expected_failures(MissingWeightsError, IncompatibleWeightsError, LayoutError)
 def main(cfg: DictConfig) -> None:
     train(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -2,8 +2,9 @@
 
 Maps are written under `masks_dir` with names made from the row's position and a sanitized stem,
 so no input path (`..`, absolute, odd characters) can place a file outside it. Pixel metrics are
-computed afterwards from the written maps, so a resumed run scores every image, old and new, the
-same way (8-bit maps: a probability p counts as positive at 0.5 exactly when round(255 p) >= 128).
+reduced from each 8-bit map as it is written (`PixelReduction`), never from the files read back; a
+resumed run reads only the maps of the rows it did not score itself, so every image, old and new,
+is scored the same way (a probability p counts as positive at 0.5 exactly when round(255 p) >= 128).
 """
 from __future__ import annotations
 
@@ -39,10 +40,18 @@ def to_uint8_map(probabilities: np.ndarray, size: tuple[int, int]) -> np.ndarray
     return pixels
 
 
-def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int]) -> Path:
-    """Write a probability map as an 8-bit PNG at the input image's original size."""
+MapCollector = Callable[[int, np.ndarray], None]  # (input position, 8-bit map as written)
+
+
+def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int],
+              collect: MapCollector | None = None) -> Path:
+    """Write a probability map as an 8-bit PNG at the input image's original size, and hand the
+    written pixels to `collect` (pixel metrics reduced while streaming)."""
     target = masks_dir / safe_mask_name(index, path)
-    write_image(target, to_uint8_map(probabilities, size))
+    pixels = to_uint8_map(probabilities, size)
+    write_image(target, pixels)
+    if collect is not None:
+        collect(index, pixels)
     return target
 
 
@@ -79,9 +88,11 @@ class MapWriter:
     def _submit(self, write: Callable[..., Any], *args: Any) -> None:
         self.queued.append(self.pool.submit(write, *args))
 
-    def mask(self, masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int]) -> Path:
-        """Queue `save_mask`; returns the path it writes."""
-        self._submit(save_mask, masks_dir, index, path, probabilities, size)
+    def mask(self, masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int],
+             collect: MapCollector | None = None) -> Path:
+        """Queue `save_mask`; returns the path it writes. `collect` runs on the writing thread, in
+        the order the maps were queued."""
+        self._submit(save_mask, masks_dir, index, path, probabilities, size, collect)
         return masks_dir / safe_mask_name(index, path)
 
     def overlay(self, overlays_dir: Path, index: int, path: str, image: np.ndarray, probabilities: np.ndarray) -> None:
@@ -96,54 +107,76 @@ class MapWriter:
         self.pool.shutdown(wait=True)
 
 
-def read_map(path: str) -> np.ndarray:
-    """A saved 8-bit map back as probabilities in [0, 1]."""
-    return read_image(path)[..., 0].astype(np.float32) / 255
-
-
 def records_with_masks(records: Iterable[Record]) -> bool:
     return any(r.mask for r in records)
 
 
-def pixel_report(records: Sequence[Record], results: Iterable[dict[str, Any]], threshold: float = 0.5,
-                 cases: int = CONTACT_CASES) -> tuple[dict[str, float], list[tuple]] | None:
-    """Pixel metrics over the scored rows that have a saved map and a known label, and the
-    contact-sheet items (image, true mask, map, title) of the `cases` worst and best images.
-
-    Genuine images (label 0) count toward `pixel_fpr_genuine`; manipulated ones need a mask in the
-    input. Returns None when no manipulated image with a mask was scored.
-    """
-    from evaluation import PixelMetricAccumulator
-
-    known = {r.path: r for r in records if r.label is not None}
-    accumulator = PixelMetricAccumulator(threshold)
-    scored: list[tuple[float, str, str, str]] = []
-    for row in results:
-        record = known.get(row.get("path"))
-        if record is None or row.get("status") != "ok" or not row.get("mask"):
-            continue
-        try:
-            prob = read_map(row["mask"])
-            truth = read_mask(record.mask) > 0 if record.mask else None
-        except ImageReadError as error:
-            log.warning("pixel metrics skip %s: %s", row["path"], error.reason)
-            continue
-        if record.label == 1 and truth is None:
-            continue  # a manipulated image whose mask is unknown says nothing about pixels
-        if record.label == 0:
-            truth = None
-        accumulator.add(truth, prob)
-        if truth is not None:
-            scored.append((accumulator.f1[-1], row["path"], row["mask"], record.mask))
-    if not accumulator.counts:
+def pixel_truth(record: Record) -> np.ndarray | None | bool:
+    """The boolean mask of a manipulated record, None for a genuine one (scored by its false-positive
+    rate), False when the record says nothing about pixels (unlabelled, or manipulated without a mask)."""
+    if record.label == 0:
         return None
-    scored.sort(key=lambda item: (item[0], item[1]))
-    chosen = scored if len(scored) <= 2 * cases else scored[:cases] + scored[-cases:]
-    sheet = []
-    for f1, path, map_path, mask_path in chosen:
+    if record.label != 1 or not record.mask:
+        return False
+    try:
+        return read_mask(record.mask) > 0
+    except ImageReadError as error:
+        log.warning("pixel metrics skip %s: %s", record.path, error.reason)
+        return False
+
+
+class PixelReduction:
+    """Pixel metrics of a run's maps, reduced map by map as they are made, and the contact-sheet
+    cases (the `cases` worst and best images by pixel F1, their maps kept in memory).
+
+    Each map is the 8-bit map at the image's original size, as `infer.py` saves it, so the metrics
+    are those of the saved files. Genuine records (label 0) count toward `pixel_fpr_genuine`;
+    manipulated ones need a mask in the input; others are left out.
+    """
+
+    def __init__(self, records: Sequence[Record], threshold: float = 0.5, cases: int = CONTACT_CASES) -> None:
+        from evaluation import PixelMetricAccumulator
+
+        self.records, self.cases = records, cases
+        self.accumulator = PixelMetricAccumulator(threshold)
+        self.scored: list[tuple[float, str, int, np.ndarray]] = []  # (pixel F1, path, position, map)
+
+    def add(self, index: int, pixels: np.ndarray) -> None:
+        """The 8-bit map (H x W, original size) of the record at input position `index`."""
+        record = self.records[index]
+        truth = pixel_truth(record)
+        if truth is False:
+            return
+        self.accumulator.add(truth, pixels.astype(np.float32) / 255)
+        if truth is not None and self.cases:
+            self.scored.append((self.accumulator.f1[-1], record.path, index, pixels))
+            if len(self.scored) > 4 * self.cases:  # keep only the extremes: memory stays flat
+                self.scored = self._extremes()
+
+    def add_saved(self, index: int, map_path: str) -> None:
+        """A map written earlier (a resumed run's rows, or other processes' parts)."""
         try:
-            sheet.append((read_image(path), read_mask(mask_path) > 0, read_map(map_path),
-                          f"{Path(path).name}  pixel F1 {f1:.2f}"))
+            pixels = read_image(map_path)[..., 0]
         except ImageReadError as error:
-            log.warning("contact sheet skips %s: %s", path, error.reason)
-    return accumulator.compute(), sheet
+            log.warning("pixel metrics skip %s: %s", self.records[index].path, error.reason)
+            return
+        self.add(index, pixels)
+
+    def _extremes(self) -> list[tuple[float, str, int, np.ndarray]]:
+        ordered = sorted(self.scored, key=lambda item: (item[0], item[1]))
+        return ordered if len(ordered) <= 2 * self.cases else ordered[:self.cases] + ordered[-self.cases:]
+
+    def metrics(self) -> dict[str, float] | None:
+        """The pixel metrics, or None when no map was reduced."""
+        return self.accumulator.compute() if self.accumulator.counts else None
+
+    def contact_sheet(self) -> list[tuple]:
+        """(image, true mask, map, title) of the worst and best images, read from the input files."""
+        sheet = []
+        for f1, path, index, pixels in self._extremes():
+            try:
+                sheet.append((read_image(path), read_mask(self.records[index].mask) > 0,
+                              pixels.astype(np.float32) / 255, f"{Path(path).name}  pixel F1 {f1:.2f}"))
+            except ImageReadError as error:
+                log.warning("contact sheet skips %s: %s", path, error.reason)
+        return sheet

@@ -82,23 +82,37 @@ def merge_parts(output: Path, records: Sequence[Record], columns: Sequence[str])
     """Fold every part file into `output` (its existing rows kept), rows in input order, atomically.
 
     Returns {"rows": rows written, "missing": inputs without a row yet (a shard still to run)}.
-    A path scored twice (a row in two files, from overlapping resumed runs) keeps its first row.
     """
+    rows, missing = fold_parts(output, records, columns)
+    return {"rows": len(rows), "missing": missing}
+
+
+def fold_parts(output: Path, records: Sequence[Record], columns: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
+    """`merge_parts`, returning the rows written (as written: text in CSV) and how many inputs have
+    none yet. A path scored twice (a row in two files, from overlapping resumed runs) keeps its first row."""
     files = ([output] if output.is_file() else []) + part_files(output)
     rows: dict[str, dict[str, Any]] = {}
     for path in files:
         for row in read_rows(path):
             rows.setdefault(row["path"], row)
+    ordered = write_in_order(output, rows, records, columns)
+    remove_parts(output)
+    return ordered, len({r.path for r in records} - set(rows))
+
+
+def write_in_order(output: Path, rows: dict[str, dict[str, Any]], records: Sequence[Record],
+                   columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Replace `output` atomically with `rows` (by path) in input order; returns them in that order.
+    Rows of paths that are no input record are kept at the end, with a warning."""
     position: dict[str, int] = {}
     for i, record in enumerate(records):
         position.setdefault(record.path, i)
     unknown = [p for p in rows if p not in position]
     if unknown:
         log.warning("%d rows belong to no input record (kept at the end), e.g. %s", len(unknown), unknown[0])
-    ordered = sorted(rows, key=lambda p: position.get(p, len(records)))
+    ordered = [rows[p] for p in sorted(rows, key=lambda p: position.get(p, len(records)))]
     tmp = output.with_name(f".{output.stem}.merging{output.suffix}")
     with ResultWriter(tmp, columns) as writer:
-        writer.write([rows[p] for p in ordered])
+        writer.write(ordered)
     os.replace(tmp, output)
-    remove_parts(output)
-    return {"rows": len(ordered), "missing": len(set(position) - set(rows))}
+    return ordered

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from datamodules.records import Record
-from inference.parts import Shard, done_paths, merge_parts, part_files, part_path, remove_parts
+from inference.masks import PixelReduction
+from inference.parts import (Shard, done_paths, fold_parts, merge_parts, part_files, part_path, remove_parts,
+                             write_in_order)
+from inference.runtime import Runtime
 from inference.scoring import score_items
-from inference.writer import ResultWriter
+from inference.writer import ResultWriter, parse_row
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +66,41 @@ def launch(devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto", d
     return Processes(fabric.global_rank, fabric.world_size, name, fabric)
 
 
-def score_to_output(runtime: Any, records: Sequence[Record], output: Path, columns: Sequence[str],
-                    processes: Processes, shard: Shard = Shard(), resume: bool = False,
-                    **options: Any) -> dict[str, int]:
-    """Score `records` (this shard of them) into `output`; returns the run's ok/error/skipped counts.
+@dataclass
+class ScoredRun:
+    """What a scoring run did: ok / error / skipped counts and, in the process that reports, every
+    input's row in input order (score and label parsed) without reading the output back."""
 
-    One process and no shard: rows stream straight into the output (leftover part files of an
-    interrupted multi-process run are merged first on resume, dropped otherwise; a resumed file is
-    put back in input order at the end, so it equals an uninterrupted run's). Otherwise each
-    process appends to its part file and, without a shard, rank 0 merges all parts at the end.
+    counts: dict[str, int]
+    rows: list[dict[str, Any]] | None = None
+
+
+def score_to_output(runtime: Runtime, records: Sequence[Record], output: Path, columns: Sequence[str],
+                    processes: Processes, shard: Shard = Shard(), resume: bool = False,
+                    pixel: PixelReduction | None = None, **options: Any) -> ScoredRun:
+    """Score `records` (this shard of them) into `output`.
+
+    One process and no shard: rows stream straight into the output and stay in memory (leftover
+    part files of an interrupted multi-process run are merged first on resume, dropped otherwise;
+    a resumed file is rewritten in input order from memory at the end, so it equals an
+    uninterrupted run's). Otherwise each process appends to its part file and, without a shard,
+    rank 0 merges all parts at the end. `pixel` reduces the maps: those saved now as they are
+    written, those of rows already there (resume, other processes) read from their files.
     """
     if processes.world_size == 1 and shard.count == 1:
         if part_files(output):
             merge_parts(output, records, columns) if resume else remove_parts(output)
         with ResultWriter(output, columns, resume=resume) as writer:
             todo = [(i, p) for i, p in shard.items(records) if p not in writer.done]
-            counts = score_items(runtime, todo, writer, **options)
-        if len(todo) < len(records):
-            merge_parts(output, records, columns)  # resumed rows were appended: back to input order
-        return {**counts, "skipped": len(records) - len(todo)}
+            if pixel is not None:
+                reduce_saved_maps(pixel, records, writer.done.values())
+            collect = pixel.add if pixel is not None else None
+            counts = score_items(runtime, todo, writer, collect_map=collect, **options)
+        if len(todo) < len(records):  # resumed rows were appended: back to input order
+            ordered = write_in_order(output, writer.done, records, columns)
+        else:
+            ordered = writer.written
+        return ScoredRun({**counts, "skipped": len(records) - len(todo)}, [parse_row(r) for r in ordered])
     if processes.is_main:
         if not resume:
             remove_parts(output, shard)
@@ -98,10 +117,35 @@ def score_to_output(runtime: Any, records: Sequence[Record], output: Path, colum
         counts = score_items(runtime, todo[processes.rank::processes.world_size], writer, **options)
     counts = processes.total(counts)
     processes.barrier()
+    rows = None
     if shard.count == 1 and processes.is_main:
-        merge_parts(output, records, columns)
+        rows = merged_rows(output, records, columns, pixel)
     elif shard.count > 1:
         log.info("shard %d/%d done in %s; when every shard is done: python infer.py merge=true (same "
                  "model, input and output)", shard.index, shard.count, part_files(output, shard)[0].parent)
     processes.barrier()
-    return {**counts, "skipped": len(mine) - len(todo)}
+    return ScoredRun({**counts, "skipped": len(mine) - len(todo)}, rows)
+
+
+def merged_rows(output: Path, records: Sequence[Record], columns: Sequence[str],
+                pixel: PixelReduction | None = None) -> list[dict[str, Any]]:
+    """Fold the part files of other processes or jobs into `output`; their rows (parsed, in input
+    order), and their saved maps reduced into `pixel`."""
+    rows, missing = fold_parts(output, records, columns)
+    if missing:
+        log.warning("%d inputs have no row in %s yet: run their shards (resume=true), then merge again",
+                    missing, output)
+    if pixel is not None:
+        reduce_saved_maps(pixel, records, rows)
+    return [parse_row(row) for row in rows]
+
+
+def reduce_saved_maps(pixel: PixelReduction, records: Sequence[Record], rows: Any) -> None:
+    """Add the maps that `rows` (written earlier, by this run or others) name to `pixel`."""
+    position: dict[str, int] = {}
+    for i, record in enumerate(records):
+        position.setdefault(record.path, i)
+    for row in rows:
+        if row.get("status") == "ok" and row.get("mask") and row["path"] in position:
+            pixel.add_saved(position[row["path"]], row["mask"])
+

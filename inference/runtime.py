@@ -5,7 +5,8 @@ import json
 import os
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from datamodules.geometry import eval_geometry
 from datamodules.preprocess import Preprocess
 
 if TYPE_CHECKING:
+    from detectors.base import Detector
     from detectors.module import DetectorModule
 
 # torch is imported inside the functions that need it: scoring with an `.onnx` model never loads it
@@ -21,6 +23,19 @@ if TYPE_CHECKING:
 
 class ModelLoadError(Exception):
     """A model file that cannot be used, with the reason."""
+
+
+class Runtime(Protocol):
+    """What scoring needs of a loaded detector (`.ckpt`, `.onnx`, or a tiling wrapper around one)."""
+
+    name: str
+    threshold: float  # the calibrated decision threshold
+    is_localizer: bool  # `predict` also returns `mask`: N x 1 x H x W probabilities
+    preprocess: Preprocess  # the geometry the network is fed (`runtime_transform`)
+
+    def predict(self, images: Any) -> dict[str, np.ndarray]:
+        """N x 3 x H x W float in [0, 1] -> `score` (N) probabilities of fake (+ `mask`, `confidence`)."""
+        ...
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -36,16 +51,10 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "DetectorModule":
-    """Rebuild a `DetectorModule` from a checkpoint without executing code from the file.
-
-    The file is read with `torch.load(weights_only=True)` (tensors and plain containers only), and
-    the network class named in it must be a `Detector` under the toolkit's `detectors` package.
-    """
+def read_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> dict[str, Any]:
+    """The contents of a checkpoint written by `train.py`, read without executing code from the file
+    (`torch.load(weights_only=True)`: tensors and plain containers only)."""
     import torch
-
-    from detectors.blocks.weights import architecture_only
-    from detectors.module import DetectorModule
 
     path = Path(path)
     if not path.is_file():
@@ -61,13 +70,55 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
     if not isinstance(hparams, dict) or "net" not in hparams or "state_dict" not in checkpoint:
         raise ModelLoadError(f"{path}: not a checkpoint written by this toolkit's train.py "
                              "(no hyper_parameters.net / state_dict)")
+    return checkpoint
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "DetectorModule":
+    """Rebuild the training `DetectorModule` (Lightning) from a checkpoint, for export and training
+    tools; the network class named in it must be a `Detector` under the toolkit's `detectors`
+    package. Scoring needs only the network: `load_detector`, which does not import Lightning."""
+    from detectors.blocks.weights import architecture_only
+    from detectors.module import DetectorModule
+
+    checkpoint = read_checkpoint(path, map_location)
     try:
         with architecture_only():  # every weight comes from the checkpoint, not from pretrained files
-            module = DetectorModule(**hparams)
+            module = DetectorModule(**checkpoint["hyper_parameters"])
         module.load_state_dict(checkpoint["state_dict"])
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     return module.eval()
+
+
+@dataclass
+class LoadedDetector:
+    """The network of a checkpoint with what scoring needs besides it: its name and calibrated threshold."""
+
+    net: "Detector"
+    name: str
+    threshold: float
+
+
+def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedDetector:
+    """The detector of a `train.py` checkpoint, rebuilt without Lightning: `hyper_parameters.net`
+    builds the network (`detectors.build`, trusted classes only), the `net.` weights fill it, the
+    `threshold` buffer gives the calibrated threshold. Any other key is refused, as
+    `DetectorModule.load_state_dict` would (strict), so both paths accept the same files."""
+    from detectors.blocks.weights import architecture_only
+    from detectors.build import build_detector
+
+    checkpoint = read_checkpoint(path, map_location)
+    hparams, state = checkpoint["hyper_parameters"], checkpoint["state_dict"]
+    try:
+        with architecture_only():  # every weight comes from the checkpoint, not from pretrained files
+            net = build_detector(hparams["net"])
+        unexpected = sorted(k for k in state if not k.startswith("net.") and k != "threshold")
+        if unexpected or "threshold" not in state:
+            raise RuntimeError(f"unexpected keys {unexpected[:5]}" if unexpected else "no threshold buffer")
+        net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
+    return LoadedDetector(net.eval(), hparams.get("name") or type(net).__name__, float(state["threshold"]))
 
 
 class TorchRuntime:
@@ -76,11 +127,11 @@ class TorchRuntime:
 
     def __init__(self, path: str | os.PathLike, device: str = "auto", tta: bool = False) -> None:
         self.device = resolve_device(device)
-        self.module = load_checkpoint(path).to(self.device)
-        self.net = self.module.net
-        self.name = self.module.hparams.get("name") or type(self.net).__name__
+        detector = load_detector(path)
+        self.net = detector.net.to(self.device)
+        self.name = detector.name
         self.preprocess: Preprocess = self.net.preprocess
-        self.threshold = float(self.module.threshold)
+        self.threshold = detector.threshold
         self.is_localizer = bool(self.net.is_localizer)
         self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
@@ -204,7 +255,7 @@ def onnx_providers(device: str, available: list[str]) -> list[Any]:
     return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
 
 
-def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = False) -> TorchRuntime | OnnxRuntime:
+def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = False) -> Runtime:
     """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason."""
     suffix = Path(path).suffix.lower()
     if suffix == ".onnx":
@@ -214,7 +265,7 @@ def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = Fals
     raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
 
 
-def runtime_transform(runtime: "TorchRuntime | OnnxRuntime") -> Callable[[np.ndarray], np.ndarray]:
+def runtime_transform(runtime: Runtime) -> Callable[[np.ndarray], np.ndarray]:
     """The evaluation geometry a runtime expects (`uint8 H x W x 3 -> network size`), built from its
     own preprocessing config: the one place `infer.py`, the robustness sweep and the benchmarks take
     it from. Identical to the albumentations eval transform, without importing torch."""

@@ -1,46 +1,83 @@
-"""Scoring many images with a loaded detector, streaming rows to CSV or JSONL as batches finish."""
+"""Scoring many images with a loaded detector: one prediction loop (`predictions`: decode a batch,
+predict, collect) serves the scoring run, which streams rows to CSV or JSONL as batches finish,
+and the robustness sweeps, which score the same files again with a perturbation after decoding."""
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
 from datamodules.records import Record
 from inference.batches import iter_batches
-from inference.masks import MapWriter
-from inference.runtime import runtime_transform
+from inference.masks import MapCollector, MapWriter
+from inference.runtime import Runtime, runtime_transform
 from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
+Perturb = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class Prediction:
+    """One decoded batch (see `inference.batches.collate_samples`) and what the runtime made of it."""
+
+    batch: dict[str, Any]
+    outputs: dict[str, Any] | None  # None: no readable image in the batch, or the model failed
+    failure: str = ""  # why the model failed on this batch ("" when it did not)
+
+
+def predictions(runtime: Runtime, items: Sequence[tuple[int, str]], batch_size: int = 32, num_workers: int = 2,
+                perturb: Perturb | None = None, keep_going: bool = True) -> Iterator[Prediction]:
+    """The prediction loop: `(input position, path)` items decoded by `num_workers` threads (0:
+    inline), `perturb` applied to the decoded pixels, brought to the network by the runtime's own
+    geometry, in batches, in order. A model failure on a batch is logged and reported in
+    `failure` (`keep_going`) or raised."""
+    geometry = runtime_transform(runtime)
+    prepare = geometry if perturb is None else (lambda image: geometry(perturb(image)))
+    for batch in iter_batches(items, prepare, effective_batch_size(runtime, batch_size), workers=num_workers):
+        if "image" not in batch:
+            yield Prediction(batch, None)
+            continue
+        try:
+            outputs = predict_batch(runtime, batch["image"])
+        except Exception as error:  # a model failure on one batch is reported per image, not fatal
+            if not keep_going:
+                raise
+            log.error("model failed on a batch: %s", error)
+            yield Prediction(batch, None, f"model error: {error}")
+            continue
+        yield Prediction(batch, outputs)
 
 
 def error_row(path: str, reason: str) -> dict[str, Any]:
     return {"path": path, "score": "", "label": "", "status": "error", "error": reason}
 
 
-def batch_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir: Path | None = None,
-               overlays_dir: Path | None = None, maps: MapWriter | None = None) -> list[dict[str, Any]]:
-    """Result rows for one decoded batch (see `inference.batches.collate_samples`): unreadable files
-    and model failures become `status=error` rows, never exceptions. Rows come in input order, so
-    a run's file does not depend on how the input was split into batches or processes. Maps and
-    overlays are queued on `maps` (needed when `masks_dir` or `overlays_dir` is given)."""
+def batch_rows(prediction: Prediction, threshold: float, masks_dir: Path | None = None,
+               overlays_dir: Path | None = None, maps: MapWriter | None = None,
+               collect_map: MapCollector | None = None) -> list[dict[str, Any]]:
+    """Result rows for one predicted batch: unreadable files and model failures become `status=error`
+    rows, never exceptions. Rows come in input order, so a run's file does not depend on how the
+    input was split into batches or processes. Maps and overlays are queued on `maps` (needed when
+    `masks_dir` or `overlays_dir` is given); each saved map also goes to `collect_map`."""
+    batch = prediction.batch
     rows = list(zip(batch["error_index"], (error_row(path, reason) for path, reason in batch["errors"])))
     if "image" in batch:
-        rows += list(zip(batch["index"], scored_rows(runtime, batch, threshold, masks_dir, overlays_dir, maps)))
+        rows += list(zip(batch["index"], scored_rows(prediction, threshold, masks_dir, overlays_dir, maps,
+                                                     collect_map)))
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
 
-def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir: Path | None,
-                overlays_dir: Path | None, maps: MapWriter | None) -> list[dict[str, Any]]:
-    try:
-        outputs = predict_batch(runtime, batch["image"])
-    except Exception as error:  # a model failure on one batch is reported per image, not fatal
-        log.error("model failed on a batch: %s", error)
-        return [error_row(p, f"model error: {error}") for p in batch["path"]]
+def scored_rows(prediction: Prediction, threshold: float, masks_dir: Path | None, overlays_dir: Path | None,
+                maps: MapWriter | None, collect_map: MapCollector | None) -> list[dict[str, Any]]:
+    batch, outputs = prediction.batch, prediction.outputs
+    if outputs is None:
+        return [error_row(p, prediction.failure) for p in batch["path"]]
     rows = []
     for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
         broken = non_finite_output(outputs, i)
@@ -51,7 +88,7 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
         row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
         index, size = int(batch["index"][i]), tuple(int(v) for v in batch["size"][i])
         if masks_dir is not None and "mask" in outputs:
-            row["mask"] = str(maps.mask(masks_dir, index, path, outputs["mask"][i][0], size))
+            row["mask"] = str(maps.mask(masks_dir, index, path, outputs["mask"][i][0], size, collect_map))
         if masks_dir is not None and "confidence" in outputs:  # asked for: `save_confidence=true`
             row["confidence"] = str(maps.mask(masks_dir / "confidence", index, path, outputs["confidence"][i][0], size))
         if overlays_dir is not None and "mask" in outputs:
@@ -74,7 +111,7 @@ def non_finite_output(outputs: dict[str, Any], i: int) -> str:
     return ""
 
 
-def predict_batch(runtime: Any, images: Any) -> dict[str, Any]:
+def predict_batch(runtime: Runtime, images: Any) -> dict[str, Any]:
     """`runtime.predict` on a stacked batch, or image by image on a list of different-size images
     (outputs then hold one entry per image: scores as an array, maps as a list)."""
     if not isinstance(images, list):
@@ -85,7 +122,7 @@ def predict_batch(runtime: Any, images: Any) -> dict[str, Any]:
     return merged
 
 
-def effective_batch_size(runtime: Any, batch_size: int) -> int:
+def effective_batch_size(runtime: Runtime, batch_size: int) -> int:
     """Whole-image localizers batch images that share a size; other detectors without a fixed input
     size score one image at a time."""
     if not runtime.preprocess.fixed_size and batch_size != 1 and not runtime.is_localizer:
@@ -94,17 +131,18 @@ def effective_batch_size(runtime: Any, batch_size: int) -> int:
     return batch_size
 
 
-def score_items(runtime: Any, items: Sequence[tuple[int, str]], writer: ResultWriter, batch_size: int = 32,
+def score_items(runtime: Runtime, items: Sequence[tuple[int, str]], writer: ResultWriter, batch_size: int = 32,
                 num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
-                progress: bool = True, overlays_dir: str | os.PathLike | None = None) -> dict[str, int]:
+                progress: bool = True, overlays_dir: str | os.PathLike | None = None,
+                collect_map: MapCollector | None = None) -> dict[str, int]:
     """Score `(input position, path)` items in order into `writer`; unreadable files become
-    `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline)."""
+    `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline).
+    `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming)."""
     threshold = runtime.threshold if threshold is None else float(threshold)
-    batch_size = effective_batch_size(runtime, batch_size)
     counts = {"ok": 0, "error": 0}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
-    batches = iter_batches(items, runtime_transform(runtime), batch_size, workers=num_workers)
+    batch_size = effective_batch_size(runtime, batch_size)  # warns once; predictions keep it
     total = -(-len(items) // batch_size)
     maps = MapWriter() if masks_dir is not None or overlays_dir is not None else None
 
@@ -117,8 +155,9 @@ def score_items(runtime: Any, items: Sequence[tuple[int, str]], writer: ResultWr
 
     waiting: tuple[list[dict[str, Any]], list[Any]] | None = None  # a batch whose maps are being written
     try:
-        for batch in tqdm(batches, desc="scoring", unit="batch", total=total, disable=not progress):
-            rows = batch_rows(runtime, batch, threshold, masks_dir, overlays_dir, maps)
+        for prediction in tqdm(predictions(runtime, items, batch_size, num_workers), desc="scoring", unit="batch",
+                               total=total, disable=not progress):
+            rows = batch_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map)
             if waiting is not None:  # its maps were written while this batch's forward pass ran
                 done, waiting = waiting, None
                 write(*done)
@@ -140,7 +179,7 @@ def score_items(runtime: Any, items: Sequence[tuple[int, str]], writer: ResultWr
     return counts
 
 
-def score_records(runtime: Any, records: Sequence[Record], writer: ResultWriter, **options: Any) -> dict[str, int]:
+def score_records(runtime: Runtime, records: Sequence[Record], writer: ResultWriter, **options: Any) -> dict[str, int]:
     """Score every record not already in `writer` (see `score_items` for the options)."""
     todo = [(i, r.path) for i, r in enumerate(records) if r.path not in writer.done]
     return {**score_items(runtime, todo, writer, **options), "skipped": len(records) - len(todo)}
@@ -155,21 +194,22 @@ def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> 
             if row.get("status") == "ok" and row["path"] in known and row.get("score") is not None]
 
 
-def score_perturbed_fn(runtime: Any, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0
-                       ) -> Callable[[Callable[[np.ndarray], np.ndarray] | None], np.ndarray]:
-    """`perturbation -> scores of records` for `evaluation.robustness_curves`: the files are decoded
-    and brought to the network by the same batches and geometry as `score_records`, the perturbation
-    applied to the decoded pixels before the geometry. Unreadable files score NaN."""
-    geometry = runtime_transform(runtime)
-    step = effective_batch_size(runtime, batch_size)
+def perturbed_scores(runtime: Runtime, records: Sequence[Record], perturb: Perturb | None, batch_size: int = 32,
+                     num_workers: int = 0, collect: Callable[[Prediction], None] | None = None) -> np.ndarray:
+    """Scores of `records` with `perturb` applied to the decoded pixels (None: unchanged), through
+    the scoring run's own loop; unreadable files score NaN. `collect` sees every predicted batch."""
+    scores = np.full(len(records), np.nan)
     items = [(i, r.path) for i, r in enumerate(records)]
+    for prediction in predictions(runtime, items, batch_size, num_workers, perturb, keep_going=False):
+        if prediction.outputs is not None:
+            scores[prediction.batch["index"]] = np.asarray(prediction.outputs["score"], dtype=np.float64)
+            if collect is not None:
+                collect(prediction)
+    return scores
 
-    def score(perturb: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
-        prepare = geometry if perturb is None else (lambda image: geometry(perturb(image)))
-        scores = np.full(len(records), np.nan)
-        for batch in iter_batches(items, prepare, step, workers=num_workers):
-            if "image" in batch:
-                scores[batch["index"]] = np.asarray(predict_batch(runtime, batch["image"])["score"], dtype=np.float64)
-        return scores
 
-    return score
+def score_perturbed_fn(runtime: Runtime, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0
+                       ) -> Callable[[Perturb | None], np.ndarray]:
+    """`perturbation -> scores of records` for `evaluation.robustness_curves` (see `perturbed_scores`)."""
+    batch_size = effective_batch_size(runtime, batch_size)  # warns once, not at every level
+    return lambda perturb: perturbed_scores(runtime, records, perturb, batch_size, num_workers)

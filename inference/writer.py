@@ -16,7 +16,9 @@ class ResultWriter:
 
     Each batch goes out as whole lines with a single write followed by fsync, so the file holds
     only complete rows whatever moment the run is stopped at; `resume` drops a torn last line
-    (from a crash mid-write) and reports which paths are already done.
+    (from a crash mid-write) and reads which paths are already done. `done` holds every row of the
+    file (those found on resume as written, text in CSV; those written since as given), so the run
+    never reads its own output back.
     """
 
     def __init__(self, path: str | os.PathLike, columns: Sequence[str] = COLUMNS, resume: bool = False) -> None:
@@ -27,9 +29,10 @@ class ResultWriter:
         self.columns = list(columns)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done: dict[str, dict[str, Any]] = {}
+        self.written: list[dict[str, Any]] = []  # the rows written by this writer, in order
         if resume and self.path.is_file():
             self._drop_torn_line()
-            self.done = {row["path"]: row for row in read_results(self.path)}
+            self.done = {row["path"]: row for row in read_rows(self.path)}
             self.handle = self.path.open("a", encoding="utf-8", newline="")
         else:
             self.handle = self.path.open("w", encoding="utf-8", newline="")
@@ -59,6 +62,7 @@ class ResultWriter:
         if rows:
             self._write(rows)
             self.done.update({row["path"]: row for row in rows})
+            self.written.extend(rows)
 
     def close(self) -> None:
         self.handle.close()
@@ -81,10 +85,12 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def parse_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as read or written, with its score as a float and its label as an int (None where empty)."""
+    return {**row, "score": float(row["score"]) if row.get("score") not in (None, "") else None,
+            "label": int(row["label"]) if row.get("label") not in (None, "") else None}
+
+
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
-    rows = read_rows(path)
-    for row in rows:
-        row["score"] = float(row["score"]) if row.get("score") not in (None, "") else None
-        row["label"] = int(row["label"]) if row.get("label") not in (None, "") else None
-    return rows
+    return [parse_row(row) for row in read_rows(path)]

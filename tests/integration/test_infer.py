@@ -131,7 +131,8 @@ def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "out.csv").read_text().count("\n") == 7  # header + 6 rows
     failed = run(f"model={tmp_path / 'nope.ckpt'}", f"input={mixed_folder}", "output=out2.csv")
-    assert failed.returncode == 1 and "does not exist" in failed.stdout + failed.stderr
+    assert failed.returncode == 2 and "does not exist" in failed.stdout + failed.stderr
+    assert "Traceback" not in failed.stdout + failed.stderr
 
 
 def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_dataset, tmp_path):

@@ -123,9 +123,9 @@ def test_export_command_line_and_exit_codes(trained_run, tmp_path):
     metadata = {p.key: p.value for p in model.metadata_props}
     assert float(metadata["threshold"]) == pytest.approx(float(load_checkpoint(last).threshold))
     missing = export(f"model={tmp_path / 'nope.ckpt'}", "output=missing.onnx")
-    assert missing.returncode == 1 and "does not exist" in missing.stdout + missing.stderr
+    assert missing.returncode == 2 and "does not exist" in missing.stdout + missing.stderr
     strict = export(f"model={last}", "output=strict.onnx", "tolerance=-1")
-    assert strict.returncode == 1 and "parity failed" in strict.stdout + strict.stderr
+    assert strict.returncode == 2 and "parity failed" in strict.stdout + strict.stderr
     assert not (tmp_path / "missing.onnx").exists() and not (tmp_path / "strict.onnx").exists()
 
 

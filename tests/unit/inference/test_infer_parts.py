@@ -10,7 +10,8 @@ from datamodules.preprocess import Preprocess
 from datamodules.records import Record
 from inference.parts import Shard, done_paths, merge_parts, part_files, part_path
 from inference.runs import Processes, score_to_output
-from inference.writer import COLUMNS, read_rows
+import inference.writer as writer_module
+from inference.writer import COLUMNS, read_results, read_rows
 from tests.helpers import write_images
 
 
@@ -32,6 +33,10 @@ def records(tmp_path) -> list[Record]:
 
 
 def run(records, output, shard="", resume=False, batch_size=3):
+    return run_scored(records, output, shard, resume, batch_size).counts
+
+
+def run_scored(records, output, shard="", resume=False, batch_size=3):
     return score_to_output(MeanBrightness(), records, output, COLUMNS, Processes(device="cpu"), Shard.parse(shard),
                            resume=resume, batch_size=batch_size, num_workers=2, progress=False)
 
@@ -91,3 +96,24 @@ def test_without_resume_stale_parts_are_dropped(records, tmp_path):
     part.write_text("path,score,label,status,error\n/elsewhere.png,0.9,1,ok,\n")
     run(records, output)
     assert len(read_rows(output)) == 11 and not part_files(output)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_run_holds_its_rows_and_reads_its_output_only_to_resume(records, tmp_path, monkeypatch, suffix):
+    """The rows a report needs come from memory, equal to the file's; a resumed run reads the
+    output once (to know what is done) and rewrites it in input order without reading it again."""
+    reads = []
+    read = writer_module.read_rows
+    monkeypatch.setattr(writer_module, "read_rows", lambda path: reads.append(Path(path)) or read(path))
+    output = tmp_path / f"scores{suffix}"
+    complete = run_scored(records, output)
+    assert reads == []
+    assert complete.rows == read_results(output) and len(complete.rows) == 11
+    whole = output.read_bytes()
+    lines = whole.decode().splitlines(keepends=True)
+    output.write_text("".join(lines[:5]))  # stopped after a few rows
+    reads.clear()
+    resumed = run_scored(records, output, resume=True)
+    assert reads == [output]
+    assert resumed.counts["skipped"] == (4 if suffix == ".csv" else 5)
+    assert resumed.rows == complete.rows and output.read_bytes() == whole

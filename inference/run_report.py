@@ -1,0 +1,127 @@
+"""What `infer.py` reports after scoring: review verdicts, metrics and a report for labelled input,
+robustness curves, all from the rows and map reductions the run holds in memory."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from datamodules.records import Record
+from evaluation.pixel import PIXEL_PROTOCOL
+from inference.masks import PixelReduction, records_with_masks
+from inference.runtime import Runtime
+from inference.scoring import join_truth, score_perturbed_fn
+
+log = logging.getLogger("infer")
+
+
+class InferenceFailed(Exception):
+    """Nothing could be scored, or the model / input / options are unusable: the run stops with this message."""
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """`infer.py robustness=true`: which perturbations, on how many of the labelled images."""
+
+    max_images: int = 500
+    perturbations: Sequence[str] | None = None  # None: every one of `evaluation.robustness.DEFAULT_LEVELS`
+    seed: int = 0
+    batch_size: int = 32
+    num_workers: int = 2
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """Where the run wrote and what it was asked for beyond the rows."""
+
+    output: Path
+    input: str
+    threshold: float
+    group_by: str | None = None
+    review_aggregation: str = "max"
+    robustness: Robustness | None = None
+
+
+def map_folders(output: Path, runtime: Runtime, records: Sequence[Record], save_masks: bool, overlays: bool,
+                save_confidence: bool, masks_dir: str | None) -> tuple[Path | None, Path | None]:
+    """Where a localizer's maps (and overlays) go: asked for, or needed for pixel metrics."""
+    wants_maps = save_masks or overlays or save_confidence or records_with_masks(records)
+    if wants_maps and not runtime.is_localizer:
+        if save_masks or overlays:
+            log.warning("save_masks/overlays requested, but %s gives no masks (not a localizer)", runtime.name)
+        return None, None
+    if not wants_maps:
+        return None, None
+    if not save_masks:
+        log.info("the input has true masks: saving the predicted maps too, for pixel metrics")
+    folder = Path(masks_dir) if masks_dir else output.with_name(f"{output.stem}_masks")
+    return folder, (folder / "overlays" if overlays else None)
+
+
+def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Record], rows: list[dict[str, Any]],
+               pixel: PixelReduction | None) -> dict[str, Any]:
+    """Review verdicts (`group_by`), then metrics and a report when the input carries labels.
+
+    `rows` are the run's rows in input order (score and label parsed); `pixel` has reduced the
+    run's maps. Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
+    """
+    output, title = request.output, f"{runtime.name} on {request.input}"
+    reviews = None
+    if request.group_by:
+        from inference.reviews import score_reviews
+
+        reviews = score_reviews(output, records, rows, request.group_by, request.review_aggregation,
+                                request.threshold, request.input, title=title)
+        log.info("%d reviews (%s of images grouped by %s) -> %s", reviews["reviews"], request.review_aggregation,
+                 request.group_by, reviews["path"])
+    truth = join_truth(records, rows)
+    if not truth:
+        if request.robustness:
+            log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
+        return {"metrics": None, "reviews": reviews}
+    robustness = sweep(runtime, truth, request.robustness, request.threshold) if request.robustness else None
+    from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
+
+    pixel_metrics = pixel.metrics() if pixel is not None else None
+    sheet = pixel.contact_sheet() if pixel_metrics else None
+    written = report_records(output.with_name(f"{output.stem}_report"), truth, threshold=request.threshold,
+                             calibrated_threshold=runtime.threshold, robustness=robustness, title=title,
+                             pixel=pixel_metrics, contact_sheet=sheet)
+    metrics = written.metrics
+    if pixel_metrics:
+        metrics["pixel_protocol"] = PIXEL_PROTOCOL
+        with open(written.files["report"], "a", encoding="utf-8") as handle:
+            handle.write(f"\nPixel metrics: {PIXEL_PROTOCOL}; computed from the saved 8-bit maps. "
+                         "Contact sheet: the worst and best images by pixel F1.\n")
+    metrics_path = output.with_suffix(".metrics.json")
+    write_metrics_json(metrics_path, metrics)
+    log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
+             metrics_path, written.files["report"])
+    return {"metrics": metrics, "reviews": reviews}
+
+
+def sweep(runtime: Runtime, rows: list[dict[str, Any]], options: Robustness, threshold: float) -> dict[str, Any]:
+    """Metric-vs-strength curves under JPEG, blur and rescaling on (a seeded sample of) the labelled
+    rows; a localizer on input with true masks gets pixel curves too (maps compared at the original size)."""
+    from evaluation import robustness_curves
+    from evaluation.robustness import DEFAULT_LEVELS
+
+    names = list(options.perturbations or DEFAULT_LEVELS)
+    unknown = sorted(set(names) - set(DEFAULT_LEVELS))
+    if unknown:
+        raise InferenceFailed(f"unknown robustness_perturbations {unknown}; known: {sorted(DEFAULT_LEVELS)}")
+    rng = np.random.default_rng(options.seed)
+    chosen = [rows[i] for i in sorted(rng.permutation(len(rows))[: options.max_images])]
+    records = [Record(path=row["path"], label=int(row["label"]), mask=row.get("mask") or None) for row in chosen]
+    log.info("robustness sweep (%s) on %d images", ", ".join(names), len(chosen))
+    if runtime.is_localizer and records_with_masks(records):
+        from inference.perturbed_maps import score_perturbed_maps_fn
+
+        score = score_perturbed_maps_fn(runtime, records, options.batch_size, options.num_workers)
+    else:
+        score = score_perturbed_fn(runtime, records, options.batch_size, options.num_workers)
+    return robustness_curves(score, np.asarray([row["label"] for row in chosen]),
+                             levels={name: DEFAULT_LEVELS[name] for name in names}, threshold=threshold)

@@ -1,0 +1,112 @@
+"""What a user sees when something they can fix is wrong: every entry point prints the message and
+exits with status 2, without a traceback; `debug=true` or `HYDRA_FULL_ERROR=1` shows the trace.
+
+Each case is a real command in a new process (the exit status and the printed text are the
+contract), so the cases run together, several processes at a time.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+# (entry point, arguments, a phrase of the message, extra environment)
+CASES = {
+    "missing_weights": ("train.py", ["detector=clip_freq"], "pretrained", {}),
+    "missing_weights_debug": ("train.py", ["detector=clip_freq", "debug=true"], "pretrained", {}),
+    "unknown_detector": ("train.py", ["detector=no_such_detector"], "Could not find 'detector/no_such_detector'", {}),
+    "bad_manifest_row": ("infer.py", ["model=model.ckpt", "input=bad/manifest.csv"], "label must be 0", {}),
+    "unknown_layout": ("infer.py", ["model=model.ckpt", "input=bad", "layout=nonsense"], "unknown layout", {}),
+    "refused_checkpoint": ("infer.py", ["model=evil.ckpt", "input=bad"], "refusing to load", {}),
+    "refused_checkpoint_full_error": ("infer.py", ["model=evil.ckpt", "input=bad"], "refusing to load",
+                                      {"HYDRA_FULL_ERROR": "1"}),
+    "export_missing_model": ("export.py", ["model=nope.ckpt", "output=out.onnx"], "does not exist", {}),
+    "generate_empty_source": ("generate.py", ["source=empty", "output=generated"], "no images found", {}),
+    "calibrate_missing_model": ("calibrate.py", ["model=nope.ckpt", "input=bad", "output=out.ckpt"],
+                                "does not exist", {}),
+}
+TRACED = {"missing_weights_debug", "refused_checkpoint_full_error"}
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    import torch
+
+    from tests.helpers import write_tiny_model
+
+    work = tmp_path_factory.mktemp("failures")
+    write_tiny_model(work, onnx=False)
+    torch.save({"hyper_parameters": {"net": {}}, "state_dict": {}, "payload": Evil()}, work / "evil.ckpt")
+    (work / "bad").mkdir()
+    (work / "bad" / "manifest.csv").write_text("path,label\nimage.png,7\n")
+    (work / "empty").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    running = {}
+    for name, (script, args, _, extra) in CASES.items():
+        command = [sys.executable, str(ROOT / script), *args, f"hydra.run.dir={work / 'runs' / name}"]
+        running[name] = subprocess.Popen(command, cwd=work, env={**env, **extra}, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True)
+        if len(running) % 3 == 0:  # a few at a time: each imports torch
+            for process in running.values():
+                process.wait(timeout=900)
+    done = {}
+    for name, process in running.items():
+        out, _ = process.communicate(timeout=900)
+        done[name] = subprocess.CompletedProcess(process.args, process.returncode, out, "")
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(set(CASES) - TRACED))
+def test_an_expected_failure_prints_its_message_and_exits_2_without_a_traceback(outcomes, case):
+    result, phrase = outcomes[case], CASES[case][2]
+    assert result.returncode == 2, result.stdout
+    assert phrase in result.stdout and "Traceback" not in result.stdout, result.stdout
+    assert "pwned" not in result.stdout  # the refused checkpoint's code never ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(TRACED))
+def test_debug_or_hydra_full_error_shows_the_traceback(outcomes, case):
+    result, phrase = outcomes[case], CASES[case][2]
+    assert result.returncode != 0 and phrase in result.stdout
+    assert "Traceback" in result.stdout, result.stdout
+
+
+def test_export_logs_progress_but_not_the_graph_passes_steps(capsys):
+    """export.py's logging config (as Hydra applies it) keeps the exporter's own lines and drops the
+    INFO lines of the ONNX graph passes."""
+    import logging
+    import logging.config
+
+    from omegaconf import OmegaConf
+
+    from tests.helpers import compose_config
+
+    settings = OmegaConf.to_container(compose_config("export", ["model=m.ckpt"]).hydra.job_logging, resolve=True)
+    previous = {name: logging.getLogger(name).level for name in ("", "onnx_ir", "onnxscript")}
+    handlers = list(logging.getLogger().handlers)
+    try:
+        logging.config.dictConfig(settings)
+        logging.getLogger("onnx_ir.passes.common.initializer_deduplication").info("Replaced initializer 'a'")
+        logging.getLogger("onnxscript.optimizer").info("folded a constant")
+        logging.getLogger("export").info("fp32 export: parity 1e-7")
+        logging.getLogger("onnx_ir.passes").warning("a pass could not run")
+    finally:
+        for name, level in previous.items():
+            logging.getLogger(name).setLevel(level)
+        logging.getLogger().handlers[:] = handlers
+    printed = capsys.readouterr().out
+    assert "fp32 export" in printed and "a pass could not run" in printed
+    assert "Replaced initializer" not in printed and "folded" not in printed
