@@ -44,6 +44,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.get("optimizer"),
                             scheduler=cfg.detector.get("scheduler"), target_fpr=cfg.target_fpr,
                             name=cfg.detector.get("name"))
+    if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
+        from detectors.training_free import train_training_free
+
+        return train_training_free(cfg, module)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),
