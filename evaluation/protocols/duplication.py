@@ -24,8 +24,9 @@ FINE_TO_CMO = {"direct_reuse": "direct", "direct": "direct", "scaling": "scaling
                "saturation": "parameter", "hue": "parameter", "color_temperature": "parameter"}
 PAIR_PIXEL_PROTOCOL = (
     "pixel F1 / MCC of a pair = both panels' masks scored together at the pair decision (BioFors-style "
-    "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks, _pooled sum "
-    "the pixel counts of all pairs with masks (negatives add only false positives)")
+    "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks (pixel_mcc over "
+    "those where it is defined: a whole-panel copy leaves no true negative pixel), _pooled sum the pixel "
+    "counts of all pairs with masks (negatives add only false positives)")
 
 
 def cmo_set(operations: Iterable[str]) -> set[str]:
@@ -103,7 +104,8 @@ def duplication_metrics(rows: Sequence[Mapping[str, Any]], threshold: float,
         per_pair = [f1_mcc(*c) for c, r in zip(pixel_counts, rows) if c is not None and int(r["label"]) == 1]
         pooled = np.sum([c for c in pixel_counts if c is not None], axis=0)
         out["pixel_f1"] = float(np.nanmean([f for f, _ in per_pair])) if per_pair else float("nan")
-        out["pixel_mcc"] = float(np.nanmean([m for _, m in per_pair])) if per_pair else float("nan")
+        defined = [m for _, m in per_pair if np.isfinite(m)]  # undefined where a true mask fills both panels
+        out["pixel_mcc"] = float(np.mean(defined)) if defined else float("nan")
         out["pixel_f1_pooled"], out["pixel_mcc_pooled"] = f1_mcc(*(int(v) for v in pooled))
         out["n_mask_pairs"] = len(per_pair)
         out["pixel_protocol"] = PAIR_PIXEL_PROTOCOL
