@@ -47,7 +47,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 
-        return train_training_free(cfg, module)
+        return train_training_free(cfg, module, data_config(cfg.data, module.net.is_localizer),
+                                   instantiate_group(cfg.get("callbacks")))
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),

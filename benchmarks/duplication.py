@@ -14,6 +14,7 @@
    for all pairs of a group (each panel described once), as ratios to one SIFT extraction of a
    512 px panel measured in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,18 @@ THEMIS_TABLE_12 = {"best MLLM (THEMIS Table 12)": (0.4513, 0.1799, 0.1995)}
 
 
 def pair_benchmark(args: argparse.Namespace) -> dict:
-    splits = pair_splits(positives_per_photo=args.positives_per_photo, negatives_per_photo=args.negatives_per_photo,
-                         figure_pairs=args.figure_pairs, seed=args.seed)
+    splits = pair_splits(
+        positives_per_photo=args.positives_per_photo,
+        negatives_per_photo=args.negatives_per_photo,
+        figure_pairs=args.figure_pairs,
+        seed=args.seed,
+    )
     detector = PairDuplicationDetector(max_side=args.max_side)
     result = fit_pair_detector(detector, splits, target_fpr=0.01)
-    result["sizes"] = {name: {"pairs": len(s.pairs), "positives": sum(p.label for p in s.pairs)}
-                       for name, s in splits.items()}
+    result["sizes"] = {
+        name: {"pairs": len(s.pairs), "positives": sum(p.label for p in s.pairs)}
+        for name, s in splits.items()
+    }
     return result
 
 
@@ -63,9 +70,14 @@ def copy_move_benchmark(args: argparse.Namespace) -> dict:
         image_logit, genuine_logits, _ = localizer.locate(panel)
         flagged_genuine.append(image_logit >= 0)
         genuine_pixels.append(float((genuine_logits > 0).mean()))
-    return {"images": len(f1_target), "photos": held_out, "pixel_f1_target": float(np.mean(f1_target)),
-            "pixel_f1_both_marked": float(np.mean(f1_both)), "genuine_flagged_at_logit_0": float(np.mean(flagged_genuine)),
-            "genuine_pixel_fpr": float(np.mean(genuine_pixels))}
+    return {
+        "images": len(f1_target),
+        "photos": held_out,
+        "pixel_f1_target": float(np.mean(f1_target)),
+        "pixel_f1_both_marked": float(np.mean(f1_both)),
+        "genuine_flagged_at_logit_0": float(np.mean(flagged_genuine)),
+        "genuine_pixel_fpr": float(np.mean(genuine_pixels)),
+    }
 
 
 def speed_benchmark(args: argparse.Namespace) -> dict:
@@ -76,9 +88,13 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
     while len(panels) < args.speed_panels:
         photo = photos[names[int(rng.integers(len(names)))]]
         if min(photo.shape[:2]) >= 256:
-            panels.append(cv2.resize(random_panel(photo, rng), (512, 512), interpolation=cv2.INTER_AREA))
+            panels.append(
+                cv2.resize(random_panel(photo, rng), (512, 512), interpolation=cv2.INTER_AREA)
+            )
     detector = PairDuplicationDetector(max_side=args.max_side)
-    detector.score_model.fitted.fill_(True)  # speed only: the coefficients do not change the work done
+    detector.score_model.fitted.fill_(
+        True
+    )  # speed only: the coefficients do not change the work done
     detector.parameter_model.fitted.fill_(True)
     sift = cv2.SIFT_create(nfeatures=1000)
     started = time.perf_counter()
@@ -98,60 +114,92 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
             detector.predict_pair(described[i], described[j], 0.5)
             count += 1
     group_rate = count / (time.perf_counter() - started)
-    return {"panels": len(panels), "max_side": args.max_side, "sift_seconds_per_panel": reference,
-            "fresh_pairs_per_s": fresh_rate, "group_pairs_per_s": group_rate, "group_pairs": count,
-            "fresh_pair_in_sift_extractions": 1 / (fresh_rate * reference),
-            "group_pair_in_sift_extractions": 1 / (group_rate * reference)}
+    return {
+        "panels": len(panels),
+        "max_side": args.max_side,
+        "sift_seconds_per_panel": reference,
+        "fresh_pairs_per_s": fresh_rate,
+        "group_pairs_per_s": group_rate,
+        "group_pairs": count,
+        "fresh_pair_in_sift_extractions": 1 / (fresh_rate * reference),
+        "group_pair_in_sift_extractions": 1 / (group_rate * reference),
+    }
 
 
 def markdown(report: dict) -> str:
+    """The report's tables (docs/duplication.md). Kept in one piece: one table after another."""
     lines = []
     pairs = report.get("pairs")
     if pairs:
         test = pairs["test"]
         ops = test["operations"]
         lines += ["| method | set-F1 | EM | SPC |", "| --- | --- | --- | --- |"]
-        lines += [f"| {name} | {f1:.4f} | {em:.4f} | {spc:.4f} |" for name, (f1, em, spc) in THEMIS_TABLE_12.items()]
-        lines += [f"| dup_sift (max_side {report['args']['max_side']}), held-out generated pairs (n={ops['n']}) "
-                  f"| {ops['set_f1']:.4f} | {ops['exact_match']:.4f} | {ops['spc']:.4f} |", ""]
+        lines += [
+            f"| {name} | {f1:.4f} | {em:.4f} | {spc:.4f} |"
+            for name, (f1, em, spc) in THEMIS_TABLE_12.items()
+        ]
+        lines += [
+            f"| dup_sift (max_side {report['args']['max_side']}), held-out generated pairs (n={ops['n']}) "
+            f"| {ops['set_f1']:.4f} | {ops['exact_match']:.4f} | {ops['spc']:.4f} |",
+            "",
+        ]
         lines += ["| operation | n | recall | precision |", "| --- | --- | --- | --- |"]
-        lines += [f"| {op} | {v['n']} | {v['recall']:.3f} | {v['precision']:.3f} |"
-                  for op, v in test["by_operation"].items()]
-        lines += ["", "| pair figure | value |", "| --- | --- |",
-                  f"| TPR at 1 % FPR (threshold-free, test) | {test['pair_tpr@fpr=0.01']:.4f} |",
-                  f"| AUROC | {test['pair_auroc']:.4f} |",
-                  f"| TPR / TNR at the threshold calibrated on val (1 % FPR) | {test['pair_tpr']:.4f} / "
-                  f"{test['pair_tnr']:.4f} |",
-                  f"| pair F1 / MCC | {test['pair_f1']:.4f} / {test['pair_mcc']:.4f} |",
-                  f"| mask pixel F1 / MCC (duplicated pairs) | {test['pixel_f1']:.4f} / {test['pixel_mcc']:.4f} |",
-                  f"| mask pixel F1 / MCC pooled (all pairs) | {test['pixel_f1_pooled']:.4f} / "
-                  f"{test['pixel_mcc_pooled']:.4f} |",
-                  f"| val negatives calibrated on | {pairs['calibration']['n_genuine']} |", ""]
+        lines += [
+            f"| {op} | {v['n']} | {v['recall']:.3f} | {v['precision']:.3f} |"
+            for op, v in test["by_operation"].items()
+        ]
+        lines += [
+            "",
+            "| pair figure | value |",
+            "| --- | --- |",
+            f"| TPR at 1 % FPR (threshold-free, test) | {test['pair_tpr@fpr=0.01']:.4f} |",
+            f"| AUROC | {test['pair_auroc']:.4f} |",
+            f"| TPR / TNR at the threshold calibrated on val (1 % FPR) | {test['pair_tpr']:.4f} / "
+            f"{test['pair_tnr']:.4f} |",
+            f"| pair F1 / MCC | {test['pair_f1']:.4f} / {test['pair_mcc']:.4f} |",
+            f"| mask pixel F1 / MCC (duplicated pairs) | {test['pixel_f1']:.4f} / {test['pixel_mcc']:.4f} |",
+            f"| mask pixel F1 / MCC pooled (all pairs) | {test['pixel_f1_pooled']:.4f} / "
+            f"{test['pixel_mcc_pooled']:.4f} |",
+            f"| val negatives calibrated on | {pairs['calibration']['n_genuine']} |",
+            "",
+        ]
         lines += ["| kind of pair | n | flagged |", "| --- | --- | --- |"]
-        lines += [f"| {kind} ({'duplicated' if v['label'] else 'not duplicated'}) | {v['n']} | "
-                  f"{v.get('tpr', v.get('fpr')):.3f} |" for kind, v in test["by_kind"].items()]
+        lines += [
+            f"| {kind} ({'duplicated' if v['label'] else 'not duplicated'}) | {v['n']} | "
+            f"{v.get('tpr', v.get('fpr')):.3f} |"
+            for kind, v in test["by_kind"].items()
+        ]
         lines.append("")
     move = report.get("copy_move")
     if move:
-        lines += ["| copy-move (rotation +-30 deg, scale 0.8-1.25) | value |", "| --- | --- |",
-                  f"| forged images | {move['images']} |",
-                  f"| pixel F1, target marked | {move['pixel_f1_target']:.4f} |",
-                  f"| pixel F1, both copies marked | {move['pixel_f1_both_marked']:.4f} |",
-                  f"| genuine panels flagged (image logit >= 0) | {move['genuine_flagged_at_logit_0']:.3f} |",
-                  f"| genuine pixel FPR | {move['genuine_pixel_fpr']:.4f} |", ""]
+        lines += [
+            "| copy-move (rotation +-30 deg, scale 0.8-1.25) | value |",
+            "| --- | --- |",
+            f"| forged images | {move['images']} |",
+            f"| pixel F1, target marked | {move['pixel_f1_target']:.4f} |",
+            f"| pixel F1, both copies marked | {move['pixel_f1_both_marked']:.4f} |",
+            f"| genuine panels flagged (image logit >= 0) | {move['genuine_flagged_at_logit_0']:.3f} |",
+            f"| genuine pixel FPR | {move['genuine_pixel_fpr']:.4f} |",
+            "",
+        ]
     speed = report.get("speed")
     if speed:
-        lines += ["| speed, 512 px panels | pairs/s | cost in SIFT extractions of one panel |", "| --- | --- | --- |",
-                  f"| fresh pair (both described) | {speed['fresh_pairs_per_s']:.2f} | "
-                  f"{speed['fresh_pair_in_sift_extractions']:.2f} |",
-                  f"| all pairs of {speed['panels']} panels (each described once) | {speed['group_pairs_per_s']:.2f} | "
-                  f"{speed['group_pair_in_sift_extractions']:.2f} |",
-                  f"| reference: one SIFT extraction | {1 / speed['sift_seconds_per_panel']:.2f} panels/s | 1 |"]
+        lines += [
+            "| speed, 512 px panels | pairs/s | cost in SIFT extractions of one panel |",
+            "| --- | --- | --- |",
+            f"| fresh pair (both described) | {speed['fresh_pairs_per_s']:.2f} | "
+            f"{speed['fresh_pair_in_sift_extractions']:.2f} |",
+            f"| all pairs of {speed['panels']} panels (each described once) | {speed['group_pairs_per_s']:.2f} | "
+            f"{speed['group_pair_in_sift_extractions']:.2f} |",
+            f"| reference: one SIFT extraction | {1 / speed['sift_seconds_per_panel']:.2f} panels/s | 1 |",
+        ]
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--positives-per-photo", type=int, default=8)
     parser.add_argument("--negatives-per-photo", type=int, default=16)
     parser.add_argument("--figure-pairs", type=int, default=12)

@@ -1,11 +1,12 @@
 """A pair detector with hand-set score models, so tests need no fitting run."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from detectors.matching import FEATURE_NAMES, PARAMETER_FEATURE_NAMES
+from detectors.pair_matching import FEATURE_NAMES, PARAMETER_FEATURE_NAMES
 from detectors.module import DetectorModule
 from tests.helpers import tiny_net_config
 
@@ -15,8 +16,12 @@ def hand_set_pair_module(threshold: float = 0.5) -> DetectorModule:
     and whose parameter model says "changed" when the mean colour difference exceeds 6 levels."""
     import yaml
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/detector/dup_sift.yaml").read_text())
-    module = DetectorModule(net={**config["net"], "max_side": 192, "n_features": 400}, name="dup_sift_tiny")
+    config = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "configs/detector/dup_sift.yaml").read_text()
+    )
+    module = DetectorModule(
+        net={**config["net"], "max_side": 192, "n_features": 400}, name="dup_sift_tiny"
+    )
     score, parameter = module.net.score_model, module.net.parameter_model
     score.coef.zero_()
     score.coef[FEATURE_NAMES.index("log_inliers")] = 1.0

@@ -1,4 +1,5 @@
 """Pair detector and self-matching localizer: decisions, operation sets, masks, checkpoints."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,9 @@ def test_the_logistic_score_reproduces_scikit_learn():
     model = LogisticScore(3)
     model.fit(features, labels)
     mean, scale = features.mean(0), features.std(0)
-    reference = LogisticRegression(class_weight="balanced", max_iter=1000).fit((features - mean) / scale, labels)
+    reference = LogisticRegression(class_weight="balanced", max_iter=1000).fit(
+        (features - mean) / scale, labels
+    )
     expected = reference.decision_function((features - mean) / scale)
     assert np.allclose(model.logit(features), expected, atol=1e-6)
 
@@ -41,8 +44,12 @@ def test_an_unfitted_score_model_refuses_to_score():
 
 def test_a_flipped_brightened_copy_is_a_flip_with_changed_parameters(coffee):
     detector = hand_set_pair_module().net
-    pair = global_duplication(coffee, np.random.default_rng(0), geometric="hflip", parameters=["brightness"])
-    found = detector.predict_pair(detector.describe(pair.panel_a), detector.describe(pair.panel_b), 0.5)
+    pair = global_duplication(
+        coffee, np.random.default_rng(0), geometric="hflip", parameters=["brightness"]
+    )
+    found = detector.predict_pair(
+        detector.describe(pair.panel_a), detector.describe(pair.panel_b), 0.5
+    )
     assert found.duplicated and found.operations == ["flip", "parameter"]
     assert found.transform["flipped"] and found.mask_a.mean() > 0.8 and found.mask_b.mean() > 0.8
 
@@ -56,9 +63,16 @@ def test_a_direct_copy_is_direct_reuse(coffee):
 
 def test_a_pair_under_the_threshold_has_no_operations_and_empty_masks(coffee):
     detector = hand_set_pair_module().net
-    other = np.ascontiguousarray(np.random.default_rng(1).integers(0, 255, coffee.shape, dtype=np.uint8))
+    other = np.ascontiguousarray(
+        np.random.default_rng(1).integers(0, 255, coffee.shape, dtype=np.uint8)
+    )
     found = detector.predict_pair(detector.describe(coffee), detector.describe(other), 0.5)
-    assert not found.duplicated and found.operations == [] and not found.mask_a.any() and not found.mask_b.any()
+    assert (
+        not found.duplicated
+        and found.operations == []
+        and not found.mask_a.any()
+        and not found.mask_b.any()
+    )
 
 
 def test_the_pair_forward_takes_two_batches_of_tensors(coffee):
