@@ -106,14 +106,19 @@ def describe_panel(
     n_features: int = 1000,
     mask_furniture: bool = True,
     sift: Any = None,
+    min_keypoints: int = 100,
 ) -> Panel:
-    """Keypoints and RootSIFT descriptors of an RGB uint8 panel at working size."""
+    """Keypoints and RootSIFT descriptors of an RGB uint8 panel at working size; a panel with fewer
+    than `min_keypoints` is described again with a lower contrast threshold."""
     original_shape = image.shape[:2]
     rgb, factor = to_working_size(np.ascontiguousarray(image[..., :3]), max_side)
     gray_u8 = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
     furniture = furniture_mask(gray_u8) if mask_furniture else np.zeros(gray_u8.shape, bool)
     detector = sift if sift is not None else cv2.SIFT_create(nfeatures=n_features)
     keypoints, descriptors = detector.detectAndCompute(gray_u8, None)
+    if len(keypoints) < min_keypoints:  # faint texture (fundus, blots): ask for weaker extrema too
+        faint = cv2.SIFT_create(nfeatures=n_features, contrastThreshold=0.01)
+        keypoints, descriptors = faint.detectAndCompute(gray_u8, None)
     if descriptors is None or not keypoints:
         points, descriptors = np.zeros((0, 2), np.float32), np.zeros((0, 128), np.float32)
     else:
