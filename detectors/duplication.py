@@ -261,6 +261,10 @@ class SelfMatchLocalizer(Localizer):
             image, self.max_side, self.n_features, mask_furniture=True, sift=self._sift
         )
         found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
+        if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
+            faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
+            panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
+            found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)
         if found.matrix is not None:
             marked_source = self.confidence if (self.mark == "both" or not found.ordered) else -1.0
