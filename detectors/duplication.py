@@ -133,7 +133,7 @@ class PairDuplicationDetector(Detector):
         self._sift = None
 
     def describe(self, image: np.ndarray) -> Panel:
-        """A panel (RGB uint8, any size) at working size with its keypoints; reuse it across pairs."""
+        """A panel (RGB uint8, any size) at working size with its keypoints, for many pairs."""
         if self._sift is None:
             self._sift = cv2.SIFT_create(nfeatures=self.n_features)
         return describe_panel(

@@ -79,7 +79,7 @@ def furniture_mask(gray: np.ndarray) -> np.ndarray:
         ink, cv2.MORPH_OPEN, np.ones((1, max(15, width // 5)), np.uint8)
     ) | cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((max(15, height // 5), 1), np.uint8))
     count, labels, stats, _ = cv2.connectedComponentsWithStats(ink & (1 - rulings), connectivity=8)
-    # A glyph sits on a flat surround: the image with its ink replaced by the background is smooth there.
+    # A glyph sits on a flat surround: with its ink replaced by the background, the image is smooth.
     surround = np.where(ink > 0, background, gray).astype(np.float32)
     roughness = np.sqrt(
         np.maximum(cv2.blur(surround**2, (15, 15)) - cv2.blur(surround, (15, 15)) ** 2, 0)
@@ -256,7 +256,7 @@ def warp_into_a(
 def local_correlation(
     a: np.ndarray, b: np.ndarray, window: int = 11
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Windowed normalized cross-correlation of two aligned grey images, and the smaller local std."""
+    """Windowed normalized cross-correlation of two aligned grey images, and the lower local std."""
     box = (window, window)
     mean_a, mean_b = cv2.blur(a, box), cv2.blur(b, box)
     var_a = np.maximum(cv2.blur(a * a, box) - mean_a**2, 0)
@@ -266,7 +266,7 @@ def local_correlation(
 
 
 def fill_holes(mask: np.ndarray) -> np.ndarray:
-    """Close the mask's interior holes (flat parts of a shared region have no correlation to show)."""
+    """Close the mask's interior holes (a shared region's flat parts have no correlation to show)."""
     padded = np.pad(mask.astype(np.uint8), 1)
     flood = padded.copy()
     cv2.floodFill(flood, None, (0, 0), 1)
