@@ -266,7 +266,7 @@ def local_correlation(
 
 
 def fill_holes(mask: np.ndarray) -> np.ndarray:
-    """Close the mask's interior holes (a shared region's flat parts have no correlation to show)."""
+    """Fill the mask's interior holes (a shared region's flat parts show no correlation)."""
     padded = np.pad(mask.astype(np.uint8), 1)
     flood = padded.copy()
     cv2.floodFill(flood, None, (0, 0), 1)
