@@ -30,6 +30,10 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
         runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
+        if getattr(getattr(runtime, "net", None), "is_pair_detector", False):  # panel pairs
+            from inference.pairs import infer_pairs
+
+            return infer_pairs(cfg, runtime)
         if cfg.tiles and runtime.is_localizer:
             runtime = TiledLocalizer(runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap,
                                      batch_size=cfg.batch_size)

@@ -47,6 +47,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     module = create_module(cfg.detector, target_fpr=cfg.target_fpr)
+    if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
+        from detectors.training_free import train_training_free
+
+        return train_training_free(cfg, module, data_config(cfg.data, module.net.is_localizer),
+                                   instantiate_group(cfg.get("callbacks")))
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),

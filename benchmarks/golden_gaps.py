@@ -13,20 +13,18 @@ map. For TruFor the same is printed with 8-bit pixels divided by 255 instead of 
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from datamodules.geometry import to_network_input
 from datamodules.io import read_image
 from inference.masks import to_uint8_map
-from tools.released import build_released, save_checkpoint
 from inference.runtime import load_runtime
+from tools.released import build_released, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
 TRUFOR_SMALL = ["net.encoder.embed_dims=[8,8,16,16]", "net.encoder.depths=[1,1,1,1]",

@@ -24,14 +24,20 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 TINY_SUFFIX = "_tiny"
 
 
-def list_detectors(tiny: bool | None = None, localizer: bool | None = None) -> list[str]:
+def list_detectors(tiny: bool | None = None, localizer: bool | None = None,
+                   gradients: bool | None = None) -> list[str]:
     """Sorted config names: all of them, only the tiny variants (`tiny=True`) or only the others;
-    `localizer` keeps only the manipulation localizers (True) or only the classifiers (False)."""
+    `localizer` keeps only the manipulation localizers (True) or only the classifiers (False);
+    `gradients` only the networks trained by gradient steps (True: one graph, ONNX export) or only
+    the matching-based ones fitted without them (False: OpenCV matching, `fit_without_gradients`)."""
     names = sorted(path.stem for path in (CONFIG_DIR / "detector").glob("*.yaml"))
     if tiny is not None:
         names = [name for name in names if name.endswith(TINY_SUFFIX) == tiny]
     if localizer is not None:
         names = [name for name in names if detector_class(name).is_localizer == localizer]
+    if gradients is not None:
+        names = [name for name in names
+                 if (not getattr(detector_class(name), "fit_without_gradients", False)) == gradients]
     return names
 
 

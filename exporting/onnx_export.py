@@ -116,6 +116,9 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
     localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes."""
     import onnxruntime as ort
 
+    if getattr(module.net, "fit_without_gradients", False):
+        raise ExportError(f"{type(module.net).__name__} matches keypoints with OpenCV, which an ONNX graph cannot "
+                          "hold; score with its .ckpt (infer.py model=...ckpt)")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval().cpu()

@@ -35,6 +35,19 @@ def describe_input(net: dict[str, Any]) -> str:
     return f"{size} px, {mode}" if size else f"any size ({mode})"
 
 
+def task_of(net: dict[str, Any]) -> str:
+    """What the network answers: a pair detector (two panels), a localizer (a map) or a classifier.
+    Read from its class where the config names one; a config without `_target_` is a localizer
+    when it says how a map becomes an image score (`image_score`)."""
+    if "_target_" in net:
+        from detectors.build import resolve_detector_class
+
+        cls = resolve_detector_class(net["_target_"])
+        return "pair detector" if getattr(cls, "is_pair_detector", False) else (
+            "localizer" if cls.is_localizer else "classifier")
+    return "localizer" if "image_score" in net else "classifier"
+
+
 def detector_rows(config_dir: Path = ROOT / "configs" / "detector") -> list[list[str]]:
     configs = read_configs(config_dir)
     rows = []
@@ -45,10 +58,10 @@ def detector_rows(config_dir: Path = ROOT / "configs" / "detector") -> list[list
         if not summary:
             raise ValueError(f"{config_dir / name}.yaml has no `summary:` line for the README")
         net = config.get("net") or {}
-        task = "localizer" if "image_score" in net else "classifier"
+        task = task_of(net)
         tiny = f"`{name}{TINY_SUFFIX}`" if f"{name}{TINY_SUFFIX}" in configs else "itself"
         rows.append([f"`{name}`", task, " ".join(str(summary).split()), describe_input(net), tiny])
-    return sorted(rows, key=lambda row: (row[1], row[0].strip("`")))  # classifiers, then localizers
+    return sorted(rows, key=lambda row: (row[1], row[0].strip("`")))  # classifiers, localizers, then pair detectors
 
 
 def render_table(config_dir: Path = ROOT / "configs" / "detector") -> str:

@@ -15,7 +15,7 @@ import torch
 
 from detectors.registry import create_detector, list_detectors
 
-TINY = list_detectors(tiny=True)
+TINY = list_detectors(tiny=True, gradients=True)  # matching-based detectors: tests of their own
 
 
 def test_discovery_finds_the_classifiers_and_the_localizers():

@@ -1,0 +1,287 @@
+"""Training-free duplication detectors built on `detectors.matching`.
+
+`PairDuplicationDetector` says whether panel B reuses content of panel A, how (the THEMIS CMO-I
+operation set: direct, scaling, rotation, flip, parameter), the fitted A -> B map and where (a mask
+per panel). Nothing is learned by gradients: two small logistic models read the match statistics,
+one for the pair score and one for "parameters were modified"; train.py fits them on generated
+pairs and calibrates the threshold to a target false-positive rate on non-duplicate pairs
+(`detectors.training_free`). Their coefficients are buffers, so the checkpoint is an ordinary one.
+
+`SelfMatchLocalizer` finds copy-move inside one image by matching it with itself and is a
+localizer like any other (`forward(image)` -> image logit and pixel map).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import cv2
+import numpy as np
+import torch
+
+from datamodules.preprocess import Preprocess
+from detectors.base import Detector
+from detectors.localizer import Localizer
+from detectors.matching import Geometry, Panel, describe_panel
+from detectors.pair_matching import (
+    FEATURE_NAMES,
+    PARAMETER_FEATURE_NAMES,
+    PairMatch,
+    match_pair,
+    match_self,
+)
+from evaluation.protocols.duplication import cmo_set
+
+WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+
+
+def to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
+    """3 x H x W float RGB in [0, 1] (tensor or array) -> H x W x 3 uint8."""
+    array = (
+        image.detach().float().cpu().numpy()
+        if isinstance(image, torch.Tensor)
+        else np.asarray(image)
+    )
+    return np.ascontiguousarray(
+        (np.clip(array, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0)
+    )
+
+
+class LogisticScore(torch.nn.Module):
+    """A standardized logistic model whose coefficients are buffers (fitted with scikit-learn)."""
+
+    def __init__(self, n_features: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(n_features, dtype=torch.float64))
+        self.register_buffer("scale", torch.ones(n_features, dtype=torch.float64))
+        self.register_buffer("coef", torch.zeros(n_features, dtype=torch.float64))
+        self.register_buffer("intercept", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+
+    def fit(self, features: np.ndarray, labels: np.ndarray, c: float = 1.0) -> None:
+        from sklearn.linear_model import LogisticRegression
+
+        labels = np.asarray(labels).astype(int)
+        if len(np.unique(labels)) < 2:
+            raise ValueError(
+                f"fitting a score model needs both classes, got only {np.unique(labels).tolist()}"
+            )
+        mean, scale = features.mean(0), features.std(0)
+        scale = np.where(scale > 1e-9, scale, 1.0)
+        model = LogisticRegression(C=c, class_weight="balanced", max_iter=1000)
+        model.fit((features - mean) / scale, labels)
+        for name, value in (
+            ("mean", mean),
+            ("scale", scale),
+            ("coef", model.coef_[0]),
+            ("intercept", model.intercept_[0]),
+        ):
+            getattr(self, name).copy_(torch.as_tensor(value, dtype=torch.float64))
+        self.fitted.fill_(True)
+
+    def logit(self, features: np.ndarray) -> np.ndarray:
+        if not bool(self.fitted):
+            raise RuntimeError(
+                "this score model is not fitted: train the detector with train.py first"
+            )
+        z = (np.atleast_2d(features) - self.mean.numpy()) / self.scale.numpy()
+        return z @ self.coef.numpy() + float(self.intercept)
+
+
+@dataclass
+class PairPrediction:
+    score: float
+    duplicated: bool
+    operations: list[str]  # THEMIS CMO-I answers, sorted; [] when not duplicated
+    geometric: list[str]  # fine geometric operations (rotate180, hflip, vflip, rotation, scaling)
+    transform: dict[str, Any]  # A -> B map in original pixels and its decomposition
+    mask_a: np.ndarray
+    mask_b: np.ndarray
+    method: str
+    reason: str
+
+
+class PairDuplicationDetector(Detector):
+    """Matching-based pair detector; `max_side` is the working size panels are matched at."""
+
+    is_pair_detector = True
+    fit_without_gradients = True
+
+    def __init__(
+        self,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        max_side: int = 512,
+        n_features: int = 1000,
+        ratio: float = 0.8,
+        min_inliers: int = 8,
+        mask_furniture: bool = True,
+        scale_tolerance: float = 0.06,
+        angle_tolerance: float = 5.0,
+        min_peak: float = 0.6,
+    ) -> None:
+        super().__init__(preprocess or WHOLE_IMAGE)
+        self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
+        self.min_inliers, self.mask_furniture, self.min_peak = (
+            int(min_inliers),
+            bool(mask_furniture),
+            float(min_peak),
+        )
+        self.scale_tolerance, self.angle_tolerance = float(scale_tolerance), float(angle_tolerance)
+        self.score_model = LogisticScore(len(FEATURE_NAMES))
+        self.parameter_model = LogisticScore(len(PARAMETER_FEATURE_NAMES))
+        self._sift = None
+
+    def describe(self, image: np.ndarray) -> Panel:
+        """A panel (RGB uint8, any size) at working size with its keypoints, for many pairs."""
+        if self._sift is None:
+            self._sift = cv2.SIFT_create(nfeatures=self.n_features)
+        return describe_panel(
+            image, self.max_side, self.n_features, self.mask_furniture, self._sift
+        )
+
+    def match(self, panel_a: Panel, panel_b: Panel) -> PairMatch:
+        return match_pair(panel_a, panel_b, self.ratio, self.min_inliers, min_peak=self.min_peak)
+
+    def score(self, match: PairMatch) -> float:
+        """Probability that the pair shares content (0 when matching found nothing to fit)."""
+        if match.method == "none":
+            return 0.0
+        return float(1.0 / (1.0 + np.exp(-self.score_model.logit(match.features())[0])))
+
+    def operations(self, match: PairMatch) -> tuple[list[str], list[str]]:
+        """(THEMIS CMO-I answers, fine geometric operations) of a duplicated pair."""
+        geometric = (
+            match.geometry.operations(self.scale_tolerance, self.angle_tolerance)
+            if match.geometry
+            else []
+        )
+        fine = list(geometric)
+        if self.parameter_model.logit(match.parameter_features())[0] >= 0:
+            fine.append("parameter")
+        return sorted(cmo_set(fine or ["direct"])), geometric
+
+    def predict_pair(self, panel_a: Panel, panel_b: Panel, threshold: float) -> PairPrediction:
+        match = self.match(panel_a, panel_b)
+        score = self.score(match)
+        duplicated = score >= threshold
+        operations, geometric = self.operations(match) if duplicated else ([], [])
+        transform: dict[str, Any] = {}
+        if match.matrix is not None:
+            geometry: Geometry = match.geometry
+            transform = {
+                "matrix": np.round(match.matrix, 4).tolist(),
+                "rotation": round(geometry.rotation, 2),
+                "scale": round(geometry.scale, 4),
+                "flipped": geometry.flipped,
+                "inliers": match.n_inliers,
+                "matches": match.n_matches,
+            }
+        empty_a, empty_b = np.zeros(match.mask_a.shape, bool), np.zeros(match.mask_b.shape, bool)
+        reason = match.reason or ("" if duplicated else "score below threshold")
+        return PairPrediction(
+            score,
+            duplicated,
+            operations,
+            geometric,
+            transform,
+            match.mask_a if duplicated else empty_a,
+            match.mask_b if duplicated else empty_b,
+            match.method,
+            reason,
+        )
+
+    def forward(self, image_a: torch.Tensor, image_b: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Pairs of N x 3 x H x W RGB in [0, 1] -> `{"logit": (N,)}` (masks: `predict_pair`)."""
+        logits = []
+        for a, b in zip(image_a, image_b):
+            match = self.match(self.describe(to_uint8(a)), self.describe(to_uint8(b)))
+            logits.append(
+                -30.0
+                if match.method == "none"
+                else float(self.score_model.logit(match.features())[0])
+            )
+        return {"logit": torch.tensor(logits, dtype=torch.float32)}
+
+    def fit(
+        self,
+        matches: Sequence[PairMatch],
+        labels: Sequence[int],
+        parameter_labels: Sequence[int | None],
+    ) -> dict[str, int]:
+        """Fit the score model on all pairs that matching could fit a map to, and the parameter
+        model on the duplicated ones with a known operation set."""
+        usable = [i for i, m in enumerate(matches) if m.method != "none"]
+        features = np.stack([matches[i].features() for i in usable])
+        self.score_model.fit(features, np.asarray([labels[i] for i in usable]))
+        known = [i for i in usable if labels[i] == 1 and parameter_labels[i] is not None]
+        self.parameter_model.fit(
+            np.stack([matches[i].parameter_features() for i in known]),
+            np.asarray([parameter_labels[i] for i in known]),
+        )
+        return {"score_pairs": len(usable), "parameter_pairs": len(known)}
+
+
+class SelfMatchLocalizer(Localizer):
+    """Copy-move by self-matching: the image matched with itself (and its mirror), a keypoint's own
+    neighbourhood excluded. The map marks the target (logit +`confidence`) and the source (logit -1:
+    probability 0.27, visible in saved maps, under the 0.5 cut) when the resampling trace tells
+    which copy is which (`mark: target`); `mark: both` marks both copies as manipulated. A pure
+    shift carries no such trace, so both copies are marked then. The image logit is the evidence:
+    inliers above `min_inliers`."""
+
+    has_image_head = True
+    fit_without_gradients = True
+
+    def __init__(
+        self,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        max_side: int = 512,
+        n_features: int = 1000,
+        ratio: float = 0.8,
+        min_distance: float = 0.05,
+        min_inliers: int = 6,
+        mark: str = "target",
+        image_score: str = "head",
+        confidence: float = 6.0,
+    ) -> None:
+        super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
+        if mark not in ("target", "both"):
+            raise ValueError(f"mark must be target or both, got {mark!r}")
+        self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
+        self.min_distance, self.min_inliers, self.mark = float(min_distance), int(min_inliers), mark
+        self.confidence = float(confidence)
+        self._sift = None
+
+    def locate(self, image: np.ndarray) -> tuple[float, np.ndarray, Any]:
+        """(image logit, pixel logits H x W, SelfMatch) of one RGB uint8 image."""
+        if self._sift is None:
+            self._sift = cv2.SIFT_create(nfeatures=self.n_features)
+        panel = describe_panel(
+            image, self.max_side, self.n_features, mask_furniture=True, sift=self._sift
+        )
+        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
+        if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
+            faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
+            panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
+            found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
+        logits = np.full(image.shape[:2], -self.confidence, np.float32)
+        if found.matrix is not None:
+            marked_source = self.confidence if (self.mark == "both" or not found.ordered) else -1.0
+            logits[found.source] = marked_source
+            logits[found.target] = self.confidence
+        evidence = (
+            (found.n_inliers - self.min_inliers) / 2.0 if found.target.any() else -self.confidence
+        )
+        return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
+
+    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        heads, maps = [], []
+        for single in image:
+            logit, logits, _ = self.locate(to_uint8(single))
+            heads.append(logit)
+            maps.append(torch.from_numpy(logits))
+        mask_logit = torch.stack(maps)[:, None].to(image.device)
+        return self.outputs(
+            mask_logit, torch.tensor(heads, dtype=torch.float32, device=image.device)
+        )

@@ -1,0 +1,400 @@
+"""The matching core's primitives: what content two panels share and how it was transformed.
+
+SIFT keypoints (OpenCV) with RootSIFT descriptors; mutual ratio-test matches between A and B and
+between A and the mirror of B (SIFT is not mirror-invariant: the mirror's descriptors are a fixed
+permutation of the original's, so a panel is described once); a RANSAC similarity fit
+(`cv2.estimateAffinePartial2D`), decomposed into rotation, scale and flip; a photometric fit on the
+warped overlap (per-channel gain and bias, hue shift, saturation ratio); and masks of the shared
+content in both panels (the overlap where the warped panels agree by local correlation).
+
+Panels with too little texture for keypoints (blots, plots) fall back on normalized correlation over
+the eight flips / quarter rotations at a few scales. What every figure panel of a kind shares (axes,
+tick labels, legends, scale bars, lettering) is masked before matching: thin rulings and small
+uniform glyphs drop their keypoints and do not count as agreeing content. `detectors.pair_matching`
+puts these together for a pair of panels and for copy-move inside one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+
+# Mirror (x -> -x) of a SIFT descriptor laid out 4 x 4 x 8 (row, column, orientation): in the
+# keypoint's own frame the patch is reflected about its orientation axis (rows reversed) and every
+# gradient orientation o becomes -o. Checked against descriptors computed on the mirrored image.
+MIRROR_ORDER = np.arange(128).reshape(4, 4, 8)[::-1][:, :, (-np.arange(8)) % 8].reshape(-1)
+
+
+@dataclass
+class Panel:
+    """One panel at working size with its keypoints, described once and reused for every pair."""
+
+    rgb: np.ndarray  # uint8 h x w x 3, working size
+    gray: np.ndarray  # float32 h x w
+    factor: float  # working size / original size
+    original_shape: tuple[int, int]
+    points: np.ndarray  # (N, 2) float32, working coordinates
+    descriptors: np.ndarray  # (N, 128) float32 RootSIFT, unit length
+    furniture: np.ndarray  # bool h x w: rulings and glyphs (axes, labels, scale bars)
+    texture: float  # fraction of pixels with local contrast
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.gray.shape[:2]
+
+    def mirrored(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keypoints and descriptors of the horizontally mirrored panel, in its own coordinates."""
+        points = self.points.copy()
+        points[:, 0] = self.shape[1] - 1 - points[:, 0]
+        return points, self.descriptors[:, MIRROR_ORDER]
+
+
+def to_working_size(image: np.ndarray, max_side: int) -> tuple[np.ndarray, float]:
+    """Shrink (never enlarge) so the longer side is at most `max_side`; returns (image, factor)."""
+    height, width = image.shape[:2]
+    factor = min(1.0, max_side / max(height, width))
+    if factor < 1.0:
+        size = (max(1, round(width * factor)), max(1, round(height * factor)))
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    return image, factor
+
+
+def furniture_mask(gray: np.ndarray) -> np.ndarray:
+    """Rulings (long thin horizontal / vertical strokes) and glyphs (small components of ink on a
+    flat surround: tick labels, legends, lettering, scale bars), dilated by 6 px.
+
+    They are what two different charts or micrographs of one kind share, so they are not evidence.
+    """
+    gray = gray.astype(np.uint8)
+    height, width = gray.shape
+    window = min(21, (min(height, width) // 2) * 2 - 1)
+    if window < 3:
+        return np.zeros_like(gray, dtype=bool)
+    background = cv2.medianBlur(gray, window)
+    ink = (cv2.absdiff(gray, background) > 60).astype(np.uint8)
+    rulings = cv2.morphologyEx(
+        ink, cv2.MORPH_OPEN, np.ones((1, max(15, width // 5)), np.uint8)
+    ) | cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((max(15, height // 5), 1), np.uint8))
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(ink & (1 - rulings), connectivity=8)
+    # A glyph sits on a flat surround: with its ink replaced by the background, the image is smooth.
+    surround = np.where(ink > 0, background, gray).astype(np.float32)
+    roughness = np.sqrt(
+        np.maximum(cv2.blur(surround**2, (15, 15)) - cv2.blur(surround, (15, 15)) ** 2, 0)
+    )
+    flat = labels.ravel()
+    area = np.bincount(flat, minlength=count).astype(np.float64)
+    rough = np.bincount(flat, roughness.ravel().astype(np.float64), minlength=count) / np.maximum(
+        area, 1
+    )
+    glyph = (
+        (stats[:, cv2.CC_STAT_HEIGHT] <= max(6, 0.12 * height))
+        & (stats[:, cv2.CC_STAT_WIDTH] <= max(6, 0.35 * width))
+        & (area >= 3)
+        & (rough <= 8)
+    )
+    glyph[0] = False
+    mask = (rulings > 0) | glyph[labels]
+    return cv2.dilate(mask.astype(np.uint8), np.ones((13, 13), np.uint8)) > 0
+
+
+def describe_panel(
+    image: np.ndarray,
+    max_side: int = 512,
+    n_features: int = 1000,
+    mask_furniture: bool = True,
+    sift: Any = None,
+    min_keypoints: int = 100,
+) -> Panel:
+    """Keypoints and RootSIFT descriptors of an RGB uint8 panel at working size; a panel with fewer
+    than `min_keypoints` is described again with a lower contrast threshold."""
+    original_shape = image.shape[:2]
+    rgb, factor = to_working_size(np.ascontiguousarray(image[..., :3]), max_side)
+    gray_u8 = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    furniture = furniture_mask(gray_u8) if mask_furniture else np.zeros(gray_u8.shape, bool)
+    detector = sift if sift is not None else cv2.SIFT_create(nfeatures=n_features)
+    keypoints, descriptors = detector.detectAndCompute(gray_u8, None)
+    if len(keypoints) < min_keypoints:  # faint texture (fundus, blots): ask for weaker extrema too
+        faint = cv2.SIFT_create(nfeatures=n_features, contrastThreshold=0.01)
+        keypoints, descriptors = faint.detectAndCompute(gray_u8, None)
+    if descriptors is None or not keypoints:
+        points, descriptors = np.zeros((0, 2), np.float32), np.zeros((0, 128), np.float32)
+    else:
+        points = np.asarray([kp.pt for kp in keypoints], dtype=np.float32)
+        inside = ~furniture[
+            np.clip(points[:, 1].round().astype(int), 0, gray_u8.shape[0] - 1),
+            np.clip(points[:, 0].round().astype(int), 0, gray_u8.shape[1] - 1),
+        ]
+        points, descriptors = points[inside], descriptors[inside]
+        descriptors = np.sqrt(
+            descriptors / np.maximum(descriptors.sum(1, keepdims=True), 1e-7)
+        )  # RootSIFT
+        descriptors = descriptors / np.maximum(
+            np.linalg.norm(descriptors, axis=1, keepdims=True), 1e-7
+        )
+    gray = gray_u8.astype(np.float32)
+    local_var = cv2.blur(gray**2, (7, 7)) - cv2.blur(gray, (7, 7)) ** 2
+    return Panel(
+        rgb=rgb,
+        gray=gray,
+        factor=factor,
+        original_shape=original_shape,
+        points=points,
+        descriptors=descriptors.astype(np.float32),
+        furniture=furniture,
+        texture=float(np.mean(local_var > 25.0)),
+    )
+
+
+def mutual_matches(
+    desc_a: np.ndarray, desc_b: np.ndarray, ratio: float = 0.8, forbidden: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (ia, ib) of mutual nearest neighbours that also pass Lowe's ratio test both ways.
+
+    `forbidden` (bool, len(a) x len(b)) removes candidate pairs first (self-matching: a keypoint and
+    its own neighbourhood).
+    """
+    if len(desc_a) < 2 or len(desc_b) < 2:
+        return np.zeros(0, int), np.zeros(0, int)
+    similarity = desc_a @ desc_b.T
+    if forbidden is not None:
+        similarity = np.where(forbidden, -1.0, similarity)
+    distance = np.sqrt(np.maximum(2.0 - 2.0 * similarity, 0.0))
+    best_b, best_a = distance.argmin(1), distance.argmin(0)
+    two_b = np.partition(distance, 1, axis=1)[:, :2]
+    two_a = np.partition(distance, 1, axis=0)[:2, :]
+    ia = np.arange(len(desc_a))
+    keep = (best_a[best_b] == ia) & (two_b[:, 0] < ratio * two_b[:, 1])
+    keep &= two_a[0, best_b] < ratio * two_a[1, best_b]
+    return ia[keep], best_b[keep]
+
+
+def fit_similarity(
+    points_a: np.ndarray, points_b: np.ndarray, threshold: float
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """RANSAC similarity (rotation, uniform scale, translation) mapping A points onto B points."""
+    if len(points_a) < 3:
+        return None, np.zeros(len(points_a), bool)
+    matrix, inliers = cv2.estimateAffinePartial2D(
+        points_a,
+        points_b,
+        method=cv2.RANSAC,
+        ransacReprojThreshold=threshold,
+        maxIters=2000,
+        confidence=0.995,
+        refineIters=10,
+    )
+    if matrix is None or inliers is None:
+        return None, np.zeros(len(points_a), bool)
+    return matrix, inliers.ravel().astype(bool)
+
+
+def homogeneous(matrix: np.ndarray) -> np.ndarray:
+    return np.vstack([matrix, [0.0, 0.0, 1.0]])
+
+
+def mirror_matrix(width: int) -> np.ndarray:
+    """x -> width - 1 - x, as a 3 x 3 matrix (its own inverse)."""
+    return np.array([[-1.0, 0.0, width - 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+
+
+@dataclass
+class Geometry:
+    """A 2 x 3 map from A to B decomposed as B = R(rotation) * scale * [mirror] * A + t."""
+
+    rotation: float  # degrees in (-180, 180]
+    scale: float
+    flipped: bool
+
+    @classmethod
+    def of(cls, matrix: np.ndarray) -> "Geometry":
+        linear = np.asarray(matrix, dtype=np.float64)[:, :2]
+        flipped = bool(np.linalg.det(linear) < 0)
+        if flipped:
+            linear = linear @ np.diag([-1.0, 1.0])
+        return cls(
+            rotation=float(np.degrees(np.arctan2(linear[1, 0], linear[0, 0]))),
+            scale=float(np.sqrt(abs(np.linalg.det(linear)))),
+            flipped=flipped,
+        )
+
+    def operations(self, scale_tolerance: float = 0.06, angle_tolerance: float = 5.0) -> list[str]:
+        """Fine geometric operations: rotate180, hflip, vflip, rotation (other angles), scaling."""
+        ops = []
+        angle = abs(self.rotation)
+        near_zero, near_half = angle <= angle_tolerance, angle >= 180 - angle_tolerance
+        if self.flipped:
+            ops.append("hflip" if near_zero else "vflip" if near_half else "flip_rotation")
+        elif near_half:
+            ops.append("rotate180")
+        elif not near_zero:
+            ops.append("rotation")
+        if abs(np.log(max(self.scale, 1e-6))) > np.log1p(scale_tolerance):
+            ops.append("scaling")
+        return ops
+
+
+def warp_into_a(
+    image_b: np.ndarray,
+    matrix: np.ndarray,
+    shape_a: tuple[int, int],
+    interpolation: int = cv2.INTER_LINEAR,
+) -> np.ndarray:
+    """B resampled on A's grid: pixel x of A gets B at matrix @ x (matrix maps A onto B)."""
+    return cv2.warpAffine(
+        image_b,
+        matrix,
+        (shape_a[1], shape_a[0]),
+        flags=interpolation | cv2.WARP_INVERSE_MAP,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=0,
+    )
+
+
+def local_correlation(
+    a: np.ndarray, b: np.ndarray, window: int = 11
+) -> tuple[np.ndarray, np.ndarray]:
+    """Windowed normalized cross-correlation of two aligned grey images, and the lower local std."""
+    box = (window, window)
+    mean_a, mean_b = cv2.blur(a, box), cv2.blur(b, box)
+    var_a = np.maximum(cv2.blur(a * a, box) - mean_a**2, 0)
+    var_b = np.maximum(cv2.blur(b * b, box) - mean_b**2, 0)
+    cov = cv2.blur(a * b, box) - mean_a * mean_b
+    return cov / np.sqrt(var_a * var_b + 1e-3), np.sqrt(np.minimum(var_a, var_b))
+
+
+def fill_holes(mask: np.ndarray) -> np.ndarray:
+    """Fill the mask's interior holes (a shared region's flat parts show no correlation)."""
+    padded = np.pad(mask.astype(np.uint8), 1)
+    flood = padded.copy()
+    cv2.floodFill(flood, None, (0, 0), 1)
+    return mask | (flood[1:-1, 1:-1] == 0)
+
+
+@dataclass
+class Agreement:
+    mask_a: np.ndarray  # bool, working size of A
+    valid: np.ndarray  # bool: the part of A that B covers under the transform
+    agreement: float  # fraction of textured, non-furniture overlap pixels whose windows correlate
+    correlation: float  # median correlation over those pixels
+    content: float  # textured, non-furniture overlap pixels, as a fraction of A
+
+
+def shared_region(
+    panel_a: Panel,
+    panel_b: Panel,
+    matrix: np.ndarray,
+    min_correlation: float = 0.6,
+    exclude_near: float = 0.0,
+) -> Agreement:
+    """Where A and B (warped onto A) show the same content: the overlap's pixels whose windows
+    correlate, plus flat pixels of equal (gain/bias-corrected) level, cleaned and hole-filled.
+
+    `exclude_near` (px): drop pixels that the transform moves by less (self-matching).
+    """
+    shape = panel_a.shape
+    warped = warp_into_a(panel_b.gray, matrix, shape)
+    valid = warp_into_a(np.ones(panel_b.shape, np.uint8), matrix, shape, cv2.INTER_NEAREST) > 0
+    valid = cv2.erode(valid.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    if exclude_near > 0:
+        ys, xs = np.mgrid[0 : shape[0], 0 : shape[1]].astype(np.float32)
+        moved_x = matrix[0, 0] * xs + matrix[0, 1] * ys + matrix[0, 2] - xs
+        moved_y = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2] - ys
+        valid &= np.hypot(moved_x, moved_y) >= exclude_near
+    if valid.sum() < 50:
+        empty = np.zeros(shape, bool)
+        return Agreement(empty, valid, 0.0, 0.0, 0.0)
+    correlation, spread = local_correlation(panel_a.gray, warped)
+    textured = valid & (spread > 3.0)
+    a_values, b_values = panel_a.gray[valid], warped[valid]
+    gain, bias = (
+        np.polyfit(b_values, a_values, 1)
+        if np.ptp(b_values) > 1e-3
+        else (1.0, float(np.mean(a_values - b_values)))
+    )
+    level = np.abs(cv2.blur(panel_a.gray, (7, 7)) - (gain * cv2.blur(warped, (7, 7)) + bias))
+    agree = valid & (((correlation > min_correlation) & textured) | (~textured & (level < 10)))
+    agree = cv2.morphologyEx(agree.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    agree = cv2.morphologyEx(agree, cv2.MORPH_CLOSE, np.ones((9, 9), np.uint8)) > 0
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(
+        agree.astype(np.uint8), connectivity=8
+    )
+    big = stats[:, cv2.CC_STAT_AREA] >= max(64, 0.01 * agree.size)
+    big[0] = False
+    mask = fill_holes(big[labels]) & valid
+    content = textured & ~panel_a.furniture
+    n_content = int(content.sum())
+    agreeing = correlation[content] > min_correlation
+    return Agreement(
+        mask,
+        valid,
+        float(agreeing.mean()) if n_content else 0.0,
+        float(np.median(correlation[content])) if n_content else 0.0,
+        n_content / agree.size,
+    )
+
+
+def map_mask_to_b(mask_a: np.ndarray, matrix: np.ndarray, shape_b: tuple[int, int]) -> np.ndarray:
+    """A's mask carried onto B's grid by the A -> B map."""
+    return (
+        cv2.warpAffine(
+            mask_a.astype(np.uint8), matrix, (shape_b[1], shape_b[0]), flags=cv2.INTER_NEAREST
+        )
+        > 0
+    )
+
+
+def photometric_fit(
+    panel_a: Panel, panel_b: Panel, matrix: np.ndarray, mask_a: np.ndarray, max_pixels: int = 20000
+) -> dict[str, float]:
+    """How B's colours relate to A's on the shared content: per-channel gain and bias of B against
+    A, hue shift (OpenCV units, of 180), saturation ratio, and mean absolute difference (0-255)
+    before and after the per-channel fit. Images are blurred first, so resampling and a pixel of
+    misalignment do not read as a change of parameters."""
+    none = {
+        "gain_dev": 0.0,
+        "bias": 0.0,
+        "hue_shift": 0.0,
+        "saturation_log_ratio": 0.0,
+        "abs_diff": 0.0,
+        "residual": 0.0,
+    }
+    where = np.flatnonzero(cv2.erode(mask_a.astype(np.uint8), np.ones((5, 5), np.uint8)).ravel())
+    if where.size < 50:
+        return none
+    step = max(1, where.size // max_pixels)
+    where = where[::step]
+    a = cv2.GaussianBlur(panel_a.rgb, (0, 0), 1.5)
+    b = cv2.GaussianBlur(warp_into_a(panel_b.rgb, matrix, panel_a.shape), (0, 0), 1.5)
+    a_px = a.reshape(-1, 3)[where].astype(np.float64)
+    b_px = b.reshape(-1, 3)[where].astype(np.float64)
+    gains, biases, residual = [], [], []
+    for channel in range(3):
+        x, y = a_px[:, channel], b_px[:, channel]
+        if np.ptp(x) < 1e-3:
+            gain, bias = 1.0, float(np.mean(y - x))
+        else:
+            gain, bias = np.polyfit(x, y, 1)
+        gains.append(gain)
+        biases.append(bias + (gain - 1.0) * float(np.mean(x)))  # the offset at A's mean level
+        residual.append(np.mean(np.abs(y - (gain * x + bias))))
+    hsv_a = cv2.cvtColor(a, cv2.COLOR_RGB2HSV).reshape(-1, 3)[where].astype(np.float64)
+    hsv_b = cv2.cvtColor(b, cv2.COLOR_RGB2HSV).reshape(-1, 3)[where].astype(np.float64)
+    coloured = (hsv_a[:, 1] > 40) & (hsv_a[:, 2] > 40) & (hsv_b[:, 1] > 40)
+    hue_shift, saturation = 0.0, 0.0
+    if coloured.sum() > 50:
+        angle = (hsv_b[coloured, 0] - hsv_a[coloured, 0]) * (np.pi / 90.0)
+        hue_shift = float(np.degrees(np.arctan2(np.sin(angle).mean(), np.cos(angle).mean())) / 2.0)
+        saturation = float(
+            np.log((hsv_b[coloured, 1].mean() + 1) / (hsv_a[coloured, 1].mean() + 1))
+        )
+    return {
+        "gain_dev": float(np.max(np.abs(np.asarray(gains) - 1.0))),
+        "bias": float(np.max(np.abs(biases))),
+        "hue_shift": abs(hue_shift),
+        "saturation_log_ratio": abs(saturation),
+        "abs_diff": float(np.mean(np.abs(a_px - b_px))),
+        "residual": float(np.mean(residual)),
+    }

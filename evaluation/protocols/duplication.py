@@ -1,0 +1,160 @@
+"""Scoring duplication between panel pairs: THEMIS CMO-I operation sets, pair decisions and masks.
+
+Operation sets are THEMIS CMO-I answers (`direct`, `scaling`, `rotation`, `flip`, `parameter`).
+Set-F1 / exact match / SPC are computed on duplicated pairs only, as THEMIS Table 12 asks the
+question of duplicated pairs (and once more over all pairs, where a negative counts as exact when
+nothing is predicted). Pixel figures follow BioFors' image-pair protocol in this variant: the two
+panels' masks of a pair are scored together (their pixel counts added), at the detector's decision
+(a pair judged not duplicated predicts empty masks); `pixel_f1` / `pixel_mcc` average over
+duplicated pairs with true masks, `_pooled` add the counts of every pair with masks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..image import image_metrics
+from .themis import multilabel_set_metrics
+
+CMO_OPERATIONS = ("direct", "scaling", "rotation", "flip", "parameter")
+FINE_TO_CMO = {
+    "direct_reuse": "direct",
+    "direct": "direct",
+    "scaling": "scaling",
+    "rotate180": "rotation",
+    "rotation": "rotation",
+    "hflip": "flip",
+    "vflip": "flip",
+    "flip": "flip",
+    "flip_rotation": "flip",
+    "parameter": "parameter",
+    "brightness": "parameter",
+    "contrast": "parameter",
+    "saturation": "parameter",
+    "hue": "parameter",
+    "color_temperature": "parameter",
+}
+PAIR_PIXEL_PROTOCOL = (
+    "pixel F1 / MCC of a pair = both panels' masks scored together at the pair decision (BioFors-style "
+    "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks (pixel_mcc over "
+    "those where it is defined: a whole-panel copy leaves no true negative pixel), _pooled sum the pixel "
+    "counts of all pairs with masks (negatives add only false positives)"
+)
+
+
+def cmo_set(operations: Iterable[str]) -> set[str]:
+    """Fine operation names (or CMO answers) -> the set of THEMIS CMO-I answers; unknown names refused."""
+    unknown = sorted(set(operations) - set(FINE_TO_CMO))
+    if unknown:
+        raise ValueError(f"unknown duplication operations {unknown}; known: {sorted(FINE_TO_CMO)}")
+    return {FINE_TO_CMO[op] for op in operations}
+
+
+def parse_operations(value: Any) -> set[str]:
+    """`"flip;parameter"`, `"hflip|brightness"`, a list, or empty -> CMO answers (empty: no duplication)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return set()
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.replace("|", ";").replace(",", ";").split(";")]
+        value = [p for p in parts if p and p not in ("none", "no_duplication")]
+    return cmo_set(value)
+
+
+def _counts(truth: np.ndarray, predicted: np.ndarray) -> tuple[int, int, int, int]:
+    tp = int(np.count_nonzero(truth & predicted))
+    fp = int(np.count_nonzero(predicted) - tp)
+    fn = int(np.count_nonzero(truth) - tp)
+    return tp, fp, fn, int(truth.size) - tp - fp - fn
+
+
+def f1_mcc(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
+    f1 = 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else float("nan")
+    denominator = np.sqrt(float(tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    mcc = (tp * tn - fp * fn) / denominator if denominator else float("nan")
+    return float(f1), float(mcc)
+
+
+def pair_pixel_counts(
+    true_a: np.ndarray, true_b: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
+) -> tuple[int, int, int, int]:
+    """Pixel counts of one pair, both panels together (masks boolean, each at its panel's size)."""
+    a, b = (
+        _counts(true_a.astype(bool), pred_a.astype(bool)),
+        _counts(true_b.astype(bool), pred_b.astype(bool)),
+    )
+    return tuple(x + y for x, y in zip(a, b))  # type: ignore[return-value]
+
+
+def duplication_metrics(
+    rows: Sequence[Mapping[str, Any]],
+    threshold: float,
+    pixel_counts: Sequence[tuple[int, int, int, int] | None] | None = None,
+) -> dict[str, Any]:
+    """Metrics of scored pairs. Each row: `label` (1 duplicated), `score`, `predicted` and `truth`
+    (sets of CMO answers; `truth` may be None when only the label is known); `pixel_counts`, one
+    (tp, fp, fn, tn) or None per row, from `pair_pixel_counts`.
+
+    Kept in one piece: each block reads the same rows; the result is one flat
+    report.
+    """
+    labels = np.asarray([int(r["label"]) for r in rows])
+    scores = np.asarray([float(r["score"]) for r in rows])
+    out: dict[str, Any] = {"n_pairs": len(rows), "threshold": float(threshold)}
+    if len(rows) and 0 < labels.sum() < len(rows):
+        out.update(
+            {f"pair_{k}": v for k, v in image_metrics(labels, scores, threshold=threshold).items()}
+        )
+    decided = scores >= threshold
+    out["pair_mcc"] = (
+        f1_mcc(*_counts(labels.astype(bool), decided))[1] if len(rows) else float("nan")
+    )
+    out["pair_f1"] = (
+        f1_mcc(*_counts(labels.astype(bool), decided))[0] if len(rows) else float("nan")
+    )
+    known = [r for r in rows if r.get("truth") is not None]
+    positives = [r for r in known if int(r["label"]) == 1]
+    if positives:
+        out["operations"] = multilabel_set_metrics(
+            [set(r["predicted"]) for r in positives], [set(r["truth"]) for r in positives]
+        )
+        out["operations_all_pairs"] = multilabel_set_metrics(
+            [set(r["predicted"]) for r in known], [set(r["truth"]) for r in known]
+        )
+        per: dict[str, dict[str, float]] = {}
+        for op in CMO_OPERATIONS:
+            has = [op in r["truth"] for r in positives]
+            said = [op in r["predicted"] for r in positives]
+            tp = sum(h and s for h, s in zip(has, said))
+            per[op] = {
+                "n": int(sum(has)),
+                "recall": tp / sum(has) if sum(has) else float("nan"),
+                "precision": tp / sum(said) if sum(said) else float("nan"),
+            }
+            subset = [r for r, h in zip(positives, has) if h]
+            if subset:
+                per[op].update(
+                    {
+                        k: v
+                        for k, v in multilabel_set_metrics(
+                            [set(r["predicted"]) for r in subset], [set(r["truth"]) for r in subset]
+                        ).items()
+                        if k != "n"
+                    }
+                )
+        out["by_operation"] = per
+    if pixel_counts is not None and any(c is not None for c in pixel_counts):
+        per_pair = [
+            f1_mcc(*c) for c, r in zip(pixel_counts, rows) if c is not None and int(r["label"]) == 1
+        ]
+        pooled = np.sum([c for c in pixel_counts if c is not None], axis=0)
+        out["pixel_f1"] = float(np.nanmean([f for f, _ in per_pair])) if per_pair else float("nan")
+        defined = [
+            m for _, m in per_pair if np.isfinite(m)
+        ]  # undefined where a true mask fills both panels
+        out["pixel_mcc"] = float(np.mean(defined)) if defined else float("nan")
+        out["pixel_f1_pooled"], out["pixel_mcc_pooled"] = f1_mcc(*(int(v) for v in pooled))
+        out["n_mask_pairs"] = len(per_pair)
+        out["pixel_protocol"] = PAIR_PIXEL_PROTOCOL
+    return out

@@ -1,0 +1,325 @@
+"""Scoring panel pairs with a pair detector (`infer.py model=<dup_sift checkpoint> ...`).
+
+Pairs come from a pair manifest (CSV / JSONL with `path_a, path_b` and, when known, `label`,
+`operations`, `mask_a`, `mask_b`; paths relative to the manifest's folder) or are formed inside
+each group of an ordinary input: every pair of images sharing a `review` (or the column named by
+`group_by`; a plain folder: every pair inside each folder). One row per pair, streamed as it goes
+and safe to resume: `path` (the pair's key, `path_a <-> path_b`), `path_a`, `path_b`, `score`,
+`label`, `status`, `error`, `operations` (THEMIS CMO-I answers joined by `;`, empty when not
+duplicated), `geometric`, `transform` (JSON: A -> B matrix in pixels, rotation, scale, flip),
+`method`, `reason`, and `mask_a` / `mask_b` when masks are saved. Each panel is described once per
+group. With truth (labels or operations) the run also writes `<output>.metrics.json`.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from datamodules.io import ImageReadError, read_image, read_mask, write_image
+from datamodules.layouts import records_from_input
+from datamodules.records import LayoutError
+from inference.masks import safe_mask_name
+from inference.writer import ResultWriter, read_results
+
+log = logging.getLogger(__name__)
+
+PAIR_COLUMNS = (
+    "path",
+    "path_a",
+    "path_b",
+    "score",
+    "label",
+    "status",
+    "error",
+    "operations",
+    "geometric",
+    "transform",
+    "method",
+    "reason",
+)
+SEPARATOR = " <-> "
+
+
+def pair_key(path_a: str, path_b: str) -> str:
+    return f"{path_a}{SEPARATOR}{path_b}"
+
+
+def is_pair_manifest(path: str | os.PathLike) -> bool:
+    """A CSV / JSONL whose header names `path_a` and `path_b`."""
+    path = Path(path)
+    if not path.is_file() or path.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
+        return False
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        if path.suffix.lower() == ".csv":
+            header = next(csv.reader(handle), [])
+        else:
+            first = next((line for line in handle if line.strip()), "{}")
+            header = list(json.loads(first))
+    return {"path_a", "path_b"} <= {h.strip() for h in header}
+
+
+def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Pairs of a pair manifest, paths resolved against its folder; truth kept when given."""
+    path = Path(path)
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = (
+            list(csv.DictReader(handle))
+            if path.suffix.lower() == ".csv"
+            else [json.loads(line) for line in handle if line.strip()]
+        )
+
+    def resolve(value: Any) -> str | None:
+        text = str(value or "").strip()
+        return None if not text else text if os.path.isabs(text) else str(path.parent / text)
+
+    pairs = []
+    for number, row in enumerate(rows, 2):
+        a, b = resolve(row.get("path_a")), resolve(row.get("path_b"))
+        if not a or not b:
+            raise LayoutError(f"{path}: row {number} needs both path_a and path_b")
+        pair: dict[str, Any] = {
+            "path_a": a,
+            "path_b": b,
+            "mask_a": resolve(row.get("mask_a")),
+            "mask_b": resolve(row.get("mask_b")),
+        }
+        if "operations" in row:
+            pair["operations"] = row.get("operations") or ""
+        if str(row.get("label", "")).strip() != "":
+            pair["label"] = int(float(row["label"]))
+        pairs.append(pair)
+    return pairs
+
+
+def group_pairs(
+    input: str | os.PathLike, layout: str = "auto", group_by: str | None = None
+) -> list[dict[str, Any]]:
+    """Every pair of images inside each group (`group_by` or `review` when the input has it, else
+    the image's folder), in input order."""
+    from inference.reviews import review_ids
+
+    records = records_from_input(input, layout)
+    if group_by is None:
+        group_by = "review" if any(r.review for r in records) else "parent"
+    ids = review_ids(records, group_by, input)
+    groups: dict[str, list[str]] = OrderedDict()
+    for record in records:
+        name = ids.get(record.path) or ""
+        if name:
+            groups.setdefault(name, []).append(record.path)
+    return [
+        {"path_a": a, "path_b": b, "group": name}
+        for name, paths in groups.items()
+        for a, b in itertools.combinations(paths, 2)
+    ]
+
+
+class PanelCache:
+    """Described panels (or their read error), the most recent `size` kept."""
+
+    def __init__(self, detector: Any, size: int = 64) -> None:
+        self.detector, self.size = detector, size
+        self.items: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, path: str) -> Any:
+        if path in self.items:
+            self.items.move_to_end(path)
+            return self.items[path]
+        try:
+            value = self.detector.describe(read_image(path))
+        except ImageReadError as error:
+            value = error
+        except (OSError, ValueError) as error:
+            value = ImageReadError(path, str(error))
+        self.items[path] = value
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return value
+
+
+def score_pair(
+    detector: Any,
+    cache: PanelCache,
+    pair: dict[str, Any],
+    threshold: float,
+    index: int,
+    masks_dir: Path | None,
+) -> dict[str, Any]:
+    key = pair_key(pair["path_a"], pair["path_b"])
+    row: dict[str, Any] = {
+        "path": key,
+        "path_a": pair["path_a"],
+        "path_b": pair["path_b"],
+        "score": "",
+        "label": "",
+        "status": "error",
+        "error": "",
+    }
+    panels = [cache.get(pair["path_a"]), cache.get(pair["path_b"])]
+    broken = [p for p in panels if isinstance(p, Exception)]
+    if broken:
+        row["error"] = "; ".join(str(p) for p in broken)
+        return row
+    try:
+        found = detector.predict_pair(panels[0], panels[1], threshold)
+    except Exception as error:  # one pair's failure is its row, not the run's end
+        log.error("%s: %s", key, error)
+        row["error"] = f"model error: {error}"
+        return row
+    row.update(
+        {
+            "score": found.score,
+            "label": int(found.duplicated),
+            "status": "ok",
+            "operations": ";".join(found.operations),
+            "geometric": ";".join(found.geometric),
+            "transform": json.dumps(found.transform) if found.transform else "",
+            "method": found.method,
+            "reason": found.reason,
+        }
+    )
+    if masks_dir is not None:
+        for side, mask in (("a", found.mask_a), ("b", found.mask_b)):
+            target = masks_dir / safe_mask_name(index, f"{Path(pair['path_' + side]).stem}_{side}")
+            write_image(target, (mask.astype(np.uint8) * 255))
+            row[f"mask_{side}"] = str(target)
+    return row
+
+
+def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
+    """infer.py for a pair detector: score the pairs, stream rows, print found duplications, report."""
+    output = Path(cfg.output)
+    try:
+        pairs = (
+            read_pair_manifest(cfg.input)
+            if is_pair_manifest(cfg.input)
+            else group_pairs(cfg.input, cfg.get("layout", "auto"), cfg.get("group_by"))
+        )
+    except (LayoutError, ValueError, OSError) as error:
+        raise ValueError(str(error)) from None
+    if not pairs:
+        raise ValueError(
+            f"no pairs in {cfg.input}: give a pair manifest (path_a, path_b) or groups of two "
+            "or more images (a review column, or folders)"
+        )
+    threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
+    has_masks = any(p.get("mask_a") or p.get("mask_b") for p in pairs)
+    masks_dir = None
+    if cfg.save_masks or has_masks:
+        masks_dir = (
+            Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
+        )
+        masks_dir.mkdir(parents=True, exist_ok=True)
+    columns = list(PAIR_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
+    detector = runtime.net
+    log.info("%s (threshold %.4f): %d pairs -> %s", runtime.name, threshold, len(pairs), output)
+    counts = {"ok": 0, "error": 0, "skipped": 0, "duplicated": 0}
+    cache = PanelCache(detector)
+    with ResultWriter(output, columns, resume=cfg.resume) as writer:
+        for index, pair in enumerate(pairs):
+            if pair_key(pair["path_a"], pair["path_b"]) in writer.done:
+                counts["skipped"] += 1
+                continue
+            row = score_pair(detector, cache, pair, threshold, index, masks_dir)
+            writer.write([row])
+            counts[row["status"]] += 1
+            if row["status"] == "error":
+                log.warning("%s: %s", row["path"], row["error"])
+            elif row["label"]:
+                counts["duplicated"] += 1
+                log.info(
+                    "DUPLICATION %s  score %.3f  %s  %s",
+                    row["path"],
+                    row["score"],
+                    row["operations"],
+                    describe_transform(row["transform"]),
+                )
+    log.info(
+        "pairs scored %(ok)d, duplicated %(duplicated)d, unreadable %(error)d, already done %(skipped)d",
+        counts,
+    )
+    results = read_results(output)
+    if not any(r["status"] == "ok" for r in results):
+        raise ValueError(f"nothing could be scored: all {len(pairs)} pairs failed (see {output})")
+    metrics = pair_report(pairs, results, threshold, output)
+    return {"counts": counts, "metrics": metrics, "reviews": None}
+
+
+def describe_transform(transform: str) -> str:
+    if not transform:
+        return ""
+    t = json.loads(transform)
+    return f"(rotation {t['rotation']:.1f} deg, scale {t['scale']:.3f}{', mirrored' if t['flipped'] else ''})"
+
+
+def pair_report(
+    pairs: list[dict[str, Any]], results: Iterable[dict[str, Any]], threshold: float, output: Path
+) -> dict[str, Any] | None:
+    """`<output>.metrics.json` when the pairs carry truth (label or operations); masks scored from the
+    written files, so a resumed run is scored as a whole."""
+    from evaluation import write_metrics_json
+    from evaluation.protocols.duplication import duplication_metrics, parse_operations
+
+    by_key = {r["path"]: r for r in results if r.get("status") == "ok"}
+    rows, counts = [], []
+    for pair in pairs:
+        result = by_key.get(pair_key(pair["path_a"], pair["path_b"]))
+        if result is None or ("label" not in pair and "operations" not in pair):
+            continue
+        truth = parse_operations(pair["operations"]) if "operations" in pair else None
+        label = pair.get("label", int(bool(truth)))
+        rows.append(
+            {
+                "label": label,
+                "score": float(result["score"]),
+                "truth": truth,
+                "predicted": parse_operations(result.get("operations") or ""),
+            }
+        )
+        counts.append(mask_counts(pair, result))
+    if not rows:
+        return None
+    metrics = duplication_metrics(rows, threshold, counts)
+    write_metrics_json(output.with_suffix(".metrics.json"), metrics)
+    operations = metrics.get("operations", {})
+    log.info(
+        "pairs: f1 %.4f mcc %.4f; operations set-F1 %s EM %s; pixel F1 %s -> %s",
+        metrics["pair_f1"],
+        metrics["pair_mcc"],
+        operations.get("set_f1"),
+        operations.get("exact_match"),
+        metrics.get("pixel_f1"),
+        output.with_suffix(".metrics.json"),
+    )
+    return metrics
+
+
+def mask_counts(pair: dict[str, Any], result: dict[str, Any]) -> tuple[int, int, int, int] | None:
+    """Pixel counts of a pair with both true masks and both predicted mask files (else None)."""
+    from evaluation.protocols.duplication import pair_pixel_counts
+
+    if not (
+        pair.get("mask_a") and pair.get("mask_b") and result.get("mask_a") and result.get("mask_b")
+    ):
+        return None
+    try:
+        truth = [read_mask(pair["mask_a"]), read_mask(pair["mask_b"])]
+        predicted = [read_mask(result["mask_a"]), read_mask(result["mask_b"])]
+    except (ImageReadError, OSError) as error:
+        log.warning("masks of %s not scored: %s", result["path"], error)
+        return None
+    if any(t.shape != p.shape for t, p in zip(truth, predicted)):
+        log.warning(
+            "masks of %s not scored: true and predicted masks differ in size", result["path"]
+        )
+        return None
+    return pair_pixel_counts(truth[0], truth[1], predicted[0], predicted[1])

@@ -1,0 +1,111 @@
+"""Pair detector and self-matching localizer: decisions, operation sets, masks, checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from detectors.duplication import LogisticScore, SelfMatchLocalizer
+from detectors.training_free import save_checkpoint
+from inference.runtime import load_checkpoint
+from synthesis.duplication import global_duplication
+from tests.duplication_helpers import hand_set_pair_module
+
+
+@pytest.fixture(scope="module")
+def coffee() -> np.ndarray:
+    from datamodules.io import read_image
+    from synthesis.embedded import bundled_photo_paths
+
+    return next(read_image(p) for p in bundled_photo_paths() if p.name == "coffee.png")[:240, :320]
+
+
+def test_the_logistic_score_reproduces_scikit_learn():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(200, 3))
+    labels = (features[:, 0] + 0.5 * features[:, 1] + rng.normal(0, 0.5, 200) > 0).astype(int)
+    model = LogisticScore(3)
+    model.fit(features, labels)
+    mean, scale = features.mean(0), features.std(0)
+    reference = LogisticRegression(class_weight="balanced", max_iter=1000).fit(
+        (features - mean) / scale, labels
+    )
+    expected = reference.decision_function((features - mean) / scale)
+    assert np.allclose(model.logit(features), expected, atol=1e-6)
+
+
+def test_an_unfitted_score_model_refuses_to_score():
+    with pytest.raises(RuntimeError, match="not fitted"):
+        LogisticScore(2).logit(np.zeros(2))
+
+
+def test_a_flipped_brightened_copy_is_a_flip_with_changed_parameters(coffee):
+    detector = hand_set_pair_module().net
+    pair = global_duplication(
+        coffee, np.random.default_rng(0), geometric="hflip", parameters=["brightness"]
+    )
+    found = detector.predict_pair(
+        detector.describe(pair.panel_a), detector.describe(pair.panel_b), 0.5
+    )
+    assert found.duplicated and found.operations == ["flip", "parameter"]
+    assert found.transform["flipped"] and found.mask_a.mean() > 0.8 and found.mask_b.mean() > 0.8
+
+
+def test_a_direct_copy_is_direct_reuse(coffee):
+    detector = hand_set_pair_module().net
+    panel = detector.describe(coffee)
+    found = detector.predict_pair(panel, detector.describe(coffee.copy()), 0.5)
+    assert found.operations == ["direct"]
+
+
+def test_a_pair_under_the_threshold_has_no_operations_and_empty_masks(coffee):
+    detector = hand_set_pair_module().net
+    other = np.ascontiguousarray(
+        np.random.default_rng(1).integers(0, 255, coffee.shape, dtype=np.uint8)
+    )
+    found = detector.predict_pair(detector.describe(coffee), detector.describe(other), 0.5)
+    assert (
+        not found.duplicated
+        and found.operations == []
+        and not found.mask_a.any()
+        and not found.mask_b.any()
+    )
+
+
+def test_the_pair_forward_takes_two_batches_of_tensors(coffee):
+    detector = hand_set_pair_module().net
+    image = torch.from_numpy(coffee).permute(2, 0, 1).float()[None] / 255
+    logits = detector(image, torch.flip(image, dims=[3]))["logit"]
+    assert logits.shape == (1,) and logits[0] > 0
+
+
+def test_the_checkpoint_loads_weights_only_with_its_models_and_threshold(tmp_path):
+    module = hand_set_pair_module(threshold=0.7)
+    path = save_checkpoint(module, tmp_path / "best.ckpt", None)
+    loaded = load_checkpoint(path)
+    assert float(loaded.threshold) == pytest.approx(0.7)
+    assert torch.equal(loaded.net.score_model.coef, module.net.score_model.coef)
+    assert bool(loaded.net.parameter_model.fitted)
+
+
+def test_self_matching_marks_a_rotated_copy_and_not_its_source():
+    from synthesis.copy_move import copy_move
+
+    from datamodules.io import read_image
+    from synthesis.embedded import bundled_photo_paths
+
+    import cv2
+
+    image = next(read_image(p) for p in bundled_photo_paths() if p.name == "astronaut.png")
+    image = cv2.resize(image, (256, 256), interpolation=cv2.INTER_AREA)
+    forged = copy_move(image, np.random.default_rng(0), scale=(0.8, 1.25), rotation=(-30.0, 30.0))
+    localizer = SelfMatchLocalizer(max_side=256)
+    outputs = localizer(torch.from_numpy(forged.image).permute(2, 0, 1).float()[None] / 255)
+    assert outputs["logit"].shape == (1,) and outputs["logit"][0] > 0
+    assert outputs["mask_logit"].shape == (1, 1, *image.shape[:2])
+    predicted = outputs["mask_logit"][0, 0].numpy() > 0
+    tp = (predicted & forged.mask).sum()
+    assert 2 * tp / (predicted.sum() + forged.mask.sum()) > 0.7
