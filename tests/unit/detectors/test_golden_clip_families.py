@@ -134,3 +134,22 @@ def test_effort_released_checkpoint_gives_the_authors_probabilities_from_pixels(
     out = score_from_pixels(net, images(arrays), tmp_path)
     assert_close(out["class_logits"], arrays["class_logits"])
     assert_close(torch.sigmoid(out["logit"]), arrays["outputs"])
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_forgelens_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_path, stage):
+    """Weight-shared guidance modules (3 blocks sharing 2 modules), the per-layer CLS tokens through
+    FAFormer (stage 2) or the stage-1 head, with their tiling of small images and CenterCrop(224).
+    The stage-1 file is the stage-2 file's `backbone.` net, as their stage-1 trainer saves it."""
+    from detectors.forgelens import ForgeLens
+
+    arrays, meta = load_golden("forgelens", "forgelens")
+    state = authors_file(arrays, "model_state_dict")
+    if stage == 1:
+        state = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+    checkpoint = tmp_path / "forgelens.pth"
+    torch.save({"model_state_dict": state, "epoch": 0}, checkpoint)
+    net = ForgeLens(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint), stage=stage,
+                    faformer_heads=meta["faformer_heads"])
+    out = score_from_pixels(net, images(arrays), tmp_path)
+    assert_close(out["logit"], arrays[f"outputs_stage{stage}"])
