@@ -153,3 +153,20 @@ def test_forgelens_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_
                     faformer_heads=meta["faformer_heads"])
     out = score_from_pixels(net, images(arrays), tmp_path)
     assert_close(out["logit"], arrays[f"outputs_stage{stage}"])
+
+
+def test_iapl_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_path):
+    """Context tokens, two deep prompts with their gates, adapters on blocks 0 and 2 and the DCT
+    condition module (its auxiliary head too), with their GenImage test transform (tiling,
+    CenterCrop(224), their mean/std)."""
+    from detectors.iapl import IAPL
+
+    arrays, meta = load_golden("iapl", "iapl")
+    checkpoint = tmp_path / "checkpoint.pth"
+    torch.save({"model": authors_file(arrays, "model"), "epoch": 0}, checkpoint)
+    net = IAPL(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint), n_ctx=meta["n_ctx"],
+               prompt_depth=meta["prompt_depth"], adapter_layers=meta["adapter_layers"],
+               preprocess={"size": 224, "mode": "tile", "mean": meta["mean"], "std": meta["std"]})
+    out = score_from_pixels(net, images(arrays), tmp_path)
+    assert_close(out["aux_logit"], arrays["aux_outputs"])
+    assert_close(out["logit"], arrays["outputs"])
