@@ -47,7 +47,8 @@ def images(arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 @torch.no_grad()
-def score_from_pixels(net: torch.nn.Module, pixels: list[np.ndarray], folder: Path) -> dict[str, torch.Tensor]:
+def score_from_pixels(net: torch.nn.Module, pixels: list[np.ndarray],
+                      folder: Path) -> dict[str, torch.Tensor]:
     """The path `infer.py` takes: an RGB image file, read, brought to the input size by the
     detector's preprocessing, scaled to [0, 1], normalized inside the network."""
     geometry = eval_geometry(net.preprocess)
@@ -60,11 +61,12 @@ def score_from_pixels(net: torch.nn.Module, pixels: list[np.ndarray], folder: Pa
 
 
 def assert_close(ours: torch.Tensor, authors: np.ndarray) -> None:
-    torch.testing.assert_close(ours.float(), torch.from_numpy(np.asarray(authors)).float().reshape(ours.shape),
-                               rtol=1e-4, atol=1e-4)
+    expected = torch.from_numpy(np.asarray(authors)).float().reshape(ours.shape)
+    torch.testing.assert_close(ours.float(), expected, rtol=1e-4, atol=1e-4)
 
 
-def save_hf_clip(config: dict, state: dict[str, torch.Tensor], folder: Path, projection: bool) -> str:
+def save_hf_clip(config: dict, state: dict[str, torch.Tensor], folder: Path,
+                 projection: bool) -> str:
     """A Hugging Face CLIP vision folder (`save_pretrained`), as users pass the original CLIP."""
     transformers = pytest.importorskip("transformers")
     cls = transformers.CLIPVisionModelWithProjection if projection else transformers.CLIPVisionModel
@@ -77,7 +79,8 @@ def save_hf_clip(config: dict, state: dict[str, torch.Tensor], folder: Path, pro
 
 
 def cospy_weights_folder(arrays: dict[str, np.ndarray], folder: Path) -> str:
-    """The authors' released folder: `semantic_weights.pth`, `artifact_weights.pth`, `fusion_weights.pth`."""
+    """The authors' released folder: `semantic_weights.pth`, `artifact_weights.pth`,
+    `fusion_weights.pth`."""
     folder.mkdir()
     for name in ("semantic_weights.pth", "artifact_weights.pth", "fusion_weights.pth"):
         torch.save(authors_file(arrays, name), folder / name)
@@ -94,17 +97,19 @@ def test_cospy_sd14_released_folder_gives_the_authors_logits_from_pixels(tmp_pat
     arrays, meta = load_golden("cospy", "sd-v1_4")
     clip_file = tmp_path / "open_clip_tower.pt"
     torch.save(authors_file(arrays, "clip"), clip_file)
-    # their artifact file carries the frozen SD VAE they ran with: a diffusers folder, as users pass it
+    # their artifact file carries the frozen SD VAE they ran with: a diffusers folder, as users
+    # pass it
     artifact = authors_file(arrays, "artifact_weights.pth")
     vae = diffusers.AutoencoderKL.from_config(meta["vae_config"])
     prefix = "artifact_encoder.vae."
     vae.load_state_dict({k[len(prefix):]: v for k, v in artifact.items() if k.startswith(prefix)})
     vae.save_pretrained(tmp_path / "vae")
     net = CoSpy(variant="sd-v1.4", clip=meta["clip_config"], clip_pretrained=str(clip_file),
-                vae=str(tmp_path / "vae"), pretrained=cospy_weights_folder(arrays, tmp_path / "sd-v1_4"),
-                artifact_width=8)
+                vae=str(tmp_path / "vae"), artifact_width=8,
+                pretrained=cospy_weights_folder(arrays, tmp_path / "sd-v1_4"))
     out = score_from_pixels(net, images(arrays), tmp_path)
-    assert_close(torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1), arrays["branch_logits"])
+    branches = torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1)
+    assert_close(branches, arrays["branch_logits"])
     assert_close(out["logit"], arrays["outputs"])
 
 
@@ -114,11 +119,13 @@ def test_cospy_progan_released_folder_gives_the_authors_logits_from_pixels(tmp_p
     from detectors.cospy import CoSpy
 
     arrays, meta = load_golden("cospy", "progan")
-    clip = save_hf_clip(meta["clip_config"], authors_file(arrays, "clip"), tmp_path / "clip", projection=True)
+    clip = save_hf_clip(meta["clip_config"], authors_file(arrays, "clip"), tmp_path / "clip",
+                        projection=True)
     net = CoSpy(variant="progan", clip=clip, clip_pretrained=None, vae=None,
                 pretrained=cospy_weights_folder(arrays, tmp_path / "progan"), artifact_width=8)
     out = score_from_pixels(net, images(arrays), tmp_path)
-    assert_close(torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1), arrays["branch_logits"])
+    branches = torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1)
+    assert_close(branches, arrays["branch_logits"])
     assert_close(out["logit"], arrays["outputs"])
 
 
@@ -149,8 +156,8 @@ def test_forgelens_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_
         state = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
     checkpoint = tmp_path / "forgelens.pth"
     torch.save({"model_state_dict": state, "epoch": 0}, checkpoint)
-    net = ForgeLens(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint), stage=stage,
-                    faformer_heads=meta["faformer_heads"])
+    net = ForgeLens(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint),
+                    stage=stage, faformer_heads=meta["faformer_heads"])
     out = score_from_pixels(net, images(arrays), tmp_path)
     assert_close(out["logit"], arrays[f"outputs_stage{stage}"])
 
@@ -164,8 +171,9 @@ def test_iapl_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_path)
     arrays, meta = load_golden("iapl", "iapl")
     checkpoint = tmp_path / "checkpoint.pth"
     torch.save({"model": authors_file(arrays, "model"), "epoch": 0}, checkpoint)
-    net = IAPL(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint), n_ctx=meta["n_ctx"],
-               prompt_depth=meta["prompt_depth"], adapter_layers=meta["adapter_layers"],
+    net = IAPL(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint),
+               n_ctx=meta["n_ctx"], prompt_depth=meta["prompt_depth"],
+               adapter_layers=meta["adapter_layers"],
                preprocess={"size": 224, "mode": "tile", "mean": meta["mean"], "std": meta["std"]})
     out = score_from_pixels(net, images(arrays), tmp_path)
     assert_close(out["aux_logit"], arrays["aux_outputs"])
