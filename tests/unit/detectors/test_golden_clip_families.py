@@ -68,7 +68,8 @@ def assert_close(ours: torch.Tensor, authors: np.ndarray) -> None:
 def save_hf_clip(config: dict, state: dict[str, torch.Tensor], folder: Path,
                  projection: bool) -> str:
     """A Hugging Face CLIP vision folder (`save_pretrained`), as users pass the original CLIP."""
-    transformers = pytest.importorskip("transformers")
+    import transformers
+
     cls = transformers.CLIPVisionModelWithProjection if projection else transformers.CLIPVisionModel
     model = cls(transformers.CLIPVisionConfig(**config))
     model.load_state_dict(state, strict=False)
@@ -91,7 +92,8 @@ def test_cospy_sd14_released_folder_gives_the_authors_logits_from_pixels(tmp_pat
     """SigLIP-style open_clip tower at 384 px (mean = std = 0.5), the VAE residual at 224 px and
     the fusion layer, with the authors' Resize(384) + CenterCrop(384) on a landscape and a
     portrait image (odd and even crop margins)."""
-    diffusers = pytest.importorskip("diffusers")
+    import diffusers
+
     from detectors.cospy import CoSpy
 
     arrays, meta = load_golden("cospy", "sd-v1_4")
