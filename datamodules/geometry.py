@@ -17,6 +17,19 @@ CV2_INTERPOLATION_NAMES = {"nearest": "INTER_NEAREST", "bilinear": "INTER_LINEAR
                            "area": "INTER_AREA", "lanczos": "INTER_LANCZOS4"}
 
 
+def centre_start(spare: int) -> int:
+    """First row (column) of a centred window with `spare` rows left over: torchvision's
+    `CenterCrop`, `round(spare / 2)` with halves to even, which the released detectors were
+    evaluated with (`spare // 2` puts the window one pixel earlier for spare = 3, 7, 11, ...)."""
+    return round(spare / 2)
+
+
+def centre_crop(image: np.ndarray, size: int, **_: object) -> np.ndarray:
+    """The centre `size` x `size` window of an image at least that large (`centre_start`)."""
+    top, left = centre_start(image.shape[0] - size), centre_start(image.shape[1] - size)
+    return image[top:top + size, left:left + size]
+
+
 def pad_to(image: np.ndarray, size: int, centre: bool) -> np.ndarray:
     """Zero-pad to at least `size` x `size`: centred (the extra pixel after, as albumentations'
     `PadIfNeeded` does) or at the bottom/right (the pixel grid keeps its phase)."""
@@ -78,8 +91,7 @@ def eval_geometry(preprocess: Preprocess) -> Callable[[np.ndarray], np.ndarray]:
             if mode == "resize_crop":
                 image = resize_short_side(image, short, interpolation)
             image = tile_to_cover(image, size) if mode == "tile" else pad_to(image, size, centre=True)
-            top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
-            return image[top:top + size, left:left + size]
+            return centre_crop(image, size)
 
         return center_crop
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import imageops
-from datamodules.geometry import resize_short_side, tile_to_cover
+from datamodules.geometry import centre_crop, resize_short_side, tile_to_cover
 from datamodules.preprocess import Preprocess
 
 CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
@@ -117,9 +117,9 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     if preprocess.mode == "none":
         return []
     if preprocess.mode == "tile":
-        tile = partial(tile_to_cover, size=size)
+        tile, crop = partial(tile_to_cover, size=size), partial(centre_crop, size=size)
         return [A.Lambda(image=tile, mask=tile, name="tile"),
-                A.RandomCrop(size, size) if train else A.CenterCrop(size, size)]
+                A.RandomCrop(size, size) if train else A.Lambda(image=crop, mask=crop, name="centre_crop")]
     if preprocess.mode == "resize":
         return [A.Resize(size, size, interpolation=CV2_INTERPOLATION[preprocess.interpolation])]
     position = "top_left" if preprocess.mode == "pad" else "center"
@@ -133,7 +133,8 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     if train:
         return steps + [A.RandomCrop(size, size)]
     if preprocess.mode != "pad":
-        return steps + [A.CenterCrop(size, size)]
+        crop = partial(centre_crop, size=size)
+        return steps + [A.Lambda(image=crop, mask=crop, name="centre_crop")]
     return [pad, A.Crop(0, 0, size, size)]
 
 

@@ -90,8 +90,14 @@ def _crop_nodes(source: str, target: str, size: int, mode: str) -> list[onnx.Nod
                   helper.make_node("Pad", [source, "pp_pads"], ["pp_padded"], mode="constant"),
                   helper.make_node("Add", ["pp_hw", "pp_pad"], ["pp_padded_hw"])]
     if centre:
+        # round(spare / 2), halves to even (torchvision's CenterCrop): spare // 2, plus 1 when
+        # spare is odd and spare // 2 is odd
         nodes += [helper.make_node("Sub", ["pp_padded_hw", "pp_size2"], ["pp_spare"]),
-                  helper.make_node("Div", ["pp_spare", "pp_two"], ["pp_start"])]
+                  helper.make_node("Div", ["pp_spare", "pp_two"], ["pp_half"]),
+                  helper.make_node("Mod", ["pp_spare", "pp_two"], ["pp_spare_odd"]),
+                  helper.make_node("Mod", ["pp_half", "pp_two"], ["pp_half_odd"]),
+                  helper.make_node("Mul", ["pp_spare_odd", "pp_half_odd"], ["pp_round_up"]),
+                  helper.make_node("Add", ["pp_half", "pp_round_up"], ["pp_start"])]
     else:
         nodes += [helper.make_node("Identity", ["pp_zero2"], ["pp_start"])]
     return nodes + [helper.make_node("Add", ["pp_start", "pp_size2"], ["pp_end"]), _const("pp_axes", [2, 3]),

@@ -25,11 +25,30 @@ def test_none_mode_keeps_the_image_and_eval_is_deterministic():
 
 
 def test_center_crop_takes_the_centre_and_pad_keeps_the_pixel_grid_phase():
+    """The centre window is torchvision's `CenterCrop` (margins 13 and 39: round(6.5) = 6,
+    round(19.5) = 20, halves to even), the one released detectors were evaluated with."""
     crop = build_transform({"size": 32, "mode": "center_crop"})(image=IMAGE)["image"]
-    np.testing.assert_array_equal(crop, IMAGE[6:38, 19:51])
+    np.testing.assert_array_equal(crop, IMAGE[6:38, 20:52])
     padded = build_transform({"size": 96, "mode": "pad"})(image=IMAGE)["image"]
     np.testing.assert_array_equal(padded[:45, :71], IMAGE)
     assert padded[45:].max() == 0 and padded[:, 71:].max() == 0
+
+
+@pytest.mark.parametrize("mode", ["center_crop", "tile"])
+def test_centre_window_is_torchvisions_center_crop_for_every_margin(mode):
+    """Released detectors were evaluated with torchvision's CenterCrop; its window start rounds
+    half-margins to even, which `(H - size) // 2` misses for margins 3, 7, 11, ..."""
+    import torch
+    import torchvision.transforms.functional as F
+
+    from datamodules.geometry import eval_geometry
+
+    for extra in range(13):
+        image = np.random.default_rng(extra).integers(0, 256, (20 + extra, 33 - extra, 3), dtype=np.uint8)
+        expected = F.center_crop(torch.from_numpy(image).permute(2, 0, 1), [20, 20]).permute(1, 2, 0).numpy()
+        preprocess = {"size": 20, "mode": mode}
+        np.testing.assert_array_equal(build_transform(preprocess)(image=image)["image"], expected)
+        np.testing.assert_array_equal(eval_geometry(preprocess)(image), expected)
 
 
 def test_masks_follow_the_image_geometry():
