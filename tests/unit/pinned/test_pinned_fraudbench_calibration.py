@@ -1,5 +1,6 @@
 """FraudBench's calibrated threshold is set on genuine images only: a labelled calibration input
 contributes its label-0 images and none of its fakes; an unlabelled folder counts whole."""
+
 from __future__ import annotations
 
 import csv
@@ -12,13 +13,15 @@ from tests.helpers import write_images, write_tiny_model
 
 
 def labelled_manifest(folder, genuine: int, fake: int):
-    """A manifest of `genuine` label-0 and `fake` label-1 images of odd, non-square sizes, interleaved."""
+    """A manifest of `genuine` label-0 and `fake` label-1 images of odd, non-square sizes,
+    interleaved."""
     labels = [0] * genuine + [1] * fake
     order = np.random.default_rng(3).permutation(len(labels))
     labels = [labels[i] for i in order]
     paths = write_images(folder, [(31 + i, 45 - i) for i in range(len(labels))])
-    lines = ["path,label,group"] + [f"{p.name},{label},{'genA' if label else 'real'}"
-                                   for p, label in zip(paths, labels)]
+    lines = ["path,label,group"] + [
+        f"{p.name},{label},{'genA' if label else 'real'}" for p, label in zip(paths, labels)
+    ]
     (folder / "manifest.csv").write_text("\n".join(lines) + "\n")
     return folder / "manifest.csv", {str(p) for p, label in zip(paths, labels) if label == 0}
 
@@ -37,7 +40,9 @@ def test_a_real_fake_tree_gives_its_real_folder_only(tmp_path):
 
 def test_an_unlabelled_folder_counts_every_image(tmp_path):
     paths = write_images(tmp_path / "photos", [(33, 21), (20, 35), (17, 29)])
-    assert sorted(r.path for r in genuine_records(str(tmp_path / "photos"))) == sorted(map(str, paths))
+    assert sorted(r.path for r in genuine_records(str(tmp_path / "photos"))) == sorted(
+        map(str, paths)
+    )
 
 
 def test_the_table_calibrates_on_the_genuine_images_of_a_labelled_input(tmp_path):
@@ -45,12 +50,30 @@ def test_the_table_calibrates_on_the_genuine_images_of_a_labelled_input(tmp_path
     data, _ = labelled_manifest(tmp_path / "data", genuine=3, fake=3)
     calibration, genuine = labelled_manifest(tmp_path / "calibration", genuine=6, fake=5)
     output = tmp_path / "table.md"
-    table = main(["--data", str(data), "--model", f"npr={model}", "--genuine", str(calibration),
-                  "--target-fpr", "0.2", "--output", str(output), "--workers", "0", "--device", "cpu"])
+    table = main(
+        [
+            "--data",
+            str(data),
+            "--model",
+            f"npr={model}",
+            "--genuine",
+            str(calibration),
+            "--target-fpr",
+            "0.2",
+            "--output",
+            str(output),
+            "--workers",
+            "0",
+            "--device",
+            "cpu",
+        ]
+    )
     fixed, calibrated = table["rows"]
     assert calibrated["threshold_kind"] == "calibrated" and calibrated["n_calibration_genuine"] == 6
     with (tmp_path / "table_scores" / "npr_genuine.csv").open() as handle:
         scores = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}
     assert set(scores) == genuine  # no fake image was scored for calibration
     assert np.mean(np.asarray(list(scores.values())) >= calibrated["threshold"]) <= 0.2
-    assert json.loads(output.with_suffix(".json").read_text())["rows"][1]["n_calibration_genuine"] == 6
+    assert (
+        json.loads(output.with_suffix(".json").read_text())["rows"][1]["n_calibration_genuine"] == 6
+    )

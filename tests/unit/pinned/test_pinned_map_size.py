@@ -1,6 +1,7 @@
 """Saved localization maps keep the input image's geometry: height stays height and width stays
 width for non-square, odd-sized images, whatever size the model saw; 0.5 stays on the positive side
 of the 8-bit encoding."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,13 +21,17 @@ def half_map(shape: tuple[int, int], axis: int) -> np.ndarray:
     return prob
 
 
-@pytest.mark.parametrize("network, image", [((8, 12), (37, 53)), ((12, 8), (53, 37)), ((16, 16), (23, 61))])
+@pytest.mark.parametrize(
+    "network, image", [((8, 12), (37, 53)), ((12, 8), (53, 37)), ((16, 16), (23, 61))]
+)
 @pytest.mark.parametrize("axis", [0, 1])
 def test_a_map_is_resized_to_the_image_height_and_width(network, image, axis):
     out = to_uint8_map(half_map(network, axis), image)
     assert out.shape == image and out.dtype == np.uint8
     expected = half_map(image, axis) * 255
-    interior = np.abs(np.arange(image[axis]) - image[axis] / 2) > image[axis] / 8  # away from the edge ramp
+    interior = (
+        np.abs(np.arange(image[axis]) - image[axis] / 2) > image[axis] / 8
+    )  # away from the edge ramp
     index = (interior, slice(None)) if axis == 0 else (slice(None), interior)
     np.testing.assert_array_equal(out[index], expected[index])
 
@@ -45,7 +50,9 @@ def test_an_overlay_is_drawn_over_a_non_square_picture_in_place(tmp_path):
     [written] = list(tmp_path.glob("*.jpg"))
     overlay = read_image(written)
     assert overlay.shape == (21, 34, 3)
-    assert overlay[:7, :, 0].mean() > 100 and overlay[14:, :, 0].mean() < 20  # red on the top half only
+    assert (
+        overlay[:7, :, 0].mean() > 100 and overlay[14:, :, 0].mean() < 20
+    )  # red on the top half only
 
 
 def test_probability_one_half_stays_positive_through_the_8_bit_map(tmp_path):

@@ -1,5 +1,6 @@
 """Merged part files give the rows of a one-process run: every input once, in input order (not in
 path order), rows already in the output kept, and rows of no input kept after the rest."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,9 @@ def test_parts_merge_in_input_order_with_every_input_once(tmp_path, suffix):
     with ResultWriter(output, COLUMNS) as writer:  # a run that stopped after two rows
         writer.write([row("sub/m.png", 0.3), row("zeta.png", 0.1)])
     write_part(output, Shard(1, 2), 0, [row("9.png", 0.6), row("alpha.png", 0.2)])
-    write_part(output, Shard(0, 2), 1, [row("a b.png", 0.7), row("Beta.png", 0.4), row("zeta.png", 0.99)])
+    write_part(
+        output, Shard(0, 2), 1, [row("a b.png", 0.7), row("Beta.png", 0.4), row("zeta.png", 0.99)]
+    )
     write_part(output, Shard(0, 2), 0, [row("10.png", 0.5), row("stray.png", 0.8)])
     assert merge_parts(output, records, COLUMNS) == {"rows": 8, "missing": 0}
     merged = read_rows(output)
@@ -45,8 +48,12 @@ def test_parts_merge_in_input_order_with_every_input_once(tmp_path, suffix):
 def test_a_missing_input_is_counted_and_the_rest_stay_in_order(tmp_path):
     records = [Record(name) for name in NAMES]
     output = tmp_path / "scores.csv"
-    write_part(output, Shard(0, 1), 0, [row(name, 0.1 * i) for i, name in reversed(list(enumerate(NAMES)))
-                                        if name != "Beta.png"])
+    write_part(
+        output,
+        Shard(0, 1),
+        0,
+        [row(name, 0.1 * i) for i, name in reversed(list(enumerate(NAMES))) if name != "Beta.png"],
+    )
     assert merge_parts(output, records, COLUMNS) == {"rows": 6, "missing": 1}
     assert [r["path"] for r in read_rows(output)] == [n for n in NAMES if n != "Beta.png"]
 
@@ -68,12 +75,25 @@ def test_sharded_jobs_merge_into_the_single_process_file_for_unsorted_inputs(tmp
         renamed.append(Record(str(target)))
 
     def run(output, shard):
-        return score_to_output(MeanBrightness(), renamed, output, COLUMNS, Processes(device="cpu"),
-                               Shard.parse(shard), resume=False, batch_size=2, num_workers=0, progress=False)
+        return score_to_output(
+            MeanBrightness(),
+            renamed,
+            output,
+            COLUMNS,
+            Processes(device="cpu"),
+            Shard.parse(shard),
+            resume=False,
+            batch_size=2,
+            num_workers=0,
+            progress=False,
+        )
 
     run(tmp_path / "single.csv", "")
     for index in (2, 0, 1):
         run(tmp_path / "sharded.csv", f"{index}/3")
-    assert merge_parts(tmp_path / "sharded.csv", renamed, COLUMNS) == {"rows": len(NAMES), "missing": 0}
+    assert merge_parts(tmp_path / "sharded.csv", renamed, COLUMNS) == {
+        "rows": len(NAMES),
+        "missing": 0,
+    }
     assert (tmp_path / "sharded.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
     assert [r["path"] for r in read_rows(tmp_path / "single.csv")] == [r.path for r in renamed]

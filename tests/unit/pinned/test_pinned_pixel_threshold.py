@@ -1,6 +1,7 @@
 """Pixel metrics at the exact boundaries the documented protocol states: a pixel is predicted
 positive when its probability is >= the threshold; a float mask is positive from 0.5 and an 8-bit
 mask from 128; genuine images are scored by the fraction of pixels at or above the threshold."""
+
 from __future__ import annotations
 
 import numpy as np

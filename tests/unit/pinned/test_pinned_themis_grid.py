@@ -1,5 +1,6 @@
 """A ROWSxCOLS block grid means ROWS rows and COLS columns, numbered row-major, on non-square,
 odd-sized images: from the command line (`--grid 2x3`) to the scored blocks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,8 @@ HEIGHT, WIDTH = 41, 67  # a 2 x 3 grid: rows 0-20 | 21-40, columns 0-22 | 23-44 
 
 
 def bottom_right_block() -> np.ndarray:
-    """Block 6 of the 2 x 3 grid (row 2, column 3); of a 3 x 2 grid it would cover parts of 4 and 6."""
+    """Block 6 of the 2 x 3 grid (row 2, column 3); of a 3 x 2 grid it would cover parts of 4
+    and 6."""
     mask = np.zeros((HEIGHT, WIDTH), np.float32)
     mask[21:, 45:] = 1
     return mask
@@ -22,8 +24,15 @@ def test_grid_text_is_rows_by_columns():
     assert parse_grid("2x3") == (2, 3) and parse_grid("5X1") == (5, 1)
 
 
-@pytest.mark.parametrize("grid, rows, cols, block", [((2, 3), (21, 41), (45, 67), 6), ((1, 3), (0, 41), (45, 67), 3),
-                                                     ((2, 1), (21, 41), (0, 67), 2), ((3, 2), (14, 28), (0, 34), 3)])
+@pytest.mark.parametrize(
+    "grid, rows, cols, block",
+    [
+        ((2, 3), (21, 41), (45, 67), 6),
+        ((1, 3), (0, 41), (45, 67), 3),
+        ((2, 1), (21, 41), (0, 67), 2),
+        ((3, 2), (14, 28), (0, 34), 3),
+    ],
+)
 def test_blocks_are_numbered_row_major_over_rows_then_columns(grid, rows, cols, block):
     truth = np.zeros((HEIGHT, WIDTH), np.float32)
     truth[slice(*rows), slice(*cols)] = 1
@@ -47,8 +56,20 @@ def test_command_scores_a_two_by_three_grid_on_non_square_images(tmp_path):
     results.append(f"{tmp_path / 'a.png'},0.9,1,ok,,{tmp_path / 'a_map.png'}")
     (tmp_path / "manifest.csv").write_text("\n".join(manifest) + "\n")
     (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
-    assert main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"), "--grid", "2x3",
-                 "--output", str(tmp_path / "table.md")]) == 0
+    assert (
+        main(
+            [
+                str(tmp_path / "scores.csv"),
+                "--manifest",
+                str(tmp_path / "manifest.csv"),
+                "--grid",
+                "2x3",
+                "--output",
+                str(tmp_path / "table.md"),
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "table.md").read_text()
     assert "| scores | ours | 100.00 (n=1) | 100.00 |" in text
     assert "| (every block flagged) | ours | 16.67 (n=1) | 28.57 |" in text  # 1 true block of 6

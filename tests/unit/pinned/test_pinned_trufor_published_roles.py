@@ -3,7 +3,9 @@ network, checked by behaviour: a published-layout state dict with distinct value
 is loaded through the mapping, and each fusion stage is compared with a reference written from the
 published names (CMX's feature fusion: `channel_proj1`, `kv1`, `end_proj1`, `norm1` act on the RGB
 stream `x1`, the `...2` tensors on the Noiseprint++ stream `x2`; each stream's queries read the
-other stream's key-value context). A name round trip cannot see two same-shaped tensors trade places."""
+other stream's key-value context). A name round trip cannot see two same-shaped tensors trade
+places."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +20,10 @@ from detectors.trufor_weights import to_published_state_dict
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 TINY = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
-PUBLISHED_LAYOUT = {**TINY, "encoder": {**TINY["encoder"], "stem_width": None}}  # no stem, as published
+PUBLISHED_LAYOUT = {
+    **TINY,
+    "encoder": {**TINY["encoder"], "stem_width": None},
+}  # no stem, as published
 
 
 def distinct_published_state() -> dict[str, torch.Tensor]:
@@ -43,8 +48,14 @@ def norm(x, state, name):
 
 
 def batch_norm(x, state, name):
-    return F.batch_norm(x, state[f"{name}.running_mean"], state[f"{name}.running_var"], state[f"{name}.weight"],
-                        state[f"{name}.bias"], training=False)
+    return F.batch_norm(
+        x,
+        state[f"{name}.running_mean"],
+        state[f"{name}.running_var"],
+        state[f"{name}.weight"],
+        state[f"{name}.bias"],
+        training=False,
+    )
 
 
 def split_heads(tokens, heads):
@@ -53,9 +64,14 @@ def split_heads(tokens, heads):
 
 
 def key_value_context(tokens, state, name, heads):
-    """softmax over keys of (K^T V) x scale, per head: a head_dim x head_dim context of one stream."""
+    """softmax over keys of (K^T V) x scale, per head: a head_dim x head_dim context of one
+    stream."""
     n, length, dim = tokens.shape
-    key, value = linear(tokens, state, name).reshape(n, length, 2, heads, dim // heads).permute(2, 0, 3, 1, 4)
+    key, value = (
+        linear(tokens, state, name)
+        .reshape(n, length, 2, heads, dim // heads)
+        .permute(2, 0, 3, 1, 4)
+    )
     return (key.transpose(-2, -1) @ value * (dim // heads) ** -0.5).softmax(dim=-2)
 
 
@@ -69,17 +85,32 @@ def reference_fusion(state, prefix, x1, x2, heads):
     context2 = key_value_context(cross2, state, f"{prefix}.cross.cross_attn.kv2", heads)
     read1 = (split_heads(cross1, heads) @ context2).permute(0, 2, 1, 3).reshape(n, -1, dim)
     read2 = (split_heads(cross2, heads) @ context1).permute(0, 2, 1, 3).reshape(n, -1, dim)
-    t1 = norm(t1 + linear(torch.cat((pass1, read1), -1), state, f"{prefix}.cross.end_proj1"), state,
-              f"{prefix}.cross.norm1")
-    t2 = norm(t2 + linear(torch.cat((pass2, read2), -1), state, f"{prefix}.cross.end_proj2"), state,
-              f"{prefix}.cross.norm2")
+    t1 = norm(
+        t1 + linear(torch.cat((pass1, read1), -1), state, f"{prefix}.cross.end_proj1"),
+        state,
+        f"{prefix}.cross.norm1",
+    )
+    t2 = norm(
+        t2 + linear(torch.cat((pass2, read2), -1), state, f"{prefix}.cross.end_proj2"),
+        state,
+        f"{prefix}.cross.norm2",
+    )
     merged = torch.cat((t1, t2), -1).transpose(1, 2).reshape(n, 2 * dim, height, width)
     emb = f"{prefix}.channel_emb"
     residual = F.conv2d(merged, state[f"{emb}.residual.weight"])
-    x = F.conv2d(merged, state[f"{emb}.channel_embed.0.weight"], state[f"{emb}.channel_embed.0.bias"])
-    x = F.conv2d(x, state[f"{emb}.channel_embed.1.weight"], state[f"{emb}.channel_embed.1.bias"], padding=1,
-                 groups=dim)
-    x = F.conv2d(F.relu(x), state[f"{emb}.channel_embed.3.weight"], state[f"{emb}.channel_embed.3.bias"])
+    x = F.conv2d(
+        merged, state[f"{emb}.channel_embed.0.weight"], state[f"{emb}.channel_embed.0.bias"]
+    )
+    x = F.conv2d(
+        x,
+        state[f"{emb}.channel_embed.1.weight"],
+        state[f"{emb}.channel_embed.1.bias"],
+        padding=1,
+        groups=dim,
+    )
+    x = F.conv2d(
+        F.relu(x), state[f"{emb}.channel_embed.3.weight"], state[f"{emb}.channel_embed.3.bias"]
+    )
     x = batch_norm(x, state, f"{emb}.channel_embed.4")
     return batch_norm(residual + x, state, f"{emb}.norm")
 
@@ -97,7 +128,9 @@ def test_every_fusion_tensor_acts_on_its_own_stream(loaded, stage):
     state, net = loaded
     dim, heads = TINY["encoder"]["embed_dims"][stage], TINY["encoder"]["num_heads"][stage]
     generator = torch.Generator().manual_seed(stage)
-    rgb, noise = (torch.randn(2, dim, 5, 7, generator=generator) for _ in range(2))  # odd, non-square
+    rgb, noise = (
+        torch.randn(2, dim, 5, 7, generator=generator) for _ in range(2)
+    )  # odd, non-square
     with torch.no_grad():
         ours = net.encoder.fuse[stage](rgb, noise)
         reference = reference_fusion(state, f"backbone.FFMs.{stage}", rgb, noise, heads)
@@ -110,10 +143,19 @@ def test_the_reference_tells_the_two_streams_apart(loaded):
     state, net = loaded
     swapped = dict(state)
     kv = "backbone.FFMs.1.cross.cross_attn.kv"
-    swapped[f"{kv}1.weight"], swapped[f"{kv}2.weight"] = state[f"{kv}2.weight"], state[f"{kv}1.weight"]
+    swapped[f"{kv}1.weight"], swapped[f"{kv}2.weight"] = (
+        state[f"{kv}2.weight"],
+        state[f"{kv}1.weight"],
+    )
     generator = torch.Generator().manual_seed(0)
     rgb, noise = (torch.randn(2, 32, 5, 7, generator=generator) for _ in range(2))
     with torch.no_grad():
-        difference = (reference_fusion(state, "backbone.FFMs.1", rgb, noise, 2)
-                      - reference_fusion(swapped, "backbone.FFMs.1", rgb, noise, 2)).abs().max()
+        difference = (
+            (
+                reference_fusion(state, "backbone.FFMs.1", rgb, noise, 2)
+                - reference_fusion(swapped, "backbone.FFMs.1", rgb, noise, 2)
+            )
+            .abs()
+            .max()
+        )
     assert difference > 1e-2
