@@ -69,6 +69,7 @@ def test_the_table_calibrates_on_the_genuine_images_of_a_labelled_input(tmp_path
         ]
     )
     fixed, calibrated = table["rows"]
+    assert fixed["threshold_kind"] == "fixed" and fixed["threshold"] == 0.5
     assert calibrated["threshold_kind"] == "calibrated" and calibrated["n_calibration_genuine"] == 6
     with (tmp_path / "table_scores" / "npr_genuine.csv").open() as handle:
         scores = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}

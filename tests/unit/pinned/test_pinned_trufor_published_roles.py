@@ -140,7 +140,7 @@ def test_every_fusion_tensor_acts_on_its_own_stream(loaded, stage):
 def test_the_reference_tells_the_two_streams_apart(loaded):
     """The check has teeth: handing the reference the two key-value tensors the other way round
     changes its output (so a swapped mapping cannot agree with it)."""
-    state, net = loaded
+    state, _ = loaded
     swapped = dict(state)
     kv = "backbone.FFMs.1.cross.cross_attn.kv"
     swapped[f"{kv}1.weight"], swapped[f"{kv}2.weight"] = (
