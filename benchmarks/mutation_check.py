@@ -16,6 +16,7 @@ Third-party libraries are imported once and every mutant runs in a forked proces
 costs the run time of its tests, not the imports. Error messages, log calls and type annotations
 are not mutated (their text is not behaviour).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,38 +36,46 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PINNED = "tests/unit/pinned"
-# module -> the fast tests that cover it; the first file (the pinned specification) runs alone first,
-# the others only for the mutants it does not kill
+# module -> the fast tests that cover it; the first file (the pinned specification) runs alone
+# first, the others only for the mutants it does not kill
 COVERAGE = {
-    "evaluation/pixel.py": [f"{PINNED}/test_pinned_pixel_threshold.py", "tests/unit/evaluation/test_eval_pixel.py"],
+    "evaluation/pixel.py": [f"{PINNED}/test_pinned_pixel_threshold.py",
+                            "tests/unit/evaluation/test_eval_pixel.py"],
     "inference/masks.py": [f"{PINNED}/test_pinned_map_size.py"],
-    "inference/tiling.py": [f"{PINNED}/test_pinned_tiles.py", "tests/unit/detectors/test_tiled_localizer.py"],
-    "inference/parts.py": [f"{PINNED}/test_pinned_merge_order.py", "tests/unit/inference/test_infer_parts.py"],
+    "inference/tiling.py": [f"{PINNED}/test_pinned_tiles.py",
+                            "tests/unit/detectors/test_tiled_localizer.py"],
+    "inference/parts.py": [f"{PINNED}/test_pinned_merge_order.py",
+                           "tests/unit/inference/test_infer_parts.py"],
     "inference/onnx_variants.py": [f"{PINNED}/test_pinned_variant_refusal.py",
                                    "tests/unit/inference/test_onnx_variants.py"],
-    "detectors/trufor_weights.py": [f"{PINNED}/test_pinned_trufor_published_roles.py",
-                                    *[f"tests/unit/detectors/test_trufor.py::test_{name}" for name in (
-                                        "published_names_and_shapes_round_trip_through_the_mapping",
-                                        "published_checkpoint_loads_and_reproduces_the_model",
-                                        "published_checkpoint_with_unknown_keys_is_refused",
-                                        "missing_published_file_says_so",
-                                        "a_convolutional_stem_cannot_take_published_weights")]],
+    "detectors/trufor_weights.py": [
+        f"{PINNED}/test_pinned_trufor_published_roles.py",
+        *[f"tests/unit/detectors/test_trufor.py::test_{name}" for name in (
+            "published_names_and_shapes_round_trip_through_the_mapping",
+            "published_checkpoint_loads_and_reproduces_the_model",
+            "published_checkpoint_with_unknown_keys_is_refused",
+            "missing_published_file_says_so",
+            "a_convolutional_stem_cannot_take_published_weights")]],
     "inference/themis_blocks.py": [f"{PINNED}/test_pinned_themis_grid.py",
                                    "tests/unit/inference/test_themis_blocks.py"],
     "inference/fraudbench_table.py": [f"{PINNED}/test_pinned_fraudbench_calibration.py",
                                       "tests/unit/inference/test_fraudbench_table.py"],
 }
 ACCEPTED = ROOT / "benchmarks" / "mutation_accepted.txt"
-PRELOAD = ("numpy", "scipy.ndimage", "cv2", "PIL.Image", "torch", "torchvision", "timm", "lightning",
-           "sklearn.metrics", "onnx", "onnxruntime", "onnxruntime.quantization", "yaml", "hydra", "pandas",
-           "albumentations", "skimage", "segmentation_models_pytorch", "open_clip", "pytest")
+# third-party libraries imported once, before the forks
+PRELOAD = ("numpy", "scipy.ndimage", "cv2", "PIL.Image", "torch", "torchvision", "timm",
+           "lightning", "sklearn.metrics", "onnx", "onnxruntime", "onnxruntime.quantization",
+           "yaml", "hydra", "pandas", "albumentations", "skimage", "segmentation_models_pytorch",
+           "open_clip", "pytest")
 
 COMPARE_SWAPS = {ast.Gt: (ast.GtE, ast.LtE), ast.GtE: (ast.Gt, ast.Lt), ast.Lt: (ast.LtE, ast.GtE),
-                 ast.LtE: (ast.Lt, ast.Gt), ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,), ast.Is: (ast.IsNot,),
-                 ast.IsNot: (ast.Is,), ast.In: (ast.NotIn,), ast.NotIn: (ast.In,)}
+                 ast.LtE: (ast.Lt, ast.Gt), ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,),
+                 ast.Is: (ast.IsNot,), ast.IsNot: (ast.Is,), ast.In: (ast.NotIn,),
+                 ast.NotIn: (ast.In,)}
 BINOP_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add}
 NAME_SWAPS = {"max": "min", "min": "max", "amax": "amin", "amin": "amax", "maximum": "minimum",
-              "minimum": "maximum", "argmax": "argmin", "argmin": "argmax", "nanmax": "nanmin", "nanmin": "nanmax"}
+              "minimum": "maximum", "argmax": "argmin", "argmin": "argmax", "nanmax": "nanmin",
+              "nanmin": "nanmax"}
 INDEX_SWAPS = {0: 1, 1: 0, -1: 0}
 QUIET_CALLS = {"debug", "info", "warning", "error", "exception", "print", "warn", "warn_undefined"}
 
@@ -84,7 +93,7 @@ class Mutant:
 
     @property
     def key(self) -> str:
-        """Stable across edits elsewhere in the file: the module and the expression, not the line."""
+        """Stable across edits elsewhere in the file: the module and the statement, not the line."""
         return f"{self.module}: {self.before}  ->  {self.after}"
 
 
@@ -93,7 +102,8 @@ def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
 
 
 def _silent(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    """Inside an error message, a log call, an f-string, an annotation or an `isinstance` type tuple."""
+    """Inside an error message, a log call, an f-string, an annotation or the type tuple of an
+    `isinstance`."""
     while node in parents:
         parent = parents[node]
         if isinstance(parent, (ast.Raise, ast.JoinedStr, ast.ExceptHandler)):
@@ -104,7 +114,9 @@ def _silent(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
             if name in QUIET_CALLS or (name == "isinstance" and node is not parent.args[0]):
                 return True
         if isinstance(parent, (ast.arg, ast.FunctionDef, ast.AnnAssign)) and node in (
-                getattr(parent, "annotation", None), getattr(parent, "returns", None)):
+            getattr(parent, "annotation", None),
+            getattr(parent, "returns", None),
+        ):
             return True
         node = parent
     return False
@@ -116,7 +128,11 @@ def _options(node: ast.AST) -> list:
         return list(COMPARE_SWAPS.get(type(node.ops[0]), ()))
     if isinstance(node, ast.BinOp) and type(node.op) in BINOP_SWAPS:
         return [BINOP_SWAPS[type(node.op)]]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not isinstance(node.operand, ast.Constant):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and not isinstance(node.operand, ast.Constant)
+    ):
         return ["drop minus"]
     if isinstance(node, ast.Name) and node.id in NAME_SWAPS and isinstance(node.ctx, ast.Load):
         return [NAME_SWAPS[node.id]]
@@ -125,7 +141,11 @@ def _options(node: ast.AST) -> list:
     if isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.UnaryOp)):
         value = ast.literal_eval(node.slice) if _is_int_literal(node.slice) else None
         return [INDEX_SWAPS[value]] if value in INDEX_SWAPS else []
-    if isinstance(node, ast.Tuple) and len(node.elts) == 2 and not all(isinstance(e, ast.Constant) for e in node.elts):
+    if (
+        isinstance(node, ast.Tuple)
+        and len(node.elts) == 2
+        and not all(isinstance(e, ast.Constant) for e in node.elts)
+    ):
         return ["swap"] if ast.unparse(node.elts[0]) != ast.unparse(node.elts[1]) else []
     if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "sorted":
         return ["drop key"] if any(k.arg == "key" for k in node.keywords) else []
@@ -164,7 +184,9 @@ def _describe(statement: ast.AST, node: ast.AST, choice) -> tuple[str, str]:
     """(statement before, statement after), one line each, for the report."""
     before = ast.unparse(statement).split("\n")[0]
     mutated = copy.deepcopy(statement)
-    target = next(n for n in ast.walk(mutated) if ast.dump(n) == ast.dump(node) and _same_place(n, node))
+    target = next(
+        n for n in ast.walk(mutated) if ast.dump(n) == ast.dump(node) and _same_place(n, node)
+    )
     replacement = _apply(target, choice)
     if replacement is not target:
         _replace(mutated, target, replacement)
@@ -173,7 +195,9 @@ def _describe(statement: ast.AST, node: ast.AST, choice) -> tuple[str, str]:
 
 def _same_place(a: ast.AST, b: ast.AST) -> bool:
     return (getattr(a, "lineno", None), getattr(a, "col_offset", None)) == (
-        getattr(b, "lineno", None), getattr(b, "col_offset", None))
+        getattr(b, "lineno", None),
+        getattr(b, "col_offset", None),
+    )
 
 
 def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
@@ -216,8 +240,13 @@ def mutated_source(mutant: Mutant) -> str:
 
 def copy_repository(target: Path) -> None:
     """Tracked and untracked-but-not-ignored files, as `git` lists them."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.splitlines()
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     for name in listed:
         source = ROOT / name
         if source.is_file():
@@ -232,7 +261,9 @@ def run_tests(copy_root: Path, tests: list[str], timeout: float) -> tuple[str, f
     if pid == 0:  # the child: imports the (mutated) project code fresh, from the copy
         try:
             os.chdir(copy_root)
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # third-party plugins: seconds per run
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = (
+                "1"  # third-party plugins: seconds per run
+            )
             sys.path.insert(0, str(copy_root))
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
@@ -257,7 +288,7 @@ def run_tests(copy_root: Path, tests: list[str], timeout: float) -> tuple[str, f
 
 def _write(path: Path, text: str) -> None:
     """Write a module with a modification time of its own, so its cached bytecode (keyed by
-    time and size) is never taken for that of another version; the rest of the copy keeps its cache."""
+    time and size) is never taken for that of another version; the rest keeps its cache."""
     global _VERSION
     _VERSION += 1
     path.write_text(text, encoding="utf-8")
@@ -271,8 +302,11 @@ def accepted_keys() -> dict[str, str]:
     """`benchmarks/mutation_accepted.txt`: `<mutant key>  # reason` per line."""
     if not ACCEPTED.is_file():
         return {}
-    lines = [line for line in ACCEPTED.read_text(encoding="utf-8").splitlines() if line.strip()
-             and not line.startswith("#")]
+    lines = [
+        line
+        for line in ACCEPTED.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     return {line.split("  # ")[0].strip(): line.split("  # ", 1)[-1].strip() for line in lines}
 
 
@@ -283,7 +317,7 @@ def check(modules: list[str], timeout: float, log=print) -> list[Mutant]:
             importlib.import_module(name)
         except ImportError:
             pass
-    gc.freeze()  # the preloaded heap is never collected again: pytest's gc passes in children stay short
+    gc.freeze()  # the preloaded heap is left out of the children's garbage collections
     results = []
     with tempfile.TemporaryDirectory(prefix="mutation_") as folder:
         copy_root = Path(folder)
@@ -292,23 +326,32 @@ def check(modules: list[str], timeout: float, log=print) -> list[Mutant]:
         for module in modules:
             tests = COVERAGE.get(module)
             if not tests:
-                raise SystemExit(f"no tests are listed for {module}; add it to COVERAGE in {__file__}")
+                raise SystemExit(
+                    f"no tests are listed for {module}; add it to COVERAGE in {__file__}"
+                )
             baseline, seconds = run_tests(copy_root, tests, timeout)
             if baseline != "passed":
-                raise SystemExit(f"the tests of {module} do not pass on the unmutated code ({baseline})")
+                raise SystemExit(
+                    f"the tests of {module} do not pass on the unmutated code ({baseline})"
+                )
             log(f"{module}: tests pass unmutated in {seconds:.1f} s")
             original = (copy_root / module).read_text(encoding="utf-8")
             try:
                 for mutant in mutants_of(module):
                     _write(copy_root / module, mutated_source(mutant))
                     outcome, mutant.seconds = run_tests(copy_root, tests[:1], timeout)
-                    if outcome == "passed" and len(tests) > 1:  # the rest only for what the first misses
+                    if (
+                        outcome == "passed" and len(tests) > 1
+                    ):  # the rest only for what the first misses
                         outcome, seconds = run_tests(copy_root, tests[1:], timeout)
                         mutant.seconds += seconds
-                    mutant.status = {"failed": "killed", "timeout": "timeout"}.get(outcome, "survived")
+                    mutant.status = {"failed": "killed", "timeout": "timeout"}.get(
+                        outcome, "survived"
+                    )
                     if mutant.status == "survived" and mutant.key in accepted:
                         mutant.status = "accepted"
-                    log(f"  {mutant.status:8s} {module}:{mutant.line}  {mutant.before}  ->  {mutant.after}")
+                    log(f"  {mutant.status:8s} {module}:{mutant.line}  "
+                        f"{mutant.before}  ->  {mutant.after}")
                     results.append(mutant)
             finally:
                 _write(copy_root / module, original)
@@ -317,10 +360,16 @@ def check(modules: list[str], timeout: float, log=print) -> list[Mutant]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--module", action="append", help=f"module to mutate (default: {', '.join(COVERAGE)})")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run")
+    parser.add_argument(
+        "--module", action="append", help=f"module to mutate (default: {', '.join(COVERAGE)})"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds per mutant's test run"
+    )
     parser.add_argument("--output", type=Path, help="write every mutant and its status as JSON")
-    parser.add_argument("--list", action="store_true", help="list the mutants without running tests")
+    parser.add_argument(
+        "--list", action="store_true", help="list the mutants without running tests"
+    )
     args = parser.parse_args(argv)
     modules = args.module or list(COVERAGE)
     if args.list:
@@ -330,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = check(modules, args.timeout)
     survivors = [m for m in results if m.status == "survived"]
-    counts = {status: sum(m.status == status for m in results) for status in
-              ("killed", "timeout", "accepted", "survived")}
+    counts = {
+        status: sum(m.status == status for m in results)
+        for status in ("killed", "timeout", "accepted", "survived")
+    }
     print(f"\n{len(results)} mutants: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     for mutant in survivors:
         print(f"SURVIVED {mutant.module}:{mutant.line}  {mutant.before}  ->  {mutant.after}")

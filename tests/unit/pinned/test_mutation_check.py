@@ -1,5 +1,6 @@
 """The mutation check finds the mutants that matter and never edits the working tree; its full run
 on a module (slow) leaves no survivor that is not listed, with a reason, as accepted."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.mutation_check import COVERAGE, accepted_keys, check, mutants_of, mutated_source
+from benchmarks.mutation_check import (
+    COVERAGE,
+    accepted_keys,
+    check,
+    mutants_of,
+    mutated_source,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,11 +50,15 @@ def test_accepted_survivors_each_give_a_reason():
 
 @pytest.mark.slow  # every mutant of one module runs its tests (minutes)
 def test_no_unexplained_survivor_in_the_merge_of_part_files():
-    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    before = subprocess.run(
+        ["git", "status", "--porcelain"], check=True, cwd=ROOT, capture_output=True, text=True
+    ).stdout
     results = check(["inference/parts.py"], timeout=300, log=lambda *_: None)
     assert results and all(m.status in ("killed", "accepted", "timeout") for m in results), [
         m.key for m in results if m.status == "survived"
     ]
     assert any(m.after == "ordered = sorted(rows)" and m.status == "killed" for m in results)
-    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    after = subprocess.run(
+        ["git", "status", "--porcelain"], check=True, cwd=ROOT, capture_output=True, text=True
+    ).stdout
     assert after == before
