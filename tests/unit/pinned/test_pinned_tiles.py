@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from datamodules.preprocess import Preprocess
-from inference.tiling import TiledLocalizer, TiledRuntime, tile_image
+from inference.tiling import (
+    TiledLocalizer,
+    TiledRuntime,
+    blend_window,
+    tile_image,
+    tile_positions,
+)
 
 HOT = 0.9
 
@@ -81,3 +87,39 @@ def test_tiles_cover_every_pixel_of_an_odd_non_square_image():
     assert set(np.unique(tiles[:, 0])) == set(np.unique(image[0]))
     small = tile_image(image[:, :9, :13], 16)  # smaller than a tile: one zero-padded tile
     assert small.shape == (1, 3, 16, 16) and np.array_equal(small[0, :, :9, :13], image[:, :9, :13])
+
+
+@pytest.mark.parametrize(
+    "length, size, expected",
+    [(64, 32, [0, 32]), (96, 32, [0, 32, 64]), (70, 32, [0, 32, 38]), (32, 32, [0]), (20, 32, [0])],
+)
+def test_tile_offsets_cover_the_length_once_each(length, size, expected):
+    assert tile_positions(length, size) == expected
+
+
+def test_an_image_of_whole_tiles_averages_each_tile_once():
+    runtime = BrightestPixel(localizer=False)
+    image = image_with_hot_spot(64, 96, 1, 2)  # 2 x 3 tiles of 32, exactly
+    out = TiledRuntime(runtime, reduce="mean", batch_size=4).predict(image[None])
+    assert out["score"][0] == pytest.approx((HOT + 5 * 0.1) / 6)
+
+
+def test_blend_weights_ramp_from_the_tile_border_over_the_overlap():
+    window = blend_window(32, 8)
+    ramp = np.clip((np.minimum(np.arange(32), np.arange(32)[::-1]) + 0.5) / 8, 1e-3, 1.0)
+    np.testing.assert_allclose(window, np.outer(ramp, ramp), rtol=1e-6)
+    assert window[0, 0] == pytest.approx((0.5 / 8) ** 2) and window[8, 8] == 1.0
+
+
+@pytest.mark.parametrize("shape", [(100, 20), (20, 101), (33, 31)])
+def test_long_narrow_images_are_tiled_and_never_sent_whole(shape):
+    runtime = BrightestPixel(localizer=True)
+    runtime.shapes = []
+    predict = runtime.predict
+    runtime.predict = lambda images: (runtime.shapes.append(images.shape), predict(images))[1]
+    image = np.random.default_rng(0).random((1, 3, *shape)).astype(np.float32)
+    out = TiledLocalizer(runtime, overlap=0.25, batch_size=2).predict(image)
+    assert all(h <= 32 and w <= 32 for *_, h, w in runtime.shapes)
+    assert out["mask"].shape == (1, 1, *shape)
+    np.testing.assert_allclose(out["mask"][0, 0], image[0, 0], rtol=1e-5, atol=1e-6)
+    assert out["score"][0] == pytest.approx(float(image[0, 0].max()))
