@@ -27,7 +27,7 @@ def write_part(output, shard: Shard, rank: int, rows: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
-def test_parts_merge_in_input_order_with_every_input_once(tmp_path, suffix):
+def test_parts_merge_in_input_order_with_every_input_once(tmp_path, suffix, caplog):
     records = [Record(name) for name in NAMES]
     output = tmp_path / f"scores{suffix}"
     with ResultWriter(output, COLUMNS) as writer:  # a run that stopped after two rows
@@ -37,7 +37,9 @@ def test_parts_merge_in_input_order_with_every_input_once(tmp_path, suffix):
         output, Shard(0, 2), 1, [row("a b.png", 0.7), row("Beta.png", 0.4), row("zeta.png", 0.99)]
     )
     write_part(output, Shard(0, 2), 0, [row("10.png", 0.5), row("stray.png", 0.8)])
-    assert merge_parts(output, records, COLUMNS) == {"rows": 8, "missing": 0}
+    with caplog.at_level("WARNING", logger="inference.parts"):
+        assert merge_parts(output, records, COLUMNS) == {"rows": 8, "missing": 0}
+    assert "1 rows belong to no input record" in caplog.text and "stray.png" in caplog.text
     merged = read_rows(output)
     assert [r["path"] for r in merged] == NAMES + ["stray.png"]
     scores = {r["path"]: float(r["score"]) for r in merged}
