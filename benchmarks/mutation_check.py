@@ -88,13 +88,14 @@ class Mutant:
     line: int
     before: str
     after: str
+    scope: str = "<module>"  # the enclosing function (or class)
     status: str = "pending"  # killed | survived | timeout | accepted
     seconds: float = 0.0
 
     @property
     def key(self) -> str:
-        """Stable across edits elsewhere in the file: the module and the statement, not the line."""
-        return f"{self.module}: {self.before}  ->  {self.after}"
+        """Stable across edits elsewhere in the file: module, function and statement, not the line."""
+        return f"{self.module}: {self.scope}: {self.before}  ->  {self.after}"
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
@@ -209,6 +210,14 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                 setattr(parent, field, [new if v is old else v for v in value])
 
 
+def _scope(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return node.name
+    return "<module>"
+
+
 def mutants_of(module: str) -> list[Mutant]:
     source = (ROOT / module).read_text(encoding="utf-8")
     tree = ast.parse(source)
@@ -223,9 +232,11 @@ def mutants_of(module: str) -> list[Mutant]:
             statement = parents[statement]
         if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
             statement = node
+        scope = _scope(node, parents)
         for option, choice in enumerate(options):
             before, after = _describe(statement, node, choice)
-            found.append(Mutant(module, index, option, node.lineno, before.strip(), after.strip()))
+            found.append(Mutant(module, index, option, node.lineno, before.strip(), after.strip(),
+                                scope))
     return found
 
 

@@ -123,3 +123,13 @@ def test_long_narrow_images_are_tiled_and_never_sent_whole(shape):
     assert out["mask"].shape == (1, 1, *shape)
     np.testing.assert_allclose(out["mask"][0, 0], image[0, 0], rtol=1e-5, atol=1e-6)
     assert out["score"][0] == pytest.approx(float(image[0, 0].max()))
+
+
+@pytest.mark.parametrize("shape", [(9, 40), (40, 9)])
+def test_an_image_thinner_than_a_tile_is_zero_padded_to_whole_tiles(shape):
+    image = np.ones((3, *shape), np.float32)
+    tiles = tile_image(image, 16)
+    assert tiles.shape[1:] == (3, 16, 16) and len(tiles) == 3
+    thin = (slice(None), slice(None), slice(None, 9)) if shape[0] == 9 else (..., slice(None, 9))
+    rest = (slice(None), slice(None), slice(9, None)) if shape[0] == 9 else (..., slice(9, None))
+    assert (tiles[thin] == 1).all() and (tiles[rest] == 0).all()  # the image, then zeros

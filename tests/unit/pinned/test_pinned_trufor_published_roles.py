@@ -159,3 +159,16 @@ def test_the_reference_tells_the_two_streams_apart(loaded):
             .max()
         )
     assert difference > 1e-2
+
+
+def test_a_checkpoint_that_does_not_fit_names_its_missing_and_unexpected_tensors(loaded, tmp_path):
+    state, _ = loaded
+    partial = {k: v for k, v in state.items() if k != "detection.3.weight"}
+    partial["dncnn.99.weight"] = torch.zeros(1)
+    path = tmp_path / "partial.pth.tar"
+    torch.save({"state_dict": partial}, path)
+    with pytest.raises(ValueError) as error:
+        build_detector({**PUBLISHED_LAYOUT, "pretrained": str(path)})
+    message = str(error.value)
+    assert "missing ['detection_head.3.weight']" in message
+    assert "unexpected ['fingerprint.layers.99.weight']" in message
