@@ -94,7 +94,7 @@ class Mutant:
 
     @property
     def key(self) -> str:
-        """Stable across edits elsewhere in the file: module, function and statement, not the line."""
+        """Stable across edits elsewhere in the file: module, function and statement (no line)."""
         return f"{self.module}: {self.scope}: {self.before}  ->  {self.after}"
 
 

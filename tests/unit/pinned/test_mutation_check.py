@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_the_planted_kinds_of_bug_are_among_the_mutants():
     keys = {m.key for m in mutants_of("evaluation/pixel.py")}
-    assert "evaluation/pixel.py: add: pred = p >= self.threshold  ->  pred = p > self.threshold" in keys
+    boundary = "pred = p >= self.threshold  ->  pred = p > self.threshold"
+    assert f"evaluation/pixel.py: add: {boundary}" in keys
     tiling = {m.key for m in mutants_of("inference/tiling.py")}
     assert any("best = max(best" in k and "best = min(best" in k for k in tiling)
     masks = {m.after for m in mutants_of("inference/masks.py")}

@@ -172,3 +172,19 @@ def test_a_checkpoint_that_does_not_fit_names_its_missing_and_unexpected_tensors
     message = str(error.value)
     assert "missing ['detection_head.3.weight']" in message
     assert "unexpected ['fingerprint.layers.99.weight']" in message
+
+
+@pytest.mark.parametrize("published", [True, False])
+def test_noiseprint_weights_land_on_their_layers(tmp_path, published):
+    from detectors.blocks.noiseprint import NoiseFingerprint
+    from detectors.trufor_weights import load_fingerprint
+
+    source, target = NoiseFingerprint(depth=3, width=8), NoiseFingerprint(depth=3, width=8)
+    state = {k: torch.full_like(v, float(i)) for i, (k, v) in enumerate(source.state_dict().items())}
+    if published:  # the authors' file: {"network": {"0.weight": ...}}
+        saved = {"network": {k.removeprefix("layers."): v for k, v in state.items()}}
+    else:
+        saved = state
+    torch.save(saved, tmp_path / "noiseprint.th")
+    load_fingerprint(target, str(tmp_path / "noiseprint.th"))
+    assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())
