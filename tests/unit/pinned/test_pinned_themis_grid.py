@@ -3,6 +3,8 @@ odd-sized images: from the command line (`--grid 2x3`) to the scored blocks."""
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -21,7 +23,13 @@ def bottom_right_block() -> np.ndarray:
 
 
 def test_grid_text_is_rows_by_columns():
-    assert parse_grid("2x3") == (2, 3) and parse_grid("5X1") == (5, 1)
+    assert parse_grid("2x3") == (2, 3) and parse_grid("5X1") == (5, 1) and parse_grid("1x4") == (1, 4)
+
+
+@pytest.mark.parametrize("text", ["0x3", "3x0", "3", "axb"])
+def test_a_grid_without_a_row_or_a_column_is_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="--grid"):
+        parse_grid(text)
 
 
 @pytest.mark.parametrize(
