@@ -96,6 +96,7 @@ def test_map_writer_hands_over_each_queued_write_once(tmp_path):
 
 
 HEIGHT, WIDTH, CASES = 21, 34, 4
+COLUMNS = [10, 10, 9, 8, 7, 6, 5, 4, 3, 2]
 
 
 def write(path, array) -> str:
@@ -104,9 +105,10 @@ def write(path, array) -> str:
 
 
 def report_inputs(tmp_path):
-    """Ten manipulated images (mask: the left 10 columns; map k flags columns 0..k, so pixel F1
-    2(k + 1)/(k + 11) rises with k), a genuine one whose map flags 3 rows, and rows that say
-    nothing about pixels: a failed image, a path of no record, a fake without mask, no label."""
+    """Ten manipulated images (mask: the left 10 columns; map k flags the first COLUMNS[k], so
+    m0 and m1 tie at F1 1 and F1 falls with k), listed last to first; a genuine one whose map flags
+    3 rows; and rows that say nothing about pixels: a failed image, a path of no record, a fake
+    without mask, no label."""
     truth = np.zeros((HEIGHT, WIDTH), np.uint8)
     truth[:, :10] = 255
     records, rows = [], []
@@ -114,10 +116,10 @@ def report_inputs(tmp_path):
         image = write(tmp_path / f"m{k}.png", np.full((HEIGHT, WIDTH, 3), 9 * k, np.uint8))
         mask = write(tmp_path / f"m{k}_mask.png", truth)
         flagged = np.zeros((HEIGHT, WIDTH), np.uint8)
-        flagged[:, : k + 1] = 255
+        flagged[:, : COLUMNS[k]] = 255
         records.append(Record(image, label=1, mask=mask))
-        rows.append(
-            {"path": image, "status": "ok", "mask": write(tmp_path / f"m{k}_map.png", flagged)}
+        rows.insert(
+            0, {"path": image, "status": "ok", "mask": write(tmp_path / f"m{k}_map.png", flagged)}
         )
     genuine_map = np.zeros((HEIGHT, WIDTH), np.uint8)
     genuine_map[:3] = 255
@@ -140,11 +142,12 @@ def report_inputs(tmp_path):
 def test_pixel_report_scores_manipulated_and_genuine_maps_and_picks_worst_and_best(tmp_path):
     records, rows, truth = report_inputs(tmp_path)
     metrics, sheet = pixel_report(records, rows, cases=CASES)
-    f1 = [2 * (k + 1) / (k + 11) for k in range(10)]
+    f1 = [2 * c / (c + 10) for c in COLUMNS]
     assert metrics["n_masks"] == 10 and metrics["pixel_f1"] == pytest.approx(np.mean(f1))
     assert metrics["pixel_fpr_genuine"] == pytest.approx(3 / HEIGHT)
     titles = [title for *_, title in sheet]
-    assert titles == [f"m{k}.png  pixel F1 {f1[k]:.2f}" for k in (0, 1, 2, 3, 6, 7, 8, 9)]
+    # the 4 worst and the 4 best by F1, ties by path
+    assert titles == [f"m{k}.png  pixel F1 {f1[k]:.2f}" for k in (9, 8, 7, 6, 3, 2, 0, 1)]
     for image, mask, prob, _ in sheet:
         assert image.shape == (HEIGHT, WIDTH, 3) and prob.shape == (HEIGHT, WIDTH)
         np.testing.assert_array_equal(mask, truth)
@@ -153,5 +156,5 @@ def test_pixel_report_scores_manipulated_and_genuine_maps_and_picks_worst_and_be
 def test_pixel_report_shows_every_case_when_there_are_few(tmp_path):
     records, rows, _ = report_inputs(tmp_path)
     _, sheet = pixel_report(records, rows[: 2 * CASES], cases=CASES)
-    assert [title.split()[0] for *_, title in sheet] == [f"m{k}.png" for k in range(2 * CASES)]
+    assert [title.split()[0] for *_, title in sheet] == [f"m{k}.png" for k in range(9, 1, -1)]
     assert pixel_report(records, rows[10:], cases=CASES) is None  # no manipulated image with a map
