@@ -180,7 +180,8 @@ def test_noiseprint_weights_land_on_their_layers(tmp_path, published):
     from detectors.trufor_weights import load_fingerprint
 
     source, target = NoiseFingerprint(depth=3, width=8), NoiseFingerprint(depth=3, width=8)
-    state = {k: torch.full_like(v, float(i)) for i, (k, v) in enumerate(source.state_dict().items())}
+    layers = source.state_dict().items()
+    state = {k: torch.full_like(v, float(i)) for i, (k, v) in enumerate(layers)}
     if published:  # the authors' file: {"network": {"0.weight": ...}}
         saved = {"network": {k.removeprefix("layers."): v for k, v in state.items()}}
     else:
