@@ -78,3 +78,29 @@ def test_the_table_calibrates_on_the_genuine_images_of_a_labelled_input(tmp_path
     assert (
         json.loads(output.with_suffix(".json").read_text())["rows"][1]["n_calibration_genuine"] == 6
     )
+
+
+def test_images_without_a_score_are_counted_in_a_warning_and_only_then(tmp_path, caplog):
+    data, _ = labelled_manifest(tmp_path / "data", genuine=3, fake=3)
+    paths = sorted(str(p) for p in (tmp_path / "data").glob("*.png"))
+    for name, scored in (("all", paths), ("some", paths[1:])):
+        scores = tmp_path / f"{name}.csv"
+        scores.write_text(
+            "path,score,label,status,error\n" + "".join(f"{p},0.7,1,ok,\n" for p in scored)
+        )
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="inference.fraudbench_table"):
+            main(
+                [
+                    "--data",
+                    str(data),
+                    "--scores",
+                    f"det={scores}",
+                    "--output",
+                    str(tmp_path / f"{name}.md"),
+                ]
+            )
+        if name == "all":
+            assert "have no score" not in caplog.text
+        else:
+            assert "det: 1 of 6 images have no score" in caplog.text
