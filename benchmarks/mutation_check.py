@@ -356,9 +356,7 @@ def check(modules: list[str], timeout: float, log=print) -> list[Mutant]:
                     ):  # the rest only for what the first misses
                         outcome, seconds = run_tests(copy_root, tests[1:], timeout)
                         mutant.seconds += seconds
-                    mutant.status = {"failed": "killed", "timeout": "timeout"}.get(
-                        outcome, "survived"
-                    )
+                    mutant.status = {"failed": "killed", "passed": "survived"}.get(outcome, outcome)
                     if mutant.status == "survived" and mutant.key in accepted:
                         mutant.status = "accepted"
                     log(f"  {mutant.status:8s} {module}:{mutant.line}  "
@@ -371,16 +369,10 @@ def check(modules: list[str], timeout: float, log=print) -> list[Mutant]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--module", action="append", help=f"module to mutate (default: {', '.join(COVERAGE)})"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=300.0, help="seconds per mutant's test run"
-    )
+    parser.add_argument("--module", action="append", help="module to mutate (default: all)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test run")
     parser.add_argument("--output", type=Path, help="write every mutant and its status as JSON")
-    parser.add_argument(
-        "--list", action="store_true", help="list the mutants without running tests"
-    )
+    parser.add_argument("--list", action="store_true", help="list the mutants, run no test")
     args = parser.parse_args(argv)
     modules = args.module or list(COVERAGE)
     if args.list:
@@ -390,10 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = check(modules, args.timeout)
     survivors = [m for m in results if m.status == "survived"]
-    counts = {
-        status: sum(m.status == status for m in results)
-        for status in ("killed", "timeout", "accepted", "survived")
-    }
+    statuses = ("killed", "timeout", "accepted", "survived")
+    counts = {status: sum(m.status == status for m in results) for status in statuses}
     print(f"\n{len(results)} mutants: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     for mutant in survivors:
         print(f"SURVIVED {mutant.module}:{mutant.line}  {mutant.before}  ->  {mutant.after}")
