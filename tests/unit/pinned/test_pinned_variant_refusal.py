@@ -1,0 +1,98 @@
+"""A reduced-precision variant that really loses accuracy is refused, and one that keeps it is
+written: the AUROC drop is fp32's AUROC minus the variant's, positive when the variant is worse."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from inference.onnx_variants import VariantRefused, build_variant, quality
+
+
+def two_weight_model(path, gain: float, cancel: float) -> None:
+    """score = mean(image x gain + image x cancel): with gain 2049 and cancel -2048 the score is the
+    mean pixel in fp32, but fp16 holds 2049 as 2048, so every image then scores 0."""
+    gain_tensor = helper.make_tensor("gain", TensorProto.FLOAT, [], [gain])
+    cancel_tensor = helper.make_tensor("cancel", TensorProto.FLOAT, [], [cancel])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [3], [1, 2, 3])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["image", "gain"], ["up"]),
+            helper.make_node("Mul", ["image", "cancel"], ["down"]),
+            helper.make_node("Add", ["up", "down"], ["net"]),
+            helper.make_node("ReduceMean", ["net", "axes"], ["score"], keepdims=0),
+        ],
+        "two_weights",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["N"])],
+        initializer=[gain_tensor, cancel_tensor, axes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    for key, value in {
+        "detector": "two_weights",
+        "toolkit_version": "test",
+        "threshold": "0.5",
+        "preprocess": json.dumps({"size": 16, "mode": "center_crop"}),
+        "outputs": json.dumps(["score"]),
+    }.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def flat_images(
+    genuine_level: int, fake_level: int, count: int = 6
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Flat grey 19 x 23 images (odd, non-square: centre-cropped to 16), genuine and fake
+    alternating, each a grey level or one above it."""
+    images = [
+        np.full((19, 23, 3), (fake_level if i % 2 else genuine_level) + i // 4, np.uint8)
+        for i in range(count)
+    ]
+    return images, np.asarray([i % 2 for i in range(count)])
+
+
+def test_auroc_drop_is_positive_when_the_variant_ranks_worse():
+    labels = np.asarray([0, 0, 1, 1])
+    fp32 = np.asarray([0.1, 0.2, 0.8, 0.9])
+    report = quality(fp32, np.asarray([0.5, 0.5, 0.5, 0.5]), labels)
+    assert report["auroc_fp32"] == 1.0 and report["auroc"] == 0.5 and report["auroc_drop"] == 0.5
+    better = quality(np.asarray([0.5, 0.5, 0.5, 0.5]), fp32, labels)
+    assert better["auroc_drop"] == -0.5
+    assert report["max_score_deviation"] == pytest.approx(0.4) and report["images"] == 4
+
+
+def test_an_fp16_variant_that_merges_the_classes_is_refused_and_not_written(tmp_path):
+    two_weight_model(tmp_path / "fp32.onnx", 2049.0, -2048.0)
+    images, labels = flat_images(77, 87)
+    with pytest.raises(VariantRefused, match="loses 0.5000 AUROC"):
+        build_variant(
+            tmp_path / "fp32.onnx",
+            tmp_path / "fp16.onnx",
+            precision="fp16",
+            images=images,
+            labels=labels,
+            max_auroc_drop=0.005,
+        )
+    assert not (tmp_path / "fp16.onnx").exists() and not (tmp_path / "fp16.json").exists()
+
+
+def test_an_fp16_variant_that_keeps_the_ranking_is_written_with_its_drop(tmp_path):
+    two_weight_model(tmp_path / "fp32.onnx", 3.0, -2.0)  # exact in fp16
+    images, labels = flat_images(77, 87)
+    report = build_variant(
+        tmp_path / "fp32.onnx",
+        tmp_path / "fp16.onnx",
+        precision="fp16",
+        images=images,
+        labels=labels,
+        max_auroc_drop=0.005,
+    )
+    assert report["quality"]["auroc_drop"] == 0.0 and report["quality"]["auroc"] == 1.0
+    assert (tmp_path / "fp16.onnx").is_file()
+    assert json.loads((tmp_path / "fp16.json").read_text())["precision"] == "fp16"
