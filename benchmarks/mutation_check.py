@@ -46,8 +46,8 @@ COVERAGE = {
                             "tests/unit/detectors/test_tiled_localizer.py"],
     "inference/parts.py": [f"{PINNED}/test_pinned_merge_order.py",
                            "tests/unit/inference/test_infer_parts.py"],
-    "inference/onnx_variants.py": [f"{PINNED}/test_pinned_variant_refusal.py",
-                                   "tests/unit/inference/test_onnx_variants.py"],
+    "exporting/variants.py": [f"{PINNED}/test_pinned_variant_refusal.py",
+                                   "tests/unit/exporting/test_onnx_variants.py"],
     "detectors/trufor_weights.py": [
         f"{PINNED}/test_pinned_trufor_published_roles.py",
         *[f"tests/unit/detectors/test_trufor.py::test_{name}" for name in (
@@ -56,10 +56,10 @@ COVERAGE = {
             "published_checkpoint_with_unknown_keys_is_refused",
             "missing_published_file_says_so",
             "a_convolutional_stem_cannot_take_published_weights")]],
-    "inference/themis_blocks.py": [f"{PINNED}/test_pinned_themis_grid.py",
-                                   "tests/unit/inference/test_themis_blocks.py"],
-    "inference/fraudbench_table.py": [f"{PINNED}/test_pinned_fraudbench_calibration.py",
-                                      "tests/unit/inference/test_fraudbench_table.py"],
+    "tools/themis_blocks.py": [f"{PINNED}/test_pinned_themis_grid.py",
+                                   "tests/unit/tools/test_themis_blocks.py"],
+    "tools/fraudbench_table.py": [f"{PINNED}/test_pinned_fraudbench_calibration.py",
+                                      "tests/unit/tools/test_fraudbench_table.py"],
 }
 ACCEPTED = ROOT / "benchmarks" / "mutation_accepted.txt"
 # third-party libraries imported once, before the forks

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from inference.fraudbench_table import genuine_records, main
+from tools.fraudbench_table import genuine_records, main
 from tests.helpers import write_images, write_tiny_model
 
 
@@ -89,7 +89,7 @@ def test_images_without_a_score_are_counted_in_a_warning_and_only_then(tmp_path,
             "path,score,label,status,error\n" + "".join(f"{p},0.7,1,ok,\n" for p in scored)
         )
         caplog.clear()
-        with caplog.at_level("WARNING", logger="inference.fraudbench_table"):
+        with caplog.at_level("WARNING", logger="tools.fraudbench_table"):
             main(
                 [
                     "--data",

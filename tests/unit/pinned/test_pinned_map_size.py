@@ -12,12 +12,16 @@ from datamodules.records import Record
 from inference.masks import (
     MapWriter,
     heat_overlay,
-    pixel_report,
-    read_map,
+    PixelReduction,
     save_mask,
     save_overlay,
     to_uint8_map,
 )
+
+
+def read_map(path: str) -> np.ndarray:
+    """A saved 8-bit map as probabilities."""
+    return read_image(path)[..., 0].astype(np.float32) / 255
 
 
 def half_map(shape: tuple[int, int], axis: int) -> np.ndarray:
@@ -137,6 +141,18 @@ def report_inputs(tmp_path):
         rows.append({"path": path, "status": status, "mask": everything})
     rows.append({"path": str(tmp_path / "stranger.png"), "status": "ok", "mask": everything})
     return records, rows, truth > 0
+
+
+def pixel_report(records, rows, cases):
+    """What a run reduces from its saved maps: each ok row of an input record, in input order."""
+    reduction = PixelReduction(records, cases=cases)
+    position = {record.path: index for index, record in enumerate(records)}
+    for row in rows:
+        if row["status"] == "ok" and row["path"] in position:
+            reduction.add_saved(position[row["path"]], row["mask"])
+    metrics = reduction.metrics()
+    sheet = reduction.contact_sheet() if metrics else []
+    return None if not sheet else (metrics, sheet)
 
 
 def test_pixel_report_scores_manipulated_and_genuine_maps_and_picks_worst_and_best(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from inference.themis_blocks import (
+from tools.themis_blocks import (
     DEFAULT_TASKS,
     load_items,
     main,

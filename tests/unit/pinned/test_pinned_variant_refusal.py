@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from inference.onnx_variants import VariantRefused, build_variant, quality
+from exporting.variants import VariantRefused, build_variant, quality
 
 
 def two_weight_model(path, gain: float, cancel: float) -> None:
