@@ -53,7 +53,7 @@ def spec_from_config(cfg: DictConfig):
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
     keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
-            "d15_fraction", "generator", "diffusion", "forgery_options")
+            "d15_fraction", "generator", "diffusion", "forgery_options", "genuine_kinds")
     plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
     if plain["generator"].pop("backend", "autoencoder") != "autoencoder":
         plain["generator"] = {}  # another backend makes the fakes; the panels are cut the same way
@@ -61,7 +61,7 @@ def spec_from_config(cfg: DictConfig):
                        split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
                        local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
                        generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"],
-                       forgery_options=plain["forgery_options"])
+                       forgery_options=plain["forgery_options"], genuine_kinds=plain["genuine_kinds"] or {})
 
 
 def generate(cfg: DictConfig) -> Path:

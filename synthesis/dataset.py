@@ -133,6 +133,13 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
     output = Path(output).resolve()
     started = time.perf_counter()
     table = _photo_table(photos, root)
+    if spec.genuine_kinds:
+        from synthesis.genuine_kinds import write_genuine_sources
+
+        if photos is None:  # the bundled photographs are one kind among the others
+            table = [{**p, "category": "photo"} for p in table]
+        table += write_genuine_sources(output / "sources", spec.genuine_kinds, spec.seed,
+                                       photos={p["source"]: p["photo"] for p in table})
     if not table:
         raise ValueError("no photos to generate from")
     stamp = output / ".items" / "spec.json"
