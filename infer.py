@@ -14,7 +14,9 @@ from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from evaluation.pixel import PIXEL_PROTOCOL
 from inference.masks import pixel_report, records_with_masks
+from evaluation.calibration import below_target_sentence
 from inference.parts import Shard, merge_parts
+from inference.recalibration import CategoryThreshold
 from inference.runs import launch, score_to_output
 from inference.runtime import ModelLoadError, load_runtime
 from inference.scoring import join_truth, score_perturbed_fn
@@ -54,6 +56,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
             columns.append("confidence")
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
+    # a model calibrated per category decides each input with its category's threshold
+    per_category = CategoryThreshold.for_records(runtime, records) if cfg.threshold is None else None
     log.info("%s (%s, threshold %.4f): %d inputs -> %s", runtime.name, Path(cfg.model).suffix, threshold,
              len(records), output)
     if cfg.merge:
@@ -65,7 +69,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     else:
         try:
             counts = score_to_output(runtime, records, output, columns, processes, shard, resume=cfg.resume,
-                                     batch_size=cfg.batch_size, num_workers=cfg.num_workers, threshold=threshold,
+                                     batch_size=cfg.batch_size, num_workers=cfg.num_workers, threshold=per_category or threshold,
                                      masks_dir=masks_dir, overlays_dir=overlays_dir,
                                      progress=cfg.progress and processes.is_main)
         except KeyboardInterrupt:
@@ -117,7 +121,10 @@ def report(cfg: DictConfig, runtime: Any, records: list[Record], results: list[d
 
     report_dir = output.with_name(f"{output.stem}_report")
     pixel, sheet = (pixel_report(records, results) if masks_dir is not None else None) or (None, None)
+    by_category = (getattr(runtime, "category_thresholds", None) or None) if cfg.threshold is None else None
+    target_fpr = getattr(runtime, "target_fpr", None) or 0.01  # exports without it: the toolkit's default
     written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
+                             category_thresholds=by_category, target_tnr=1.0 - target_fpr,
                              robustness=robustness, title=f"{runtime.name} on {cfg.input}", pixel=pixel,
                              contact_sheet=sheet)
     metrics_path = output.with_suffix(".metrics.json")
@@ -130,6 +137,9 @@ def report(cfg: DictConfig, runtime: Any, records: list[Record], results: list[d
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, written.files["report"])
+    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    if below:
+        log.warning("%s", below)
     return {"metrics": metrics, "reviews": reviews}
 
 

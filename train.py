@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from detectors.module import DetectorModule
 from evaluation import calibration_markdown, report_records, write_metrics_json
+from evaluation.calibration import below_target_sentence
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 
 log = logging.getLogger("train")
@@ -43,7 +44,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     module = DetectorModule(net=cfg.detector.net, optimizer=cfg.detector.get("optimizer"),
                             scheduler=cfg.detector.get("scheduler"), target_fpr=cfg.target_fpr,
-                            name=cfg.detector.get("name"))
+                            name=cfg.detector.get("name"), calibrate_by=(cfg.get("calibration") or {}).get("by"))
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),
@@ -87,6 +88,8 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     if pixel:
         extra = {**extra, "pixel_protocol": PIXEL_PROTOCOL}
     report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
+                            category_thresholds=module.category_thresholds or None,
+                            target_tnr=1.0 - module.hparams.target_fpr,
                             title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
                             contact_sheet=sheet or None, extra=extra)
     notes = [calibration_markdown(extra["calibration"])] if extra.get("calibration") else []
@@ -107,8 +110,10 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     val = metrics.get("val", {})
     val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
+    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    named = f"\n  {below}" if below else ""
     return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
-            f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")
+            f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n")
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

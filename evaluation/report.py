@@ -131,9 +131,13 @@ def write_report_payload(
     title: str = "Evaluation report",
     confidence: float = 0.95,
     extra: Mapping[str, Any] | None = None,
+    category_thresholds: Mapping[str, float] | None = None,
+    summary: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """``write_report``, also returning what metrics.json holds (before JSON's NaN -> null), so
-    callers keep the metrics in memory instead of reading their own file back."""
+    callers keep the metrics in memory instead of reading their own file back.
+    ``category_thresholds``: the per-category thresholds the rows were decided with;
+    ``summary``: a sentence report.md shows first (a category that misses its target)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -159,6 +163,8 @@ def write_report_payload(
         payload["interval_confidence"] = confidence
     payload["threshold"] = threshold
     payload["calibrated_threshold"] = calibrated_threshold
+    if category_thresholds:
+        payload["category_thresholds"] = dict(category_thresholds)
     if robustness is not None:
         payload["robustness"] = robustness
     payload.update(extra or {})
@@ -166,6 +172,11 @@ def write_report_payload(
 
     lines = _report_lines(title, metrics, threshold, calibrated_threshold, intervals, groups, robustness,
                           figures, confidence)
+    if category_thresholds:
+        lines[3:3] = ["Per-category thresholds (other categories use the operating threshold): "
+                      + ", ".join(f"{name} {_fmt(t)}" for name, t in sorted(category_thresholds.items()))]
+    if summary:
+        lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
 

@@ -65,6 +65,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
         with architecture_only():  # every weight comes from the checkpoint, not from pretrained files
             module = DetectorModule(**hparams)
         module.load_state_dict(checkpoint["state_dict"])
+        module.category_thresholds = {str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()}
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     return module.eval()
@@ -81,6 +82,9 @@ class TorchRuntime:
         self.name = self.module.hparams.get("name") or type(self.net).__name__
         self.preprocess: Preprocess = self.net.preprocess
         self.threshold = float(self.module.threshold)
+        # calibration.by=category: {category: threshold}; inputs of other categories use `threshold`
+        self.category_thresholds = dict(self.module.category_thresholds)
+        self.target_fpr = float(self.module.hparams.get("target_fpr", 0.01))
         self.is_localizer = bool(self.net.is_localizer)
         self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
@@ -150,6 +154,8 @@ class OnnxRuntime:
         self.name = meta["detector"]
         self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
         self.threshold = float(meta["threshold"])
+        self.category_thresholds = {str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()}
+        self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
         self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported

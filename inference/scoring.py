@@ -48,7 +48,8 @@ def scored_rows(runtime: Any, batch: dict[str, Any], threshold: float, masks_dir
             log.error("%s: %s", path, broken)
             rows.append(error_row(path, broken))
             continue
-        row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
+        cut = threshold(path) if callable(threshold) else threshold  # per-category thresholds
+        row = {"path": path, "score": float(score), "label": int(score >= cut), "status": "ok", "error": ""}
         index, size = int(batch["index"][i]), tuple(int(v) for v in batch["size"][i])
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(maps.mask(masks_dir, index, path, outputs["mask"][i][0], size))
@@ -99,7 +100,8 @@ def score_items(runtime: Any, items: Sequence[tuple[int, str]], writer: ResultWr
                 progress: bool = True, overlays_dir: str | os.PathLike | None = None) -> dict[str, int]:
     """Score `(input position, path)` items in order into `writer`; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline)."""
-    threshold = runtime.threshold if threshold is None else float(threshold)
+    if not callable(threshold):  # a callable gives each path its threshold (`CategoryThreshold`)
+        threshold = runtime.threshold if threshold is None else float(threshold)
     batch_size = effective_batch_size(runtime, batch_size)
     counts = {"ok": 0, "error": 0}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
