@@ -31,8 +31,16 @@ def main(cfg: DictConfig) -> None:
              f", TPR {record['tpr']:.4f}" if "tpr" in record else "", cfg.output)
     for name, own in (record.get("by_category") or {}).items():
         low, high = own["tnr_interval"]
-        log.info("  %s: threshold %.6g on %d genuine images: TNR %.4f [%.4f, %.4f]%s", name, own["threshold"],
-                 own["n_genuine"], own["tnr"], low, high, f", TPR {own['tpr']:.4f}" if "tpr" in own else "")
+        log.info(
+            "  %s: threshold %.6g on %d genuine images: TNR %.4f [%.4f, %.4f]%s",
+            name,
+            own["threshold"],
+            own["n_genuine"],
+            own["tnr"],
+            low,
+            high,
+            f", TPR {own['tpr']:.4f}" if "tpr" in own else "",
+        )
 
 
 if __name__ == "__main__":

@@ -75,8 +75,10 @@ def generate(cfg: DictConfig) -> Path:
     shard = Shard.parse(cfg.get("shard"))
     one_process = cfg.kind == "aigi_quick" or cfg.generator.get("backend") == "diffusers"
     if (shard.count > 1 or cfg.get("merge")) and one_process:
-        raise ValueError("shard=i/n and merge=true split the items of kind=all|aigi|forgery with the autoencoder "
-                         "generator; kind=aigi_quick and generator=diffusers run as one process")
+        raise ValueError(
+            "shard=i/n and merge=true split the items of kind=all|aigi|forgery with the autoencoder "
+            "generator; kind=aigi_quick and generator=diffusers run as one process"
+        )
     if cfg.kind == "aigi_quick":
         quick(cfg, output, photos)
         return Path(output) / "manifest.csv"
@@ -93,12 +95,25 @@ def generate(cfg: DictConfig) -> Path:
     if shard.count > 1:
         if cfg.get("merge"):
             raise ValueError("merge=true joins all shards: give it without shard=i/n")
-        result = generate_dataset(output, spec_from_config(cfg), photos=photos, root=cfg.source or None,
-                                  workers=cfg.workers, progress=cfg.progress, shard=(shard.index, shard.count))
+        result = generate_dataset(
+            output,
+            spec_from_config(cfg),
+            photos=photos,
+            root=cfg.source or None,
+            workers=cfg.workers,
+            progress=cfg.progress,
+            shard=(shard.index, shard.count),
+        )
         summary = result["summary"]
-        log.info("shard %s: %d items (%d made, %d reused from an earlier run) in %s s; when every shard is "
-                 "done: python generate.py <the same options> merge=true", summary["shard"], summary["items"],
-                 summary["made"], summary["reused"], summary["seconds"])
+        log.info(
+            "shard %s: %d items (%d made, %d reused from an earlier run) in %s s; when every shard is "
+            "done: python generate.py <the same options> merge=true",
+            summary["shard"],
+            summary["items"],
+            summary["made"],
+            summary["reused"],
+            summary["seconds"],
+        )
         return Path(output) / "manifest.csv"
     manifest, summary = make_generated_manifest(output, spec_from_config(cfg), photos=photos,
                                                 root=cfg.source or None, workers=cfg.workers,

@@ -121,7 +121,9 @@ def report(cfg: DictConfig, runtime: Any, records: list[Record], results: list[d
 
     report_dir = output.with_name(f"{output.stem}_report")
     pixel, sheet = (pixel_report(records, results) if masks_dir is not None else None) or (None, None)
-    by_category = (getattr(runtime, "category_thresholds", None) or None) if cfg.threshold is None else None
+    by_category = (
+        (getattr(runtime, "category_thresholds", None) or None) if cfg.threshold is None else None
+    )
     target_fpr = getattr(runtime, "target_fpr", None) or 0.01  # exports without it: the toolkit's default
     written = report_records(report_dir, rows, threshold=threshold, calibrated_threshold=runtime.threshold,
                              category_thresholds=by_category, target_tnr=1.0 - target_fpr,
@@ -137,7 +139,9 @@ def report(cfg: DictConfig, runtime: Any, records: list[Record], results: list[d
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, written.files["report"])
-    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    below = below_target_sentence(
+        metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0)
+    )
     if below:
         log.warning("%s", below)
     return {"metrics": metrics, "reviews": reviews}

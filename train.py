@@ -110,7 +110,9 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     val = metrics.get("val", {})
     val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
-    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    below = below_target_sentence(
+        metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0)
+    )
     named = f"\n  {below}" if below else ""
     return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
             f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n")

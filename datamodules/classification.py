@@ -32,13 +32,22 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     noise (`datasets.NoiseReinjectedFakes`), a lever against learning one generator's trace.
     """
 
-    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, batch_size: int = 32,
-                 eval_batch_size: int | None = None, num_workers: int = 2,
-                 split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                 augment: Mapping[str, Any] | None = None, balanced: bool | str = False,
-                 with_groups: bool = False, pseudo_fakes: float = 0.0,
-                 pseudo_fake_noise: Sequence[float] = (0.02, 0.1),
-                 pseudo_fake_skip_categories: Sequence[str] = (), genuine_noise: float = 0.0) -> None:
+    def __init__(
+        self,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 2,
+        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        augment: Mapping[str, Any] | None = None,
+        balanced: bool | str = False,
+        with_groups: bool = False,
+        pseudo_fakes: float = 0.0,
+        pseudo_fake_noise: Sequence[float] = (0.02, 0.1),
+        pseudo_fake_skip_categories: Sequence[str] = (),
+        genuine_noise: float = 0.0,
+    ) -> None:
         super().__init__()
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
         self.with_groups = with_groups

@@ -96,7 +96,10 @@ class NoiseReinjectedFakes(Dataset):
         sample = self.dataset[index]
         if "error" in sample or sample["label"] != 0:
             return sample
-        skipped = bool(self.skip_categories) and self.dataset.records[index].category in self.skip_categories
+        skipped = (
+            bool(self.skip_categories)
+            and self.dataset.records[index].category in self.skip_categories
+        )
         fake = float(torch.rand(())) < self.rate and not skipped
         if not fake and not (self.genuine_noise and float(torch.rand(())) < self.genuine_noise):
             return sample

@@ -58,10 +58,18 @@ class DetectorModule(L.LightningModule):
         net, optimizer, scheduler = to_plain(net), to_plain(optimizer), to_plain(scheduler)
         if calibrate_by not in (None, "category"):
             raise ValueError(f"calibration.by must be null or category, got {calibrate_by!r}")
-        self.save_hyperparameters({"net": net, "optimizer": optimizer, "scheduler": scheduler,
-                                   "target_fpr": float(target_fpr), "name": name,
-                                   "pixel_threshold": float(pixel_threshold), "contact_cases": int(contact_cases),
-                                   "calibrate_by": calibrate_by})
+        self.save_hyperparameters(
+            {
+                "net": net,
+                "optimizer": optimizer,
+                "scheduler": scheduler,
+                "target_fpr": float(target_fpr),
+                "name": name,
+                "pixel_threshold": float(pixel_threshold),
+                "contact_cases": int(contact_cases),
+                "calibrate_by": calibrate_by,
+            }
+        )
         self.net: Detector = build_detector(net)
         self.register_buffer("threshold", torch.tensor(0.5))
         self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
@@ -145,19 +153,28 @@ class DetectorModule(L.LightningModule):
         others keep the global threshold and are named in the calibration's warning."""
         records = getattr(getattr(self.trainer, "datamodule", None), "splits", {}).get("val")
         if not records:
-            log.warning("calibration.by=category: the data module names no validation records; "
-                        "one global threshold is used")
+            log.warning(
+                "calibration.by=category: the data module names no validation records; "
+                "one global threshold is used"
+            )
             return
         categories = [records[int(i)].category for i in index]
         result = calibrate_by_category(genuine, categories, self.hparams.target_fpr)
         self.category_thresholds = result["thresholds"]
-        self.calibration = {**self.calibration, "by_category": result["checks"],
-                            "category_thresholds": result["thresholds"],
-                            "too_few_by_category": {k: list(v) for k, v in result["too_few"].items()}}
+        self.calibration = {
+            **self.calibration,
+            "by_category": result["checks"],
+            "category_thresholds": result["thresholds"],
+            "too_few_by_category": {k: list(v) for k, v in result["too_few"].items()},
+        }
         if result["too_few"]:
-            note = (too_few_sentence(result["too_few"], self.hparams.target_fpr)
-                    + "; they keep the global threshold")
-            self.calibration["warning"] = " ".join(filter(None, [self.calibration.get("warning"), note]))
+            note = (
+                too_few_sentence(result["too_few"], self.hparams.target_fpr)
+                + "; they keep the global threshold"
+            )
+            self.calibration["warning"] = " ".join(
+                filter(None, [self.calibration.get("warning"), note])
+            )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The calibration check belongs to the threshold saved with these weights.

@@ -124,8 +124,9 @@ def category_names(categories) -> np.ndarray:
     return np.asarray(out, dtype=object)
 
 
-def calibrate_by_category(genuine_scores, categories, target_fpr: float,
-                          confidence: float = 0.95) -> dict:
+def calibrate_by_category(
+    genuine_scores, categories, target_fpr: float, confidence: float = 0.95
+) -> dict:
     """One threshold per category of the genuine images, each only where the category has enough
     genuine images for `target_fpr` to mean anything (`genuine_needed`).
 
@@ -138,7 +139,9 @@ def calibrate_by_category(genuine_scores, categories, target_fpr: float,
     scores = as_scores(genuine_scores, "genuine_scores")
     names = category_names(categories)
     if names.shape != scores.shape:
-        raise ValueError(f"need one category per genuine score, got {names.shape} for {scores.shape}")
+        raise ValueError(
+            f"need one category per genuine score, got {names.shape} for {scores.shape}"
+        )
     needed = genuine_needed(target_fpr, confidence)
     result: dict = {"thresholds": {}, "checks": {}, "too_few": {}}
     for name in sorted(set(names.tolist()) - {""}):
@@ -155,23 +158,32 @@ def calibrate_by_category(genuine_scores, categories, target_fpr: float,
 def too_few_sentence(too_few: dict, target_fpr: float) -> str:
     """The categories that cannot have their own threshold, named with their counts."""
     listed = ", ".join(f"{name} ({n} of {needed})" for name, (n, needed) in sorted(too_few.items()))
-    return (f"too few genuine images for a threshold of their own at target FPR {target_fpr:g} in: "
-            f"{listed} (genuine images of the category, of the number needed)")
+    return (
+        f"too few genuine images for a threshold of their own at target FPR {target_fpr:g} in: "
+        f"{listed} (genuine images of the category, of the number needed)"
+    )
 
 
 def row_thresholds(categories, thresholds: dict, default: float) -> np.ndarray:
     """Each row's threshold: its category's when it has one, else `default`."""
     names = category_names(categories)
-    return np.asarray([thresholds.get(name, default) if name else default for name in names.tolist()],
-                      dtype=np.float64)
+    return np.asarray(
+        [thresholds.get(name, default) if name else default for name in names.tolist()],
+        dtype=np.float64,
+    )
 
 
 def categories_below_target(by_category: dict, target_tnr: float) -> dict:
     """``{category: genuine TNR}`` of every category whose genuine TNR is below `target_tnr`
     (categories without genuine images are left out): what a summary must name."""
-    return {name: float(m["tnr"]) for name, m in sorted(by_category.items())
-            if m.get("n_neg") and m.get("tnr") is not None and math.isfinite(m["tnr"])
-            and m["tnr"] < target_tnr}
+    return {
+        name: float(m["tnr"])
+        for name, m in sorted(by_category.items())
+        if m.get("n_neg")
+        and m.get("tnr") is not None
+        and math.isfinite(m["tnr"])
+        and m["tnr"] < target_tnr
+    }
 
 
 def below_target_sentence(below: dict, target_tnr: float) -> str:

@@ -85,7 +85,11 @@ def by_group(
             rows = positive | negative
         else:
             rows = member
-        kwargs = {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]} if per_row else metric_kwargs
+        kwargs = (
+            {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]}
+            if per_row
+            else metric_kwargs
+        )
         out[name or "(none)"] = metric_fn(y[rows], s[rows], **kwargs)
     return out
 

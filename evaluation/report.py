@@ -173,8 +173,10 @@ def write_report_payload(
     lines = _report_lines(title, metrics, threshold, calibrated_threshold, intervals, groups, robustness,
                           figures, confidence)
     if category_thresholds:
-        lines[3:3] = ["Per-category thresholds (other categories use the operating threshold): "
-                      + ", ".join(f"{name} {_fmt(t)}" for name, t in sorted(category_thresholds.items()))]
+        lines[3:3] = [
+            "Per-category thresholds (other categories use the operating threshold): "
+            + ", ".join(f"{name} {_fmt(t)}" for name, t in sorted(category_thresholds.items()))
+        ]
     if summary:
         lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")

@@ -66,7 +66,9 @@ def evaluate_records(
     }
     metrics = image_metrics(y, s, threshold=cut)
     if target_tnr is not None and "by_category" in groups:
-        metrics["genuine_tnr_below_target"] = categories_below_target(groups["by_category"], target_tnr)
+        metrics["genuine_tnr_below_target"] = categories_below_target(
+            groups["by_category"], target_tnr
+        )
         metrics["target_tnr"] = float(target_tnr)
     return {
         "metrics": metrics,
@@ -126,8 +128,14 @@ def report_records(
         robustness=robustness,
         contact_sheet=contact_sheet,
         title=title,
-        extra={**({"genuine_tnr_below_target": below, "target_tnr": target} if below is not None else {}),
-               **(extra or {})},
+        extra={
+            **(
+                {"genuine_tnr_below_target": below, "target_tnr": target}
+                if below is not None
+                else {}
+            ),
+            **(extra or {}),
+        },
         category_thresholds=evaluate_kwargs.get("category_thresholds"),
         summary=below_target_sentence(below, target) if below else None,
     )

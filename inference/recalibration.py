@@ -17,8 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.calibration import (calibrate_by_category, calibrate_threshold, category_names, clopper_pearson,
-                                    genuine_needed, too_few_sentence)
+from evaluation.calibration import (
+    calibrate_by_category,
+    calibrate_threshold,
+    category_names,
+    clopper_pearson,
+    genuine_needed,
+    too_few_sentence,
+)
 
 
 class CalibrationRefused(Exception):
@@ -29,8 +35,14 @@ class CategoryThreshold:
     """Each input's threshold: its category's (calibration.by=category) when the model has one for
     it, else the model's global threshold. Called with an input's path, as scoring decides."""
 
-    def __init__(self, default: float, by_category: dict[str, float], categories: dict[str, str | None]) -> None:
-        self.default, self.by_category, self.categories = float(default), dict(by_category), categories
+    def __init__(
+        self, default: float, by_category: dict[str, float], categories: dict[str, str | None]
+    ) -> None:
+        self.default, self.by_category, self.categories = (
+            float(default),
+            dict(by_category),
+            categories,
+        )
 
     def __call__(self, path: str) -> float:
         return self.by_category.get(self.categories.get(path) or "", self.default)
@@ -81,9 +93,14 @@ def recalibrate(genuine_scores: Any, target_fpr: float, fake_scores: Any = None,
     return summary
 
 
-def recalibrate_by_category(genuine_scores: Any, genuine_categories: Any, target_fpr: float,
-                            fake_scores: Any = None, fake_categories: Any = None,
-                            confidence: float = 0.95) -> dict[str, Any]:
+def recalibrate_by_category(
+    genuine_scores: Any,
+    genuine_categories: Any,
+    target_fpr: float,
+    fake_scores: Any = None,
+    fake_categories: Any = None,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
     """`recalibrate` on all genuine images (the threshold of inputs without a known category), then
     one threshold per category, each with its TNR interval and, when fakes are given, its TPR.
 
@@ -93,20 +110,28 @@ def recalibrate_by_category(genuine_scores: Any, genuine_categories: Any, target
     """
     genuine, names = np.asarray(genuine_scores), category_names(genuine_categories)
     fakes = np.asarray(fake_scores if fake_scores is not None else [])
-    fake_names = category_names(fake_categories if fake_categories is not None else [""] * fakes.size)
+    fake_names = category_names(
+        fake_categories if fake_categories is not None else [""] * fakes.size
+    )
     if not (set(names.tolist()) - {""}):
-        raise CalibrationRefused("by=category needs a category per genuine image (a manifest with a "
-                                 "`category` column); none was given")
+        raise CalibrationRefused(
+            "by=category needs a category per genuine image (a manifest with a "
+            "`category` column); none was given"
+        )
     summary = recalibrate(genuine, target_fpr, fakes, confidence)
     split = calibrate_by_category(genuine, names, target_fpr, confidence)
     if split["too_few"]:
-        raise CalibrationRefused(f"by=category: {too_few_sentence(split['too_few'], target_fpr)}: "
-                                 f"{needed_rule(target_fpr, confidence)}. Add genuine images of these "
-                                 "categories, raise target_fpr, or calibrate without by=category.")
+        raise CalibrationRefused(
+            f"by=category: {too_few_sentence(split['too_few'], target_fpr)}: "
+            f"{needed_rule(target_fpr, confidence)}. Add genuine images of these "
+            "categories, raise target_fpr, or calibrate without by=category."
+        )
     summary["by_category"] = {}
     for name, threshold in split["thresholds"].items():
         own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence)
-        summary["by_category"][name] = {k: v for k, v in own.items() if k not in ("target_fpr", "confidence")}
+        summary["by_category"][name] = {
+            k: v for k, v in own.items() if k not in ("target_fpr", "confidence")
+        }
     summary["category_thresholds"] = dict(split["thresholds"])
     return summary
 
@@ -134,9 +159,16 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
 
         graph = onnx.load(str(model))
         metadata = {p.key: p.value for p in graph.metadata_props}
-        metadata.update({"threshold": repr(float(record["threshold"])), "calibration": json.dumps(record),
-                         "target_fpr": repr(float(record["target_fpr"]))})
-        metadata.pop("category_thresholds", None)  # a global recalibration replaces per-category ones
+        metadata.update(
+            {
+                "threshold": repr(float(record["threshold"])),
+                "calibration": json.dumps(record),
+                "target_fpr": repr(float(record["target_fpr"])),
+            }
+        )
+        metadata.pop(
+            "category_thresholds", None
+        )  # a global recalibration replaces per-category ones
         if record.get("category_thresholds"):
             metadata["category_thresholds"] = json.dumps(record["category_thresholds"])
         del graph.metadata_props[:]
@@ -178,13 +210,20 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
     else:
         lines.append("- TPR: no fakes were given (a labelled manifest with label 1 rows adds it)")
     if summary.get("by_category"):
-        lines += ["", "## Per category", "", "| category | threshold | genuine | TNR | TNR interval | fakes | TPR |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "## Per category",
+            "",
+            "| category | threshold | genuine | TNR | TNR interval | fakes | TPR |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for name, own in summary["by_category"].items():
             tlow, thigh = own["tnr_interval"]
-            lines.append(f"| {name} | {own['threshold']:.6g} | {own['n_genuine']} | {own['tnr']:.4f} | "
-                         f"[{tlow:.4f}, {thigh:.4f}] | {own.get('n_fake', 0)} | "
-                         + (f"{own['tpr']:.4f} |" if "tpr" in own else "– |"))
+            lines.append(
+                f"| {name} | {own['threshold']:.6g} | {own['n_genuine']} | {own['tnr']:.4f} | "
+                f"[{tlow:.4f}, {thigh:.4f}] | {own.get('n_fake', 0)} | "
+                + (f"{own['tpr']:.4f} |" if "tpr" in own else "– |")
+            )
         lines += ["", "Inputs whose category is not listed are decided with the global threshold."]
     lines += ["", "These figures hold for images like the calibration set; recalibrate when the images change "
               "(new cameras, compression, platforms or editing tools)."]
@@ -225,8 +264,14 @@ def calibrate_model(model: str, input: str, output: str | os.PathLike, target_fp
         raise ValueError(f"by must be null or category, got {by!r}")
     if by == "category":
         category = {r.path: r.category for r in records}
-        summary = recalibrate_by_category(genuine_scores, [category[r["path"]] for r in genuine_rows], target_fpr,
-                                          fake_scores, [category[r["path"]] for r in fake_rows], confidence)
+        summary = recalibrate_by_category(
+            genuine_scores,
+            [category[r["path"]] for r in genuine_rows],
+            target_fpr,
+            fake_scores,
+            [category[r["path"]] for r in fake_rows],
+            confidence,
+        )
     else:
         summary = recalibrate(genuine_scores, target_fpr, fake_scores, confidence)
     record = provenance(summary, input, runtime.threshold)

@@ -154,7 +154,9 @@ class OnnxRuntime:
         self.name = meta["detector"]
         self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
         self.threshold = float(meta["threshold"])
-        self.category_thresholds = {str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()}
+        self.category_thresholds = {
+            str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()
+        }
         self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
