@@ -150,13 +150,25 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
                 table = _stamped_table(output, spec, photos, root)
                 splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
                 spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
-                panel_tasks = [{"type": "panels", "id": f"panels/{p['key']}", "output": str(output),
-                                "spec": spec_dict, "photo": p, "split": splits[p["source"]]} for p in table]
+                panel_tasks = [
+                    {
+                        "type": "panels",
+                        "id": f"panels/{p['key']}",
+                        "output": str(output),
+                        "spec": spec_dict,
+                        "photo": p,
+                        "split": splits[p["source"]],
+                    }
+                    for p in table
+                ]
                 fragments = execute(panel_tasks, pool, "panels", progress, counts)
                 panels = [p for f in fragments for p in f["panels"]]
                 needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
-                generators, generator_status = (_generators(spec, output, panels, pool, progress, counts)
-                                                if needs_generator else ({}, {}))
+                generators, generator_status = (
+                    _generators(spec, output, panels, pool, progress, counts)
+                    if needs_generator
+                    else ({}, {})
+                )
                 families, family_status = _families(spec, output, panels)
                 generator_status.update(family_status)
             items = plan_items(spec, output, panels, generators, families)
@@ -169,9 +181,18 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
             pool.shutdown(cancel_futures=True)
     if count > 1:
         _mark_shard_done(output, index, count, len(mine))
-        return {"rows": [], "pairs": [], "summary": {
-            "shard": f"{index}/{count}", "output": str(output), "items": len(mine), "made": counts["made"],
-            "reused": counts["reused"], "seconds": round(time.perf_counter() - started, 1)}}
+        return {
+            "rows": [],
+            "pairs": [],
+            "summary": {
+                "shard": f"{index}/{count}",
+                "output": str(output),
+                "items": len(mine),
+                "made": counts["made"],
+                "reused": counts["reused"],
+                "seconds": round(time.perf_counter() - started, 1),
+            },
+        }
     rows = [row for f in fragments for row in f["rows"]]
     pairs = [pair for f in fragments for pair in f["pairs"]]
     skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks):]) if f.get("skipped"))
@@ -185,8 +206,12 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
     return {"rows": rows, "pairs": pairs, "summary": summary}
 
 
-def _stamped_table(output: Path, spec: DatasetSpec, photos: Sequence[str | os.PathLike] | None,
-                   root: str | os.PathLike | None) -> list[dict[str, str]]:
+def _stamped_table(
+    output: Path,
+    spec: DatasetSpec,
+    photos: Sequence[str | os.PathLike] | None,
+    root: str | os.PathLike | None,
+) -> list[dict[str, str]]:
     """The photo table (with the genuine kinds' sources written), checked against and stamped into
     `output`, so a folder never mixes items made with other options or photos."""
     table = _photo_table(photos, root)
@@ -195,15 +220,21 @@ def _stamped_table(output: Path, spec: DatasetSpec, photos: Sequence[str | os.Pa
 
         if photos is None:  # the bundled photographs are one kind among the others
             table = [{**p, "category": "photo"} for p in table]
-        table += write_genuine_sources(output / "sources", spec.genuine_kinds, spec.seed,
-                                       photos={p["source"]: p["photo"] for p in table})
+        table += write_genuine_sources(
+            output / "sources",
+            spec.genuine_kinds,
+            spec.seed,
+            photos={p["source"]: p["photo"] for p in table},
+        )
     if not table:
         raise ValueError("no photos to generate from")
     stamp = output / ".items" / "spec.json"
     fingerprint = {**spec.fingerprint(), "photos": [p["key"] for p in table]}
     if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
-        raise ValueError(f"{output} holds a dataset generated with other options or photos ({stamp}); "
-                         "choose a new output folder or delete the old one")
+        raise ValueError(
+            f"{output} holds a dataset generated with other options or photos ({stamp}); "
+            "choose a new output folder or delete the old one"
+        )
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
     return table
@@ -246,18 +277,24 @@ def _check_shards(output: Path, items: list[dict[str, Any]]) -> None:
     result on disk; the message names the shards to (re)run."""
     done = [json.loads(p.read_text()) for p in sorted(_shards_dir(output).glob("*-of-*.json"))]
     if not done:
-        raise ValueError(f"nothing to merge in {output}: no shard has finished there (run shard=i/n first)")
+        raise ValueError(
+            f"nothing to merge in {output}: no shard has finished there (run shard=i/n first)"
+        )
     sizes = sorted({d["of"] for d in done})
     if len(sizes) > 1:
-        raise ValueError(f"{output} holds shards of different splittings (n = {sizes}); merge one of them "
-                         "into a fresh folder")
+        raise ValueError(
+            f"{output} holds shards of different splittings (n = {sizes}); merge one of them "
+            "into a fresh folder"
+        )
     count = sizes[0]
     missing = set(range(count)) - {d["shard"] for d in done}
     absent = {k % count for k, item in enumerate(items) if not item_done(item)}
     if missing or absent:
         rerun = ", ".join(f"shard={i}/{count}" for i in sorted(missing | absent))
-        raise ValueError(f"{output}: shards not finished or with items missing: rerun {rerun} (a rerun "
-                         "keeps every finished item), then merge again")
+        raise ValueError(
+            f"{output}: shards not finished or with items missing: rerun {rerun} (a rerun "
+            "keeps every finished item), then merge again"
+        )
 
 
 def _summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], fragments: list[dict[str, Any]],

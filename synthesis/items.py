@@ -146,8 +146,12 @@ def item_done(task: dict[str, Any]) -> dict[str, Any] | None:
     """A task's finished result (its fragment, with every file it names still on disk), or None."""
     path = fragment_path(Path(task["output"]), task["id"])
     done = json.loads(path.read_text()) if path.is_file() else None
-    if done is not None and all((Path(task["output"]) / row[key]).is_file()
-                                for row in done["rows"] for key in ("path", "mask") if row.get(key)):
+    if done is not None and all(
+        (Path(task["output"]) / row[key]).is_file()
+        for row in done["rows"]
+        for key in ("path", "mask")
+        if row.get(key)
+    ):
         return done
     return None
 
