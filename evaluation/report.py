@@ -172,15 +172,21 @@ def write_report_payload(
 
     lines = _report_lines(title, metrics, threshold, calibrated_threshold, intervals, groups, robustness,
                           figures, confidence)
-    if category_thresholds:
-        lines[3:3] = [
-            "Per-category thresholds (other categories use the operating threshold): "
-            + ", ".join(f"{name} {_fmt(t)}" for name, t in sorted(category_thresholds.items()))
-        ]
-    if summary:
-        lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
+    lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
+
+
+def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | None,
+                   summary: str | None) -> list[str]:
+    """report.md's lines with the summary sentence first and the per-category thresholds beside
+    the operating threshold."""
+    if category_thresholds:
+        lines[3:3] = ["Per-category thresholds (other categories use the operating threshold): "
+                      + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(category_thresholds.items()))]
+    if summary:
+        lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
+    return lines
 
 
 def _report_lines(title: str, metrics: Mapping[str, Any], threshold: float | None,

@@ -148,27 +148,12 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
         with one_thread():
             with _shared_phase(output, exclusive=count > 1 or merge):
                 table = _stamped_table(output, spec, photos, root)
-                splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
-                spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
-                panel_tasks = [
-                    {
-                        "type": "panels",
-                        "id": f"panels/{p['key']}",
-                        "output": str(output),
-                        "spec": spec_dict,
-                        "photo": p,
-                        "split": splits[p["source"]],
-                    }
-                    for p in table
-                ]
+                panel_tasks = _panel_tasks(output, spec, table)
                 fragments = execute(panel_tasks, pool, "panels", progress, counts)
                 panels = [p for f in fragments for p in f["panels"]]
                 needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
-                generators, generator_status = (
-                    _generators(spec, output, panels, pool, progress, counts)
-                    if needs_generator
-                    else ({}, {})
-                )
+                generators, generator_status = ({}, {}) if not needs_generator else _generators(
+                    spec, output, panels, pool, progress, counts)
                 families, family_status = _families(spec, output, panels)
                 generator_status.update(family_status)
             items = plan_items(spec, output, panels, generators, families)
@@ -181,18 +166,10 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
             pool.shutdown(cancel_futures=True)
     if count > 1:
         _mark_shard_done(output, index, count, len(mine))
-        return {
-            "rows": [],
-            "pairs": [],
-            "summary": {
-                "shard": f"{index}/{count}",
-                "output": str(output),
-                "items": len(mine),
-                "made": counts["made"],
-                "reused": counts["reused"],
-                "seconds": round(time.perf_counter() - started, 1),
-            },
-        }
+        return {"rows": [], "pairs": [], "summary": {
+            "shard": f"{index}/{count}", "output": str(output), "items": len(mine),
+            "made": counts["made"], "reused": counts["reused"],
+            "seconds": round(time.perf_counter() - started, 1)}}
     rows = [row for f in fragments for row in f["rows"]]
     pairs = [pair for f in fragments for pair in f["pairs"]]
     skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks):]) if f.get("skipped"))
@@ -204,6 +181,15 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
                "panels": len(panels), "items": len(panel_tasks) + len(items), "generators": generator_status,
                "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1)}
     return {"rows": rows, "pairs": pairs, "summary": summary}
+
+
+def _panel_tasks(output: Path, spec: DatasetSpec, table: list[dict[str, str]]
+                 ) -> list[dict[str, Any]]:
+    """One `panels` task per photo, with the split drawn for its source."""
+    splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
+    spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
+    return [{"type": "panels", "id": f"panels/{p['key']}", "output": str(output), "spec": spec_dict,
+             "photo": p, "split": splits[p["source"]]} for p in table]
 
 
 def _stamped_table(
