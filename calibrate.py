@@ -1,5 +1,6 @@
 """Re-set a detector's threshold on your own genuine images:
-`python calibrate.py model=M.ckpt|M.onnx input=GENUINE_DIR|MANIFEST target_fpr=0.01 output=M_calibrated.onnx`."""
+`python calibrate.py model=M.ckpt|M.onnx input=GENUINE_DIR|MANIFEST target_fpr=0.01 output=M_calibrated.onnx`
+(`by=category`: one threshold per manifest category as well)."""
 from __future__ import annotations
 
 import logging
@@ -20,11 +21,23 @@ log = logging.getLogger("calibrate")
 def main(cfg: DictConfig) -> None:
     record = calibrate_model(cfg.model, cfg.input, cfg.output, target_fpr=cfg.target_fpr,
                              confidence=cfg.confidence, device=cfg.device, batch_size=cfg.batch_size,
-                             num_workers=cfg.num_workers, progress=cfg.progress)
+                             num_workers=cfg.num_workers, progress=cfg.progress, by=cfg.get("by"))
     low, high = record["tnr_interval"]
     log.info("threshold %.6g (was %.6g) on %d genuine images: TNR %.4f [%.4f, %.4f]%s -> %s", record["threshold"],
              record["previous_threshold"], record["n_genuine"], record["tnr"], low, high,
              f", TPR {record['tpr']:.4f}" if "tpr" in record else "", cfg.output)
+    for name, own in (record.get("by_category") or {}).items():
+        low, high = own["tnr_interval"]
+        log.info(
+            "  %s: threshold %.6g on %d genuine images: TNR %.4f [%.4f, %.4f]%s",
+            name,
+            own["threshold"],
+            own["n_genuine"],
+            own["tnr"],
+            low,
+            high,
+            f", TPR {own['tpr']:.4f}" if "tpr" in own else "",
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from datamodules.records import LayoutError, list_images, read_manifest
 from inference.cli import expected_failures, run
-from synthesis.dataset import make_generated_manifest
+from inference.parts import Shard
+from synthesis.dataset import generate_dataset, make_generated_manifest
 from synthesis.embedded import make_embedded_manifest
 
 log = logging.getLogger("generate")
@@ -48,7 +49,7 @@ def spec_from_config(cfg: DictConfig):
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
     keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
-            "d15_fraction", "generator", "diffusion", "forgery_options")
+            "d15_fraction", "generator", "diffusion", "forgery_options", "genuine_kinds")
     plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
     if plain["generator"].pop("backend", "autoencoder") != "autoencoder":
         plain["generator"] = {}  # another backend makes the fakes; the panels are cut the same way
@@ -56,7 +57,7 @@ def spec_from_config(cfg: DictConfig):
                        split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
                        local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
                        generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"],
-                       forgery_options=plain["forgery_options"])
+                       forgery_options=plain["forgery_options"], genuine_kinds=plain["genuine_kinds"] or {})
 
 
 def generate(cfg: DictConfig) -> Path:
@@ -66,6 +67,13 @@ def generate(cfg: DictConfig) -> Path:
     photos = find_photos(cfg.source)
     output = cfg.output or ("data/generated_diffusers" if cfg.generator.get("backend") == "diffusers" else
                             {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}"))
+    shard = Shard.parse(cfg.get("shard"))
+    one_process = cfg.kind == "aigi_quick" or cfg.generator.get("backend") == "diffusers"
+    if (shard.count > 1 or cfg.get("merge")) and one_process:
+        raise ValueError(
+            "shard=i/n and merge=true split the items of kind=all|aigi|forgery with the autoencoder "
+            "generator; kind=aigi_quick and generator=diffusers run as one process"
+        )
     if cfg.kind == "aigi_quick":
         quick(cfg, output, photos)
         return Path(output) / "manifest.csv"
@@ -79,9 +87,32 @@ def generate(cfg: DictConfig) -> Path:
                                                     progress=cfg.progress)
         log.info("wrote %s\n%s", manifest, format_summary(summary))
         return manifest
+    if shard.count > 1:
+        if cfg.get("merge"):
+            raise ValueError("merge=true joins all shards: give it without shard=i/n")
+        result = generate_dataset(
+            output,
+            spec_from_config(cfg),
+            photos=photos,
+            root=cfg.source or None,
+            workers=cfg.workers,
+            progress=cfg.progress,
+            shard=(shard.index, shard.count),
+        )
+        summary = result["summary"]
+        log.info(
+            "shard %s: %d items (%d made, %d reused from an earlier run) in %s s; when every shard is "
+            "done: python generate.py <the same options> merge=true",
+            summary["shard"],
+            summary["items"],
+            summary["made"],
+            summary["reused"],
+            summary["seconds"],
+        )
+        return Path(output) / "manifest.csv"
     manifest, summary = make_generated_manifest(output, spec_from_config(cfg), photos=photos,
                                                 root=cfg.source or None, workers=cfg.workers,
-                                                progress=cfg.progress)
+                                                progress=cfg.progress, merge=bool(cfg.get("merge")))
     log.info("wrote %s\n%s", manifest, format_summary(summary))
     return manifest
 

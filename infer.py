@@ -15,6 +15,7 @@ from inference.masks import PixelReduction
 from inference.parts import Shard
 from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, report_run
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
+from inference.recalibration import CategoryThreshold
 from inference.runtime import ModelLoadError, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
 from inference.writer import COLUMNS
@@ -54,6 +55,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
             columns.append("confidence")
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
+    # a model calibrated per category decides each input with its category's threshold
+    per_category = CategoryThreshold.for_records(runtime, records) if cfg.threshold is None else None
     log.info("%s (%s, threshold %.4f): %d inputs -> %s", runtime.name, Path(cfg.model).suffix, threshold,
              len(records), output)
     pixel = PixelReduction(records) if masks_dir is not None else None
@@ -64,7 +67,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         try:
             scored = score_to_output(runtime, records, output, columns, processes, shard, resume=cfg.resume,
                                      pixel=pixel, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                     threshold=threshold, masks_dir=masks_dir, overlays_dir=overlays_dir,
+                                     threshold=per_category or threshold, masks_dir=masks_dir, overlays_dir=overlays_dir,
                                      progress=cfg.progress and processes.is_main)
         except KeyboardInterrupt:
             raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
@@ -75,7 +78,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
     robustness = Robustness(cfg.robustness_max_images, cfg.get("robustness_perturbations"), cfg.seed,
                             cfg.batch_size, cfg.num_workers) if cfg.robustness else None
-    request = ReportRequest(output, str(cfg.input), threshold, cfg.group_by, cfg.review_aggregation, robustness)
+    request = ReportRequest(output, str(cfg.input), threshold, cfg.group_by, cfg.review_aggregation, robustness,
+                            per_category_thresholds=cfg.threshold is None)
     return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
 
 

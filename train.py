@@ -15,6 +15,7 @@ from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
 from evaluation import calibration_markdown, report_records, write_metrics_json
+from evaluation.calibration import below_target_sentence
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from inference.cli import expected_failures, run
 
@@ -46,7 +47,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
-    module = create_module(cfg.detector, target_fpr=cfg.target_fpr)
+    module = create_module(cfg.detector, target_fpr=cfg.target_fpr,
+                           calibrate_by=(cfg.get("calibration") or {}).get("by"))
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 
@@ -95,6 +97,8 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     if pixel:
         extra = {**extra, "pixel_protocol": PIXEL_PROTOCOL}
     report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
+                            category_thresholds=module.category_thresholds or None,
+                            target_tnr=1.0 - module.hparams.target_fpr,
                             title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
                             contact_sheet=sheet or None, extra=extra)
     notes = [calibration_markdown(extra["calibration"])] if extra.get("calibration") else []
@@ -115,8 +119,12 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     val = metrics.get("val", {})
     val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
+    below = below_target_sentence(
+        metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0)
+    )
+    named = f"\n  {below}" if below else ""
     return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
-            f"\n  test {test or '(not run)'}\n  run directory {output_dir}\n")
+            f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n")
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

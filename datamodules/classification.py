@@ -32,12 +32,22 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     noise (`datasets.NoiseReinjectedFakes`), a lever against learning one generator's trace.
     """
 
-    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, batch_size: int = 32,
-                 eval_batch_size: int | None = None, num_workers: int = 2,
-                 split_fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                 augment: Mapping[str, Any] | None = None, balanced: bool | str = False,
-                 with_groups: bool = False, pseudo_fakes: float = 0.0,
-                 pseudo_fake_noise: Sequence[float] = (0.02, 0.1)) -> None:
+    def __init__(
+        self,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 2,
+        split_fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        augment: Mapping[str, Any] | None = None,
+        balanced: bool | str = False,
+        with_groups: bool = False,
+        pseudo_fakes: float = 0.0,
+        pseudo_fake_noise: Sequence[float] = (0.02, 0.1),
+        pseudo_fake_skip_categories: Sequence[str] = (),
+        genuine_noise: float = 0.0,
+    ) -> None:
         super().__init__()
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
         self.with_groups = with_groups
@@ -51,6 +61,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.balanced = balanced
         self.pseudo_fakes = float(pseudo_fakes or 0.0)
         self.pseudo_fake_noise = tuple(pseudo_fake_noise)
+        self.pseudo_fake_skip_categories = tuple(pseudo_fake_skip_categories or ())
+        self.genuine_noise = float(genuine_noise or 0.0)
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod
@@ -83,8 +95,10 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     def _loader(self, split: str, train: bool) -> DataLoader:
         transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
         dataset = self.make_dataset(self.splits[split], transform)
-        if train and self.pseudo_fakes > 0:
-            dataset = NoiseReinjectedFakes(dataset, self.pseudo_fakes, self.pseudo_fake_noise)
+        if train and (self.pseudo_fakes > 0 or self.genuine_noise > 0):
+            dataset = NoiseReinjectedFakes(dataset, self.pseudo_fakes, self.pseudo_fake_noise,
+                                           skip_categories=self.pseudo_fake_skip_categories,
+                                           genuine_noise=self.genuine_noise)
         sampler = None
         if train and balanced_by(self.balanced):
             weights = balanced_weights(dataset.records, balanced_by(self.balanced))
@@ -106,15 +120,16 @@ class RecordsDataModule(L.LightningDataModule, ABC):
 
 
 def balanced_by(balanced: bool | str | None) -> str | None:
-    """`data.balanced`: false (plain shuffling), true or `label` (each class drawn half the time), or
-    `group` (each class half the time and, within a class, each `group` equally often)."""
+    """`data.balanced`: false (plain shuffling), true or `label` (each class drawn half the time),
+    `group` (each class half the time and, within a class, each `group` equally often) or
+    `category` (likewise per `category`: a kind of image with few panels is not drowned out)."""
     if balanced in (False, None, "false", "none"):
         return None
     if balanced in (True, "true", "label"):
         return "label"
-    if balanced == "group":
-        return "group"
-    raise ValueError(f"data.balanced must be false, true (= label) or group, got {balanced!r}")
+    if balanced in ("group", "category"):
+        return balanced
+    raise ValueError(f"data.balanced must be false, true (= label), group or category, got {balanced!r}")
 
 
 def balanced_weights(records: Sequence[Record], by: str) -> list[float]:
@@ -122,7 +137,9 @@ def balanced_weights(records: Sequence[Record], by: str) -> list[float]:
     share of the draws. A generator that made more fakes then no longer dominates what a detector
     learns, which matters when the families are to be learned as one class."""
     def key(record: Record) -> tuple:
-        return (record.label, record.group or "") if by == "group" else (record.label,)
+        if by == "label":
+            return (record.label,)
+        return (record.label, (record.group if by == "group" else record.category) or "")
 
     counts: dict[tuple, int] = {}
     for record in records:

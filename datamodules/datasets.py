@@ -72,11 +72,17 @@ class NoiseReinjectedFakes(Dataset):
     """
 
     def __init__(self, dataset: Dataset, rate: float, noise_std: Sequence[float] = (0.02, 0.1),
-                 group: str = "pseudo_noise") -> None:
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"the pseudo-fake rate must lie in [0, 1], got {rate}")
+                 group: str = "pseudo_noise", skip_categories: Sequence[str] = (),
+                 genuine_noise: float = 0.0) -> None:
+        for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"the {name} must lie in [0, 1], got {value}")
         self.dataset, self.rate, self.group = dataset, float(rate), group
         self.noise_std = (float(noise_std[0]), float(noise_std[1]))
+        # grainy kinds (micrographs) are noisy by nature: making pseudo-fakes of them teaches
+        # "grain = generated"; `genuine_noise` instead adds the same noise to genuine draws that
+        # stay genuine, so noise alone is no evidence either way
+        self.skip_categories, self.genuine_noise = frozenset(skip_categories), float(genuine_noise)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -88,13 +94,21 @@ class NoiseReinjectedFakes(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         sample = self.dataset[index]
-        if "error" in sample or sample["label"] != 0 or float(torch.rand(())) >= self.rate:
+        if "error" in sample or sample["label"] != 0:
+            return sample
+        skipped = (
+            bool(self.skip_categories)
+            and self.dataset.records[index].category in self.skip_categories
+        )
+        fake = float(torch.rand(())) < self.rate and not skipped
+        if not fake and not (self.genuine_noise and float(torch.rand(())) < self.genuine_noise):
             return sample
         low, high = self.noise_std
         std = low + (high - low) * float(torch.rand(()))
         noisy = sample["image"] + torch.randn_like(sample["image"]) * std
         sample["image"] = noisy.mul(255).round().clamp(0, 255).div(255)  # as if saved as 8-bit
-        sample["label"] = 1
-        if "group" in sample:
-            sample["group"] = self.group
+        if fake:
+            sample["label"] = 1
+            if "group" in sample:
+                sample["group"] = self.group
         return sample

@@ -15,6 +15,7 @@ from detectors.base import Detector
 from detectors.build import build_detector, to_plain
 from detectors.localization_metrics import SplitPixelMetrics
 from evaluation import calibrate_threshold, calibration_check, image_metrics
+from evaluation.calibration import calibrate_by_category, too_few_sentence
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,24 @@ class DetectorModule(L.LightningModule):
         name: str | None = None,
         pixel_threshold: float = 0.5,
         contact_cases: int = 4,
+        calibrate_by: str | None = None,
     ) -> None:
         super().__init__()
         net, optimizer, scheduler = to_plain(net), to_plain(optimizer), to_plain(scheduler)
-        self.save_hyperparameters({"net": net, "optimizer": optimizer, "scheduler": scheduler,
-                                   "target_fpr": float(target_fpr), "name": name,
-                                   "pixel_threshold": float(pixel_threshold), "contact_cases": int(contact_cases)})
+        if calibrate_by not in (None, "category"):
+            raise ValueError(f"calibration.by must be null or category, got {calibrate_by!r}")
+        self.save_hyperparameters(
+            {
+                "net": net,
+                "optimizer": optimizer,
+                "scheduler": scheduler,
+                "target_fpr": float(target_fpr),
+                "name": name,
+                "pixel_threshold": float(pixel_threshold),
+                "contact_cases": int(contact_cases),
+                "calibrate_by": calibrate_by,
+            }
+        )
         self.net: Detector = build_detector(net)
         self.register_buffer("threshold", torch.tensor(0.5))
         self._scores: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
@@ -68,6 +81,8 @@ class DetectorModule(L.LightningModule):
                         for stage in ("val", "test")} if self.net.is_localizer else {}
         self.stage_cases: dict[str, list[tuple]] = {}
         self.calibration: dict[str, Any] | None = None  # how far the last calibration can be trusted
+        # calibrate_by=category: {category: threshold} for the categories with enough genuine images
+        self.category_thresholds: dict[str, float] = {}
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.net(image)
@@ -129,14 +144,46 @@ class DetectorModule(L.LightningModule):
         if len(genuine):
             self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr))
             self.calibration = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
+            if self.hparams.get("calibrate_by") == "category":
+                self._calibrate_categories(genuine, gathered["index"][gathered["label"] == 0])
         self._log_metrics("val", gathered, pixel)
+
+    def _calibrate_categories(self, genuine: np.ndarray, index: np.ndarray) -> None:
+        """One threshold per category of the validation genuines that has enough of them; the
+        others keep the global threshold and are named in the calibration's warning."""
+        records = getattr(getattr(self.trainer, "datamodule", None), "splits", {}).get("val")
+        if not records:
+            log.warning(
+                "calibration.by=category: the data module names no validation records; "
+                "one global threshold is used"
+            )
+            return
+        categories = [records[int(i)].category for i in index]
+        result = calibrate_by_category(genuine, categories, self.hparams.target_fpr)
+        self.category_thresholds = result["thresholds"]
+        self.calibration = {
+            **self.calibration,
+            "by_category": result["checks"],
+            "category_thresholds": result["thresholds"],
+            "too_few_by_category": {k: list(v) for k, v in result["too_few"].items()},
+        }
+        if result["too_few"]:
+            note = (
+                too_few_sentence(result["too_few"], self.hparams.target_fpr)
+                + "; they keep the global threshold"
+            )
+            self.calibration["warning"] = " ".join(
+                filter(None, [self.calibration.get("warning"), note])
+            )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The calibration check belongs to the threshold saved with these weights.
         checkpoint["calibration"] = self.calibration
+        checkpoint["category_thresholds"] = dict(self.category_thresholds)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.calibration = checkpoint.get("calibration")
+        self.category_thresholds = dict(checkpoint.get("category_thresholds") or {})
 
     def on_test_epoch_end(self) -> None:
         gathered = self._gather("test")

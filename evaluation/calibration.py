@@ -113,3 +113,82 @@ def calibration_markdown(check: dict) -> str:
     if check.get("warning"):
         lines += ["", f"**Warning**: {check['warning']}"]
     return "\n".join(lines) + "\n"
+
+
+def category_names(categories) -> np.ndarray:
+    """Category values as strings; a missing category (None, NaN, '') becomes ''."""
+    out = []
+    for value in np.asarray(categories, dtype=object).tolist():
+        missing = value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+        out.append("" if missing else str(value))
+    return np.asarray(out, dtype=object)
+
+
+def calibrate_by_category(
+    genuine_scores, categories, target_fpr: float, confidence: float = 0.95
+) -> dict:
+    """One threshold per category of the genuine images, each only where the category has enough
+    genuine images for `target_fpr` to mean anything (`genuine_needed`).
+
+    A grainy kind of image (micrographs, blots) can sit far above the others in score; one global
+    threshold then flags most of it while the global FPR still looks fine. Returns
+    ``{"thresholds": {category: t}, "checks": {category: calibration_check(...)},
+    "too_few": {category: (n_genuine, genuine_needed)}}``; images without a category take part
+    in no category's threshold (they keep the global one).
+    """
+    scores = as_scores(genuine_scores, "genuine_scores")
+    names = category_names(categories)
+    if names.shape != scores.shape:
+        raise ValueError(
+            f"need one category per genuine score, got {names.shape} for {scores.shape}"
+        )
+    needed = genuine_needed(target_fpr, confidence)
+    result: dict = {"thresholds": {}, "checks": {}, "too_few": {}}
+    for name in sorted(set(names.tolist()) - {""}):
+        own = scores[names == name]
+        if own.size < needed:
+            result["too_few"][name] = (int(own.size), needed)
+            continue
+        threshold = calibrate_threshold(own, target_fpr)
+        result["thresholds"][name] = threshold
+        result["checks"][name] = calibration_check(own, threshold, target_fpr, confidence)
+    return result
+
+
+def too_few_sentence(too_few: dict, target_fpr: float) -> str:
+    """The categories that cannot have their own threshold, named with their counts."""
+    listed = ", ".join(f"{name} ({n} of {needed})" for name, (n, needed) in sorted(too_few.items()))
+    return (
+        f"too few genuine images for a threshold of their own at target FPR {target_fpr:g} in: "
+        f"{listed} (genuine images of the category, of the number needed)"
+    )
+
+
+def row_thresholds(categories, thresholds: dict, default: float) -> np.ndarray:
+    """Each row's threshold: its category's when it has one, else `default`."""
+    names = category_names(categories)
+    return np.asarray(
+        [thresholds.get(name, default) if name else default for name in names.tolist()],
+        dtype=np.float64,
+    )
+
+
+def categories_below_target(by_category: dict, target_tnr: float) -> dict:
+    """``{category: genuine TNR}`` of every category whose genuine TNR is below `target_tnr`
+    (categories without genuine images are left out): what a summary must name."""
+    return {
+        name: float(m["tnr"])
+        for name, m in sorted(by_category.items())
+        if m.get("n_neg")
+        and m.get("tnr") is not None
+        and math.isfinite(m["tnr"])
+        and m["tnr"] < target_tnr
+    }
+
+
+def below_target_sentence(below: dict, target_tnr: float) -> str:
+    """'' when every category meets the target, else a sentence naming each one that misses it."""
+    if not below:
+        return ""
+    listed = ", ".join(f"{name} {tnr:.4f}" for name, tnr in below.items())
+    return f"genuine TNR below the target {target_tnr:g} in categories: {listed}"

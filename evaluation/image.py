@@ -78,10 +78,13 @@ def _level_key(level: float) -> str:
 def image_metrics(
     labels,
     scores,
-    threshold: float = 0.5,
+    threshold: float | np.ndarray = 0.5,
     fpr_levels: Sequence[float] = DEFAULT_FPR_LEVELS,
 ) -> dict[str, float]:
     """Every image-level metric key (docs/architecture.md) as plain floats/ints (JSON-ready).
+
+    ``threshold`` may also be one value per image (per-category thresholds: see
+    ``evaluation.calibration.row_thresholds``).
 
     Threshold-free metrics (``auroc``, ``pauroc@0.1``, ``ap``, ``tpr@fpr=k``) are NaN with an
     ``UndefinedMetricWarning`` unless both classes are present. At the threshold, ``tpr`` needs
@@ -111,6 +114,9 @@ def image_metrics(
             out[key] = nan
         warn_undefined(free_keys, f"needs both classes, got n_pos={n_pos}, n_neg={n_neg}")
 
+    threshold = np.asarray(threshold, dtype=np.float64)
+    if threshold.ndim and threshold.shape != s.shape:
+        raise ValueError(f"threshold must be one value or one per score, got {threshold.shape} for {s.shape}")
     pred = s >= threshold
     tp = int(np.count_nonzero(pred & y))
     fp = int(np.count_nonzero(pred) - tp)
@@ -121,7 +127,8 @@ def image_metrics(
     out["balanced_accuracy"] = (out["tpr"] + out["tnr"]) / 2.0
     out["f1"] = safe_div(2 * tp, 2 * tp + fp + fn)
     undefined = [k for k in ("tpr", "tnr", "balanced_accuracy", "f1") if np.isnan(out[k])]
-    warn_undefined(undefined, f"at threshold {threshold:g} with n_pos={n_pos}, n_neg={n_neg}")
+    at = f"{float(threshold):g}" if threshold.ndim == 0 else "per image"
+    warn_undefined(undefined, f"at threshold {at} with n_pos={n_pos}, n_neg={n_neg}")
 
     out = {k: float(v) for k, v in out.items()}
     out["n_pos"] = n_pos

@@ -72,6 +72,8 @@ def by_group(
     y = numeric(cols, label)
     s = numeric(cols, score)
     names = group_names(column(cols, column_name))
+    # one threshold per row (per-category calibration) follows the rows of each group
+    per_row = np.ndim(metric_kwargs.get("threshold", 0.5)) == 1
     out: dict[str, dict] = {}
     negative = y == 0
     for name in sorted(set(names.tolist())):
@@ -83,7 +85,12 @@ def by_group(
             rows = positive | negative
         else:
             rows = member
-        out[name or "(none)"] = metric_fn(y[rows], s[rows], **metric_kwargs)
+        kwargs = (
+            {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]}
+            if per_row
+            else metric_kwargs
+        )
+        out[name or "(none)"] = metric_fn(y[rows], s[rows], **kwargs)
     return out
 
 

@@ -132,9 +132,13 @@ def write_report_payload(
     title: str = "Evaluation report",
     confidence: float = 0.95,
     extra: Mapping[str, Any] | None = None,
+    category_thresholds: Mapping[str, float] | None = None,
+    summary: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """``write_report``, also returning what metrics.json holds (before JSON's NaN -> null), so
-    callers keep the metrics in memory instead of reading their own file back."""
+    callers keep the metrics in memory instead of reading their own file back.
+    ``category_thresholds``: the per-category thresholds the rows were decided with;
+    ``summary``: a sentence report.md shows first (a category that misses its target)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -160,6 +164,8 @@ def write_report_payload(
         payload["interval_confidence"] = confidence
     payload["threshold"] = threshold
     payload["calibrated_threshold"] = calibrated_threshold
+    if category_thresholds:
+        payload["category_thresholds"] = dict(category_thresholds)
     if robustness is not None:
         payload["robustness"] = robustness
     payload.update(extra or {})
@@ -167,8 +173,21 @@ def write_report_payload(
 
     lines = _report_lines(title, metrics, threshold, calibrated_threshold, intervals, groups, robustness,
                           figures, confidence)
+    lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
+
+
+def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | None,
+                   summary: str | None) -> list[str]:
+    """report.md's lines with the summary sentence first and the per-category thresholds beside
+    the operating threshold."""
+    if category_thresholds:
+        lines[3:3] = ["Per-category thresholds (other categories use the operating threshold): "
+                      + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(category_thresholds.items()))]
+    if summary:
+        lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
+    return lines
 
 
 def _report_lines(title: str, metrics: Mapping[str, Any], threshold: float | None,

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .bootstrap import bootstrap_image_ci
+from .calibration import below_target_sentence, categories_below_target, row_thresholds
 from .image import image_metrics
 from .records import Records, as_columns, by_group, column
 
@@ -41,22 +42,36 @@ def evaluate_records(
     seed: int = 0,
     label: str = "label",
     score: str = "score",
+    category_thresholds: Mapping[str, float] | None = None,
+    target_tnr: float | None = None,
 ) -> dict:
     """``{"metrics", "groups", "intervals", "n_used"}`` for a table with label and score columns.
 
     ``group`` breakdowns share the genuine images across generators; any other column
     (``category``, ``split``, ...) is scored on its own rows. ``n_resamples=0`` skips the bootstrap.
+    ``category_thresholds`` (per-category calibration) decide each row with its category's
+    threshold, ``threshold`` the rows of other categories. With ``target_tnr``, metrics gain
+    ``genuine_tnr_below_target``: every category whose genuine TNR misses it, by name.
     """
     cols = labelled_rows(records, label, score)
     y, s = cols[label], cols[score]
+    cut: float | np.ndarray = threshold
+    if category_thresholds and "category" in cols:
+        cut = row_thresholds(cols["category"], dict(category_thresholds), threshold)
     groups = {
         f"by_{name}": by_group(cols, name, shared_negatives=(name == "group"), label=label,
-                               score=score, threshold=threshold)
+                               score=score, threshold=cut)
         for name in group_columns
         if name in cols
     }
+    metrics = image_metrics(y, s, threshold=cut)
+    if target_tnr is not None and "by_category" in groups:
+        metrics["genuine_tnr_below_target"] = categories_below_target(
+            groups["by_category"], target_tnr
+        )
+        metrics["target_tnr"] = float(target_tnr)
     return {
-        "metrics": image_metrics(y, s, threshold=threshold),
+        "metrics": metrics,
         "groups": groups,
         "intervals": bootstrap_image_ci(y, s, n_resamples=n_resamples, seed=seed) if n_resamples else None,
         "n_used": int(y.size),
@@ -98,9 +113,12 @@ def report_records(
 
     cols = labelled_rows(records, label, score)
     result = evaluate_records(cols, threshold=threshold, label=label, score=score, **evaluate_kwargs)
+    metrics = dict(result["metrics"])
+    below = metrics.pop("genuine_tnr_below_target", None)
+    target = metrics.pop("target_tnr", None)
     payload, files = write_report_payload(
         out_dir,
-        {**result["metrics"], **(pixel or {})},
+        {**metrics, **(pixel or {})},
         labels=cols[label],
         scores=cols[score],
         threshold=threshold,
@@ -110,6 +128,15 @@ def report_records(
         robustness=robustness,
         contact_sheet=contact_sheet,
         title=title,
-        extra=extra,
+        extra={
+            **(
+                {"genuine_tnr_below_target": below, "target_tnr": target}
+                if below is not None
+                else {}
+            ),
+            **(extra or {}),
+        },
+        category_thresholds=evaluate_kwargs.get("category_thresholds"),
+        summary=below_target_sentence(below, target) if below else None,
     )
     return Report(metrics=payload, files=files)

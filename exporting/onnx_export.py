@@ -100,7 +100,10 @@ def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None
         "preprocess": json.dumps(module.net.preprocess.to_dict()),
         "threshold": repr(float(module.threshold)),
         "outputs": json.dumps(names),
+        "target_fpr": repr(float(module.hparams.get("target_fpr", 0.01))),
     }
+    if getattr(module, "category_thresholds", None):  # calibration.by=category
+        metadata["category_thresholds"] = json.dumps(module.category_thresholds)
     del model.metadata_props[:]
     for key, value in metadata.items():
         model.metadata_props.add(key=key, value=value)

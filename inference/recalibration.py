@@ -17,11 +17,45 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.calibration import calibrate_threshold, clopper_pearson, genuine_needed
+from evaluation.calibration import (
+    calibrate_by_category,
+    calibrate_threshold,
+    category_names,
+    clopper_pearson,
+    genuine_needed,
+    too_few_sentence,
+)
 
 
 class CalibrationRefused(Exception):
     """Too few genuine images for the requested false-positive rate (the message says how many)."""
+
+
+class CategoryThreshold:
+    """Each input's threshold: its category's (calibration.by=category) when the model has one for
+    it, else the model's global threshold. Called with an input's path, as scoring decides."""
+
+    def __init__(
+        self, default: float, by_category: dict[str, float], categories: dict[str, str | None]
+    ) -> None:
+        self.default, self.by_category, self.categories = (
+            float(default),
+            dict(by_category),
+            categories,
+        )
+
+    def __call__(self, path: str) -> float:
+        return self.by_category.get(self.categories.get(path) or "", self.default)
+
+    @classmethod
+    def for_records(cls, runtime: Any, records: Any) -> "CategoryThreshold | None":
+        """The per-input thresholds of `runtime` for `records`, or None when the model has no
+        per-category thresholds or no record carries a category they name."""
+        by_category = getattr(runtime, "category_thresholds", None) or {}
+        categories = {r.path: r.category for r in records}
+        if not set(by_category) & set(categories.values()):
+            return None
+        return cls(runtime.threshold, by_category, categories)
 
 
 def needed_rule(target_fpr: float, confidence: float) -> str:
@@ -59,10 +93,53 @@ def recalibrate(genuine_scores: Any, target_fpr: float, fake_scores: Any = None,
     return summary
 
 
+def recalibrate_by_category(
+    genuine_scores: Any,
+    genuine_categories: Any,
+    target_fpr: float,
+    fake_scores: Any = None,
+    fake_categories: Any = None,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """`recalibrate` on all genuine images (the threshold of inputs without a known category), then
+    one threshold per category, each with its TNR interval and, when fakes are given, its TPR.
+
+    Refuses (`CalibrationRefused`, naming each one) when any category has too few genuine images
+    for `target_fpr`: a category left on the global threshold is the one a grainy kind of image
+    would be flagged in, unseen.
+    """
+    genuine, names = np.asarray(genuine_scores), category_names(genuine_categories)
+    fakes = np.asarray(fake_scores if fake_scores is not None else [])
+    fake_names = category_names(
+        fake_categories if fake_categories is not None else [""] * fakes.size
+    )
+    if not (set(names.tolist()) - {""}):
+        raise CalibrationRefused(
+            "by=category needs a category per genuine image (a manifest with a "
+            "`category` column); none was given"
+        )
+    summary = recalibrate(genuine, target_fpr, fakes, confidence)
+    split = calibrate_by_category(genuine, names, target_fpr, confidence)
+    if split["too_few"]:
+        raise CalibrationRefused(
+            f"by=category: {too_few_sentence(split['too_few'], target_fpr)}: "
+            f"{needed_rule(target_fpr, confidence)}. Add genuine images of these "
+            "categories, raise target_fpr, or calibrate without by=category."
+        )
+    summary["by_category"] = {}
+    for name, threshold in split["thresholds"].items():
+        own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence)
+        summary["by_category"][name] = {
+            k: v for k, v in own.items() if k not in ("target_fpr", "confidence")
+        }
+    summary["category_thresholds"] = dict(split["thresholds"])
+    return summary
+
+
 def provenance(summary: dict[str, Any], input: str, previous_threshold: float) -> dict[str, Any]:
     """What a calibrated model records about its threshold: how many images, which target, when."""
     keys = ("threshold", "target_fpr", "confidence", "n_genuine", "false_positives", "tnr", "tnr_interval",
-            "n_fake", "tpr", "tpr_interval")
+            "n_fake", "tpr", "tpr_interval", "by_category", "category_thresholds")
     return {**{k: summary[k] for k in keys if k in summary}, "input": str(input),
             "previous_threshold": float(previous_threshold),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
@@ -82,7 +159,18 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
 
         graph = onnx.load(str(model))
         metadata = {p.key: p.value for p in graph.metadata_props}
-        metadata.update({"threshold": repr(float(record["threshold"])), "calibration": json.dumps(record)})
+        metadata.update(
+            {
+                "threshold": repr(float(record["threshold"])),
+                "calibration": json.dumps(record),
+                "target_fpr": repr(float(record["target_fpr"])),
+            }
+        )
+        metadata.pop(
+            "category_thresholds", None
+        )  # a global recalibration replaces per-category ones
+        if record.get("category_thresholds"):
+            metadata["category_thresholds"] = json.dumps(record["category_thresholds"])
         del graph.metadata_props[:]
         for key, value in metadata.items():
             graph.metadata_props.add(key=key, value=value)
@@ -98,6 +186,8 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
         checkpoint = torch.load(model, map_location="cpu", weights_only=True)
         checkpoint["state_dict"]["threshold"] = torch.tensor(float(record["threshold"]), dtype=torch.float32)
         checkpoint["calibration"] = record
+        checkpoint["category_thresholds"] = dict(record.get("category_thresholds") or {})
+        checkpoint["hyper_parameters"]["target_fpr"] = float(record["target_fpr"])
         torch.save(checkpoint, tmp)
     os.replace(tmp, output)
     return output
@@ -119,6 +209,22 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
                      f"[{tlow:.4f}, {thigh:.4f}]")
     else:
         lines.append("- TPR: no fakes were given (a labelled manifest with label 1 rows adds it)")
+    if summary.get("by_category"):
+        lines += [
+            "",
+            "## Per category",
+            "",
+            "| category | threshold | genuine | TNR | TNR interval | fakes | TPR |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, own in summary["by_category"].items():
+            tlow, thigh = own["tnr_interval"]
+            lines.append(
+                f"| {name} | {own['threshold']:.6g} | {own['n_genuine']} | {own['tnr']:.4f} | "
+                f"[{tlow:.4f}, {thigh:.4f}] | {own.get('n_fake', 0)} | "
+                + (f"{own['tpr']:.4f} |" if "tpr" in own else "– |")
+            )
+        lines += ["", "Inputs whose category is not listed are decided with the global threshold."]
     lines += ["", "These figures hold for images like the calibration set; recalibrate when the images change "
               "(new cameras, compression, platforms or editing tools)."]
     return "\n".join(lines) + "\n"
@@ -126,8 +232,9 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
 
 def calibrate_model(model: str, input: str, output: str | os.PathLike, target_fpr: float = 0.01,
                     confidence: float = 0.95, device: str = "auto", batch_size: int = 32, num_workers: int = 2,
-                    progress: bool = True) -> dict[str, Any]:
-    """Score `input` with `model`, recalibrate on its genuine images, write the calibrated model and
+                    progress: bool = True, by: str | None = None) -> dict[str, Any]:
+    """Score `input` with `model`, recalibrate on its genuine images (`by="category"`: also one
+    threshold per manifest category, see `recalibrate_by_category`), write the calibrated model and
     its report (`<output stem>.calibration.md` / `.json`) and the scores (`.calibration_scores.csv`).
 
     `input` is a folder of genuine images (no labels: every image is genuine) or a labelled
@@ -149,9 +256,24 @@ def calibrate_model(model: str, input: str, output: str | os.PathLike, target_fp
         score_records(runtime, [r for r in records if r.path in genuine | fakes], writer, batch_size=batch_size,
                       num_workers=num_workers, progress=progress)
     rows = [r for r in read_results(scores_path) if r["status"] == "ok"]
-    summary = recalibrate(np.asarray([r["score"] for r in rows if r["path"] in genuine], dtype=np.float32),
-                          target_fpr, np.asarray([r["score"] for r in rows if r["path"] in fakes], dtype=np.float32),
-                          confidence)
+    genuine_rows = [r for r in rows if r["path"] in genuine]
+    fake_rows = [r for r in rows if r["path"] in fakes]
+    genuine_scores = np.asarray([r["score"] for r in genuine_rows], dtype=np.float32)
+    fake_scores = np.asarray([r["score"] for r in fake_rows], dtype=np.float32)
+    if by not in (None, "category"):
+        raise ValueError(f"by must be null or category, got {by!r}")
+    if by == "category":
+        category = {r.path: r.category for r in records}
+        summary = recalibrate_by_category(
+            genuine_scores,
+            [category[r["path"]] for r in genuine_rows],
+            target_fpr,
+            fake_scores,
+            [category[r["path"]] for r in fake_rows],
+            confidence,
+        )
+    else:
+        summary = recalibrate(genuine_scores, target_fpr, fake_scores, confidence)
     record = provenance(summary, input, runtime.threshold)
     write_calibrated_model(model, output, record)
     output.with_name(f"{output.stem}.calibration.json").write_text(json.dumps(record, indent=2))

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from datamodules.records import Record
+from evaluation.calibration import below_target_sentence
 from evaluation.pixel import PIXEL_PROTOCOL
 from inference.masks import PixelReduction, records_with_masks
 from inference.runtime import Runtime
@@ -43,6 +44,7 @@ class ReportRequest:
     group_by: str | None = None
     review_aggregation: str = "max"
     robustness: Robustness | None = None
+    per_category_thresholds: bool = True  # False when the user chose the threshold for this run
 
 
 def map_folders(output: Path, runtime: Runtime, records: Sequence[Record], save_masks: bool, overlays: bool,
@@ -87,8 +89,11 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
 
     pixel_metrics = pixel.metrics() if pixel is not None else None
     sheet = pixel.contact_sheet() if pixel_metrics else None
+    by_category = (getattr(runtime, "category_thresholds", None) or None) if request.per_category_thresholds else None
+    target_fpr = getattr(runtime, "target_fpr", None) or 0.01  # exports without it: the toolkit's default
     written = report_records(output.with_name(f"{output.stem}_report"), truth, threshold=request.threshold,
-                             calibrated_threshold=runtime.threshold, robustness=robustness, title=title,
+                             calibrated_threshold=runtime.threshold, category_thresholds=by_category,
+                             target_tnr=1.0 - target_fpr, robustness=robustness, title=title,
                              pixel=pixel_metrics, contact_sheet=sheet)
     metrics = written.metrics
     if pixel_metrics:
@@ -100,6 +105,9 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, written.files["report"])
+    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    if below:
+        log.warning("%s", below)
     return {"metrics": metrics, "reviews": reviews}
 
 

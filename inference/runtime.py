@@ -5,7 +5,7 @@ import json
 import os
 import pickle
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -85,6 +85,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
         with architecture_only():  # every weight comes from the checkpoint, not from pretrained files
             module = DetectorModule(**checkpoint["hyper_parameters"])
         module.load_state_dict(checkpoint["state_dict"])
+        module.category_thresholds = {str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()}
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     return module.eval()
@@ -97,6 +98,8 @@ class LoadedDetector:
     net: "Detector"
     name: str
     threshold: float
+    category_thresholds: dict[str, float] = field(default_factory=dict)  # calibration.by=category
+    target_fpr: float = 0.01
 
 
 def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedDetector:
@@ -118,7 +121,9 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
         net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
-    return LoadedDetector(net.eval(), hparams.get("name") or type(net).__name__, float(state["threshold"]))
+    category_thresholds = {str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()}
+    return LoadedDetector(net.eval(), hparams.get("name") or type(net).__name__, float(state["threshold"]),
+                          category_thresholds, float(hparams.get("target_fpr", 0.01)))
 
 
 class TorchRuntime:
@@ -132,6 +137,9 @@ class TorchRuntime:
         self.name = detector.name
         self.preprocess: Preprocess = self.net.preprocess
         self.threshold = detector.threshold
+        # calibration.by=category: {category: threshold}; inputs of other categories use `threshold`
+        self.category_thresholds = dict(detector.category_thresholds)
+        self.target_fpr = detector.target_fpr
         self.is_localizer = bool(self.net.is_localizer)
         self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
@@ -201,6 +209,10 @@ class OnnxRuntime:
         self.name = meta["detector"]
         self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
         self.threshold = float(meta["threshold"])
+        self.category_thresholds = {
+            str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()
+        }
+        self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
         self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported

@@ -85,7 +85,8 @@ def scored_rows(prediction: Prediction, threshold: float, masks_dir: Path | None
             log.error("%s: %s", path, broken)
             rows.append(error_row(path, broken))
             continue
-        row = {"path": path, "score": float(score), "label": int(score >= threshold), "status": "ok", "error": ""}
+        cut = threshold(path) if callable(threshold) else threshold  # per-category thresholds
+        row = {"path": path, "score": float(score), "label": int(score >= cut), "status": "ok", "error": ""}
         index, size = int(batch["index"][i]), tuple(int(v) for v in batch["size"][i])
         if masks_dir is not None and "mask" in outputs:
             row["mask"] = str(maps.mask(masks_dir, index, path, outputs["mask"][i][0], size, collect_map))
@@ -138,7 +139,8 @@ def score_items(runtime: Runtime, items: Sequence[tuple[int, str]], writer: Resu
     """Score `(input position, path)` items in order into `writer`; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline).
     `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming)."""
-    threshold = runtime.threshold if threshold is None else float(threshold)
+    if not callable(threshold):  # a callable gives each path its threshold (`CategoryThreshold`)
+        threshold = runtime.threshold if threshold is None else float(threshold)
     counts = {"ok": 0, "error": 0}
     masks_dir = Path(masks_dir) if masks_dir is not None else None
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None

@@ -23,13 +23,14 @@ import time
 import zlib
 from collections import Counter
 from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from datamodules.io import SPLITS, split_keys, write_manifest
-from synthesis.items import execute, fragment_path, init_worker, one_thread
+from synthesis.items import execute, fragment_path, init_worker, item_done, one_thread
 from synthesis.planning import plan_items
 from synthesis.spec import DEFAULT_RATES, KINDS, OPERATIONS, DatasetSpec, GeneratorOptions
 
@@ -123,46 +124,52 @@ def _psnr_note(meta: Mapping[str, Any]) -> str:
 
 def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(),
                      photos: Sequence[str | os.PathLike] | None = None, root: str | os.PathLike | None = None,
-                     workers: int = 1, progress: bool = True) -> dict[str, Any]:
+                     workers: int = 1, progress: bool = True, shard: tuple[int, int] = (0, 1),
+                     merge: bool = False) -> dict[str, Any]:
     """Generate the dataset under `output`; returns {"rows", "pairs", "summary"}.
 
     `photos` defaults to the bundled photographs; `root` (their common folder) names the photos'
     keys and categories (first sub-folder). `workers` > 1 runs items in that many processes.
+    `shard=(i, n)` makes only every n-th forgery item from the i-th (the panels and generators,
+    which every item needs, are made once by whichever shard comes first; the others reuse them);
+    its summary counts its own items and no manifest rows are returned. `merge=True` checks that
+    every shard has finished and joins their items, exactly as a single run would.
     Raises ValueError if `output` holds a dataset generated with a different spec.
     """
     output = Path(output).resolve()
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard must be i/n with 0 <= i < n, got {index}/{count}")
     started = time.perf_counter()
-    table = _photo_table(photos, root)
-    if not table:
-        raise ValueError("no photos to generate from")
-    stamp = output / ".items" / "spec.json"
-    fingerprint = {**spec.fingerprint(), "photos": [p["key"] for p in table]}
-    if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
-        raise ValueError(f"{output} holds a dataset generated with other options or photos ({stamp}); "
-                         "choose a new output folder or delete the old one")
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
-    splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
-    spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
     counts: Counter = Counter()
     pool = (ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=init_worker)
             if workers > 1 else None)
     try:
         with one_thread():
-            panel_tasks = [{"type": "panels", "id": f"panels/{p['key']}", "output": str(output), "spec": spec_dict,
-                            "photo": p, "split": splits[p["source"]]} for p in table]
-            fragments = execute(panel_tasks, pool, "panels", progress, counts)
-            panels = [p for f in fragments for p in f["panels"]]
-            needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
-            generators, generator_status = (_generators(spec, output, panels, pool, progress, counts)
-                                            if needs_generator else ({}, {}))
-            families, family_status = _families(spec, output, panels)
-            generator_status.update(family_status)
+            with _shared_phase(output, exclusive=count > 1 or merge):
+                table = _stamped_table(output, spec, photos, root)
+                panel_tasks = _panel_tasks(output, spec, table)
+                fragments = execute(panel_tasks, pool, "panels", progress, counts)
+                panels = [p for f in fragments for p in f["panels"]]
+                needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
+                generators, generator_status = ({}, {}) if not needs_generator else _generators(
+                    spec, output, panels, pool, progress, counts)
+                families, family_status = _families(spec, output, panels)
+                generator_status.update(family_status)
             items = plan_items(spec, output, panels, generators, families)
-            fragments += execute(items, pool, "forgeries", progress, counts)
+            if merge:
+                _check_shards(output, items)
+            mine = items if count == 1 else items[index::count]
+            fragments += execute(mine, pool, "forgeries", progress, counts)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    if count > 1:
+        _mark_shard_done(output, index, count, len(mine))
+        return {"rows": [], "pairs": [], "summary": {
+            "shard": f"{index}/{count}", "output": str(output), "items": len(mine),
+            "made": counts["made"], "reused": counts["reused"],
+            "seconds": round(time.perf_counter() - started, 1)}}
     rows = [row for f in fragments for row in f["rows"]]
     pairs = [pair for f in fragments for pair in f["pairs"]]
     skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks):]) if f.get("skipped"))
@@ -174,6 +181,106 @@ def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(
                "panels": len(panels), "items": len(panel_tasks) + len(items), "generators": generator_status,
                "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1)}
     return {"rows": rows, "pairs": pairs, "summary": summary}
+
+
+def _panel_tasks(output: Path, spec: DatasetSpec, table: list[dict[str, str]]
+                 ) -> list[dict[str, Any]]:
+    """One `panels` task per photo, with the split drawn for its source."""
+    splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
+    spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
+    return [{"type": "panels", "id": f"panels/{p['key']}", "output": str(output), "spec": spec_dict,
+             "photo": p, "split": splits[p["source"]]} for p in table]
+
+
+def _stamped_table(
+    output: Path,
+    spec: DatasetSpec,
+    photos: Sequence[str | os.PathLike] | None,
+    root: str | os.PathLike | None,
+) -> list[dict[str, str]]:
+    """The photo table (with the genuine kinds' sources written), checked against and stamped into
+    `output`, so a folder never mixes items made with other options or photos."""
+    table = _photo_table(photos, root)
+    if spec.genuine_kinds:
+        from synthesis.genuine_kinds import write_genuine_sources
+
+        if photos is None:  # the bundled photographs are one kind among the others
+            table = [{**p, "category": "photo"} for p in table]
+        table += write_genuine_sources(
+            output / "sources",
+            spec.genuine_kinds,
+            spec.seed,
+            photos={p["source"]: p["photo"] for p in table},
+        )
+    if not table:
+        raise ValueError("no photos to generate from")
+    stamp = output / ".items" / "spec.json"
+    fingerprint = {**spec.fingerprint(), "photos": [p["key"] for p in table]}
+    if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
+        raise ValueError(
+            f"{output} holds a dataset generated with other options or photos ({stamp}); "
+            "choose a new output folder or delete the old one"
+        )
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+    return table
+
+
+# ------------------------------------------------------------------------------------ shards
+def _shards_dir(output: Path) -> Path:
+    return output / ".items" / "shards"
+
+
+@contextmanager
+def _shared_phase(output: Path, exclusive: bool) -> Iterator[None]:
+    """With `exclusive`, one shard at a time makes the shared part (sources, panels, generators):
+    the first makes it, the others wait and then find it done. An advisory file lock, so shards on
+    one machine or on a shared file system that honours locks do not write the same files at once."""
+    if not exclusive:
+        yield
+        return
+    import fcntl
+
+    _shards_dir(output).mkdir(parents=True, exist_ok=True)
+    with open(_shards_dir(output) / "shared.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _mark_shard_done(output: Path, index: int, count: int, items: int) -> None:
+    path = _shards_dir(output) / f"{index}-of-{count}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"shard": index, "of": count, "items": items}))
+    os.replace(tmp, path)
+
+
+def _check_shards(output: Path, items: list[dict[str, Any]]) -> None:
+    """Refuse to merge unless one sharding of the items has every shard finished and every item's
+    result on disk; the message names the shards to (re)run."""
+    done = [json.loads(p.read_text()) for p in sorted(_shards_dir(output).glob("*-of-*.json"))]
+    if not done:
+        raise ValueError(
+            f"nothing to merge in {output}: no shard has finished there (run shard=i/n first)"
+        )
+    sizes = sorted({d["of"] for d in done})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"{output} holds shards of different splittings (n = {sizes}); merge one of them "
+            "into a fresh folder"
+        )
+    count = sizes[0]
+    missing = set(range(count)) - {d["shard"] for d in done}
+    absent = {k % count for k, item in enumerate(items) if not item_done(item)}
+    if missing or absent:
+        rerun = ", ".join(f"shard={i}/{count}" for i in sorted(missing | absent))
+        raise ValueError(
+            f"{output}: shards not finished or with items missing: rerun {rerun} (a rerun "
+            "keeps every finished item), then merge again"
+        )
 
 
 def _summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], fragments: list[dict[str, Any]],
@@ -195,14 +302,16 @@ def _summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], fragments:
 
 def make_generated_manifest(output: str | os.PathLike, spec: DatasetSpec | None = None,
                             photos: Sequence[str | os.PathLike] | None = None, root: str | os.PathLike | None = None,
-                            workers: int = 1, progress: bool = True) -> tuple[Path, dict[str, Any]]:
+                            workers: int = 1, progress: bool = True, merge: bool = False
+                            ) -> tuple[Path, dict[str, Any]]:
     """`generate_dataset` under `output`, then its `manifest.csv`; returns (manifest, summary).
+    `merge=True` joins the finished shards of `generate_dataset(shard=...)` instead of making items.
 
     Splits are drawn per authentic photo by the generator, so the manifest keeps them as they are.
     """
     output = Path(output)
     result = generate_dataset(output, spec or DatasetSpec(), photos=photos, root=root, workers=workers,
-                              progress=progress)
+                              progress=progress, merge=merge)
     write_manifest(({**row, "path": str(output.resolve() / row["path"]),
                      "mask": str(output.resolve() / row["mask"]) if row.get("mask") else None}
                     for row in result["rows"]), output / "manifest.csv")

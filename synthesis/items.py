@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from datamodules.io import read_image, write_image
 
-__all__ = ["item_rng", "fragment_path", "run_task", "init_worker", "one_thread", "execute"]
+__all__ = ["item_rng", "fragment_path", "item_done", "run_task", "init_worker", "one_thread", "execute"]
 
 
 def item_rng(seed: int, item: str) -> np.random.Generator:
@@ -142,16 +142,28 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def item_done(task: dict[str, Any]) -> dict[str, Any] | None:
+    """A task's finished result (its fragment, with every file it names still on disk), or None."""
+    path = fragment_path(Path(task["output"]), task["id"])
+    done = json.loads(path.read_text()) if path.is_file() else None
+    if done is not None and all(
+        (Path(task["output"]) / row[key]).is_file()
+        for row in done["rows"]
+        for key in ("path", "mask")
+        if row.get(key)
+    ):
+        return done
+    return None
+
+
 def execute(tasks: list[dict[str, Any]], pool: Executor | None, desc: str, progress: bool,
              counts: Counter) -> list[dict[str, Any]]:
     """Results in task order; finished tasks are read back from their fragments, the rest run."""
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     todo = []
     for i, task in enumerate(tasks):
-        path = fragment_path(Path(task["output"]), task["id"])
-        done = json.loads(path.read_text()) if path.is_file() else None
-        if done is not None and all((Path(task["output"]) / row[key]).is_file()
-                                    for row in done["rows"] for key in ("path", "mask") if row.get(key)):
+        done = item_done(task)
+        if done is not None:
             results[i] = done
             counts["reused"] += 1
         else:  # not done, or its files were removed since

@@ -70,6 +70,8 @@ class DatasetSpec:
     # per operation, keyword arguments of its generator (FORGERY_OPTIONS), e.g.
     # {"copy_move": {"scale": [0.8, 1.25]}, "splicing": {"donor_chains": ["jpeg75"]}}
     forgery_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # genuine images of the users' kinds made beside the photos (synthesis.genuine_kinds): kind -> count
+    genuine_kinds: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -107,6 +109,8 @@ class DatasetSpec:
         data = asdict(self)
         data["generator"].pop("dir")
         data.pop("forgery_options")
+        if not self.genuine_kinds:  # datasets made before genuine kinds existed keep their fingerprint
+            data.pop("genuine_kinds")
         if self.changed_forgery_options():  # else the seed's recipe: datasets made before the option match
             data["forgery_options"] = self.changed_forgery_options()
         return json.loads(json.dumps(data, default=list))

@@ -167,3 +167,55 @@ def test_pseudo_fakes_are_made_in_training_only(tmp_path):
 def test_localization_refuses_pseudo_fakes(tmp_path):
     with pytest.raises(ValueError, match="pseudo_fakes"):
         LocalizationDataModule(root=str(tmp_path), pseudo_fakes=0.5)
+
+
+class _Kinds(torch.utils.data.Dataset):
+    """Two genuine images of different kinds: a grainy micrograph and a chart."""
+
+    records = [Record("m.png", 0, category="fluorescence"), Record("c.png", 0, category="chart")]
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return {"image": torch.full((3, 32, 32), 0.5), "label": 0, "group": "genuine"}
+
+
+def test_grainy_categories_can_be_kept_out_of_the_pseudo_fakes():
+    torch.manual_seed(0)
+    fakes = NoiseReinjectedFakes(_Kinds(), rate=0.5, skip_categories=["fluorescence"])
+    assert all(
+        fakes[0]["label"] == 0 and torch.equal(fakes[0]["image"], _Kinds()[0]["image"])
+        for _ in range(200)
+    )
+    assert sum(fakes[1]["label"] for _ in range(2000)) / 2000 == pytest.approx(0.5, abs=0.04)
+
+
+def test_genuine_noise_roughens_genuine_draws_that_stay_genuine():
+    torch.manual_seed(0)
+    noisy = NoiseReinjectedFakes(_Kinds(), rate=0.0, noise_std=(0.05, 0.05), genuine_noise=0.4)
+    draws = [noisy[1] for _ in range(2000)]
+    assert all(d["label"] == 0 and d["group"] == "genuine" for d in draws)
+    changed = [d for d in draws if not torch.equal(d["image"], _Kinds()[1]["image"])]
+    assert len(changed) / 2000 == pytest.approx(0.4, abs=0.04)
+    assert float((torch.stack([d["image"] for d in changed]) - 0.5).std()) == pytest.approx(
+        0.05, rel=0.05
+    )
+    with pytest.raises(ValueError, match="genuine noise rate must lie in"):
+        NoiseReinjectedFakes(_Kinds(), rate=0.0, genuine_noise=2.0)
+
+
+def test_balanced_by_category_gives_every_kind_of_a_class_an_equal_share():
+    records = (
+        [Record(f"p{i}", 0, category="photo") for i in range(90)]
+        + [Record(f"g{i}", 0, category="gel") for i in range(10)]
+        + [Record(f"f{i}", 1, category="photo") for i in range(50)]
+    )
+    assert balanced_by("category") == "category"
+    weights = balanced_weights(records, "category")
+    share = lambda name, label: (
+        sum(w for w, r in zip(weights, records) if r.category == name and r.label == label)
+        / sum(weights)
+    )
+    assert share("gel", 0) == pytest.approx(0.25) and share("photo", 0) == pytest.approx(0.25)
+    assert share("photo", 1) == pytest.approx(0.5)

@@ -1,0 +1,215 @@
+"""Leave-one-category-out: for each kind of genuine image, train without it and measure how many of
+its genuine images the calibrated threshold flags (a script).
+
+    python -m benchmarks.leave_one_category_out --manifest data/generated_kinds/manifest.csv
+        [--categories chart gel ...] [--detector npr] [--epochs 3] [--size 64]
+        [--output-dir outputs/leave_one_category_out] [--override KEY=VALUE ...]
+
+A detector deployed on journal figures or refund photos meets kinds of genuine image it never saw
+(a new stain, a new blot scanner). Make the manifest with `python generate.py preset=cpu_diverse
+genuine_kinds='{chart: 20, fluorescence: 20, ...}'`, whose `category` column names each image's
+kind. For each held-out category, every image of it (genuine panels and the fakes made from them)
+is in test; the photos of the other categories are cut into train / validation / test by photo
+(`--fractions`), so the test split also shows unseen photos of seen categories. Each detector is
+trained by `train.py` on that split (only the whole-image generator families of
+`leave_one_family_out`, with the same groups renamed to families), its threshold calibrated on the
+validation genuines, and the table gives, per held-out category: genuine TNR at that threshold on
+the held-out category, TPR on its fakes and AUROC on it, and the genuine TNR on the seen
+categories' test photos beside it. Written to `<output-dir>/leave_one_category_out.md` and
+`results.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from benchmarks.cross_generator import fmt, train_detector
+from datamodules.records import Record, read_manifest, write_manifest
+from datamodules.splits import DEFAULT_FAMILIES, SplitError, _as_family, family_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def category_split(
+    records: list[Record],
+    held_out: str,
+    fractions=(0.6, 0.2, 0.2),
+    seed: int = 0,
+    families: dict[str, list[str]] = DEFAULT_FAMILIES,
+) -> tuple[list[Record], dict]:
+    """Every record of `held_out` in test; the other categories' photos (sources) shuffled and cut
+    by `fractions`, so no photo straddles splits. Fakes outside `families` are left out."""
+    kept = [
+        r
+        for r in records
+        if r.category and (r.label == 0 or family_of(r.group, families) is not None)
+    ]
+    categories = sorted({r.category for r in kept})
+    if held_out not in categories:
+        raise SplitError(
+            f"category {held_out!r} is not in the manifest; categories: {', '.join(categories)}"
+        )
+    if len(categories) < 2:
+        raise SplitError("leave-one-category-out needs at least two categories")
+    # a photo the held-out kind was made from (phone photos of a bundled photo) goes to test whole
+    held_sources = {r.source or r.path for r in kept if r.category == held_out}
+    sources = sorted({r.source or r.path for r in kept} - held_sources)
+    random.Random(seed).shuffle(sources)
+    cut1 = round(fractions[0] * len(sources))
+    cut2 = round((fractions[0] + fractions[1]) * len(sources))
+    where = {
+        s: "train" if i < cut1 else "val" if i < cut2 else "test" for i, s in enumerate(sources)
+    }
+    where.update({s: "test" for s in held_sources})
+    out = [
+        _as_family(Record(**{**asdict(r), "split": where[r.source or r.path]}), families)
+        for r in kept
+    ]
+    counts = {
+        split: {
+            "genuine": sum(r.split == split and r.label == 0 for r in out),
+            "fake": sum(r.split == split and r.label == 1 for r in out),
+        }
+        for split in ("train", "val", "test")
+    }
+    if not counts["val"]["genuine"] or not any(r.split == "train" and r.label == 1 for r in out):
+        raise SplitError(
+            f"holding out {held_out!r} leaves no validation genuines or no training fakes"
+        )
+    return out, {"held_out": held_out, "counts": counts}
+
+
+def row(held_out: str, metrics: dict | None, error: str | None) -> list[str]:
+    if metrics is None:
+        return [held_out, f"failed: {error}", "", "", "", ""]
+    own = metrics.get("by_category", {}).get(held_out, {})
+    seen = [
+        m
+        for name, m in metrics.get("by_category", {}).items()
+        if name != held_out and m.get("n_neg")
+    ]
+    seen_genuine = sum(m["n_neg"] for m in seen)
+    seen_tnr = sum(m["tnr"] * m["n_neg"] for m in seen) / seen_genuine if seen_genuine else None
+    worst = min(seen, key=lambda m: m["tnr"], default=None)
+    worst_name = next((n for n, m in metrics.get("by_category", {}).items() if m is worst), "")
+    return [
+        held_out,
+        f"{fmt(own.get('tnr'))} ({own.get('n_neg', 0)})",
+        fmt(own.get("tpr")),
+        fmt(own.get("auroc")),
+        f"{fmt(seen_tnr)} ({seen_genuine})",
+        f"{worst_name} {fmt(worst['tnr'])}" if worst else "n/a",
+    ]
+
+
+def table(rows: list[list[str]]) -> str:
+    head = [
+        "held-out category",
+        "its genuine TNR (n)",
+        "TPR on its fakes",
+        "AUROC on it",
+        "seen categories' genuine TNR (n)",
+        "worst seen category",
+    ]
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        + ["| " + " | ".join(r) + " |" for r in rows]
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--manifest", type=Path, default=ROOT / "data" / "generated_kinds" / "manifest.csv"
+    )
+    parser.add_argument(
+        "--categories", nargs="*", help="hold out only these (default: each category in turn)"
+    )
+    parser.add_argument("--detector", default="npr")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument(
+        "--size", type=int, default=64, help="detector.net.preprocess.size (0: the detector's own)"
+    )
+    parser.add_argument(
+        "--fractions",
+        type=float,
+        nargs=3,
+        default=(0.6, 0.2, 0.2),
+        metavar=("TRAIN", "VAL", "TEST"),
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_category_out"
+    )
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--split-only", action="store_true", help="write the split manifests and stop"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="reuse runs that already wrote metrics.json"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.manifest.is_file():
+        parser.error(
+            f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_diverse "
+            "genuine_kinds='{chart: 20, gel: 20}' output=data/generated_kinds`)"
+        )
+    records = read_manifest(args.manifest)
+    output = args.output_dir.resolve()
+    held = args.categories or sorted({r.category for r in records if r.category})
+    try:
+        splits = {c: category_split(records, c, tuple(args.fractions), args.seed) for c in held}
+    except SplitError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    manifests = {}
+    for category, (split, summary) in splits.items():
+        manifests[category] = output / f"holdout_{category}" / "manifest.csv"
+        if not (args.resume and manifests[category].is_file()):
+            write_manifest(split, manifests[category])
+        print(f"held out {category}: {json.dumps(summary['counts'])}", flush=True)
+    if args.split_only:
+        return 0
+    rows, results, failed = [], {}, False
+    for category, manifest in manifests.items():
+        run = manifest.parent / args.detector
+        if args.resume and (run / "metrics.json").is_file():
+            metrics, seconds, error = json.loads((run / "metrics.json").read_text()), 0.0, None
+        else:
+            metrics, seconds, error = train_detector(
+                args.detector, manifest, run, args.epochs, args.size, args.seed, list(args.override)
+            )
+        failed |= error is not None
+        print(
+            f"[{args.detector} / held out {category}] {error or 'done'} in {seconds:.0f} s",
+            flush=True,
+        )
+        results[category] = metrics
+        rows.append(row(category, metrics, error))
+    markdown = (
+        f"{args.detector}, {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}; "
+        "genuine TNR at the threshold calibrated on validation genuines of the seen categories.\n\n"
+        f"{table(rows)}\n"
+    )
+    (output / "leave_one_category_out.md").write_text(markdown)
+    (output / "results.json").write_text(
+        json.dumps({"detector": args.detector, "results": results}, indent=1, default=str)
+    )
+    print("\n" + markdown)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Leave-one-category-out splits: the held-out kind of genuine image is never seen in training, and
+no photo straddles splits (phone photos made from a bundled photo go to test with it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.cross_generator import SplitError
+from benchmarks.leave_one_category_out import category_split, main, row
+from datamodules.records import Record, read_manifest, write_manifest
+
+KINDS = ("chart", "gel", "fluorescence")
+
+
+def manifest() -> list[Record]:
+    """Per kind 10 sources with two genuine panels, a latent_ae fake and a region edit each; plus
+    phone photos sharing their source with a photograph."""
+    records = []
+    for kind in KINDS:
+        for s in range(10):
+            source = f"{kind}{s}"
+            for p in range(2):
+                records.append(
+                    Record(
+                        f"real/{source}_{p}.png", 0, group="genuine", category=kind, source=source
+                    )
+                )
+            records.append(
+                Record(
+                    f"fake/latent_ae/{source}.png",
+                    1,
+                    group="latent_ae",
+                    category=kind,
+                    source=source,
+                )
+            )
+            records.append(
+                Record(
+                    f"fake/region/{source}.png",
+                    1,
+                    group="ae_transposed_region",
+                    category=kind,
+                    source=source,
+                )
+            )
+    for s in range(4):
+        records.append(
+            Record(f"real/photo{s}.png", 0, group="genuine", category="photo", source=f"photo{s}")
+        )
+        records.append(
+            Record(
+                f"real/phone{s}.png", 0, group="genuine", category="phone_photo", source=f"photo{s}"
+            )
+        )
+        records.append(
+            Record(
+                f"fake/ddpm/photo{s}.png",
+                1,
+                group="ddpm_pixel_sdedit_0.3",
+                category="photo",
+                source=f"photo{s}",
+            )
+        )
+    return records
+
+
+@pytest.mark.parametrize("held_out", [*KINDS, "phone_photo"])
+def test_the_held_out_category_is_only_in_test_and_no_photo_straddles_splits(held_out):
+    out, summary = category_split(manifest(), held_out, seed=1)
+    seen = {r.category for r in out if r.split in ("train", "val")}
+    assert held_out not in seen and seen
+    assert {r.split for r in out if r.category == held_out} == {"test"}
+    split_of: dict = {}
+    for r in out:
+        assert split_of.setdefault(r.source, r.split) == r.split
+    assert not any(
+        r.group == "ae_transposed_region" for r in out
+    )  # region edits: a localization task
+    assert {r.group for r in out if r.label == 1} <= {"latent_ae", "ddpm_pixel"}
+    assert summary["counts"]["val"]["genuine"] and summary["counts"]["train"]["fake"]
+
+
+def test_unknown_category_is_refused_and_split_only_writes_the_manifests(tmp_path, capsys):
+    with pytest.raises(SplitError, match="not in the manifest"):
+        category_split(manifest(), "western_blot")
+    path = tmp_path / "manifest.csv"
+    write_manifest(manifest(), path)
+    assert (
+        main(
+            [
+                "--manifest",
+                str(path),
+                "--categories",
+                "gel",
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--split-only",
+            ]
+        )
+        == 0
+    )
+    written = read_manifest(tmp_path / "out" / "holdout_gel" / "manifest.csv")
+    assert {r.split for r in written if r.category == "gel"} == {"test"}
+    assert main(["--manifest", str(path), "--categories", "western_blot", "--split-only"]) == 2
+    assert "not in the manifest" in capsys.readouterr().err
+
+
+def test_table_row_reads_the_held_out_category_beside_the_seen_ones():
+    metrics = {
+        "by_category": {
+            "gel": {"tnr": 0.5, "n_neg": 20, "tpr": 0.9, "auroc": 0.8},
+            "chart": {"tnr": 1.0, "n_neg": 30},
+            "photo": {"tnr": 0.9, "n_neg": 10},
+        }
+    }
+    cells = row("gel", metrics, None)
+    assert cells[:4] == ["gel", "0.500 (20)", "0.900", "0.800"]
+    assert cells[4] == "0.975 (40)" and cells[5] == "photo 0.900"
+    assert row("gel", None, "train.py exited 1")[1] == "failed: train.py exited 1"

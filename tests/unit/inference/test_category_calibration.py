@@ -1,0 +1,203 @@
+"""calibration.by=category: one threshold per kind of genuine image, refused per category when it
+has too few genuine images, carried by .ckpt and .onnx files, applied by infer.py per input, and
+reported per category with every category that misses its genuine TNR target named."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.records import Record
+from detectors.module import DetectorModule
+from evaluation import report_records
+from evaluation.calibration import calibrate_by_category, row_thresholds
+from infer import infer
+from inference.recalibration import CalibrationRefused, calibrate_model, recalibrate_by_category
+from inference.runtime import OnnxRuntime, TorchRuntime
+from tests.helpers import compose_config, write_images
+
+
+def test_each_category_gets_the_threshold_of_its_own_genuine_scores():
+    grainy = np.linspace(0.5, 1.0, 100)  # a kind the detector scores high, e.g. micrographs
+    smooth = np.linspace(0.0, 0.5, 100)
+    result = calibrate_by_category(
+        np.concatenate([grainy, smooth]), ["grainy"] * 100 + ["smooth"] * 100, 0.1
+    )
+    assert set(result["thresholds"]) == {"grainy", "smooth"} and result["too_few"] == {}
+    for name, scores in (("grainy", grainy), ("smooth", smooth)):
+        flagged = int(np.sum(scores >= result["thresholds"][name]))
+        assert flagged == 10  # 10 % of its own 100, not of the pooled 200
+    # the pooled threshold would flag 20 % of the grainy category and none of the smooth one
+    per_row = row_thresholds(["grainy", "smooth", None, "other"], result["thresholds"], default=0.9)
+    assert per_row.tolist() == [
+        result["thresholds"]["grainy"],
+        result["thresholds"]["smooth"],
+        0.9,
+        0.9,
+    ]
+
+
+def test_a_category_with_too_few_genuine_images_is_named_and_refused():
+    scores = np.linspace(0, 1, 330)
+    categories = ["photo"] * 300 + ["gel"] * 30
+    with pytest.raises(CalibrationRefused, match=r"gel \(30 of 299\)"):
+        recalibrate_by_category(scores, categories, target_fpr=0.01)
+    split = calibrate_by_category(scores, categories, target_fpr=0.01)
+    assert set(split["thresholds"]) == {"photo"} and split["too_few"] == {"gel": (30, 299)}
+    with pytest.raises(CalibrationRefused, match="needs a category"):
+        recalibrate_by_category(scores, [None] * 330, target_fpr=0.01)
+
+
+def test_report_names_the_category_that_misses_the_target_instead_of_averaging_it(tmp_path):
+    rows = (
+        [{"label": 0, "score": 0.1, "category": "photo"}] * 98
+        + [{"label": 0, "score": 0.8, "category": "gel"}] * 2
+        + [{"label": 0, "score": 0.1, "category": "gel"}] * 8
+        + [{"label": 1, "score": 0.9, "category": "photo"}] * 10
+    )
+    report = report_records(tmp_path, rows, threshold=0.5, target_tnr=0.99, n_resamples=0)
+    assert report.metrics["tnr"] == pytest.approx(106 / 108)
+    assert report.metrics["by_category"]["gel"]["tnr"] == pytest.approx(0.8)
+    assert report.metrics["genuine_tnr_below_target"] == {"gel": pytest.approx(0.8)}
+    assert (
+        "Genuine TNR below the target 0.99 in categories: gel 0.8000"
+        in (tmp_path / "report.md").read_text()
+    )
+    # with a threshold of its own above its genuine scores, gel meets the target and nothing is named
+    fixed = report_records(
+        tmp_path / "fixed",
+        rows,
+        threshold=0.5,
+        category_thresholds={"gel": 0.85},
+        target_tnr=0.99,
+        n_resamples=0,
+    )
+    assert fixed.metrics["genuine_tnr_below_target"] == {} and fixed.metrics["tnr"] == 1.0
+    assert fixed.metrics["category_thresholds"] == {"gel": 0.85}
+    assert (
+        json.loads((tmp_path / "fixed" / "metrics.json").read_text())["by_category"]["gel"]["tnr"]
+        == 1.0
+    )
+
+
+@pytest.fixture
+def two_kinds(tmp_path):
+    """35 genuine images of each of two categories and 4 fakes of each."""
+    paths = write_images(tmp_path / "own", [(30 + i % 7, 34) for i in range(78)])
+    path = tmp_path / "own" / "manifest.csv"
+    rows = [[p.name, int(i % 39 >= 35), "chart" if i < 39 else "gel"] for i, p in enumerate(paths)]
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([["path", "label", "category"]] + rows)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["onnx", "ckpt"])
+def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(
+    tiny_model, two_kinds, tmp_path, kind
+):
+    output = tmp_path / f"calibrated.{kind}"
+    record = calibrate_model(
+        str(tiny_model[kind]),
+        str(two_kinds),
+        output,
+        target_fpr=0.1,
+        num_workers=0,
+        progress=False,
+        by="category",
+    )
+    assert set(record["by_category"]) == {"chart", "gel"}
+    assert (
+        record["by_category"]["gel"]["n_genuine"] == 35
+        and record["by_category"]["gel"]["n_fake"] == 4
+    )
+    runtime = (OnnxRuntime if kind == "onnx" else TorchRuntime)(output, "cpu")
+    assert runtime.category_thresholds == pytest.approx(record["category_thresholds"], rel=1e-7)
+    assert runtime.target_fpr == pytest.approx(0.1)
+    assert "Per category" in (tmp_path / "calibrated.calibration.md").read_text()
+
+    scored = tmp_path / "scored.csv"
+    result = infer(
+        compose_config(
+            "infer",
+            [
+                f"model={output}",
+                f"input={two_kinds}",
+                f"output={scored}",
+                "progress=false",
+                "num_workers=0",
+            ],
+        )
+    )
+    category = {row["path"]: row["category"] for row in csv.DictReader(two_kinds.open())}
+    for row in csv.DictReader(scored.open()):
+        own = runtime.category_thresholds[category[row["path"].rsplit("/", 1)[-1]]]
+        assert int(row["label"]) == int(float(row["score"]) >= own)
+    metrics = result["metrics"]
+    assert metrics["category_thresholds"] == pytest.approx(record["category_thresholds"])
+    for name in ("chart", "gel"):  # each category's genuine TNR at its own threshold, as calibrated
+        assert metrics["by_category"][name]["tnr"] == pytest.approx(
+            record["by_category"][name]["tnr"]
+        )
+        assert (
+            metrics["by_category"][name]["n_neg"] == 35
+            and metrics["by_category"][name]["n_pos"] == 4
+        )
+    assert metrics["target_tnr"] == pytest.approx(0.9)
+
+
+def test_command_line_by_category_refuses_a_category_with_too_few_genuines(
+    tiny_model, two_kinds, tmp_path
+):
+    with pytest.raises(CalibrationRefused, match=r"chart \(35 of 59\), gel \(35 of 59\)"):
+        calibrate_model(
+            str(tiny_model["onnx"]),
+            str(two_kinds),
+            tmp_path / "c.onnx",
+            target_fpr=0.05,
+            num_workers=0,
+            progress=False,
+            by="category",
+        )
+    assert not (tmp_path / "c.onnx").exists()
+
+
+def test_training_calibrates_each_validation_category_with_enough_genuines(monkeypatch):
+    net = {
+        "_target_": "detectors.npr.NPR",
+        "width": 8,
+        "layers": [1, 1],
+        "block": "basic",
+        "preprocess": {"size": 32, "mode": "center_crop"},
+    }
+    module = DetectorModule(net=net, target_fpr=0.1, calibrate_by="category")
+    categories = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
+    datamodule = type(
+        "D",
+        (),
+        {"splits": {"val": [Record(path=str(i), category=c) for i, c in enumerate(categories)]}},
+    )
+    trainer = type("T", (), {"sanity_checking": False, "datamodule": datamodule})()
+    monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
+    monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)
+    scores = torch.cat(
+        [torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)]
+    )
+    module._scores["val"] = [(torch.arange(215), scores, torch.zeros(215, dtype=torch.long))]
+    module.on_validation_epoch_end()
+    assert set(module.category_thresholds) == {"micrograph", "photo"}
+    assert int((scores[:100] >= module.category_thresholds["micrograph"]).sum()) == 10
+    assert int((scores[100:200] >= module.category_thresholds["photo"]).sum()) == 10
+    assert module.calibration["too_few_by_category"] == {"gel": [10, 29]}
+    assert "gel (10 of 29)" in module.calibration["warning"]
+    saved: dict = {}
+    module.on_save_checkpoint(saved)
+    restored = DetectorModule(net=net, target_fpr=0.1, calibrate_by="category")
+    restored.on_load_checkpoint(saved)
+    assert restored.category_thresholds == module.category_thresholds
+    with pytest.raises(ValueError, match="calibration.by"):
+        DetectorModule(net=net, calibrate_by="camera")
