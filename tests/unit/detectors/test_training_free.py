@@ -14,7 +14,7 @@ from detectors.registry import create_detector, create_module, detector_class
 from inference.writer import read_results
 from tests.helpers import compose_config
 
-TRAINING_FREE = ["noise_level_tiny", "noise_level"]
+TRAINING_FREE = ["noise_level_tiny", "noise_level", "splicebuster_tiny", "splicebuster"]
 HEIGHT, WIDTH = 160, 224  # non-square on purpose
 REGION = (slice(40, 120), slice(64, 160))  # rows, columns of the region with other traces
 
@@ -96,7 +96,7 @@ def test_the_same_image_gives_the_same_map_alone_or_in_a_batch(name):
     torch.testing.assert_close(batched, first, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["noise_level"])
+@pytest.mark.parametrize("name", ["noise_level", "splicebuster"])
 def test_infer_scores_and_maps_images_from_a_saved_checkpoint(name, tmp_path: Path):
     from infer import infer
     from tools.released import save_checkpoint
@@ -115,3 +115,11 @@ def test_infer_scores_and_maps_images_from_a_saved_checkpoint(name, tmp_path: Pa
     mask = np.asarray(Image.open(mask_path), dtype=np.float64) / 255
     assert mask.shape == (HEIGHT, WIDTH)
     assert mask[48:112, 72:152].mean() > mask[:24].mean() + 0.4
+
+
+def test_splicebuster_export_is_refused_with_the_reason(tmp_path: Path):
+    from exporting.onnx_export import ExportError, export_onnx
+
+    with pytest.raises(ExportError, match="fits a two-class model to each image"):
+        export_onnx(create_module("splicebuster_tiny"), tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
