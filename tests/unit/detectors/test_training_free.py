@@ -1,5 +1,6 @@
 """The training-free localizers (docs/training_free.md): each finds a region whose traces differ from
-the rest of the image without ever being trained, at any image size, deterministically, and runs
+the rest of the image (another noise level, a donor JPEG-compressed or resampled before pasting)
+without ever being trained, at any image size, deterministically, and runs
 through infer.py from a saved checkpoint like any trained detector."""
 from __future__ import annotations
 
@@ -59,6 +60,32 @@ def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(nam
     net = create_detector(name).eval()
     with torch.no_grad():
         outputs = net(region_with_other_noise(sigma_outside, sigma_inside))
+    inside, outside = inside_and_outside(outputs["mask_logit"])
+    assert inside > 0.5 > outside and inside - outside > 0.4, f"inside {inside:.3f}, outside {outside:.3f}"
+
+
+def region_from_a_processed_donor(processing: str) -> torch.Tensor:
+    """A scene with noise sigma 3 and REGION pasted from another photo with the same noise, then
+    JPEG-compressed at quality 70 or upscaled 1.5 x (bilinear) before pasting."""
+    import cv2
+
+    rng = np.random.default_rng(0)
+    pixels = smooth_scene(0) + rng.normal(0, 3, size=(HEIGHT, WIDTH, 3))
+    donor = np.clip(np.round(smooth_scene(1) + rng.normal(0, 3, size=pixels.shape)), 0, 255).astype(np.uint8)
+    if processing == "jpeg70":
+        donor = cv2.imdecode(cv2.imencode(".jpg", donor, [cv2.IMWRITE_JPEG_QUALITY, 70])[1], cv2.IMREAD_COLOR)
+    else:
+        donor = cv2.resize(donor, None, fx=1.5, fy=1.5, interpolation=cv2.INTER_LINEAR)
+    pixels[REGION] = donor[REGION]
+    return as_input(pixels)
+
+
+@pytest.mark.parametrize("name", TRAINING_FREE)
+@pytest.mark.parametrize("processing", ["jpeg70", "upscaled"])
+def test_a_region_spliced_from_a_differently_processed_donor_scores_higher_inside(name, processing):
+    net = create_detector(name).eval()
+    with torch.no_grad():
+        outputs = net(region_from_a_processed_donor(processing))
     inside, outside = inside_and_outside(outputs["mask_logit"])
     assert inside > 0.5 > outside and inside - outside > 0.4, f"inside {inside:.3f}, outside {outside:.3f}"
 
