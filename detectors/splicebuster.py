@@ -10,9 +10,11 @@ histograms are kept unreduced by symmetry, and when the Bayesian information cri
 class the map is uniformly low (the image is taken as genuine). The per-image model fit is not a
 fixed computation graph, so this detector cannot be exported to ONNX.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +35,7 @@ def third_order_residual(gray: np.ndarray, axis: int) -> np.ndarray:
     if axis == 0:
         return third_order_residual(gray.T, 1).T
     width = gray.shape[1]
-    return sum(weight * gray[:, k:width - 3 + k] for k, weight in enumerate(THIRD_ORDER))
+    return sum(weight * gray[:, k : width - 3 + k] for k, weight in enumerate(THIRD_ORDER))
 
 
 def cooccurrence_codes(residual: np.ndarray, quantization: float, axis: int) -> np.ndarray:
@@ -42,13 +44,15 @@ def cooccurrence_codes(residual: np.ndarray, quantization: float, axis: int) -> 
         return cooccurrence_codes(residual.T, quantization, 1).T
     symbol = np.clip(np.rint(residual / quantization), -1, 1).astype(np.int64) + 1
     span = symbol.shape[1] - 3
-    return sum(symbol[:, k:k + span] * 3 ** k for k in range(4))
+    return sum(symbol[:, k : k + span] * 3**k for k in range(4))
 
 
 def cell_histograms(codes: np.ndarray, cell: int, rows: int, cols: int) -> np.ndarray:
-    """(rows, cols, 81) counts of the codes in each `cell` x `cell` cell from the top-left corner."""
-    covered = codes[:rows * cell, :cols * cell]
-    cell_index = (np.arange(rows * cell) // cell)[:, None] * cols + np.arange(cols * cell)[None, :] // cell
+    """(rows, cols, 81) counts of the codes per `cell` x `cell` cell from the top-left corner."""
+    covered = codes[: rows * cell, : cols * cell]
+    cell_index = (np.arange(rows * cell) // cell)[:, None] * cols + np.arange(cols * cell)[
+        None, :
+    ] // cell
     flat = np.bincount((cell_index * CODES + covered).ravel(), minlength=rows * cols * CODES)
     return flat.reshape(rows, cols, CODES).astype(np.float64)
 
@@ -58,23 +62,39 @@ class SplicebusterLocalizer(Localizer):
 
     `block`: block side in pixels (blocks overlap by half); `quantization`: the residual step before
     truncation to {-1, 0, 1} (8-bit units), or None for the image's median absolute residual (the
-    three symbols then about equally frequent whatever the image's noise level); `components`: PCA dimensions the two-class model is
+    three symbols then about equally frequent whatever the image's noise level); `components`: PCA
+    dimensions the two-class model is
     fitted in; `seed`: the mixture's initialization, so a map is reproducible.
     """
 
     fit_without_gradients = True  # no parameter to train: calibrated on genuine images only
-    onnx_export_refusal = ("splicebuster fits a two-class model to each image's blocks (scikit-learn "
-                           "GaussianMixture), which is not a fixed graph ONNX can express; run it with "
-                           "infer.py from its checkpoint instead")
+    onnx_export_refusal = (
+        "splicebuster fits a two-class model to each image's blocks (scikit-learn "
+        "GaussianMixture), which is not a fixed graph ONNX can express; run it with "
+        "infer.py from its checkpoint instead"
+    )
 
-    def __init__(self, block: int = 32, quantization: float | None = None, components: int = 8, seed: int = 0,
-                 image_score: str = "topk_mean", topk_fraction: float = 0.01,
-                 loss_weights: Mapping[str, float] | None = None,
-                 preprocess: Preprocess | Mapping[str, Any] | None = None) -> None:
-        super().__init__(preprocess or {"size": None, "mode": "none"}, image_score=image_score,
-                         loss_weights=loss_weights, topk_fraction=topk_fraction)
+    def __init__(
+        self,
+        block: int = 32,
+        quantization: float | None = None,
+        components: int = 8,
+        seed: int = 0,
+        image_score: str = "topk_mean",
+        topk_fraction: float = 0.01,
+        loss_weights: Mapping[str, float] | None = None,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            preprocess or {"size": None, "mode": "none"},
+            image_score=image_score,
+            loss_weights=loss_weights,
+            topk_fraction=topk_fraction,
+        )
         if block < 8 or block % 2:
-            raise ValueError(f"splicebuster block must be an even number of pixels >= 8, got {block}")
+            raise ValueError(
+                f"splicebuster block must be an even number of pixels >= 8, got {block}"
+            )
         if (quantization is not None and quantization <= 0) or components < 1:
             raise ValueError("splicebuster quantization (or null) and components must be positive")
         self.block = int(block)
@@ -82,19 +102,28 @@ class SplicebusterLocalizer(Localizer):
         self.components, self.seed = int(components), int(seed)
 
     def block_features(self, gray: np.ndarray) -> np.ndarray:
-        """(rows, cols, 162) square-rooted normalized co-occurrence histograms per overlapping block."""
+        """(rows, cols, 162) square-rooted normalized co-occurrence histograms per block."""
         cell = self.block // 2
         residuals = [third_order_residual(gray, axis) for axis in (1, 0)]
         step = self.quantization
         if step is None:
-            step = max(float(np.median(np.abs(np.concatenate([r.ravel() for r in residuals])))), 0.5)
-        horizontal, vertical = (cooccurrence_codes(r, step, axis) for r, axis in zip(residuals, (1, 0)))
+            step = max(
+                float(np.median(np.abs(np.concatenate([r.ravel() for r in residuals])))), 0.5
+            )
+        horizontal, vertical = (
+            cooccurrence_codes(r, step, axis) for r, axis in zip(residuals, (1, 0))
+        )
         rows = min(horizontal.shape[0], vertical.shape[0]) // cell
         cols = min(horizontal.shape[1], vertical.shape[1]) // cell
         if rows < 2 or cols < 2:
             return np.zeros((0, 0, 2 * CODES))
-        cells = np.concatenate([cell_histograms(horizontal, cell, rows, cols),
-                                cell_histograms(vertical, cell, rows, cols)], axis=2)
+        cells = np.concatenate(
+            [
+                cell_histograms(horizontal, cell, rows, cols),
+                cell_histograms(vertical, cell, rows, cols),
+            ],
+            axis=2,
+        )
         blocks = cells[:-1, :-1] + cells[1:, :-1] + cells[:-1, 1:] + cells[1:, 1:]
         return np.sqrt(blocks / blocks.sum(axis=2, keepdims=True).clip(min=1.0))
 
@@ -110,9 +139,12 @@ class SplicebusterLocalizer(Localizer):
             return low
         dims = min(self.components, rows * cols // 4, flat.shape[1])
         reduced = PCA(dims, random_state=self.seed).fit_transform(flat)
-        one = GaussianMixture(1, covariance_type="full", reg_covar=1e-4, random_state=self.seed).fit(reduced)
-        two = GaussianMixture(2, covariance_type="full", reg_covar=1e-4, random_state=self.seed,
-                              n_init=2).fit(reduced)
+        one = GaussianMixture(
+            1, covariance_type="full", reg_covar=1e-4, random_state=self.seed
+        ).fit(reduced)
+        two = GaussianMixture(
+            2, covariance_type="full", reg_covar=1e-4, random_state=self.seed, n_init=2
+        ).fit(reduced)
         if two.bic(reduced) >= one.bic(reduced):
             return low
         minority = int(np.argmin(two.weights_))
@@ -135,7 +167,8 @@ class SplicebusterLocalizer(Localizer):
                 covered = ((posterior.shape[0] + 1) * cell, (posterior.shape[1] + 1) * cell)
             probability = torch.from_numpy(posterior).clip(PROBABILITY_FLOOR, 1 - PROBABILITY_FLOOR)
             logit = torch.logit(probability).float()[None, None]
-            # block centres lie `cell` apart from `cell` in: resize over the covered part, replicate beyond
+            # block centres lie `cell` apart from `cell` in: resize over the covered part, then
+            # replicate beyond it
             logit = F.interpolate(logit, size=covered, mode="bilinear", align_corners=False)
             logit = F.pad(logit, (0, width - covered[1], 0, height - covered[0]), mode="replicate")
             maps.append(logit[..., :height, :width])
