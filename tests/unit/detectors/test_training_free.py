@@ -17,7 +17,9 @@ from detectors.registry import create_detector, create_module, detector_class
 from inference.writer import read_results
 from tests.helpers import compose_config
 
+# the detectors of residual statistics; JPEG ghosts look at quantization instead
 TRAINING_FREE = ["noise_level_tiny", "noise_level", "splicebuster_tiny", "splicebuster"]
+EVERY = [*TRAINING_FREE, "jpeg_ghost_tiny", "jpeg_ghost"]
 HEIGHT, WIDTH = 160, 224  # non-square on purpose
 REGION = (slice(40, 120), slice(64, 160))  # rows, columns of the region with other traces
 
@@ -116,7 +118,7 @@ def test_an_image_with_one_noise_level_throughout_has_a_lower_score_than_a_splic
     assert torch.sigmoid(genuine).item() < 0.5
 
 
-@pytest.mark.parametrize("name", TRAINING_FREE)
+@pytest.mark.parametrize("name", EVERY)
 def test_the_map_has_the_input_size_and_the_detector_nothing_to_train(name):
     net = create_detector(name).eval()
     assert list(net.parameters()) == [] and detector_class(name).fit_without_gradients
@@ -127,7 +129,7 @@ def test_the_map_has_the_input_size_and_the_detector_nothing_to_train(name):
         assert outputs["logit"].shape == (2,) and torch.isfinite(outputs["mask_logit"]).all()
 
 
-@pytest.mark.parametrize("name", TRAINING_FREE)
+@pytest.mark.parametrize("name", EVERY)
 def test_the_same_image_gives_the_same_map_alone_or_in_a_batch(name):
     net = create_detector(name).eval()
     image = region_with_other_noise(2.0, 8.0)
@@ -139,7 +141,7 @@ def test_the_same_image_gives_the_same_map_alone_or_in_a_batch(name):
     torch.testing.assert_close(batched, first, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["noise_level", "splicebuster"])
+@pytest.mark.parametrize("name", ["noise_level", "splicebuster", "jpeg_ghost"])
 def test_infer_scores_and_maps_images_from_a_saved_checkpoint(name, tmp_path: Path):
     from infer import infer
     from tools.released import save_checkpoint
@@ -180,3 +182,36 @@ def test_splicebuster_export_is_refused_with_the_reason(tmp_path: Path):
     with pytest.raises(ExportError, match="fits a two-class model to each image"):
         export_onnx(create_module("splicebuster_tiny"), tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
+
+
+def jpeg(pixels: np.ndarray, quality: int) -> np.ndarray:
+    import cv2
+
+    encoded = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, quality])[1]
+    return cv2.imdecode(encoded, cv2.IMREAD_COLOR)
+
+
+def double_compressed(first_quality: int, last_quality: int = 90) -> torch.Tensor:
+    """REGION pasted (on the 8 x 8 grid) from a donor JPEG-compressed at `first_quality`, then the
+    whole image saved at `last_quality`: the REGION's ghost lies at `first_quality`."""
+    rng = np.random.default_rng(0)
+    shape = (HEIGHT, WIDTH, 3)
+    background = np.clip(np.round(smooth_scene(0) + rng.normal(0, 3, size=shape)), 0, 255)
+    donor = np.clip(np.round(smooth_scene(1) + rng.normal(0, 3, size=shape)), 0, 255)
+    pixels = background.astype(np.uint8)
+    pixels[REGION] = jpeg(donor.astype(np.uint8), first_quality)[REGION]
+    return as_input(jpeg(pixels, last_quality).astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["jpeg_ghost_tiny", "jpeg_ghost"])
+def test_a_region_first_compressed_at_a_lower_jpeg_quality_scores_higher_inside(name):
+    net = create_detector(name).eval()
+    with torch.no_grad():
+        spliced = net(double_compressed(60))
+        single = net(double_compressed(90))  # the donor at the image's own quality: no ghost
+    inside, outside = inside_and_outside(spliced["mask_logit"])
+    assert inside > 0.5 > outside and inside - outside > 0.4, (
+        f"inside {inside:.3f}, outside {outside:.3f}"
+    )
+    assert spliced["logit"].item() > single["logit"].item()
+    assert max(inside_and_outside(single["mask_logit"])) < 0.5
