@@ -44,12 +44,11 @@ def quantization_table(quality: int) -> torch.Tensor:
 
 def dct_basis() -> torch.Tensor:
     """(64, 1, 8, 8) orthonormal 2-D DCT-II basis, as convolution weights with stride 8."""
-    rows = [
-        [(math.sqrt(1 / 8) if u == 0 else math.sqrt(2 / 8)) * math.cos((2 * x + 1) * u * math.pi / 16)
-         for x in range(8)]
-        for u in range(8)
-    ]  # fmt: skip
-    one_d = torch.tensor(rows)
+    u = torch.arange(8, dtype=torch.float64).view(8, 1)
+    x = torch.arange(8, dtype=torch.float64).view(1, 8)
+    one_d = torch.cos((2 * x + 1) * u * math.pi / 16) * math.sqrt(2 / 8)
+    one_d[0] = math.sqrt(1 / 8)
+    one_d = one_d.float()
     return torch.einsum("ux,vy->uvxy", one_d, one_d).reshape(64, 1, 8, 8)
 
 
