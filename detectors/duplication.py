@@ -107,6 +107,8 @@ class PairDuplicationDetector(Detector):
 
     is_pair_detector = True
     fit_without_gradients = True
+    onnx_export_refusal = ("it matches keypoints with OpenCV, which an ONNX graph cannot hold; score with its .ckpt "
+                           "(infer.py model=...ckpt)")
 
     def __init__(
         self,
@@ -232,6 +234,7 @@ class SelfMatchLocalizer(Localizer):
 
     has_image_head = True
     fit_without_gradients = True
+    onnx_export_refusal = PairDuplicationDetector.onnx_export_refusal
 
     def __init__(
         self,

@@ -28,8 +28,8 @@ def list_detectors(tiny: bool | None = None, localizer: bool | None = None,
                    gradients: bool | None = None) -> list[str]:
     """Sorted config names: all of them, only the tiny variants (`tiny=True`) or only the others;
     `localizer` keeps only the manipulation localizers (True) or only the classifiers (False);
-    `gradients` only the networks trained by gradient steps (True: one graph, ONNX export) or only
-    the matching-based ones fitted without them (False: OpenCV matching, `fit_without_gradients`)."""
+    `gradients` only the networks trained by gradient steps (True) or only those fitted and
+    calibrated without them (False, `fit_without_gradients`: training-free and matching-based)."""
     names = sorted(path.stem for path in (CONFIG_DIR / "detector").glob("*.yaml"))
     if tiny is not None:
         names = [name for name in names if name.endswith(TINY_SUFFIX) == tiny]

@@ -119,9 +119,9 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
     localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes."""
     import onnxruntime as ort
 
-    if getattr(module.net, "fit_without_gradients", False):
-        raise ExportError(f"{type(module.net).__name__} matches keypoints with OpenCV, which an ONNX graph cannot "
-                          "hold; score with its .ckpt (infer.py model=...ckpt)")
+    refusal = getattr(module.net, "onnx_export_refusal", None)  # a detector that is no fixed graph
+    if refusal:
+        raise ExportError(f"{type(module.net).__name__} cannot be exported to ONNX: {refusal}")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval().cpu()

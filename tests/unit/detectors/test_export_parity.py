@@ -1,7 +1,8 @@
 """The shipped exporter (`exporting.onnx_export.export_onnx`, what `export.py` runs) on every detector.
 
 Detectors are the registry's tiny variants (`list_detectors(tiny=True)`), so a new detector is
-covered as soon as its configs exist; those whose config says `cpu_checks.slow` (their export takes
+covered as soon as its configs exist (one that is no fixed graph says why in `onnx_export_refusal`
+and is refused, tests/unit/detectors/test_training_free.py); those whose config says `cpu_checks.slow` (their export takes
 minutes on a busy 2-core machine) run with `pytest -m slow`. Each export must pass the exporter's
 own parity check at the default tolerance, and the written file must reproduce PyTorch on a batch
 size it was not traced with.
@@ -18,7 +19,7 @@ import torch
 
 from detectors.module import DetectorModule
 from exporting.onnx_export import PARITY_TOLERANCE, export_onnx
-from detectors.registry import create_module, detector_config, list_detectors
+from detectors.registry import create_module, detector_class, detector_config, list_detectors
 
 # variants of a tiny config that change the exported graph (adapter, fusion, artifact branch)
 VARIANTS = {"clip_linear_tiny+svd": ("clip_linear_tiny", ["net.adapter=svd"]),
@@ -27,7 +28,7 @@ VARIANTS = {"clip_linear_tiny+svd": ("clip_linear_tiny", ["net.adapter=svd"]),
 
 def cases() -> list:
     out = [pytest.param(name, [], id=name, marks=[pytest.mark.slow] if detector_config(name).cpu_checks.slow else [])
-           for name in list_detectors(tiny=True, gradients=True)]  # matching-based: no graph to export
+           for name in list_detectors(tiny=True) if not getattr(detector_class(name), "onnx_export_refusal", None)]
     out += [pytest.param(base, overrides, id=case) for case, (base, overrides) in VARIANTS.items()]
     return out
 

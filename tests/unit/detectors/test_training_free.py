@@ -1,0 +1,217 @@
+"""The training-free localizers (docs/training_free.md): each finds a region whose traces differ
+from the rest of the image (another noise level, a donor JPEG-compressed or resampled before
+pasting)
+without ever being trained, at any image size, deterministically, and runs
+through infer.py from a saved checkpoint like any trained detector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from detectors.registry import create_detector, create_module, detector_class
+from inference.writer import read_results
+from tests.helpers import compose_config
+
+# the detectors of residual statistics; JPEG ghosts look at quantization instead
+TRAINING_FREE = ["noise_level_tiny", "noise_level", "splicebuster_tiny", "splicebuster"]
+EVERY = [*TRAINING_FREE, "jpeg_ghost_tiny", "jpeg_ghost"]
+HEIGHT, WIDTH = 160, 224  # non-square on purpose
+REGION = (slice(40, 120), slice(64, 160))  # rows, columns of the region with other traces
+
+
+def smooth_scene(seed: int) -> np.ndarray:
+    """A photo-like 8-bit-range scene: gradients and soft blobs, no noise yet (H, W, 3 floats)."""
+    rng = np.random.default_rng(seed)
+    rows, cols = np.mgrid[0:HEIGHT, 0:WIDTH] / max(HEIGHT, WIDTH)
+    scene = 60 + 120 * rows * cols + 30 * np.sin(6 * cols + rng.uniform(0, 3))
+    return np.repeat(scene[..., None], 3, axis=2) + rng.uniform(-10, 10, size=(1, 1, 3))
+
+
+def as_input(pixels: np.ndarray) -> torch.Tensor:
+    """Rounded to 8 bits, as a decoded file would be, -> (1, 3, H, W) in [0, 1]."""
+    eight_bit = np.clip(np.round(pixels), 0, 255).astype(np.float32) / 255
+    return torch.from_numpy(eight_bit).permute(2, 0, 1).unsqueeze(0)
+
+
+def region_with_other_noise(
+    sigma_outside: float, sigma_inside: float, seed: int = 0
+) -> torch.Tensor:
+    """A scene with Gaussian noise `sigma_outside`, and `sigma_inside` in REGION (a splice from a
+    camera with another noise level, or an inpainted / smoothed region when lower)."""
+    rng = np.random.default_rng(seed)
+    pixels = smooth_scene(seed) + rng.normal(0, sigma_outside, size=(HEIGHT, WIDTH, 3))
+    pixels[REGION] = smooth_scene(seed)[REGION] + rng.normal(0, sigma_inside, size=(80, 96, 3))
+    return as_input(pixels)
+
+
+def inside_and_outside(mask_logit: torch.Tensor) -> tuple[float, float]:
+    """Mean map value inside REGION (its 8 px border excluded) and well outside it."""
+    probability = torch.sigmoid(mask_logit[0, 0])
+    inside = probability[48:112, 72:152].mean().item()
+    outside_mask = torch.ones(HEIGHT, WIDTH, dtype=torch.bool)
+    outside_mask[24:136, 48:176] = False
+    return inside, probability[outside_mask].mean().item()
+
+
+@pytest.mark.parametrize("name", TRAINING_FREE)
+@pytest.mark.parametrize(
+    ("sigma_outside", "sigma_inside"),
+    [(2.0, 8.0), (6.0, 1.0)],
+    ids=["noisier_splice", "smoothed_region"],
+)
+def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(
+    name, sigma_outside, sigma_inside
+):
+    net = create_detector(name).eval()
+    with torch.no_grad():
+        outputs = net(region_with_other_noise(sigma_outside, sigma_inside))
+    inside, outside = inside_and_outside(outputs["mask_logit"])
+    assert inside > 0.5 > outside and inside - outside > 0.4, (
+        f"inside {inside:.3f}, outside {outside:.3f}"
+    )
+
+
+def region_from_a_processed_donor(processing: str) -> torch.Tensor:
+    """A scene with noise sigma 3 and REGION pasted from another photo with the same noise, then
+    JPEG-compressed at quality 70 or upscaled 1.5 x (bilinear) before pasting."""
+    import cv2
+
+    rng = np.random.default_rng(0)
+    pixels = smooth_scene(0) + rng.normal(0, 3, size=(HEIGHT, WIDTH, 3))
+    donor = np.clip(np.round(smooth_scene(1) + rng.normal(0, 3, size=pixels.shape)), 0, 255).astype(
+        np.uint8
+    )
+    if processing == "jpeg70":
+        donor = cv2.imdecode(
+            cv2.imencode(".jpg", donor, [cv2.IMWRITE_JPEG_QUALITY, 70])[1], cv2.IMREAD_COLOR
+        )
+    else:
+        donor = cv2.resize(donor, None, fx=1.5, fy=1.5, interpolation=cv2.INTER_LINEAR)
+    pixels[REGION] = donor[REGION]
+    return as_input(pixels)
+
+
+@pytest.mark.parametrize("name", TRAINING_FREE)
+@pytest.mark.parametrize("processing", ["jpeg70", "upscaled"])
+def test_a_region_spliced_from_a_differently_processed_donor_scores_higher_inside(name, processing):
+    net = create_detector(name).eval()
+    with torch.no_grad():
+        outputs = net(region_from_a_processed_donor(processing))
+    inside, outside = inside_and_outside(outputs["mask_logit"])
+    assert inside > 0.5 > outside and inside - outside > 0.4, (
+        f"inside {inside:.3f}, outside {outside:.3f}"
+    )
+
+
+@pytest.mark.parametrize("name", TRAINING_FREE)
+def test_an_image_with_one_noise_level_throughout_has_a_lower_score_than_a_spliced_one(name):
+    net = create_detector(name).eval()
+    with torch.no_grad():
+        genuine = net(region_with_other_noise(3.0, 3.0, seed=1))["logit"]
+        spliced = net(region_with_other_noise(3.0, 9.0, seed=1))["logit"]
+    assert spliced.item() > genuine.item()
+    assert torch.sigmoid(genuine).item() < 0.5
+
+
+@pytest.mark.parametrize("name", EVERY)
+def test_the_map_has_the_input_size_and_the_detector_nothing_to_train(name):
+    net = create_detector(name).eval()
+    assert list(net.parameters()) == [] and detector_class(name).fit_without_gradients
+    for height, width in [(97, 61), (64, 300)]:
+        with torch.no_grad():
+            outputs = net(torch.rand(2, 3, height, width))
+        assert outputs["mask_logit"].shape == (2, 1, height, width)
+        assert outputs["logit"].shape == (2,) and torch.isfinite(outputs["mask_logit"]).all()
+
+
+@pytest.mark.parametrize("name", EVERY)
+def test_the_same_image_gives_the_same_map_alone_or_in_a_batch(name):
+    net = create_detector(name).eval()
+    image = region_with_other_noise(2.0, 8.0)
+    with torch.no_grad():
+        first = net(image)["mask_logit"]
+        again = net(image.clone())["mask_logit"]
+        batched = net(torch.cat([torch.rand_like(image), image]))["mask_logit"][1:]
+    assert torch.equal(first, again)
+    torch.testing.assert_close(batched, first, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["noise_level", "splicebuster", "jpeg_ghost"])
+def test_infer_scores_and_maps_images_from_a_saved_checkpoint(name, tmp_path: Path):
+    from infer import infer
+    from tools.released import save_checkpoint
+
+    checkpoint = save_checkpoint(create_module(name).eval(), tmp_path / f"{name}.ckpt")
+    folder = tmp_path / "images"
+    folder.mkdir()
+    spliced = (region_with_other_noise(2.0, 8.0)[0].permute(1, 2, 0).numpy() * 255).round()
+    Image.fromarray(spliced.astype(np.uint8)).save(folder / "spliced.png")
+    output = tmp_path / "scores.csv"
+    infer(
+        compose_config(
+            "infer",
+            [
+                f"model={checkpoint}",
+                f"input={folder}",
+                f"output={output}",
+                "num_workers=0",
+                "progress=false",
+                "save_masks=true",
+                "device=cpu",
+            ],
+        )
+    )
+    row = read_results(output)[0]
+    assert row["status"] == "ok" and 0.0 <= row["score"] <= 1.0, row
+    mask_path = (
+        Path(row["mask"]) if Path(row["mask"]).is_absolute() else output.parent / row["mask"]
+    )
+    mask = np.asarray(Image.open(mask_path), dtype=np.float64) / 255
+    assert mask.shape == (HEIGHT, WIDTH)
+    assert mask[48:112, 72:152].mean() > mask[:24].mean() + 0.4
+
+
+def test_splicebuster_export_is_refused_with_the_reason(tmp_path: Path):
+    from exporting.onnx_export import ExportError, export_onnx
+
+    with pytest.raises(ExportError, match="fits a two-class model to each image"):
+        export_onnx(create_module("splicebuster_tiny"), tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()
+
+
+def jpeg(pixels: np.ndarray, quality: int) -> np.ndarray:
+    import cv2
+
+    encoded = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, quality])[1]
+    return cv2.imdecode(encoded, cv2.IMREAD_COLOR)
+
+
+def double_compressed(first_quality: int, last_quality: int = 90) -> torch.Tensor:
+    """REGION pasted (on the 8 x 8 grid) from a donor JPEG-compressed at `first_quality`, then the
+    whole image saved at `last_quality`: the REGION's ghost lies at `first_quality`."""
+    rng = np.random.default_rng(0)
+    shape = (HEIGHT, WIDTH, 3)
+    background = np.clip(np.round(smooth_scene(0) + rng.normal(0, 3, size=shape)), 0, 255)
+    donor = np.clip(np.round(smooth_scene(1) + rng.normal(0, 3, size=shape)), 0, 255)
+    pixels = background.astype(np.uint8)
+    pixels[REGION] = jpeg(donor.astype(np.uint8), first_quality)[REGION]
+    return as_input(jpeg(pixels, last_quality).astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["jpeg_ghost_tiny", "jpeg_ghost"])
+def test_a_region_first_compressed_at_a_lower_jpeg_quality_scores_higher_inside(name):
+    net = create_detector(name).eval()
+    with torch.no_grad():
+        spliced = net(double_compressed(60))
+        single = net(double_compressed(90))  # the donor at the image's own quality: no ghost
+    inside, outside = inside_and_outside(spliced["mask_logit"])
+    assert inside > 0.5 > outside and inside - outside > 0.4, (
+        f"inside {inside:.3f}, outside {outside:.3f}"
+    )
+    assert spliced["logit"].item() > single["logit"].item()
+    assert max(inside_and_outside(single["mask_logit"])) < 0.5
