@@ -477,6 +477,22 @@ def write_html_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any
     return target
 
 
+def write_run_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any]], *, model: str | os.PathLike | None,
+                     detector: str, threshold: float, calibration: Mapping[str, Any] | None = None,
+                     threshold_from_user: bool = False, input: str = "", **options: Any) -> Path:
+    """`write_html_report` with the header of a scoring or test run: the model file and its SHA-256,
+    how the threshold was set, the toolkit's version. `options` go to `write_html_report`."""
+    from detectors import __version__
+
+    model_file = Path(model) if model else None
+    header = ReportHeader(
+        title=f"{detector} on {input}" if input else str(detector), model=str(model or ""), detector=str(detector),
+        threshold=float(threshold), input=str(input), version=__version__,
+        threshold_note=threshold_note(float(threshold), calibration, threshold_from_user),
+        model_sha256=file_sha256(model_file) if model_file is not None and model_file.is_file() else "")
+    return write_html_report(target, rows, header, **options)
+
+
 def _relocate(evidence: RowEvidence, base: Path, page_dir: Path) -> RowEvidence:
     if base == page_dir:
         return evidence
