@@ -79,7 +79,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     robustness = Robustness(cfg.robustness_max_images, cfg.get("robustness_perturbations"), cfg.seed,
                             cfg.batch_size, cfg.num_workers) if cfg.robustness else None
     request = ReportRequest(output, str(cfg.input), threshold, cfg.group_by, cfg.review_aggregation, robustness,
-                            per_category_thresholds=cfg.threshold is None)
+                            per_category_thresholds=cfg.threshold is None, html=cfg.get("report") == "html",
+                            blinded=bool(cfg.get("blinded", False)), model=str(cfg.model))
     return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
 
 

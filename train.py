@@ -74,7 +74,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["calibration"] = module.calibration
     if trainer.is_global_zero:
         if "test" in module.stage_scores:
-            metrics = write_test_report(output_dir, module, datamodule.splits["test"], metrics)
+            metrics = write_test_report(output_dir, module, datamodule.splits["test"], metrics,
+                                        html=cfg.get("report", "md") == "html")
         else:
             write_metrics_json(output_dir / "metrics.json", metrics)
         log.info("%s", summary(metrics, output_dir))
@@ -83,10 +84,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
-def write_test_report(output_dir: Path, module: DetectorModule, test_records: list, extra: dict[str, Any]) -> dict[str, Any]:
+def write_test_report(output_dir: Path, module: DetectorModule, test_records: list, extra: dict[str, Any],
+                      html: bool = False) -> dict[str, Any]:
     """report.md, figures and metrics.json (with per-group breakdowns and bootstrap intervals) for
     the test split, at the threshold calibrated on validation genuines; validation figures nest
-    under `val`."""
+    under `val`. `html`: also report.html, the test images for a person to look through."""
     scored = module.stage_scores["test"]
     rows = [{**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
             for i, label, score in zip(scored["index"], scored["label"], scored["score"])]
@@ -107,6 +109,17 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
     if notes:
         markdown = report.files["report"]
         markdown.write_text(markdown.read_text() + "\n" + "\n\n".join(notes) + "\n")
+    if html:
+        from evaluation.html_report import write_run_report
+
+        # a record's `mask` is the true mask; the page's maps are predictions, which a test run does not save
+        page_rows = [{k: v for k, v in row.items() if k != "mask"} for row in rows]
+        page = write_run_report(output_dir / "report.html", page_rows, model=extra.get("checkpoint"),
+                                detector=str(extra.get("detector")), threshold=threshold,
+                                calibration=extra.get("calibration"), input="the test split",
+                                metrics=report.metrics, plots=sorted(str(p) for p in report.files.values()
+                                                                     if str(p).endswith(".png")))
+        log.info("report for people to read: %s", page)
     return {**module.stage_metrics["test"], **report.metrics}
 
 

@@ -45,6 +45,9 @@ class ReportRequest:
     review_aggregation: str = "max"
     robustness: Robustness | None = None
     per_category_thresholds: bool = True  # False when the user chose the threshold for this run
+    html: bool = False  # also the page for reviewers (`evaluation.html_report`)
+    blinded: bool = False
+    model: str = ""
 
 
 def map_folders(output: Path, runtime: Runtime, records: Sequence[Record], save_masks: bool, overlays: bool,
@@ -83,6 +86,7 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
     if not truth:
         if request.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
+        html_page(request, runtime, records, rows, None, [])
         return {"metrics": None, "reviews": reviews}
     robustness = sweep(runtime, truth, request.robustness, request.threshold) if request.robustness else None
     from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
@@ -105,10 +109,30 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
     write_metrics_json(metrics_path, metrics)
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
              metrics_path, written.files["report"])
+    html_page(request, runtime, records, rows, metrics, [p for p in written.files.values() if str(p).endswith(".png")])
     below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
     if below:
         log.warning("%s", below)
     return {"metrics": metrics, "reviews": reviews}
+
+
+def html_page(request: ReportRequest, runtime: Runtime, records: Sequence[Record], rows: list[dict[str, Any]],
+              metrics: dict[str, Any] | None, plots: Sequence[Any]) -> Path | None:
+    """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them."""
+    if not request.html:
+        return None
+    from evaluation.html_report import read_calibration, write_run_report
+
+    group_of = {r.path: r.review or r.group for r in records}
+    page_rows = [{**row, "group": group_of.get(row["path"]) or ""} for row in rows]
+    page = write_run_report(request.output.with_name(f"{request.output.stem}_report.html"), page_rows,
+                            model=request.model, detector=runtime.name, threshold=request.threshold,
+                            calibration=read_calibration(request.model) if request.model else None,
+                            threshold_from_user=not request.per_category_thresholds, input=request.input,
+                            is_localizer=runtime.is_localizer, metrics=metrics, plots=[str(p) for p in plots],
+                            blinded=request.blinded)
+    log.info("report for people to read: %s", page)
+    return page
 
 
 def sweep(runtime: Runtime, rows: list[dict[str, Any]], options: Robustness, threshold: float) -> dict[str, Any]:

@@ -1,0 +1,164 @@
+"""The HTML report as a reviewer sees it, in a real browser (headless Chromium)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datamodules.io import write_image
+from evaluation.html_report import (ReportHeader, decision_of, mask_at_threshold, ordered, transform_in_words,
+                                    write_html_report)
+from tests.browser_helpers import browser  # noqa: F401 - a fixture
+
+HOSTILE = "<img src=x onerror=alert(1)>.png"
+
+
+def make_rows(folder: Path, n: int = 7, localizer: bool = False) -> list[dict]:
+    """n images of odd, non-square sizes with distinct scores, one hostile name, one unreadable file."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        name = HOSTILE if i == 2 else f"image_{i}.png"
+        path = folder / "images" / name
+        write_image(path, rng.integers(0, 256, (37 + 5 * i, 61, 3), dtype=np.uint8))
+        row = {"path": str(path), "score": round(0.1 + 0.12 * i, 3), "label": i % 2, "status": "ok", "error": "",
+               "group": f"review-{i % 3}"}
+        if localizer:
+            probability = np.zeros((37 + 5 * i, 61), np.uint8)
+            probability[:, : 6 * i] = 255
+            mask_path = folder / "maps" / f"{i}.png"
+            write_image(mask_path, np.repeat(probability[..., None], 3, axis=2))
+            row["mask"] = str(mask_path)
+        rows.append(row)
+    broken = folder / "images" / "broken.png"
+    broken.write_bytes(b"not an image")
+    rows.append({"path": str(broken), "score": None, "label": None, "status": "error", "error": "cannot decode"})
+    return rows
+
+
+def header(threshold: float = 0.5) -> ReportHeader:
+    return ReportHeader(title="seg_tiny on images/", model="model.ckpt", detector="seg_tiny", threshold=threshold,
+                        threshold_note="0.5, calibrated", model_sha256="ab" * 32, version="0.1.0")
+
+
+def open_page(browser, page_path: Path, javascript: bool = True):
+    context = browser.new_context(java_script_enabled=javascript)
+    page = context.new_page()
+    seen = {"requests": [], "errors": [], "dialogs": []}
+    page.on("request", lambda request: seen["requests"].append(request.url))
+    page.on("console", lambda message: message.type == "error" and seen["errors"].append(message.text))
+    page.on("pageerror", lambda error: seen["errors"].append(str(error)))
+    page.on("dialog", lambda dialog: (seen["dialogs"].append(dialog.message), dialog.dismiss()))
+    page.goto(page_path.as_uri())
+    page.wait_for_load_state("load")
+    return context, page, seen
+
+
+def test_rows_are_sorted_most_suspicious_first_with_errors_last():
+    rows = [{"path": "a", "score": 0.2, "status": "ok"}, {"path": "b", "score": None, "status": "error"},
+            {"path": "c", "score": 0.9, "status": "ok"}, {"path": "d", "score": 0.5, "status": "ok"}]
+    assert [r["path"] for r in ordered(rows, blinded=False)] == ["c", "d", "a", "b"]
+    assert ordered(rows, blinded=True)[-1]["path"] == "b"
+
+
+def test_a_score_at_the_threshold_is_flagged_and_a_map_value_at_it_counts():
+    assert decision_of({"score": 0.5, "status": "ok"}, 0.5) == "flagged"
+    assert decision_of({"score": 0.4999, "status": "ok"}, 0.5) == "not flagged"
+    assert decision_of({"score": None, "status": "error"}, 0.5) == "error"
+    map_u8 = np.array([[127, 128, 255]], np.uint8)
+    assert mask_at_threshold(map_u8, 128 / 255).tolist() == [[False, True, True]]
+
+
+def test_the_transform_reads_as_a_sentence():
+    words = transform_in_words({"rotation": 180, "scale": 0.5, "flip": "horizontal", "gain": [1.12, 1.12, 1.12]})
+    assert words == "B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %"
+    assert transform_in_words({"rotation": 0, "scale": 1.0}) == "B is A reused as it is"
+
+
+def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_the_folder(tmp_path, browser):
+    rows = make_rows(tmp_path, localizer=True)
+    report = write_html_report(tmp_path / "out" / "scores_report.html", rows, header(), is_localizer=True,
+                               metrics={"auroc": 0.75, "by_group": {"review-0": {"auroc": 0.5, "n_pos": 1}}})
+    context, page, seen = open_page(browser, report)
+    names = page.locator("#rows-body td.name").all_inner_texts()
+    scores = [float(s) for s in page.locator("#rows-body td.score").all_inner_texts() if s]
+    assert scores == sorted(scores, reverse=True) and len(scores) == 7
+    assert names[-1].endswith("broken.png")
+    assert HOSTILE in [Path(n).name for n in names]  # the hostile name is shown as text...
+    assert seen["dialogs"] == [] and page.locator("img[src='x']").count() == 0  # ...and never runs
+    images = page.locator("img")
+    assert images.count() >= 7 * 3  # thumbnail, overlay and mask per readable image
+    widths = page.evaluate("Array.from(document.images).map(i => i.complete ? i.naturalWidth : -1)")
+    page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
+    widths = page.evaluate("Array.from(document.images).map(i => i.naturalWidth)")
+    assert all(w > 0 for w in widths), widths
+    folder = (tmp_path / "out").as_uri()
+    assert seen["requests"] and all(url.startswith(folder) or url.startswith("data:") for url in seen["requests"])
+    assert seen["errors"] == []
+    assert "flags for a person to check" in page.inner_text("header")
+    context.close()
+
+
+def test_filters_and_search_change_the_visible_rows(tmp_path, browser):
+    report = write_html_report(tmp_path / "scores_report.html", make_rows(tmp_path), header())
+    context, page, seen = open_page(browser, report)
+    visible = lambda: page.locator("#rows-body tr").count()  # noqa: E731
+    assert visible() == 8
+    page.select_option("#f-decision", "flagged")
+    flagged = page.locator("#rows-body td.decision").all_inner_texts()
+    assert flagged and set(flagged) == {"flagged"} and visible() == 3
+    page.select_option("#f-decision", "")
+    page.fill("#f-search", "image_5")
+    assert page.locator("#rows-body td.name").all_inner_texts() == [str(tmp_path / "images" / "image_5.png")]
+    page.fill("#f-search", "")
+    page.fill("#f-min", "0.3")
+    page.fill("#f-max", "0.6")
+    assert sorted(float(s) for s in page.locator("#rows-body td.score").all_inner_texts()) == [0.34, 0.46, 0.58]
+    page.fill("#f-min", "")
+    page.fill("#f-max", "")
+    page.select_option("#f-group", "review-1")
+    assert set(page.locator("#rows-body td.group").all_inner_texts()) == {"review-1"}
+    assert seen["errors"] == []
+    context.close()
+
+
+def test_with_scripts_off_every_row_is_reachable_through_the_static_pages(tmp_path, browser):
+    rows = make_rows(tmp_path, n=7)
+    report = write_html_report(tmp_path / "scores_report.html", rows, header(), page_size=3)
+    context, page, _ = open_page(browser, report, javascript=False)
+    seen_names = page.locator("#rows-body td.name").all_inner_texts()
+    links = page.locator("nav.pager a").evaluate_all("links => links.map(a => a.href)")
+    for link in dict.fromkeys(links):
+        page.goto(link)
+        seen_names += page.locator("#rows-body td.name").all_inner_texts()
+    assert sorted(seen_names) == sorted(r["path"] for r in rows)
+    assert not page.locator("#filters").is_visible()
+    context.close()
+
+
+def test_paging_keeps_a_large_report_usable_and_the_page_small(tmp_path, browser):
+    image = tmp_path / "one.png"
+    write_image(image, np.zeros((20, 30, 3), np.uint8))
+    rows = [{"path": str(image), "score": i / 1000, "status": "ok", "error": ""} for i in range(1000)]
+    report = write_html_report(tmp_path / "big_report.html", rows, header())
+    assert report.stat().st_size < 200_000
+    context, page, seen = open_page(browser, report)
+    assert page.locator("#rows-body tr").count() == 100
+    page.click("nav.pager >> text=next")
+    assert page.locator("#rows-body td.score").first.inner_text() == f"{899 / 1000:.4f}"
+    assert seen["errors"] == []
+    context.close()
+
+
+def test_blinded_mode_hides_scores_decisions_and_maps(tmp_path, browser):
+    rows = make_rows(tmp_path, localizer=True)
+    report = write_html_report(tmp_path / "blind_report.html", rows, header(), is_localizer=True, blinded=True,
+                               metrics={"auroc": 0.75})
+    context, page, seen = open_page(browser, report)
+    text = page.inner_text("body")
+    assert "score" not in page.inner_text("thead") and "decision" not in page.inner_text("thead")
+    assert "0.7" not in text and "flagged" not in text.replace("not flagged", "")
+    assert page.locator("td.rating select").count() == 8
+    assert not any("overlays" in url for url in seen["requests"])
+    context.close()
