@@ -304,7 +304,7 @@ def _metrics_html(metrics: Mapping[str, Any], plots: Sequence[str]) -> str:
 
 
 def _groups_html(groups: Sequence[Mapping[str, Any]], threshold: float, blinded: bool) -> str:
-    if blinded:
+    if blinded or not groups:
         return ""
     rows = "".join(f"<tr><td>{_e(g.get('group'))}</td><td>{_score_text(g.get('score'))}</td>"
                    f"<td>{_e(decision_of(g, threshold))}</td><td>{_e(g.get('images', ''))}</td></tr>"
