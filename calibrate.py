@@ -1,6 +1,7 @@
 """Re-set a detector's threshold on your own genuine images:
 `python calibrate.py model=M.ckpt|M.onnx input=GENUINE_DIR|MANIFEST target_fpr=0.01 output=M_calibrated.onnx`
 (`by=category`: one threshold per manifest category as well)."""
+
 from __future__ import annotations
 
 import logging
@@ -19,13 +20,30 @@ log = logging.getLogger("calibrate")
 @hydra.main(version_base="1.3", config_path="configs", config_name="calibrate")
 @expected_failures(CalibrationRefused, ModelLoadError, LayoutError, ValueError)
 def main(cfg: DictConfig) -> None:
-    record = calibrate_model(cfg.model, cfg.input, cfg.output, target_fpr=cfg.target_fpr,
-                             confidence=cfg.confidence, device=cfg.device, batch_size=cfg.batch_size,
-                             num_workers=cfg.num_workers, progress=cfg.progress, by=cfg.get("by"))
+    record = calibrate_model(
+        cfg.model,
+        cfg.input,
+        cfg.output,
+        target_fpr=cfg.target_fpr,
+        confidence=cfg.confidence,
+        device=cfg.device,
+        batch_size=cfg.batch_size,
+        num_workers=cfg.num_workers,
+        progress=cfg.progress,
+        by=cfg.get("by"),
+    )
     low, high = record["tnr_interval"]
-    log.info("threshold %.6g (was %.6g) on %d genuine images: TNR %.4f [%.4f, %.4f]%s -> %s", record["threshold"],
-             record["previous_threshold"], record["n_genuine"], record["tnr"], low, high,
-             f", TPR {record['tpr']:.4f}" if "tpr" in record else "", cfg.output)
+    log.info(
+        "threshold %.6g (was %.6g) on %d genuine images: TNR %.4f [%.4f, %.4f]%s -> %s",
+        record["threshold"],
+        record["previous_threshold"],
+        record["n_genuine"],
+        record["tnr"],
+        low,
+        high,
+        f", TPR {record['tpr']:.4f}" if "tpr" in record else "",
+        cfg.output,
+    )
     for name, own in (record.get("by_category") or {}).items():
         low, high = own["tnr_interval"]
         log.info(

@@ -1,5 +1,6 @@
 """Export a trained detector to ONNX: `python export.py model=PATH.ckpt output=PATH.onnx
 [graph_preprocess=true] [precision=fp32|fp16|int8 calibration_input=DIR eval_input=MANIFEST]`."""
+
 from __future__ import annotations
 
 import json
@@ -28,18 +29,36 @@ def export(cfg: DictConfig) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         fp32 = output if plain else Path(folder) / "fp32.onnx"
         report = export_onnx(load_checkpoint(cfg.model), fp32, opset=cfg.opset, tolerance=cfg.tolerance)
-        log.info("fp32 export: outputs %s; max |score difference| vs PyTorch %.2e", ", ".join(report.outputs),
-                 report.max_score_difference)
+        log.info(
+            "fp32 export: outputs %s; max |score difference| vs PyTorch %.2e",
+            ", ".join(report.outputs),
+            report.max_score_difference,
+        )
         if report.max_mask_difference is not None:
-            log.info("max |mask difference| vs PyTorch %.2e on inputs %s", report.max_mask_difference,
-                     report.checked_shapes)
-        images, labels = sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
-        calibration = (sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0]
-                       if cfg.calibration_input else images)
-        return build_variant(fp32, output, precision=cfg.precision, graph_preprocess=cfg.graph_preprocess,
-                             images=images, labels=labels, calibration=calibration, int8_mode=cfg.int8_mode,
-                             max_auroc_drop=cfg.max_auroc_drop, graph_tolerance=cfg.tolerance,
-                             graph_resize_tolerance=cfg.graph_resize_tolerance)
+            log.info(
+                "max |mask difference| vs PyTorch %.2e on inputs %s", report.max_mask_difference, report.checked_shapes
+            )
+        images, labels = (
+            sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
+        )
+        calibration = (
+            sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0]
+            if cfg.calibration_input
+            else images
+        )
+        return build_variant(
+            fp32,
+            output,
+            precision=cfg.precision,
+            graph_preprocess=cfg.graph_preprocess,
+            images=images,
+            labels=labels,
+            calibration=calibration,
+            int8_mode=cfg.int8_mode,
+            max_auroc_drop=cfg.max_auroc_drop,
+            graph_tolerance=cfg.tolerance,
+            graph_resize_tolerance=cfg.graph_resize_tolerance,
+        )
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="export")

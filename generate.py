@@ -3,6 +3,7 @@
 The logic lives in `synthesis.dataset` (and `synthesis.embedded` for `kind=aigi_quick`); this entry
 point reads the config, finds the photos and prints what was made.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,30 +35,61 @@ def find_photos(source: str | None) -> list[str] | None:
 
 
 def quick(cfg: DictConfig, output: str, photos: list[str] | None) -> None:
-    manifest = make_embedded_manifest(output, seed=cfg.seed, split_fractions=tuple(cfg.split_fractions),
-                                      photos=photos, progress=lambda it: tqdm(it, desc="photos", unit="photo"),
-                                      crop_size=cfg.crop_size, scales=tuple(cfg.scales),
-                                      max_crops_per_scale=cfg.max_crops_per_scale)
+    manifest = make_embedded_manifest(
+        output,
+        seed=cfg.seed,
+        split_fractions=tuple(cfg.split_fractions),
+        photos=photos,
+        progress=lambda it: tqdm(it, desc="photos", unit="photo"),
+        crop_size=cfg.crop_size,
+        scales=tuple(cfg.scales),
+        max_crops_per_scale=cfg.max_crops_per_scale,
+    )
     records = read_manifest(manifest)
     by_split = Counter((r.split, r.label) for r in records)
-    log.info("wrote %s: %d images (%s)", manifest, len(records),
-             ", ".join(f"{s}: {by_split[(s, 0)]} genuine + {by_split[(s, 1)]} fake" for s in ("train", "val", "test")))
+    log.info(
+        "wrote %s: %d images (%s)",
+        manifest,
+        len(records),
+        ", ".join(f"{s}: {by_split[(s, 0)]} genuine + {by_split[(s, 1)]} fake" for s in ("train", "val", "test")),
+    )
 
 
 def spec_from_config(cfg: DictConfig):
     """The `DatasetSpec` a config describes (plain Python values, no OmegaConf nodes)."""
     from synthesis.dataset import DatasetSpec, GeneratorOptions
 
-    keys = ("kind", "ops", "seed", "panels", "split_fractions", "splice_candidates", "local_min_side",
-            "d15_fraction", "generator", "diffusion", "forgery_options", "genuine_kinds")
+    keys = (
+        "kind",
+        "ops",
+        "seed",
+        "panels",
+        "split_fractions",
+        "splice_candidates",
+        "local_min_side",
+        "d15_fraction",
+        "generator",
+        "diffusion",
+        "forgery_options",
+        "genuine_kinds",
+    )
     plain = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in keys}
     if plain["generator"].pop("backend", "autoencoder") != "autoencoder":
         plain["generator"] = {}  # another backend makes the fakes; the panels are cut the same way
-    return DatasetSpec(kind=plain["kind"], ops=plain["ops"], seed=plain["seed"], **plain["panels"],
-                       split_fractions=tuple(plain["split_fractions"]), splice_candidates=plain["splice_candidates"],
-                       local_min_side=plain["local_min_side"], d15_fraction=plain["d15_fraction"],
-                       generator=GeneratorOptions(**plain["generator"]), diffusion=plain["diffusion"],
-                       forgery_options=plain["forgery_options"], genuine_kinds=plain["genuine_kinds"] or {})
+    return DatasetSpec(
+        kind=plain["kind"],
+        ops=plain["ops"],
+        seed=plain["seed"],
+        **plain["panels"],
+        split_fractions=tuple(plain["split_fractions"]),
+        splice_candidates=plain["splice_candidates"],
+        local_min_side=plain["local_min_side"],
+        d15_fraction=plain["d15_fraction"],
+        generator=GeneratorOptions(**plain["generator"]),
+        diffusion=plain["diffusion"],
+        forgery_options=plain["forgery_options"],
+        genuine_kinds=plain["genuine_kinds"] or {},
+    )
 
 
 def generate(cfg: DictConfig) -> Path:
@@ -65,8 +97,11 @@ def generate(cfg: DictConfig) -> Path:
     from synthesis.dataset import format_summary
 
     photos = find_photos(cfg.source)
-    output = cfg.output or ("data/generated_diffusers" if cfg.generator.get("backend") == "diffusers" else
-                            {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}"))
+    output = cfg.output or (
+        "data/generated_diffusers"
+        if cfg.generator.get("backend") == "diffusers"
+        else {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}")
+    )
     shard = Shard.parse(cfg.get("shard"))
     one_process = cfg.kind == "aigi_quick" or cfg.generator.get("backend") == "diffusers"
     if (shard.count > 1 or cfg.get("merge")) and one_process:
@@ -80,11 +115,18 @@ def generate(cfg: DictConfig) -> Path:
     if cfg.generator.get("backend") == "diffusers":
         from synthesis.diffusers_backend import DiffusersOptions, make_diffusers_manifest
 
-        options = DiffusersOptions(**{k: v for k, v in OmegaConf.to_container(cfg.generator, resolve=True).items()
-                                      if k != "backend"})
-        manifest, summary = make_diffusers_manifest(output, spec_from_config(cfg), options, photos=photos,
-                                                    root=cfg.source or None, workers=cfg.workers,
-                                                    progress=cfg.progress)
+        options = DiffusersOptions(
+            **{k: v for k, v in OmegaConf.to_container(cfg.generator, resolve=True).items() if k != "backend"}
+        )
+        manifest, summary = make_diffusers_manifest(
+            output,
+            spec_from_config(cfg),
+            options,
+            photos=photos,
+            root=cfg.source or None,
+            workers=cfg.workers,
+            progress=cfg.progress,
+        )
         log.info("wrote %s\n%s", manifest, format_summary(summary))
         return manifest
     if shard.count > 1:
@@ -110,9 +152,15 @@ def generate(cfg: DictConfig) -> Path:
             summary["seconds"],
         )
         return Path(output) / "manifest.csv"
-    manifest, summary = make_generated_manifest(output, spec_from_config(cfg), photos=photos,
-                                                root=cfg.source or None, workers=cfg.workers,
-                                                progress=cfg.progress, merge=bool(cfg.get("merge")))
+    manifest, summary = make_generated_manifest(
+        output,
+        spec_from_config(cfg),
+        photos=photos,
+        root=cfg.source or None,
+        workers=cfg.workers,
+        progress=cfg.progress,
+        merge=bool(cfg.get("merge")),
+    )
     log.info("wrote %s\n%s", manifest, format_summary(summary))
     return manifest
 

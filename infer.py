@@ -1,4 +1,5 @@
 """Score images with a trained detector: `python infer.py model=M.ckpt|M.onnx input=DIR|FILE|MANIFEST output=F.csv`."""
+
 from __future__ import annotations
 
 import logging
@@ -13,9 +14,9 @@ from datamodules.records import LayoutError
 from inference.cli import expected_failures, run
 from inference.masks import PixelReduction
 from inference.parts import Shard
+from inference.recalibration import CategoryThreshold
 from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, report_run
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
-from inference.recalibration import CategoryThreshold
 from inference.runtime import ModelLoadError, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
 from inference.writer import COLUMNS
@@ -36,8 +37,9 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
 
             return infer_pairs(cfg, runtime)
         if cfg.tiles and runtime.is_localizer:
-            runtime = TiledLocalizer(runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap,
-                                     batch_size=cfg.batch_size)
+            runtime = TiledLocalizer(
+                runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap, batch_size=cfg.batch_size
+            )
         elif cfg.tiles:
             runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
         records = records_from_input(cfg.input, cfg.get("layout", "auto"))
@@ -45,8 +47,9 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         raise InferenceFailed(str(error)) from None
     if not records:
         raise InferenceFailed(f"no images found in {cfg.input}")
-    masks_dir, overlays_dir = map_folders(output, runtime, records, cfg.save_masks, cfg.overlays,
-                                          cfg.get("save_confidence", False), cfg.masks_dir)
+    masks_dir, overlays_dir = map_folders(
+        output, runtime, records, cfg.save_masks, cfg.overlays, cfg.get("save_confidence", False), cfg.masks_dir
+    )
     columns = list(COLUMNS) + (["mask"] if masks_dir is not None else [])
     if cfg.get("save_confidence", False):
         if getattr(runtime, "confidence_maps", None) is None or not runtime.is_localizer:
@@ -57,18 +60,36 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     # a model calibrated per category decides each input with its category's threshold
     per_category = CategoryThreshold.for_records(runtime, records) if cfg.threshold is None else None
-    log.info("%s (%s, threshold %.4f): %d inputs -> %s", runtime.name, Path(cfg.model).suffix, threshold,
-             len(records), output)
+    log.info(
+        "%s (%s, threshold %.4f): %d inputs -> %s",
+        runtime.name,
+        Path(cfg.model).suffix,
+        threshold,
+        len(records),
+        output,
+    )
     pixel = PixelReduction(records) if masks_dir is not None else None
     if cfg.merge:
         rows = merged_rows(output, records, columns, pixel)
         scored = ScoredRun({"ok": 0, "error": 0, "skipped": len(rows)}, rows)
     else:
         try:
-            scored = score_to_output(runtime, records, output, columns, processes, shard, resume=cfg.resume,
-                                     pixel=pixel, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                     threshold=per_category or threshold, masks_dir=masks_dir, overlays_dir=overlays_dir,
-                                     progress=cfg.progress and processes.is_main)
+            scored = score_to_output(
+                runtime,
+                records,
+                output,
+                columns,
+                processes,
+                shard,
+                resume=cfg.resume,
+                pixel=pixel,
+                batch_size=cfg.batch_size,
+                num_workers=cfg.num_workers,
+                threshold=per_category or threshold,
+                masks_dir=masks_dir,
+                overlays_dir=overlays_dir,
+                progress=cfg.progress and processes.is_main,
+            )
         except KeyboardInterrupt:
             raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
         log.info("scored %(ok)d, unreadable %(error)d, already done %(skipped)d", scored.counts)
@@ -76,11 +97,25 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             return {"counts": scored.counts, "metrics": None}  # rank 0 reports; shards report after the merge
     if not any(row["status"] == "ok" for row in scored.rows):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
-    robustness = Robustness(cfg.robustness_max_images, cfg.get("robustness_perturbations"), cfg.seed,
-                            cfg.batch_size, cfg.num_workers) if cfg.robustness else None
-    request = ReportRequest(output, str(cfg.input), threshold, cfg.group_by, cfg.review_aggregation, robustness,
-                            per_category_thresholds=cfg.threshold is None, html=cfg.get("report") == "html",
-                            blinded=bool(cfg.get("blinded", False)), model=str(cfg.model))
+    robustness = (
+        Robustness(
+            cfg.robustness_max_images, cfg.get("robustness_perturbations"), cfg.seed, cfg.batch_size, cfg.num_workers
+        )
+        if cfg.robustness
+        else None
+    )
+    request = ReportRequest(
+        output,
+        str(cfg.input),
+        threshold,
+        cfg.group_by,
+        cfg.review_aggregation,
+        robustness,
+        per_category_thresholds=cfg.threshold is None,
+        html=cfg.get("report") == "html",
+        blinded=bool(cfg.get("blinded", False)),
+        model=str(cfg.model),
+    )
     return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
 
 

@@ -1,4 +1,8 @@
-"""Train, calibrate and test a detector: `python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]`."""
+"""Train, calibrate and test a detector.
+
+python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]
+"""
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +28,11 @@ log = logging.getLogger("train")
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
     """Every `_target_` entry of a config group such as `callbacks` or `logger`."""
-    return [hydra.utils.instantiate(entry) for entry in (group or {}).values()
-            if isinstance(entry, DictConfig) and "_target_" in entry]
+    return [
+        hydra.utils.instantiate(entry)
+        for entry in (group or {}).values()
+        if isinstance(entry, DictConfig) and "_target_" in entry
+    ]
 
 
 def data_config(data: DictConfig, localizer: bool) -> DictConfig:
@@ -47,19 +54,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
-    module = create_module(cfg.detector, target_fpr=cfg.target_fpr,
-                           calibrate_by=(cfg.get("calibration") or {}).get("by"))
+    module = create_module(
+        cfg.detector, target_fpr=cfg.target_fpr, calibrate_by=(cfg.get("calibration") or {}).get("by")
+    )
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 
-        return train_training_free(cfg, module, data_config(cfg.data, module.net.is_localizer),
-                                   instantiate_group(cfg.get("callbacks")))
+        return train_training_free(
+            cfg, module, data_config(cfg.data, module.net.is_localizer), instantiate_group(cfg.get("callbacks"))
+        )
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
-    datamodule = hydra.utils.instantiate(data_config(cfg.data, module.net.is_localizer),
-                                         preprocess=module.net.preprocess.to_dict(), _convert_="all")
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=instantiate_group(cfg.get("callbacks")),
-                                                 logger=instantiate_group(cfg.get("logger")) or False)
+    datamodule = hydra.utils.instantiate(
+        data_config(cfg.data, module.net.is_localizer), preprocess=module.net.preprocess.to_dict(), _convert_="all"
+    )
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer,
+        callbacks=instantiate_group(cfg.get("callbacks")),
+        logger=instantiate_group(cfg.get("logger")) or False,
+    )
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -74,8 +87,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["calibration"] = module.calibration
     if trainer.is_global_zero:
         if "test" in module.stage_scores:
-            metrics = write_test_report(output_dir, module, datamodule.splits["test"], metrics,
-                                        html=cfg.get("report", "md") == "html")
+            metrics = write_test_report(
+                output_dir, module, datamodule.splits["test"], metrics, html=cfg.get("report", "md") == "html"
+            )
         else:
             write_metrics_json(output_dir / "metrics.json", metrics)
         log.info("%s", summary(metrics, output_dir))
@@ -84,25 +98,37 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
-def write_test_report(output_dir: Path, module: DetectorModule, test_records: list, extra: dict[str, Any],
-                      html: bool = False) -> dict[str, Any]:
+def write_test_report(
+    output_dir: Path, module: DetectorModule, test_records: list, extra: dict[str, Any], html: bool = False
+) -> dict[str, Any]:
     """report.md, figures and metrics.json (with per-group breakdowns and bootstrap intervals) for
     the test split, at the threshold calibrated on validation genuines; validation figures nest
     under `val`. `html`: also report.html, the test images for a person to look through."""
     scored = module.stage_scores["test"]
-    rows = [{**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
-            for i, label, score in zip(scored["index"], scored["label"], scored["score"])]
+    rows = [
+        {**test_records[int(i)].to_row(), "label": int(label), "score": float(score)}
+        for i, label, score in zip(scored["index"], scored["label"], scored["score"])
+    ]
     threshold = float(module.threshold)
     pixel = {k: v for k, v in module.stage_metrics["test"].items() if k in PIXEL_KEYS}
-    sheet = [(image, mask, prob.astype("float32"), f"{Path(test_records[index].path).name}  pixel F1 {f1:.2f}")
-             for f1, index, image, mask, prob in module.stage_cases.get("test", [])]
+    sheet = [
+        (image, mask, prob.astype("float32"), f"{Path(test_records[index].path).name}  pixel F1 {f1:.2f}")
+        for f1, index, image, mask, prob in module.stage_cases.get("test", [])
+    ]
     if pixel:
         extra = {**extra, "pixel_protocol": PIXEL_PROTOCOL}
-    report = report_records(output_dir, rows, threshold=threshold, calibrated_threshold=threshold,
-                            category_thresholds=module.category_thresholds or None,
-                            target_tnr=1.0 - module.hparams.target_fpr,
-                            title=f"Test report: {extra.get('detector')}", pixel=pixel or None,
-                            contact_sheet=sheet or None, extra=extra)
+    report = report_records(
+        output_dir,
+        rows,
+        threshold=threshold,
+        calibrated_threshold=threshold,
+        category_thresholds=module.category_thresholds or None,
+        target_tnr=1.0 - module.hparams.target_fpr,
+        title=f"Test report: {extra.get('detector')}",
+        pixel=pixel or None,
+        contact_sheet=sheet or None,
+        extra=extra,
+    )
     notes = [calibration_markdown(extra["calibration"])] if extra.get("calibration") else []
     if pixel:
         notes.append(f"Pixel metrics: {PIXEL_PROTOCOL}. Contact sheet: the worst and best test images by pixel F1.")
@@ -114,11 +140,17 @@ def write_test_report(output_dir: Path, module: DetectorModule, test_records: li
 
         # a record's `mask` is the true mask; the page's maps are predictions, which a test run does not save
         page_rows = [{k: v for k, v in row.items() if k != "mask"} for row in rows]
-        page = write_run_report(output_dir / "report.html", page_rows, model=extra.get("checkpoint"),
-                                detector=str(extra.get("detector")), threshold=threshold,
-                                calibration=extra.get("calibration"), input="the test split",
-                                metrics=report.metrics, plots=sorted(str(p) for p in report.files.values()
-                                                                     if str(p).endswith(".png")))
+        page = write_run_report(
+            output_dir / "report.html",
+            page_rows,
+            model=extra.get("checkpoint"),
+            detector=str(extra.get("detector")),
+            threshold=threshold,
+            calibration=extra.get("calibration"),
+            input="the test split",
+            metrics=report.metrics,
+            plots=sorted(str(p) for p in report.files.values() if str(p).endswith(".png")),
+        )
         log.info("report for people to read: %s", page)
     return {**module.stage_metrics["test"], **report.metrics}
 
@@ -127,17 +159,29 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     def show(value: Any) -> str:
         return "n/a" if value is None or value != value else f"{value:.4f}"
 
-    keys = ("auroc", "pauroc@0.1", "tpr@fpr=0.01", "tpr", "tnr", "balanced_accuracy", "threshold",
-            "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_fpr_genuine", "chain_auroc")
+    keys = (
+        "auroc",
+        "pauroc@0.1",
+        "tpr@fpr=0.01",
+        "tpr",
+        "tnr",
+        "balanced_accuracy",
+        "threshold",
+        "pixel_f1",
+        "pixel_iou",
+        "pixel_auroc",
+        "pixel_fpr_genuine",
+        "chain_auroc",
+    )
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     val = metrics.get("val", {})
     val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
-    below = below_target_sentence(
-        metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0)
-    )
+    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
     named = f"\n  {below}" if below else ""
-    return (f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
-            f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n")
+    return (
+        f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
+        f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n"
+    )
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

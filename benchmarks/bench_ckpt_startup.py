@@ -13,6 +13,7 @@ Rounds run the three in turn, so they share the machine's load; each figure is t
 the rounds, and each ratio the median of the per-round ratios to the reference. Untrained tiny NPR
 (start-up does not depend on the weights); CPU only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-LOAD = ("import sys; from inference.runtime import load_runtime; load_runtime(sys.argv[1], 'cpu'); "
-        "print(json.dumps({'lightning': 'lightning' in sys.modules}))")
+LOAD = (
+    "import sys; from inference.runtime import load_runtime; load_runtime(sys.argv[1], 'cpu'); "
+    "print(json.dumps({'lightning': 'lightning' in sys.modules}))"
+)
 MODULE = "import sys; from inference.runtime import load_checkpoint; load_checkpoint(sys.argv[1])"
 
 
@@ -38,8 +41,13 @@ def write_model(folder: Path) -> Path:
     from detectors.module import DetectorModule
 
     torch.manual_seed(0)
-    net = {"_target_": "detectors.npr.NPR", "width": 8, "layers": [1, 1], "block": "basic",
-           "preprocess": {"size": 32, "mode": "center_crop"}}
+    net = {
+        "_target_": "detectors.npr.NPR",
+        "width": 8,
+        "layers": [1, 1],
+        "block": "basic",
+        "preprocess": {"size": 32, "mode": "center_crop"},
+    }
     module = DetectorModule(net=net, name="npr")
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, folder / "model.ckpt")
     return folder / "model.ckpt"
@@ -47,8 +55,14 @@ def write_model(folder: Path) -> Path:
 
 def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=True,
-                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     return time.perf_counter() - start, done.stdout
 
 
@@ -67,8 +81,15 @@ def main() -> None:
             "import_torch": [sys.executable, "-c", "import torch"],
             "load_runtime": [sys.executable, "-c", f"import json; {LOAD}", str(model)],
             "load_lightning_module": [sys.executable, "-c", MODULE, str(model)],
-            "infer_one_image": [sys.executable, str(ROOT / "infer.py"), f"model={model}", "input=one.png",
-                                "output=out.csv", "progress=false", "num_workers=0"],
+            "infer_one_image": [
+                sys.executable,
+                str(ROOT / "infer.py"),
+                f"model={model}",
+                "input=one.png",
+                "output=out.csv",
+                "progress=false",
+                "num_workers=0",
+            ],
         }
         timed(commands["import_torch"], work)  # warm the file cache
         seconds: dict[str, list[float]] = {name: [] for name in commands}
@@ -83,8 +104,11 @@ def main() -> None:
     result = {
         "repeats": args.repeats,
         "median_s": {name: round(statistics.median(values), 3) for name, values in seconds.items()},
-        "ratio_to_import_torch": {name: round(statistics.median(v / r for v, r in zip(values, reference)), 3)
-                                  for name, values in seconds.items() if name != "import_torch"},
+        "ratio_to_import_torch": {
+            name: round(statistics.median(v / r for v, r in zip(values, reference)), 3)
+            for name, values in seconds.items()
+            if name != "import_torch"
+        },
         "load_runtime_imports_lightning": lightning,
     }
     text = json.dumps(result, indent=2)

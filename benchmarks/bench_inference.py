@@ -22,6 +22,7 @@ of `--repeats` timed passes (the machine may be shared; the best pass is the lea
 and every timed `infer` run loads the model again, as a user's run does. CPU only, so numbers are
 comparable across machines of the same kind.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,9 +72,19 @@ def infer_config(model: Path, images: Path, output: Path, batch_size: int, save_
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="infer", overrides=[
-            f"model={model}", f"input={images}", f"output={output}", f"batch_size={batch_size}",
-            "num_workers=0", "device=cpu", "progress=false", f"save_masks={str(save_masks).lower()}"])
+        cfg = compose(
+            config_name="infer",
+            overrides=[
+                f"model={model}",
+                f"input={images}",
+                f"output={output}",
+                f"batch_size={batch_size}",
+                "num_workers=0",
+                "device=cpu",
+                "progress=false",
+                f"save_masks={str(save_masks).lower()}",
+            ],
+        )
     GlobalHydra.instance().clear()
     return cfg
 
@@ -86,7 +97,7 @@ def raw_forward_rate(module: DetectorModule, tensors: torch.Tensor, batch_size: 
     for _ in range(repeats):
         start = time.perf_counter()
         for first in range(0, len(tensors), batch_size):
-            torch.sigmoid(module.net(tensors[first:first + batch_size])["logit"])
+            torch.sigmoid(module.net(tensors[first : first + batch_size])["logit"])
         rates.append(len(tensors) / (time.perf_counter() - start))
     return max(rates)
 
@@ -102,13 +113,14 @@ def raw_onnx_rate(path: Path, tensors: torch.Tensor, batch_size: int, repeats: i
     for _ in range(repeats):
         start = time.perf_counter()
         for first in range(0, len(arrays), batch_size):
-            session.run(None, {"image": arrays[first:first + batch_size]})
+            session.run(None, {"image": arrays[first : first + batch_size]})
         rates.append(len(arrays) / (time.perf_counter() - start))
     return max(rates)
 
 
-def pipeline_rate(model: Path, images: Path, output: Path, batch_size: int, repeats: int = 3,
-                  save_masks: bool = False) -> float:
+def pipeline_rate(
+    model: Path, images: Path, output: Path, batch_size: int, repeats: int = 3, save_masks: bool = False
+) -> float:
     """Images/s of `infer.infer` end to end (model load included, as a user's run): best of `repeats`."""
     import shutil
 
@@ -129,8 +141,15 @@ def pipeline_rate(model: Path, images: Path, output: Path, batch_size: int, repe
     return max(rates)
 
 
-def bench(name: str, count: int, batch_sizes: list[int], workdir: Path, repeats: int = 3,
-          size: int | None = None, save_masks: bool = False) -> list[dict]:
+def bench(
+    name: str,
+    count: int,
+    batch_sizes: list[int],
+    workdir: Path,
+    repeats: int = 3,
+    size: int | None = None,
+    save_masks: bool = False,
+) -> list[dict]:
     module = build_module(name, size)
     size = int(module.net.preprocess.size)
     folder = workdir / name
@@ -143,26 +162,49 @@ def bench(name: str, count: int, batch_sizes: list[int], workdir: Path, repeats:
     for batch_size in batch_sizes:
         raw = raw_forward_rate(module, tensors, batch_size, repeats)
         raw_onnx = raw_onnx_rate(onnx_path, tensors, batch_size, repeats)
-        rates = {kind: pipeline_rate(path, folder / "images", folder / f"scores_{kind}.csv", batch_size, repeats,
-                                     save_masks)
-                 for kind, path in (("ckpt", checkpoint), ("onnx", onnx_path))}
+        rates = {
+            kind: pipeline_rate(path, folder / "images", folder / f"scores_{kind}.csv", batch_size, repeats, save_masks)
+            for kind, path in (("ckpt", checkpoint), ("onnx", onnx_path))
+        }
         raw = max(raw, raw_forward_rate(module, tensors, batch_size, repeats))  # timed before and after
         raw_onnx = max(raw_onnx, raw_onnx_rate(onnx_path, tensors, batch_size, repeats))
         for kind, rate in rates.items():
-            rows.append({"detector": name, "size": size, "batch_size": batch_size, "runtime": kind,
-                         "save_masks": save_masks, "images_per_s": round(rate, 3),
-                         "raw_forward_images_per_s": round(raw, 3), "ratio": round(rate / raw, 3),
-                         "raw_onnx_images_per_s": round(raw_onnx, 3),
-                         "ratio_to_raw_onnx": round(rate / raw_onnx, 3), "onnx_vs_eager": round(raw_onnx / raw, 3)})
+            rows.append(
+                {
+                    "detector": name,
+                    "size": size,
+                    "batch_size": batch_size,
+                    "runtime": kind,
+                    "save_masks": save_masks,
+                    "images_per_s": round(rate, 3),
+                    "raw_forward_images_per_s": round(raw, 3),
+                    "ratio": round(rate / raw, 3),
+                    "raw_onnx_images_per_s": round(raw_onnx, 3),
+                    "ratio_to_raw_onnx": round(rate / raw_onnx, 3),
+                    "onnx_vs_eager": round(raw_onnx / raw, 3),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--detectors", nargs="+", default=["dct_tiny", "clip_linear_tiny", "clip_freq_tiny", "npr",
-                                                         "forgelens_tiny", "iapl_tiny", "cospy_tiny",
-                                                         "cospy_progan_tiny", "effort_tiny"])
+    parser.add_argument(
+        "--detectors",
+        nargs="+",
+        default=[
+            "dct_tiny",
+            "clip_linear_tiny",
+            "clip_freq_tiny",
+            "npr",
+            "forgelens_tiny",
+            "iapl_tiny",
+            "cospy_tiny",
+            "cospy_progan_tiny",
+            "effort_tiny",
+        ],
+    )
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per figure; the best is kept")
@@ -176,14 +218,17 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.detectors:
-            rows += bench(name, args.images, args.batch_sizes, Path(workdir), args.repeats, args.size,
-                          args.save_masks)
-    print(f"\n{'detector':<18}{'size':>5}{'batch':>6}{'runtime':>9}{'img/s':>10}{'raw img/s':>11}{'ratio':>8}"
-          f"{'raw onnx':>10}{'/onnx':>7}{'onnx/eager':>11}")
+            rows += bench(name, args.images, args.batch_sizes, Path(workdir), args.repeats, args.size, args.save_masks)
+    print(
+        f"\n{'detector':<18}{'size':>5}{'batch':>6}{'runtime':>9}{'img/s':>10}{'raw img/s':>11}{'ratio':>8}"
+        f"{'raw onnx':>10}{'/onnx':>7}{'onnx/eager':>11}"
+    )
     for row in rows:
-        print(f"{row['detector']:<18}{row['size']:>5}{row['batch_size']:>6}{row['runtime']:>9}"
-              f"{row['images_per_s']:>10.2f}{row['raw_forward_images_per_s']:>11.2f}{row['ratio']:>8.3f}"
-              f"{row['raw_onnx_images_per_s']:>10.2f}{row['ratio_to_raw_onnx']:>7.3f}{row['onnx_vs_eager']:>11.3f}")
+        print(
+            f"{row['detector']:<18}{row['size']:>5}{row['batch_size']:>6}{row['runtime']:>9}"
+            f"{row['images_per_s']:>10.2f}{row['raw_forward_images_per_s']:>11.2f}{row['ratio']:>8.3f}"
+            f"{row['raw_onnx_images_per_s']:>10.2f}{row['ratio_to_raw_onnx']:>7.3f}{row['onnx_vs_eager']:>11.3f}"
+        )
     if args.output:
         args.output.write_text(json.dumps(rows, indent=2))
 

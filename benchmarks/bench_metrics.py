@@ -82,8 +82,14 @@ def bench_pixel(n: int, size: int, seed: int = 0, batch: int = 50) -> dict:
     t_ours += time.perf_counter() - t0
     ref = _combine(ref_partial)
     diff = max(abs(ours[k] - ref[k]) for k in ref)
-    return {"n": n, "size": size, "ours_s": t_ours, "sklearn_s": t_ref, "speedup": t_ref / t_ours,
-            "max_abs_diff": float(diff)}
+    return {
+        "n": n,
+        "size": size,
+        "ours_s": t_ours,
+        "sklearn_s": t_ref,
+        "speedup": t_ref / t_ours,
+        "max_abs_diff": float(diff),
+    }
 
 
 def _sklearn_partial(pairs, threshold: float = 0.5) -> dict:
@@ -112,31 +118,39 @@ def _combine(parts: list[dict]) -> dict:
     cat = lambda k: np.concatenate([np.asarray(p[k], dtype=float) for p in parts])  # noqa: E731
     tp, fp, fn = (sum(p[k] for p in parts) for k in ("tp", "fp", "fn"))
     return {
-        "pixel_f1": cat("f1").mean(), "pixel_iou": cat("iou").mean(), "pixel_auroc": cat("auc").mean(),
-        "pixel_f1_best": cat("best").mean(), "pixel_f1_pooled": 2 * tp / (2 * tp + fp + fn),
-        "pixel_iou_pooled": tp / (tp + fp + fn), "pixel_fpr_genuine": cat("fpr_g").mean(),
+        "pixel_f1": cat("f1").mean(),
+        "pixel_iou": cat("iou").mean(),
+        "pixel_auroc": cat("auc").mean(),
+        "pixel_f1_best": cat("best").mean(),
+        "pixel_f1_pooled": 2 * tp / (2 * tp + fp + fn),
+        "pixel_iou_pooled": tp / (tp + fp + fn),
+        "pixel_fpr_genuine": cat("fpr_g").mean(),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n-scores", type=int, default=10_000_000)
     parser.add_argument("--n-masks", type=int, default=1000)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     results = {"image_metrics": bench_image(args.n_scores)}
-    print(f"image_metrics  {args.n_scores:>11,d} scores : ours {results['image_metrics']['ours_s']:7.2f} s"
-          f" | sklearn {results['image_metrics']['sklearn_s']:7.2f} s"
-          f" | speed-up x{results['image_metrics']['speedup']:.1f}"
-          f" | max |diff| {results['image_metrics']['max_abs_diff']:.1e}", flush=True)
+    print(
+        f"image_metrics  {args.n_scores:>11,d} scores : ours {results['image_metrics']['ours_s']:7.2f} s"
+        f" | sklearn {results['image_metrics']['sklearn_s']:7.2f} s"
+        f" | speed-up x{results['image_metrics']['speedup']:.1f}"
+        f" | max |diff| {results['image_metrics']['max_abs_diff']:.1e}",
+        flush=True,
+    )
     results["pixel_metrics"] = bench_pixel(args.n_masks, args.size)
     r = results["pixel_metrics"]
-    print(f"pixel_metrics  {args.n_masks:>5d} x {args.size}x{args.size} : ours {r['ours_s']:7.2f} s"
-          f" | sklearn {r['sklearn_s']:7.2f} s | speed-up x{r['speedup']:.1f}"
-          f" | max |diff| {r['max_abs_diff']:.1e}", flush=True)
+    print(
+        f"pixel_metrics  {args.n_masks:>5d} x {args.size}x{args.size} : ours {r['ours_s']:7.2f} s"
+        f" | sklearn {r['sklearn_s']:7.2f} s | speed-up x{r['speedup']:.1f}"
+        f" | max |diff| {r['max_abs_diff']:.1e}",
+        flush=True,
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -52,9 +52,7 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--detectors", nargs="+", default=list(DEFAULT_DETECTORS))
@@ -76,10 +74,7 @@ def main() -> None:
         "opencv_reference_s": reference,
         "detectors": {},
     }
-    print(
-        f"{args.size} x {args.size} image, torch threads {torch.get_num_threads()}, "
-        f"median of {args.repeats}"
-    )
+    print(f"{args.size} x {args.size} image, torch threads {torch.get_num_threads()}, median of {args.repeats}")
     print(f"{'detector':<16}{'seconds':>10}{'x reference':>14}{'<= 2 s':>8}")
     print(f"{'opencv filter':<16}{reference:>10.3f}{1.0:>14.1f}")
     for name in args.detectors:
@@ -92,8 +87,7 @@ def main() -> None:
             "within_target": seconds <= TARGET_SECONDS,
         }
         print(
-            f"{name:<16}{seconds:>10.3f}{seconds / reference:>14.1f}"
-            f"{'yes' if seconds <= TARGET_SECONDS else 'NO':>8}"
+            f"{name:<16}{seconds:>10.3f}{seconds / reference:>14.1f}{'yes' if seconds <= TARGET_SECONDS else 'NO':>8}"
         )
     if args.output:
         args.output.write_text(json.dumps(results, indent=2))

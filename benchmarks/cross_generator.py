@@ -31,6 +31,7 @@ FPR, TPR and genuine TNR at the threshold calibrated on validation genuines, per
 validation AUROC on the seen generators, training time) is printed and written to
 `<output-dir>/cross_generator.md` (and `results.json`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,14 +62,26 @@ def crop_size(records: list[Record]) -> int:
     return min(sides)
 
 
-def train_detector(detector: str, manifest: Path, run_dir: Path, epochs: int, size: int, seed: int,
-                   overrides: list[str]) -> tuple[dict | None, float, str | None]:
+def train_detector(
+    detector: str, manifest: Path, run_dir: Path, epochs: int, size: int, seed: int, overrides: list[str]
+) -> tuple[dict | None, float, str | None]:
     """`python train.py ...` for one detector; (metrics.json or None, seconds, error or None)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", "data=manifest",
-               f"data.manifest={manifest}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
-               "trainer.enable_progress_bar=false", f"seed={seed}", f"hydra.run.dir={run_dir}",
-               *([f"detector.net.preprocess.size={size}"] if size else []), *overrides]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"detector={detector}",
+        "data=manifest",
+        f"data.manifest={manifest}",
+        "data.num_workers=0",
+        "trainer=cpu",
+        f"trainer.max_epochs={epochs}",
+        "trainer.enable_progress_bar=false",
+        f"seed={seed}",
+        f"hydra.run.dir={run_dir}",
+        *([f"detector.net.preprocess.size={size}"] if size else []),
+        *overrides,
+    ]
     print(f"[{detector}] {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     with (run_dir / "train.log").open("w") as log:
@@ -85,8 +98,17 @@ def fmt(value) -> str:
 
 
 def table(results: list[dict], test_groups: list[str]) -> str:
-    head = ["detector", "AUROC [95 % CI]", "pAUROC@0.1", "TPR@1% FPR", "TPR / genuine TNR at threshold",
-            "threshold", *[f"AUROC {g}" for g in test_groups], "val AUROC (seen)", "train s"]
+    head = [
+        "detector",
+        "AUROC [95 % CI]",
+        "pAUROC@0.1",
+        "TPR@1% FPR",
+        "TPR / genuine TNR at threshold",
+        "threshold",
+        *[f"AUROC {g}" for g in test_groups],
+        "val AUROC (seen)",
+        "train s",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in results:
         m = row["metrics"]
@@ -97,29 +119,49 @@ def table(results: list[dict], test_groups: list[str]) -> str:
         groups = m.get("by_group", {})
         low, high = (m.get("intervals") or {}).get("auroc", (None, None))
         interval = f" [{fmt(low)}, {fmt(high)}]" if low is not None else ""
-        cells = [row["detector"], fmt(m.get("auroc")) + interval, fmt(m.get("pauroc@0.1")),
-                 fmt(m.get("tpr@fpr=0.01")), f"{fmt(m.get('tpr'))} / {fmt(m.get('tnr'))}", fmt(m.get("threshold")),
-                 *[fmt(groups.get(g, {}).get("auroc")) for g in test_groups],
-                 fmt(m.get("val", {}).get("auroc")), f"{row['seconds']:.0f}"]
+        cells = [
+            row["detector"],
+            fmt(m.get("auroc")) + interval,
+            fmt(m.get("pauroc@0.1")),
+            fmt(m.get("tpr@fpr=0.01")),
+            f"{fmt(m.get('tpr'))} / {fmt(m.get('tnr'))}",
+            fmt(m.get("threshold")),
+            *[fmt(groups.get(g, {}).get("auroc")) for g in test_groups],
+            fmt(m.get("val", {}).get("auroc")),
+            f"{row['seconds']:.0f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "embedded" / "manifest.csv",
-                        help="a generated manifest (default: the embedded dataset, generated if missing)")
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        default=ROOT / "data" / "embedded" / "manifest.csv",
+        help="a generated manifest (default: the embedded dataset, generated if missing)",
+    )
     parser.add_argument("--train-groups", nargs="+", default=DEFAULT_TRAIN, help="fake groups to train on")
     parser.add_argument("--test-groups", nargs="+", default=DEFAULT_TEST, help="held-out fake groups to test on")
     parser.add_argument("--detectors", nargs="+", default=DEFAULT_DETECTORS, help="configs/detector names")
     parser.add_argument("--epochs", type=int, default=8, help="trainer.max_epochs of every run")
-    parser.add_argument("--size", type=int, default=None,
-                        help="detector.net.preprocess.size (default: the shortest image side; 0: each detector's own)")
+    parser.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="detector.net.preprocess.size (default: the shortest image side; 0: each detector's own)",
+    )
     parser.add_argument("--val-fraction", type=float, default=0.15, help="share of training sources used for val")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "cross_generator")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="more train.py overrides for every run (e.g. data.batch_size=64)")
+    parser.add_argument(
+        "--override",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more train.py overrides for every run (e.g. data.batch_size=64)",
+    )
     parser.add_argument("--split-only", action="store_true", help="write the split manifest and stop")
     args = parser.parse_args(argv)
 
@@ -128,10 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         if manifest != (ROOT / "data" / "embedded" / "manifest.csv").resolve():
             parser.error(f"{manifest} does not exist (make one with `python generate.py output=DIR`)")
         from synthesis.embedded import make_embedded_manifest
+
         make_embedded_manifest(manifest.parent, seed=args.seed)
     try:
-        records, summary = cross_generator_split(read_manifest(manifest), args.train_groups, args.test_groups,
-                                                 args.val_fraction, args.seed)
+        records, summary = cross_generator_split(
+            read_manifest(manifest), args.train_groups, args.test_groups, args.val_fraction, args.seed
+        )
     except SplitError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -145,21 +189,27 @@ def main(argv: list[str] | None = None) -> int:
     size = crop_size(records) if args.size is None else args.size
     results = []
     for detector in args.detectors:
-        metrics, seconds, error = train_detector(detector, split_manifest, output_dir / detector, args.epochs,
-                                                 size, args.seed, list(args.override))
+        metrics, seconds, error = train_detector(
+            detector, split_manifest, output_dir / detector, args.epochs, size, args.seed, list(args.override)
+        )
         results.append({"detector": detector, "metrics": metrics, "seconds": seconds, "error": error})
-        print(f"[{detector}] {error or 'done'} in {seconds:.0f} s: test auroc "
-              f"{fmt((metrics or {}).get('auroc'))}", flush=True)
+        print(
+            f"[{detector}] {error or 'done'} in {seconds:.0f} s: test auroc {fmt((metrics or {}).get('auroc'))}",
+            flush=True,
+        )
 
     command = "python -m benchmarks.cross_generator " + " ".join(sys.argv[1:] if argv is None else argv)
-    markdown = (f"Train on {', '.join(summary['train_groups'])}; test on {', '.join(summary['test_groups'])} "
-                f"(held out), {args.epochs} epochs each, detector input {f'{size} px' if size else 'as configured'}.\n"
-                f"Images (genuine + fake): " + ", ".join(f"{s} {c['genuine']} + {c['fake']}"
-                                                          for s, c in summary["counts"].items()) +
-                f".\n\n{table(results, summary['test_groups'])}\n\n`{command.strip()}`\n")
+    markdown = (
+        f"Train on {', '.join(summary['train_groups'])}; test on {', '.join(summary['test_groups'])} "
+        f"(held out), {args.epochs} epochs each, detector input {f'{size} px' if size else 'as configured'}.\n"
+        f"Images (genuine + fake): "
+        + ", ".join(f"{s} {c['genuine']} + {c['fake']}" for s, c in summary["counts"].items())
+        + f".\n\n{table(results, summary['test_groups'])}\n\n`{command.strip()}`\n"
+    )
     (output_dir / "cross_generator.md").write_text(markdown)
-    (output_dir / "results.json").write_text(json.dumps({"summary": summary, "epochs": args.epochs,
-                                                         "results": results}, indent=2, default=str))
+    (output_dir / "results.json").write_text(
+        json.dumps({"summary": summary, "epochs": args.epochs, "results": results}, indent=2, default=str)
+    )
     print("\n" + markdown)
     return 1 if any(r["error"] for r in results) else 0
 

@@ -42,8 +42,7 @@ def pair_benchmark(args: argparse.Namespace) -> dict:
     detector = PairDuplicationDetector(max_side=args.max_side)
     result = fit_pair_detector(detector, splits, target_fpr=0.01)
     result["sizes"] = {
-        name: {"pairs": len(s.pairs), "positives": sum(p.label for p in s.pairs)}
-        for name, s in splits.items()
+        name: {"pairs": len(s.pairs), "positives": sum(p.label for p in s.pairs)} for name, s in splits.items()
     }
     return result
 
@@ -88,13 +87,9 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
     while len(panels) < args.speed_panels:
         photo = photos[names[int(rng.integers(len(names)))]]
         if min(photo.shape[:2]) >= 256:
-            panels.append(
-                cv2.resize(random_panel(photo, rng), (512, 512), interpolation=cv2.INTER_AREA)
-            )
+            panels.append(cv2.resize(random_panel(photo, rng), (512, 512), interpolation=cv2.INTER_AREA))
     detector = PairDuplicationDetector(max_side=args.max_side)
-    detector.score_model.fitted.fill_(
-        True
-    )  # speed only: the coefficients do not change the work done
+    detector.score_model.fitted.fill_(True)  # speed only: the coefficients do not change the work done
     detector.parameter_model.fitted.fill_(True)
     sift = cv2.SIFT_create(nfeatures=1000)
     started = time.perf_counter()
@@ -134,10 +129,7 @@ def markdown(report: dict) -> str:
         test = pairs["test"]
         ops = test["operations"]
         lines += ["| method | set-F1 | EM | SPC |", "| --- | --- | --- | --- |"]
-        lines += [
-            f"| {name} | {f1:.4f} | {em:.4f} | {spc:.4f} |"
-            for name, (f1, em, spc) in THEMIS_TABLE_12.items()
-        ]
+        lines += [f"| {name} | {f1:.4f} | {em:.4f} | {spc:.4f} |" for name, (f1, em, spc) in THEMIS_TABLE_12.items()]
         lines += [
             f"| dup_sift (max_side {report['args']['max_side']}), held-out generated pairs (n={ops['n']}) "
             f"| {ops['set_f1']:.4f} | {ops['exact_match']:.4f} | {ops['spc']:.4f} |",
@@ -145,8 +137,7 @@ def markdown(report: dict) -> str:
         ]
         lines += ["| operation | n | recall | precision |", "| --- | --- | --- | --- |"]
         lines += [
-            f"| {op} | {v['n']} | {v['recall']:.3f} | {v['precision']:.3f} |"
-            for op, v in test["by_operation"].items()
+            f"| {op} | {v['n']} | {v['recall']:.3f} | {v['precision']:.3f} |" for op, v in test["by_operation"].items()
         ]
         lines += [
             "",
@@ -197,9 +188,7 @@ def markdown(report: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--positives-per-photo", type=int, default=8)
     parser.add_argument("--negatives-per-photo", type=int, default=16)
     parser.add_argument("--figure-pairs", type=int, default=12)

@@ -16,6 +16,7 @@ typical of the image than the rest). Rows: `highpass` (a fixed 3 x 3
 high-pass residual, the reference any extractor should beat), `random` (the `--config`
 architecture with random weights) and, with `--checkpoint`, `trained`, all in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,9 @@ def extractor_from(detector: str, checkpoint: Path | None) -> NoiseFingerprint:
     extractor = NoiseFingerprint(depth=int(settings["depth"]), width=int(settings["width"]))
     if checkpoint is not None:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-        extractor.load_state_dict({k[len("net.fingerprint."):]: v for k, v in state.items()
-                                   if k.startswith("net.fingerprint.")})
+        extractor.load_state_dict(
+            {k[len("net.fingerprint.") :]: v for k, v in state.items() if k.startswith("net.fingerprint.")}
+        )
     return extractor.eval()
 
 
@@ -66,8 +68,9 @@ def to_batch(images: list[np.ndarray]) -> torch.Tensor:
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255
 
 
-def chain_batch(photos: list[np.ndarray], chains: list[str], size: int,
-                positions: list[tuple[float, float]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def chain_batch(
+    photos: list[np.ndarray], chains: list[str], size: int, positions: list[tuple[float, float]]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every crop of every photo through every chain (2*size crop, chain, size crop, as in
     training): images, chain index and photo index of each."""
     images, labels, photo_ids = [], [], []
@@ -81,8 +84,14 @@ def chain_batch(photos: list[np.ndarray], chains: list[str], size: int,
     return to_batch(images), torch.tensor(labels), torch.tensor(photo_ids)
 
 
-def splice_batch(photos: list[np.ndarray], size: int, chain: str, positions: list[tuple[float, float]],
-                 margin: int, rng: np.random.Generator) -> tuple[torch.Tensor, np.ndarray]:
+def splice_batch(
+    photos: list[np.ndarray],
+    size: int,
+    chain: str,
+    positions: list[tuple[float, float]],
+    margin: int,
+    rng: np.random.Generator,
+) -> tuple[torch.Tensor, np.ndarray]:
     """Crops with a square (a third of the side) of themselves through `chain` pasted back in."""
     images, masks = [], []
     side = size // 3
@@ -93,9 +102,9 @@ def splice_batch(photos: list[np.ndarray], size: int, chain: str, positions: lis
             if processed.shape != base.shape:
                 raise ValueError(f"--splice-chains: {chain} changes the image size; pick one that keeps it")
             top, left = (int(v) for v in rng.integers(margin, size - side - margin, 2))
-            base[top:top + side, left:left + side] = processed[top:top + side, left:left + side]
+            base[top : top + side, left : left + side] = processed[top : top + side, left : left + side]
             mask = np.zeros((size, size), bool)
-            mask[top:top + side, left:left + side] = True
+            mask[top : top + side, left : left + side] = True
             images.append(base)
             masks.append(mask)
     return to_batch(images), np.stack(masks)
@@ -138,18 +147,25 @@ def main(argv: list[str] | None = None) -> int:
     candidates = {"highpass": HighPass(), "random": extractor_from(args.detector, None)}
     if args.checkpoint:
         candidates["trained"] = extractor_from(args.detector, args.checkpoint)
-    report = {"photos": [Path(r.path).name for r in records], "chains": args.chains, "size": args.size,
-              "crops_per_photo": len(positions)}
+    report = {
+        "photos": [Path(r.path).name for r in records],
+        "chains": args.chains,
+        "size": args.size,
+        "crops_per_photo": len(positions),
+    }
     for name, extractor in candidates.items():
         with torch.no_grad():
             fingerprints = extractor(images)
         splice = {}
         for chain in args.splice_chains:
-            spliced, masks = splice_batch(photos, args.splice_size, chain, positions, extractor.depth,
-                                          np.random.default_rng(args.seed))
+            spliced, masks = splice_batch(
+                photos, args.splice_size, chain, positions, extractor.depth, np.random.default_rng(args.seed)
+            )
             splice[chain] = splice_auroc(extractor, spliced, masks, args.patch)
-        report[name] = {"chain_auroc": chain_separation_auroc(fingerprints, chains, photo_ids, args.patch,
-                                                              extractor.depth), "splice_auroc": splice}
+        report[name] = {
+            "chain_auroc": chain_separation_auroc(fingerprints, chains, photo_ids, args.patch, extractor.depth),
+            "splice_auroc": splice,
+        }
     print(json.dumps(report, indent=2))
     return 0
 

@@ -10,6 +10,7 @@ map and the image score are printed, plus the map `infer.py` writes (8 bits) aga
 map. For TruFor the same is printed with 8-bit pixels divided by 255 instead of the authors' 256
 (`preprocess.pixel_divisor`), the gap the published layout had before it divided by 256.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,21 @@ from tools.released import build_released, save_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
-TRUFOR_SMALL = ["net.encoder.embed_dims=[8,8,16,16]", "net.encoder.depths=[1,1,1,1]",
-                "net.encoder.num_heads=[1,1,2,2]", "net.encoder_weights=null",
-                "net.fingerprint.depth=4", "net.fingerprint.width=8", "net.decoder_embed_dim=16"]
-MVSS_SMALL = ["net.channel_order=bgr", "net.backbone_kwargs.layers=[2,1,1,3]",
-              "net.backbone_kwargs.channels=[2,4,8,16]", "net.head_channels=8"]
+TRUFOR_SMALL = [
+    "net.encoder.embed_dims=[8,8,16,16]",
+    "net.encoder.depths=[1,1,1,1]",
+    "net.encoder.num_heads=[1,1,2,2]",
+    "net.encoder_weights=null",
+    "net.fingerprint.depth=4",
+    "net.fingerprint.width=8",
+    "net.decoder_embed_dim=16",
+]
+MVSS_SMALL = [
+    "net.channel_order=bgr",
+    "net.backbone_kwargs.layers=[2,1,1,3]",
+    "net.backbone_kwargs.channels=[2,4,8,16]",
+    "net.head_channels=8",
+]
 FAMILIES = {"trufor": ("trufor_small.pth.tar", TRUFOR_SMALL), "mvss": ("mvss_small.pt", MVSS_SMALL)}
 
 
@@ -52,9 +63,12 @@ def gaps(family: str, extra: list[str], folder: Path) -> dict[str, float]:
     ours = outputs["mask"][0, 0].astype(np.float64)
     written = to_uint8_map(ours, ours.shape).astype(np.float64) / 255
     difference = np.abs(ours - expected)
-    result = {"map_max": float(difference.max()), "map_mean": float(difference.mean()),
-              "score": float(abs(float(outputs["score"][0]) - float(authors["score"]))),
-              "written_map_max": float(np.abs(written - expected).max())}
+    result = {
+        "map_max": float(difference.max()),
+        "map_mean": float(difference.mean()),
+        "score": float(abs(float(outputs["score"][0]) - float(authors["score"]))),
+        "written_map_max": float(np.abs(written - expected).max()),
+    }
     if "map_uint8" in authors:  # the authors' own 8-bit map file (MVSS-Net's inference writes one)
         authors_png = authors["map_uint8"] / 255
         result["written_vs_authors_png_max"] = float(np.abs(written - authors_png).max())
@@ -65,8 +79,7 @@ def main() -> None:
     report = {}
     with tempfile.TemporaryDirectory() as folder:
         report["trufor (pixels / 256, published layout)"] = gaps("trufor", [], Path(folder))
-        report["trufor (pixels / 255)"] = gaps("trufor", ["net.preprocess.pixel_divisor=255"],
-                                               Path(folder))
+        report["trufor (pixels / 255)"] = gaps("trufor", ["net.preprocess.pixel_divisor=255"], Path(folder))
         report["mvss (bgr)"] = gaps("mvss", [], Path(folder))
     print(json.dumps(report, indent=2))
 

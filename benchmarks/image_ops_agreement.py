@@ -40,9 +40,7 @@ def difference(images: list[np.ndarray], ours, theirs) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--qualities", type=int, nargs="+", default=[95, 70, 30])
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.5, 1.0, 3.0])
     args = parser.parse_args(argv)
@@ -50,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for q in args.qualities:
         ours = lambda im, q=q: imageops.jpeg(im, q)  # noqa: E731 (bound per quality)
-        rows.append(
-            (f"JPEG q{q}", "Pillow", difference(images, ours, lambda im, q=q: pillow_jpeg(im, q)))
-        )
+        rows.append((f"JPEG q{q}", "Pillow", difference(images, ours, lambda im, q=q: pillow_jpeg(im, q))))
         step = A.ImageCompression(quality_range=(q, q), p=1.0)
         rows.append(
             (

@@ -44,16 +44,10 @@ def category_split(
 ) -> tuple[list[Record], dict]:
     """Every record of `held_out` in test; the other categories' photos (sources) shuffled and cut
     by `fractions`, so no photo straddles splits. Fakes outside `families` are left out."""
-    kept = [
-        r
-        for r in records
-        if r.category and (r.label == 0 or family_of(r.group, families) is not None)
-    ]
+    kept = [r for r in records if r.category and (r.label == 0 or family_of(r.group, families) is not None)]
     categories = sorted({r.category for r in kept})
     if held_out not in categories:
-        raise SplitError(
-            f"category {held_out!r} is not in the manifest; categories: {', '.join(categories)}"
-        )
+        raise SplitError(f"category {held_out!r} is not in the manifest; categories: {', '.join(categories)}")
     if len(categories) < 2:
         raise SplitError("leave-one-category-out needs at least two categories")
     # a photo the held-out kind was made from (phone photos of a bundled photo) goes to test whole
@@ -62,14 +56,9 @@ def category_split(
     random.Random(seed).shuffle(sources)
     cut1 = round(fractions[0] * len(sources))
     cut2 = round((fractions[0] + fractions[1]) * len(sources))
-    where = {
-        s: "train" if i < cut1 else "val" if i < cut2 else "test" for i, s in enumerate(sources)
-    }
+    where = {s: "train" if i < cut1 else "val" if i < cut2 else "test" for i, s in enumerate(sources)}
     where.update({s: "test" for s in held_sources})
-    out = [
-        _as_family(Record(**{**asdict(r), "split": where[r.source or r.path]}), families)
-        for r in kept
-    ]
+    out = [_as_family(Record(**{**asdict(r), "split": where[r.source or r.path]}), families) for r in kept]
     counts = {
         split: {
             "genuine": sum(r.split == split and r.label == 0 for r in out),
@@ -78,9 +67,7 @@ def category_split(
         for split in ("train", "val", "test")
     }
     if not counts["val"]["genuine"] or not any(r.split == "train" and r.label == 1 for r in out):
-        raise SplitError(
-            f"holding out {held_out!r} leaves no validation genuines or no training fakes"
-        )
+        raise SplitError(f"holding out {held_out!r} leaves no validation genuines or no training fakes")
     return out, {"held_out": held_out, "counts": counts}
 
 
@@ -88,11 +75,7 @@ def row(held_out: str, metrics: dict | None, error: str | None) -> list[str]:
     if metrics is None:
         return [held_out, f"failed: {error}", "", "", "", ""]
     own = metrics.get("by_category", {}).get(held_out, {})
-    seen = [
-        m
-        for name, m in metrics.get("by_category", {}).items()
-        if name != held_out and m.get("n_neg")
-    ]
+    seen = [m for name, m in metrics.get("by_category", {}).items() if name != held_out and m.get("n_neg")]
     seen_genuine = sum(m["n_neg"] for m in seen)
     seen_tnr = sum(m["tnr"] * m["n_neg"] for m in seen) / seen_genuine if seen_genuine else None
     worst = min(seen, key=lambda m: m["tnr"], default=None)
@@ -117,26 +100,17 @@ def table(rows: list[list[str]]) -> str:
         "worst seen category",
     ]
     return "\n".join(
-        ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-        + ["| " + " | ".join(r) + " |" for r in rows]
+        ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--manifest", type=Path, default=ROOT / "data" / "generated_kinds" / "manifest.csv"
-    )
-    parser.add_argument(
-        "--categories", nargs="*", help="hold out only these (default: each category in turn)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "generated_kinds" / "manifest.csv")
+    parser.add_argument("--categories", nargs="*", help="hold out only these (default: each category in turn)")
     parser.add_argument("--detector", default="npr")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument(
-        "--size", type=int, default=64, help="detector.net.preprocess.size (0: the detector's own)"
-    )
+    parser.add_argument("--size", type=int, default=64, help="detector.net.preprocess.size (0: the detector's own)")
     parser.add_argument(
         "--fractions",
         type=float,
@@ -145,16 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("TRAIN", "VAL", "TEST"),
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_category_out"
-    )
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_category_out")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE")
-    parser.add_argument(
-        "--split-only", action="store_true", help="write the split manifests and stop"
-    )
-    parser.add_argument(
-        "--resume", action="store_true", help="reuse runs that already wrote metrics.json"
-    )
+    parser.add_argument("--split-only", action="store_true", help="write the split manifests and stop")
+    parser.add_argument("--resume", action="store_true", help="reuse runs that already wrote metrics.json")
     return parser
 
 

@@ -15,6 +15,7 @@ by photo) as the reference of what training on everything gives. The table (AURO
 genuine TNR at the threshold calibrated on validation genuines, per held-out family and detector)
 is printed and written to `<output-dir>/leave_one_family_out.md` (and `results.json`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--split-only", action="store_true", help="write the split manifests and stop")
     parser.add_argument("--holdout", nargs="*", help="hold out only these families (default: each in turn)")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse runs that already wrote metrics.json (an interrupted or split-up benchmark)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse runs that already wrote metrics.json (an interrupted or split-up benchmark)",
+    )
     return parser
 
 
@@ -97,22 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = defaultdict(dict)
     failed = False
     for family, manifest in manifests.items():
-        for detector in ([args.fused] if family == "*" else args.detectors):
+        for detector in [args.fused] if family == "*" else args.detectors:
             run = manifest.parent / detector
             if args.resume and (run / "metrics.json").is_file():
                 metrics, seconds, error = json.loads((run / "metrics.json").read_text()), 0.0, None
             else:
-                metrics, seconds, error = train_detector(detector, manifest, run, args.epochs, args.size, args.seed,
-                                                         list(args.override))
+                metrics, seconds, error = train_detector(
+                    detector, manifest, run, args.epochs, args.size, args.seed, list(args.override)
+                )
             failed |= error is not None
             print(f"[{detector} / held out {family}] {error or 'done'} in {seconds:.0f} s", flush=True)
             if family == "*":
                 results[f"{detector} (all families)"] = {f: metrics for f in families}
             else:
                 results[f"{detector} (the other families)"][family] = metrics
-    markdown = (f"Cells: test AUROC / TPR at 1 % FPR / genuine TNR at the threshold calibrated on validation "
-                f"genuines; {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}.\n\n"
-                f"{table(results, list(families))}\n")
+    markdown = (
+        f"Cells: test AUROC / TPR at 1 % FPR / genuine TNR at the threshold calibrated on validation "
+        f"genuines; {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}.\n\n"
+        f"{table(results, list(families))}\n"
+    )
     (output / "leave_one_family_out.md").write_text(markdown)
     (output / "results.json").write_text(json.dumps({"families": families, "results": results}, indent=1, default=str))
     print("\n" + markdown)

@@ -27,6 +27,7 @@ labelled with the variant as written.
    masks at the original size) and writes pixel F1 and pixel AUROC vs strength over every manipulated
    test image to `localization_robustness.md` (and between the `localization-robustness` markers).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,12 +52,26 @@ from inference.runtime import load_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 
 OPERATIONS = ("splicing", "copy_move", "inpainting", "region_edit", "damage")
-SPEC = {"kind": "forgery", "ops": {"splicing": 0.5, "copy_move": 0.75, "inpainting": 0.5, "region_edit": 0.5,
-                                   "damage": 0.5},
-        "max_side": 160, "crops_per_photo": 3, "crop_size": 96, "crop_scales": (0.4, 0.8), "min_panel_side": 96,
-        "generator": {"variants": ("nearest_conv", "bilinear_conv"), "steps": 150}}
-COLUMNS = ("pixel_f1", "pixel_f1_best", "pixel_iou", "pixel_auroc", "image_auroc", "pixel_fpr_genuine",
-           "whole_image_f1", "n_masks")
+SPEC = {
+    "kind": "forgery",
+    "ops": {"splicing": 0.5, "copy_move": 0.75, "inpainting": 0.5, "region_edit": 0.5, "damage": 0.5},
+    "max_side": 160,
+    "crops_per_photo": 3,
+    "crop_size": 96,
+    "crop_scales": (0.4, 0.8),
+    "min_panel_side": 96,
+    "generator": {"variants": ("nearest_conv", "bilinear_conv"), "steps": 150},
+}
+COLUMNS = (
+    "pixel_f1",
+    "pixel_f1_best",
+    "pixel_iou",
+    "pixel_auroc",
+    "image_auroc",
+    "pixel_fpr_genuine",
+    "whole_image_f1",
+    "n_masks",
+)
 MARKERS = ("<!-- localization-quality:start -->", "<!-- localization-quality:end -->")
 ROBUSTNESS_MARKERS = ("<!-- localization-robustness:start -->", "<!-- localization-robustness:end -->")
 ROBUSTNESS_PERTURBATIONS = ("jpeg", "rescale")
@@ -69,7 +84,7 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
     if name not in list_detectors():
         raise ValueError(f"unknown detector {name!r} in {spec!r}; known: {', '.join(list_detectors())}")
     overrides = []
-    for item in (re.split(r",(?=[A-Za-z_][\w.]*=)", rest) if rest else []):
+    for item in re.split(r",(?=[A-Za-z_][\w.]*=)", rest) if rest else []:
         key, equals, value = item.partition("=")
         if not equals or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
             raise ValueError(f"bad variant {spec!r}: expected NAME:KEY=VALUE[,KEY=VALUE...], got {item!r}")
@@ -103,18 +118,33 @@ def train(spec: str, data: Path, run: Path, epochs: int, minutes: float, reuse: 
     timing = run / "budget.json"
     if reuse and timing.is_file() and (run / "checkpoints" / "best.ckpt").is_file():
         return run / "checkpoints" / "best.ckpt", json.loads(timing.read_text())
-    command = [sys.executable, str(ROOT / "train.py"), f"detector={detector}", *overrides, "data=localization",
-               f"data.root={data}", "data.num_workers=0", "trainer=cpu", f"trainer.max_epochs={epochs}",
-               f"+trainer.max_time='00:00:{int(minutes):02d}:{round(minutes % 1 * 60):02d}'", "trainer.enable_progress_bar=false", "test=false",
-               f"hydra.run.dir={run}"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"detector={detector}",
+        *overrides,
+        "data=localization",
+        f"data.root={data}",
+        "data.num_workers=0",
+        "trainer=cpu",
+        f"trainer.max_epochs={epochs}",
+        f"+trainer.max_time='00:00:{int(minutes):02d}:{round(minutes % 1 * 60):02d}'",
+        "trainer.enable_progress_bar=false",
+        "test=false",
+        f"hydra.run.dir={run}",
+    ]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     run.mkdir(parents=True, exist_ok=True)
     with open(run / "train.log", "w") as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    budget = {"seconds": round(time.perf_counter() - started, 1), "steps": int(last["global_step"]),
-              "epochs": int(last["epoch"]) + 1, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    budget = {
+        "seconds": round(time.perf_counter() - started, 1),
+        "steps": int(last["global_step"]),
+        "epochs": int(last["epoch"]) + 1,
+        "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
     timing.write_text(json.dumps(budget))
     return run / "checkpoints" / "best.ckpt", budget
 
@@ -154,8 +184,7 @@ def evaluate(checkpoint: Path, manifest: Path) -> dict[str, dict[str, float]]:
             whole_f1 = whole.compute()["pixel_f1"]
         labels = np.r_[np.ones(len(items)), np.zeros(len(genuine_scores))]
         scores = np.r_[[s for *_, s in items], genuine_scores]
-        table[op] = {**pixel, "image_auroc": image_metrics(labels, scores)["auroc"],
-                     "whole_image_f1": whole_f1}
+        table[op] = {**pixel, "image_auroc": image_metrics(labels, scores)["auroc"], "whole_image_f1": whole_f1}
     return table
 
 
@@ -164,8 +193,11 @@ def test_manifest(manifest: Path, path: Path) -> Path:
     mask) as a manifest `infer.py` reads."""
     from datamodules.io import write_manifest
 
-    rows = [r for r in read_layout(manifest.parent, "auto") if r.split == "test"
-            and (r.label == 0 or (operation(r.group) in OPERATIONS and r.mask))]
+    rows = [
+        r
+        for r in read_layout(manifest.parent, "auto")
+        if r.split == "test" and (r.label == 0 or (operation(r.group) in OPERATIONS and r.mask))
+    ]
     write_manifest(rows, path)
     return path
 
@@ -173,10 +205,19 @@ def test_manifest(manifest: Path, path: Path) -> Path:
 def robustness(checkpoint: Path, manifest: Path, out: Path, max_images: int) -> dict:
     """`infer.py robustness=true` on the held-out images: the curves of its metrics.json."""
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(ROOT / "infer.py"), f"model={checkpoint}", f"input={manifest}",
-               f"output={out / 'scores.csv'}", "robustness=true", f"robustness_max_images={max_images}",
-               f"robustness_perturbations=[{','.join(ROBUSTNESS_PERTURBATIONS)}]", "num_workers=0",
-               "progress=false", "batch_size=1"]
+    command = [
+        sys.executable,
+        str(ROOT / "infer.py"),
+        f"model={checkpoint}",
+        f"input={manifest}",
+        f"output={out / 'scores.csv'}",
+        "robustness=true",
+        f"robustness_max_images={max_images}",
+        f"robustness_perturbations=[{','.join(ROBUSTNESS_PERTURBATIONS)}]",
+        "num_workers=0",
+        "progress=false",
+        "batch_size=1",
+    ]
     (out / "scores.csv").unlink(missing_ok=True)
     with open(out / "infer.log", "w") as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -187,10 +228,15 @@ def budget_line(results: list[dict]) -> str:
     parts = []
     for result in results:
         budget = result["budget"]
-        parts.append(f"{result['detector']} {budget['steps']} steps / {budget['epochs']} epochs in "
-                     f"{budget['seconds'] / 60:.1f} min (load {budget['load'][0]:.1f} -> {budget['load'][1]:.1f})")
-    return ("Training budget on this machine's CPU (1-minute load average at start -> end of each run): "
-            + "; ".join(parts) + ".")
+        parts.append(
+            f"{result['detector']} {budget['steps']} steps / {budget['epochs']} epochs in "
+            f"{budget['seconds'] / 60:.1f} min (load {budget['load'][0]:.1f} -> {budget['load'][1]:.1f})"
+        )
+    return (
+        "Training budget on this machine's CPU (1-minute load average at start -> end of each run): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def markdown(results: list[dict]) -> str:
@@ -206,8 +252,12 @@ def markdown(results: list[dict]) -> str:
 def robustness_markdown(results: list[dict]) -> str:
     """Pixel F1 and pixel AUROC against strength, one row per detector (the identity levels are `clean`)."""
     first = results[0]["robustness"]
-    levels = [(name, level) for name in ROBUSTNESS_PERTURBATIONS for level in first["curves"][name]["levels"]
-              if not (name == "rescale" and level == 1)]
+    levels = [
+        (name, level)
+        for name in ROBUSTNESS_PERTURBATIONS
+        for level in first["curves"][name]["levels"]
+        if not (name == "rescale" and level == 1)
+    ]
     names = {"jpeg": "JPEG {:g}", "rescale": "x{:g}"}
     lines = []
     for key in ("pixel_f1", "pixel_auroc"):
@@ -216,12 +266,15 @@ def robustness_markdown(results: list[dict]) -> str:
         for result in results:
             curves = result["robustness"]["curves"]
             cells = [result["robustness"]["clean"][key]] + [
-                curves[name]["metrics"][key][curves[name]["levels"].index(level)] for name, level in levels]
+                curves[name]["metrics"][key][curves[name]["levels"].index(level)] for name, level in levels
+            ]
             lines.append(f"| {result['detector']} | " + " | ".join(f"{v:.3f}" for v in cells) + " |")
         lines.append("")
     clean = first["clean"]
-    lines.append(f"Held-out images: {int(clean['n_masks'])} manipulated (all operations) with masks, "
-                 f"pixel metrics per manipulated image at probability 0.5 (AUROC threshold-free), averaged.")
+    lines.append(
+        f"Held-out images: {int(clean['n_masks'])} manipulated (all operations) with masks, "
+        f"pixel metrics per manipulated image at probability 0.5 (AUROC threshold-free), averaged."
+    )
     return "\n".join(lines)
 
 
@@ -233,8 +286,12 @@ def write_readme(readme: Path, text: str, markers: tuple[str, str] = MARKERS) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--detectors", nargs="+", default=["seg_tiny", "mvss_tiny"],
-                        help="detector configs or variants NAME:KEY=VALUE[,KEY=VALUE...] (KEY under `net`)")
+    parser.add_argument(
+        "--detectors",
+        nargs="+",
+        default=["seg_tiny", "mvss_tiny"],
+        help="detector configs or variants NAME:KEY=VALUE[,KEY=VALUE...] (KEY under `net`)",
+    )
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-time budget of each training run")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_quality")

@@ -19,6 +19,7 @@ folder (start-up included), "forward_seconds": [seconds of their forward pass pe
 toolkit does not ship or build the authors' model; measure it with their code in its own
 environment. Ratios are ours / theirs in seconds per image (below 1: ours is faster).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,9 @@ def load_images(folder: Path) -> list[torch.Tensor]:
     paths = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
     if not paths:
         raise SystemExit(f"no images in {folder}")
-    return [torch.from_numpy(np.array(Image.open(p).convert("RGB"))).permute(2, 0, 1)[None].float() / 255
-            for p in paths]
+    return [
+        torch.from_numpy(np.array(Image.open(p).convert("RGB"))).permute(2, 0, 1)[None].float() / 255 for p in paths
+    ]
 
 
 def per_image(forward, images: list) -> float:
@@ -62,8 +64,17 @@ def per_image(forward, images: list) -> float:
 
 def infer_seconds(model: Path, folder: Path, output: Path, threads: int) -> float:
     """Wall time of `python infer.py` over the folder, start-up and model load included."""
-    command = [sys.executable, str(ROOT / "infer.py"), f"model={model}", f"input={folder}", f"output={output}",
-               "batch_size=1", "num_workers=0", "device=cpu", "progress=false"]
+    command = [
+        sys.executable,
+        str(ROOT / "infer.py"),
+        f"model={model}",
+        f"input={folder}",
+        f"output={output}",
+        "batch_size=1",
+        "num_workers=0",
+        "device=cpu",
+        "progress=false",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     output.unlink(missing_ok=True)
     start = time.perf_counter()
@@ -88,26 +99,37 @@ def measure_ours(detector: str, folder: Path, workdir: Path, size: int, threads:
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     raw_onnx = per_image(lambda image: session.run(None, {"image": image.numpy()}), images)
     count = len(images)
-    return {"detector": detector, "images": count, "size": size, "threads": threads,
-            "export_seconds": round(export_seconds, 1),
-            "raw_forward_seconds": round(raw, 3), "raw_onnx_seconds": round(raw_onnx, 3),
-            "infer_ckpt_seconds": round(infer_seconds(checkpoint, folder, workdir / "ckpt.csv", threads) / count, 3),
-            "infer_onnx_seconds": round(infer_seconds(onnx_path, folder, workdir / "onnx.csv", threads) / count, 3)}
+    return {
+        "detector": detector,
+        "images": count,
+        "size": size,
+        "threads": threads,
+        "export_seconds": round(export_seconds, 1),
+        "raw_forward_seconds": round(raw, 3),
+        "raw_onnx_seconds": round(raw_onnx, 3),
+        "infer_ckpt_seconds": round(infer_seconds(checkpoint, folder, workdir / "ckpt.csv", threads) / count, 3),
+        "infer_onnx_seconds": round(infer_seconds(onnx_path, folder, workdir / "onnx.csv", threads) / count, 3),
+    }
 
 
 def compare(ours: dict, authors: dict) -> dict:
     """Per-image ratios, ours / theirs, and ours / our raw forward (how much the pipeline costs)."""
     for key in ("images", "size", "threads"):
         if authors.get(key) != ours[key]:
-            print(f"warning: the authors' run has {key}={authors.get(key)}, ours {ours[key]}: not comparable",
-                  file=sys.stderr)
+            print(
+                f"warning: the authors' run has {key}={authors.get(key)}, ours {ours[key]}: not comparable",
+                file=sys.stderr,
+            )
     theirs_script = authors["script_seconds"] / authors["images"]
     theirs_forward = statistics.median(authors["forward_seconds"])
-    return {"authors_script_seconds": round(theirs_script, 3), "authors_forward_seconds": round(theirs_forward, 3),
-            "infer_ckpt_vs_authors_script": round(ours["infer_ckpt_seconds"] / theirs_script, 3),
-            "infer_onnx_vs_authors_script": round(ours["infer_onnx_seconds"] / theirs_script, 3),
-            "raw_forward_vs_authors_forward": round(ours["raw_forward_seconds"] / theirs_forward, 3),
-            "raw_onnx_vs_authors_forward": round(ours["raw_onnx_seconds"] / theirs_forward, 3)}
+    return {
+        "authors_script_seconds": round(theirs_script, 3),
+        "authors_forward_seconds": round(theirs_forward, 3),
+        "infer_ckpt_vs_authors_script": round(ours["infer_ckpt_seconds"] / theirs_script, 3),
+        "infer_onnx_vs_authors_script": round(ours["infer_onnx_seconds"] / theirs_script, 3),
+        "raw_forward_vs_authors_forward": round(ours["raw_forward_seconds"] / theirs_forward, 3),
+        "raw_onnx_vs_authors_forward": round(ours["raw_onnx_seconds"] / theirs_forward, 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.images_dir.is_dir():
         write_images(args.images_dir, args.count, args.size)
-    result = {"ours": measure_ours(args.detector, args.images_dir, args.workdir, args.size, args.threads),
-              "load_average": [round(v, 2) for v in os.getloadavg()]}
+    result = {
+        "ours": measure_ours(args.detector, args.images_dir, args.workdir, args.size, args.threads),
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+    }
     # our pipeline against our own raw forward (seconds per image; above 1: the pipeline costs time)
     ours = result["ours"]
     result["infer_ckpt_vs_raw_forward"] = round(ours["infer_ckpt_seconds"] / ours["raw_forward_seconds"], 3)

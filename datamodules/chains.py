@@ -10,6 +10,7 @@ starts with a `rerender_groups` prefix) form one more chain, taken as they are.
 Chain names: `genuine`, `jpeg<quality>`, `resize<factor>_<kernel>` (kernel: nearest, area,
 bilinear, bicubic, lanczos), `median<k>`, `bilateral`, `blur<sigma>`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -26,8 +27,18 @@ from datamodules.records import Record
 from datamodules.transforms import to_tensor
 from imageops import RESAMPLING_KERNELS
 
-DEFAULT_CHAINS = ("genuine", "jpeg90", "jpeg75", "jpeg60", "resize0.75_bicubic", "resize1.5_bilinear",
-                  "resize0.5_area", "median3", "bilateral", "blur1.0")
+DEFAULT_CHAINS = (
+    "genuine",
+    "jpeg90",
+    "jpeg75",
+    "jpeg60",
+    "resize0.75_bicubic",
+    "resize1.5_bilinear",
+    "resize0.5_area",
+    "median3",
+    "bilateral",
+    "blur1.0",
+)
 KERNELS = dict(RESAMPLING_KERNELS)
 __all__ = ["DEFAULT_CHAINS", "KERNELS", "apply_chain", "crop", "ChainPatchDataset", "ChainPatchDataModule"]
 RERENDER = "rerender"
@@ -42,7 +53,7 @@ def crop(image: np.ndarray, size: int, position: tuple[float, float] | None = No
         height, width = image.shape[:2]
     row, column = position if position is not None else (0.5, 0.5)
     top, left = round(row * (height - size)), round(column * (width - size))
-    return image[top:top + size, left:left + size]
+    return image[top : top + size, left : left + size]
 
 
 class ChainPatchDataset(Dataset):
@@ -60,9 +71,18 @@ class ChainPatchDataset(Dataset):
     `genuine`. Re-render records are one view with the re-render chain.
     """
 
-    def __init__(self, records: Sequence[Record], chains: Sequence[str], size: int, train: bool,
-                 rerender_groups: Sequence[str] = (), seed: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS,
-                 views: int | None = None, crops_per_photo: int = 1) -> None:
+    def __init__(
+        self,
+        records: Sequence[Record],
+        chains: Sequence[str],
+        size: int,
+        train: bool,
+        rerender_groups: Sequence[str] = (),
+        seed: int = 0,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        views: int | None = None,
+        crops_per_photo: int = 1,
+    ) -> None:
         self.crops_per_photo = max(1, int(crops_per_photo)) if train else 1
         self.records, self.chains, self.size, self.train = list(records), list(chains), int(size), train
         self.rerender_groups, self.seed, self.max_pixels = tuple(rerender_groups), seed, max_pixels
@@ -89,13 +109,20 @@ class ChainPatchDataset(Dataset):
         if self._is_rerender(record):
             patches, chains = [crop(image, self.size, position)], [RERENDER]
         else:
-            chains = [self.chains[i] for i in sorted(rng.choice(len(self.chains), self.views, replace=False))] \
-                if self.train else self.chains
+            chains = (
+                [self.chains[i] for i in sorted(rng.choice(len(self.chains), self.views, replace=False))]
+                if self.train
+                else self.chains
+            )
             source = crop(image, 2 * self.size, position)
             patches = [crop(apply_chain(source, chain), self.size, position) for chain in chains]
-        return {"image": torch.stack([to_tensor(np.ascontiguousarray(p)) for p in patches]),
-                "chain": torch.tensor([self.chain_index[c] for c in chains]),
-                "label": torch.tensor([int(c != "genuine") for c in chains]), "index": index, "path": record.path}
+        return {
+            "image": torch.stack([to_tensor(np.ascontiguousarray(p)) for p in patches]),
+            "chain": torch.tensor([self.chain_index[c] for c in chains]),
+            "label": torch.tensor([int(c != "genuine") for c in chains]),
+            "index": index,
+            "path": record.path,
+        }
 
 
 def collate_views(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -107,9 +134,15 @@ def collate_views(samples: list[dict[str, Any]]) -> dict[str, Any]:
         return batch
     views = [len(s["chain"]) for s in good]
     index = torch.tensor([s["index"] for s in good]).repeat_interleave(torch.tensor(views))
-    return {"image": torch.cat([s["image"] for s in good]), "chain": torch.cat([s["chain"] for s in good]),
-            "label": torch.cat([s["label"] for s in good]), "photo": index, "index": index,
-            "path": [s["path"] for s, v in zip(good, views) for _ in range(v)], "errors": batch["errors"]}
+    return {
+        "image": torch.cat([s["image"] for s in good]),
+        "chain": torch.cat([s["chain"] for s in good]),
+        "label": torch.cat([s["label"] for s in good]),
+        "photo": index,
+        "index": index,
+        "path": [s["path"] for s, v in zip(good, views) for _ in range(v)],
+        "errors": batch["errors"],
+    }
 
 
 class ChainPatchDataModule(ManifestDataModule):
@@ -117,8 +150,14 @@ class ChainPatchDataModule(ManifestDataModule):
     first use): genuine records pass through `chains`; records of `rerender_groups` are a chain of
     their own; other manipulated records are left out (their regions mix two chains)."""
 
-    def __init__(self, chains: Sequence[str] = DEFAULT_CHAINS, rerender_groups: Sequence[str] = (RERENDER,),
-                 views: int | None = None, crops_per_photo: int = 1, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        chains: Sequence[str] = DEFAULT_CHAINS,
+        rerender_groups: Sequence[str] = (RERENDER,),
+        views: int | None = None,
+        crops_per_photo: int = 1,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         for chain in chains:  # fail at configuration time, not in a worker
             apply_chain(np.zeros((8, 8, 3), np.uint8), chain)
@@ -135,9 +174,22 @@ class ChainPatchDataModule(ManifestDataModule):
     def _loader(self, split: str, train: bool):  # type: ignore[override]
         from torch.utils.data import DataLoader
 
-        dataset = ChainPatchDataset(self.splits[split], self.chains, int(self.preprocess.size), train,
-                                    self.rerender_groups, self.seed, views=self.views,
-                                    crops_per_photo=self.crops_per_photo)
-        return DataLoader(dataset, batch_size=self.batch_size if train else self.eval_batch_size, shuffle=train,
-                          drop_last=train and len(dataset) > self.batch_size, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, collate_fn=collate_views)
+        dataset = ChainPatchDataset(
+            self.splits[split],
+            self.chains,
+            int(self.preprocess.size),
+            train,
+            self.rerender_groups,
+            self.seed,
+            views=self.views,
+            crops_per_photo=self.crops_per_photo,
+        )
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            drop_last=train and len(dataset) > self.batch_size,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            collate_fn=collate_views,
+        )

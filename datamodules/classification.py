@@ -1,4 +1,5 @@
 """LightningDataModules for image classification: from a manifest or from a labelled folder tree."""
+
 from __future__ import annotations
 
 import logging
@@ -82,8 +83,9 @@ class RecordsDataModule(L.LightningDataModule, ABC):
             if not split:
                 raise LayoutError(f"the {name} split is empty: add images or change split_fractions")
             if labels != {0, 1}:
-                log.warning("the %s split holds only label(s) %s: threshold-free metrics will be NaN",
-                            name, sorted(labels))
+                log.warning(
+                    "the %s split holds only label(s) %s: threshold-free metrics will be NaN", name, sorted(labels)
+                )
         log.info("splits: %s", {name: len(split) for name, split in self.splits.items()})
 
     def make_dataset(self, records: list[Record], transform: Any) -> Dataset:
@@ -96,18 +98,29 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
         dataset = self.make_dataset(self.splits[split], transform)
         if train and (self.pseudo_fakes > 0 or self.genuine_noise > 0):
-            dataset = NoiseReinjectedFakes(dataset, self.pseudo_fakes, self.pseudo_fake_noise,
-                                           skip_categories=self.pseudo_fake_skip_categories,
-                                           genuine_noise=self.genuine_noise)
+            dataset = NoiseReinjectedFakes(
+                dataset,
+                self.pseudo_fakes,
+                self.pseudo_fake_noise,
+                skip_categories=self.pseudo_fake_skip_categories,
+                genuine_noise=self.genuine_noise,
+            )
         sampler = None
         if train and balanced_by(self.balanced):
             weights = balanced_weights(dataset.records, balanced_by(self.balanced))
             sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True)
         return DataLoader(
-            dataset, batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train and sampler is None, sampler=sampler, drop_last=False,
-            num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-            collate_fn=collate, pin_memory=False, worker_init_fn=partial(seed_worker_augmentations, rank=distributed_rank()))
+            dataset,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train and sampler is None,
+            sampler=sampler,
+            drop_last=False,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            collate_fn=collate,
+            pin_memory=False,
+            worker_init_fn=partial(seed_worker_augmentations, rank=distributed_rank()),
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
@@ -136,6 +149,7 @@ def balanced_weights(records: Sequence[Record], by: str) -> list[float]:
     """Sampling weights that give every label (and with by=`group` every group of a label) an equal
     share of the draws. A generator that made more fakes then no longer dominates what a detector
     learns, which matters when the families are to be learned as one class."""
+
     def key(record: Record) -> tuple:
         if by == "label":
             return (record.label,)
@@ -183,8 +197,10 @@ class ManifestDataModule(RecordsDataModule):
         super().__init__(**kwargs)
         self.manifest = Path(manifest)
         if create is not None and not callable(create):
-            raise ValueError(f"data.create must be null or a dataset maker (a `_partial_: true` config with a "
-                             f"`_target_`), got {create!r}")
+            raise ValueError(
+                f"data.create must be null or a dataset maker (a `_partial_: true` config with a "
+                f"`_target_`), got {create!r}"
+            )
         self.create = create
 
     def prepare_data(self) -> None:
@@ -232,8 +248,15 @@ class LayoutDataModule(RecordsDataModule):
     split as usual, so no source straddles the splits).
     """
 
-    def __init__(self, root: str, layout: str = "auto", ignore_splits: bool = False,
-                 exclude_groups: Sequence[str] = (), test_groups: Sequence[str] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        root: str,
+        layout: str = "auto",
+        ignore_splits: bool = False,
+        exclude_groups: Sequence[str] = (),
+        test_groups: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.root = Path(root)
         self.layout = layout
@@ -247,7 +270,9 @@ class LayoutDataModule(RecordsDataModule):
             return records
         known = {r.group for r in records if r.label == 1}
         if not self.test_groups & known:
-            raise LayoutError(f"test_groups {sorted(self.test_groups)} match no fake; groups: {sorted(map(str, known))}")
+            raise LayoutError(
+                f"test_groups {sorted(self.test_groups)} match no fake; groups: {sorted(map(str, known))}"
+            )
         records = assign_splits(records, self.split_fractions, self.seed)
         return [r for r in records if r.label != 1 or (r.group in self.test_groups) == (r.split == "test")]
 
@@ -257,8 +282,11 @@ class LayoutDataModule(RecordsDataModule):
             return [replace(r, split=None) for r in records]
         given = {r.split for r in records}
         if "val" in given and "test" not in given:
-            log.info("%s has train/val splits but no test: its val split is used as test, and validation "
-                     "is carved from train by source", self.root)
+            log.info(
+                "%s has train/val splits but no test: its val split is used as test, and validation "
+                "is carved from train by source",
+                self.root,
+            )
             train, val_fraction = self.split_fractions[0], self.split_fractions[1]
             carve = (train / (train + val_fraction), val_fraction / (train + val_fraction), 0.0)
             retest = [replace(r, split="test") if r.split == "val" else r for r in records]

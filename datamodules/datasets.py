@@ -1,4 +1,5 @@
 """Dataset over records: decoding through `datamodules.io`, bad files reported, never fatal."""
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,13 @@ class ImageDataset(Dataset):
     upload never stops an epoch or an inference run; `collate` sets such samples aside.
     """
 
-    def __init__(self, records: Sequence[Record], transform: Any = None, max_pixels: int = DEFAULT_MAX_PIXELS,
-                 keep_size: bool = False) -> None:
+    def __init__(
+        self,
+        records: Sequence[Record],
+        transform: Any = None,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        keep_size: bool = False,
+    ) -> None:
         self.records = list(records)
         self.keep_size = keep_size
         self.transform = transform
@@ -42,8 +48,12 @@ class ImageDataset(Dataset):
         size = image.shape[:2]
         if self.transform is not None:
             image = self.transform(image=image)["image"]
-        sample = {"image": to_tensor(image), "index": index, "path": record.path,
-                  "label": UNLABELLED if record.label is None else int(record.label)}
+        sample = {
+            "image": to_tensor(image),
+            "index": index,
+            "path": record.path,
+            "label": UNLABELLED if record.label is None else int(record.label),
+        }
         if self.keep_size:
             sample["size"] = torch.tensor(size)
         return sample
@@ -71,9 +81,15 @@ class NoiseReinjectedFakes(Dataset):
     "image" and "label" (and "group" when present, set to `group`).
     """
 
-    def __init__(self, dataset: Dataset, rate: float, noise_std: Sequence[float] = (0.02, 0.1),
-                 group: str = "pseudo_noise", skip_categories: Sequence[str] = (),
-                 genuine_noise: float = 0.0) -> None:
+    def __init__(
+        self,
+        dataset: Dataset,
+        rate: float,
+        noise_std: Sequence[float] = (0.02, 0.1),
+        group: str = "pseudo_noise",
+        skip_categories: Sequence[str] = (),
+        genuine_noise: float = 0.0,
+    ) -> None:
         for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"the {name} must lie in [0, 1], got {value}")
@@ -96,10 +112,7 @@ class NoiseReinjectedFakes(Dataset):
         sample = self.dataset[index]
         if "error" in sample or sample["label"] != 0:
             return sample
-        skipped = (
-            bool(self.skip_categories)
-            and self.dataset.records[index].category in self.skip_categories
-        )
+        skipped = bool(self.skip_categories) and self.dataset.records[index].category in self.skip_categories
         fake = float(torch.rand(())) < self.rate and not skipped
         if not fake and not (self.genuine_noise and float(torch.rand(())) < self.genuine_noise):
             return sample

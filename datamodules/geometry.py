@@ -5,6 +5,7 @@ reproduces `datamodules.transforms.build_transform(preprocess, train=False)` exa
 offsets, same crop window, the same `cv2.resize` call), which a test checks pixel for pixel, so the
 ONNX path and the PyTorch path feed the network identical inputs.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -13,8 +14,13 @@ import numpy as np
 
 from datamodules.preprocess import Preprocess
 
-CV2_INTERPOLATION_NAMES = {"nearest": "INTER_NEAREST", "bilinear": "INTER_LINEAR", "bicubic": "INTER_CUBIC",
-                           "area": "INTER_AREA", "lanczos": "INTER_LANCZOS4"}
+CV2_INTERPOLATION_NAMES = {
+    "nearest": "INTER_NEAREST",
+    "bilinear": "INTER_LINEAR",
+    "bicubic": "INTER_CUBIC",
+    "area": "INTER_AREA",
+    "lanczos": "INTER_LANCZOS4",
+}
 
 
 def centre_start(spare: int) -> int:
@@ -27,7 +33,7 @@ def centre_start(spare: int) -> int:
 def centre_crop(image: np.ndarray, size: int, **_: object) -> np.ndarray:
     """The centre `size` x `size` window of an image at least that large (`centre_start`)."""
     top, left = centre_start(image.shape[0] - size), centre_start(image.shape[1] - size)
-    return image[top:top + size, left:left + size]
+    return image[top : top + size, left : left + size]
 
 
 def pad_to(image: np.ndarray, size: int, centre: bool) -> np.ndarray:

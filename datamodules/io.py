@@ -8,17 +8,17 @@ phone photos, palette PNGs, CMYK JPEGs, 16-bit TIFFs, decompression bombs, trunc
 handled once, and failures carry the reason instead of a stack trace. `synthesis` may import this
 module and no other part of `datamodules`, so what both sides must agree on lives here.
 """
+
 from __future__ import annotations
 
 import csv
 import dataclasses
 import os
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
-
-import re
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -78,8 +78,10 @@ def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
             width, height = image.size
             if width * height > max_pixels:
                 raise ImageReadError(
-                    path, f"{width} x {height} = {width * height:,} pixels exceeds the limit of "
-                          f"{max_pixels:,} (decompression-bomb guard; raise max_pixels to allow it)")
+                    path,
+                    f"{width} x {height} = {width * height:,} pixels exceeds the limit of "
+                    f"{max_pixels:,} (decompression-bomb guard; raise max_pixels to allow it)",
+                )
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 image.load()
@@ -111,8 +113,15 @@ def write_image(path: str | os.PathLike, image: np.ndarray, quality: int = 95) -
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     pil = Image.fromarray(np.ascontiguousarray(image))
-    fmt = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP",
-           ".tif": "TIFF", ".tiff": "TIFF"}.get(path.suffix.lower(), "PNG")
+    fmt = {
+        ".jpg": "JPEG",
+        ".jpeg": "JPEG",
+        ".png": "PNG",
+        ".webp": "WEBP",
+        ".bmp": "BMP",
+        ".tif": "TIFF",
+        ".tiff": "TIFF",
+    }.get(path.suffix.lower(), "PNG")
     options = {"quality": quality} if fmt in ("JPEG", "WEBP") else {}
     pil.save(tmp, format=fmt, **options)
     os.replace(tmp, path)
@@ -140,8 +149,9 @@ def split_keys(keys: Iterable[str], fractions: Sequence[float] = (0.8, 0.1, 0.1)
                 sizes[max(range(3), key=lambda j: sizes[j])] -= 1
                 sizes[i] += 1
     bounds = (sizes[0], sizes[0] + sizes[1])
-    return {key: SPLITS[0] if i < bounds[0] else SPLITS[1] if i < bounds[1] else SPLITS[2]
-            for i, key in enumerate(ordered)}
+    return {
+        key: SPLITS[0] if i < bounds[0] else SPLITS[1] if i < bounds[1] else SPLITS[2] for i, key in enumerate(ordered)
+    }
 
 
 def write_manifest(rows: Iterable[Mapping[str, Any] | Any], path: str | os.PathLike) -> None:
@@ -186,8 +196,9 @@ def apply_chain(image: np.ndarray, chain: str) -> np.ndarray:
     if match := re.fullmatch(r"resize([\d.]+)_(\w+)", chain):
         factor, kernel = float(match[1]), match[2]
         if kernel not in imageops.RESAMPLING_KERNELS:
-            raise ValueError(f"unknown resampling kernel {kernel!r} in chain {chain!r}; "
-                             f"known: {sorted(imageops.RESAMPLING_KERNELS)}")
+            raise ValueError(
+                f"unknown resampling kernel {kernel!r} in chain {chain!r}; known: {sorted(imageops.RESAMPLING_KERNELS)}"
+            )
         return imageops.rescale(image, factor, kernel)
     if match := re.fullmatch(r"median(\d+)", chain):
         return cv2.medianBlur(image, int(match[1]))
@@ -195,5 +206,7 @@ def apply_chain(image: np.ndarray, chain: str) -> np.ndarray:
         return cv2.bilateralFilter(image, 5, 25, 5)
     if match := re.fullmatch(r"blur([\d.]+)", chain):
         return imageops.gaussian_blur(image, float(match[1]))
-    raise ValueError(f"unknown processing chain {chain!r}; names: genuine, jpeg<q>, resize<f>_<kernel>, "
-                     "median<k>, bilateral, blur<sigma>")
+    raise ValueError(
+        f"unknown processing chain {chain!r}; names: genuine, jpeg<q>, resize<f>_<kernel>, "
+        "median<k>, bilateral, blur<sigma>"
+    )

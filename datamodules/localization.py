@@ -5,6 +5,7 @@ supervises an edge branch with the mask's boundary band (dilate - erode). Masks 
 albumentations pipeline as their image, so crops, flips and rescaling keep them aligned; the edge
 band is computed after the geometry, so its width is in network-input pixels.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,8 +44,14 @@ class LocalizationDataset(Dataset):
     Unreadable files give {"index", "path", "error"}, which `collate` sets aside.
     """
 
-    def __init__(self, records: Sequence[Record], transform: Any = None, edge_width: int = 3,
-                 full_when_missing: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+    def __init__(
+        self,
+        records: Sequence[Record],
+        transform: Any = None,
+        edge_width: int = 3,
+        full_when_missing: bool = False,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+    ) -> None:
         self.records = list(records)
         self.transform = transform
         self.edge_width = edge_width
@@ -77,11 +84,15 @@ class LocalizationDataset(Dataset):
             out = self.transform(image=image, mask=mask)
             image, mask = out["image"], out["mask"]
         mask = (np.asarray(mask) > 0).astype(np.uint8)
-        return {"image": to_tensor(image), "index": index, "path": record.path,
-                "label": UNLABELLED if record.label is None else int(record.label),
-                "group": record.group or "",
-                "mask": torch.from_numpy(mask).unsqueeze(0).float(),
-                "edge": torch.from_numpy(edge_mask(mask, self.edge_width)).unsqueeze(0).float()}
+        return {
+            "image": to_tensor(image),
+            "index": index,
+            "path": record.path,
+            "label": UNLABELLED if record.label is None else int(record.label),
+            "group": record.group or "",
+            "mask": torch.from_numpy(mask).unsqueeze(0).float(),
+            "edge": torch.from_numpy(edge_mask(mask, self.edge_width)).unsqueeze(0).float(),
+        }
 
 
 class LocalizationDataModule(LayoutDataModule):
@@ -93,19 +104,24 @@ class LocalizationDataModule(LayoutDataModule):
     (`LOCALIZATION_AUGMENT`); validation and test transforms are deterministic.
     """
 
-    def __init__(self, edge_width: int = 3, missing_masks: str = "drop",
-                 create: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, edge_width: int = 3, missing_masks: str = "drop", create: Callable[..., Any] | None = None, **kwargs: Any
+    ) -> None:
         if kwargs.get("augment") is None or kwargs.get("augment") == {}:
             kwargs["augment"] = dict(LOCALIZATION_AUGMENT)
         super().__init__(**kwargs)
         if self.pseudo_fakes > 0:
-            raise ValueError("data.pseudo_fakes makes whole-image fakes for classifiers; localization needs "
-                             "manipulated regions with masks (set it to 0)")
+            raise ValueError(
+                "data.pseudo_fakes makes whole-image fakes for classifiers; localization needs "
+                "manipulated regions with masks (set it to 0)"
+            )
         if missing_masks not in MISSING_MASKS:
             raise ValueError(f"missing_masks must be one of {MISSING_MASKS}, got {missing_masks!r}")
         if create is not None and not callable(create):
-            raise ValueError(f"data.create must be null or a dataset maker (a `_partial_: true` config with a "
-                             f"`_target_`), got {create!r}")
+            raise ValueError(
+                f"data.create must be null or a dataset maker (a `_partial_: true` config with a "
+                f"`_target_`), got {create!r}"
+            )
         self.edge_width = edge_width
         self.missing_masks = missing_masks
         self.create = create
@@ -121,16 +137,20 @@ class LocalizationDataModule(LayoutDataModule):
         records = super().load_records()
         missing = [r for r in records if r.label == 1 and not r.mask]
         if missing and self.missing_masks == "error":
-            raise LayoutError(f"{len(missing)} manipulated images have no mask, e.g. {missing[0].path}; "
-                              "set data.missing_masks=drop or full")
+            raise LayoutError(
+                f"{len(missing)} manipulated images have no mask, e.g. {missing[0].path}; "
+                "set data.missing_masks=drop or full"
+            )
         if missing and self.missing_masks == "drop":
-            log.warning("dropping %d manipulated images without a mask (data.missing_masks=full keeps them "
-                        "as wholly manipulated)", len(missing))
+            log.warning(
+                "dropping %d manipulated images without a mask (data.missing_masks=full keeps them "
+                "as wholly manipulated)",
+                len(missing),
+            )
             records = [r for r in records if not (r.label == 1 and not r.mask)]
         if not any(r.label == 1 for r in records):
             raise LayoutError(f"{self.root}: no manipulated image with a mask; localization needs masks")
         return records
 
     def make_dataset(self, records: list[Record], transform: Any) -> Dataset:
-        return LocalizationDataset(records, transform, self.edge_width,
-                                   full_when_missing=self.missing_masks == "full")
+        return LocalizationDataset(records, transform, self.edge_width, full_when_missing=self.missing_masks == "full")

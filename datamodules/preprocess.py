@@ -3,6 +3,7 @@
 One small dataclass, read by the training transforms, by `infer.py` and written into the ONNX
 metadata, so that the three can never drift apart.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -46,9 +47,7 @@ class Preprocess:
         if self.mode not in MODES:
             raise ValueError(f"preprocess.mode must be one of {MODES}, got {self.mode!r}")
         if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(
-                f"preprocess.interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
-            )
+            raise ValueError(f"preprocess.interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
         if self.mode != "none" and (self.size is None or int(self.size) <= 0):
             raise ValueError(f"preprocess.size must be a positive integer for mode {self.mode!r}")
         if not float(self.pixel_divisor) > 0:

@@ -2,6 +2,7 @@
 
 Every layout ends up as records, so Dataset classes, splits and `infer.py` only ever see one shape.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,17 @@ from typing import Sequence
 
 from datamodules.io import MANIFEST_COLUMNS, SPLITS, is_image_file, split_keys, write_manifest
 
-__all__ = ["SPLITS", "MANIFEST_COLUMNS", "LayoutError", "Record", "read_manifest", "write_manifest", "scan_folder",
-           "list_images", "assign_splits"]
+__all__ = [
+    "SPLITS",
+    "MANIFEST_COLUMNS",
+    "LayoutError",
+    "Record",
+    "read_manifest",
+    "write_manifest",
+    "scan_folder",
+    "list_images",
+    "assign_splits",
+]
 
 GENUINE_FOLDERS = {"0_real": 0, "real": 0}
 FAKE_FOLDERS = {"1_fake": 1, "fake": 1}
@@ -87,7 +97,8 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
     if "path" not in columns:
         raise LayoutError(
             f"manifest {path} has no `path` column (found: {', '.join(sorted(columns)) or 'nothing'}); "
-            f"expected columns: {', '.join(MANIFEST_COLUMNS)}")
+            f"expected columns: {', '.join(MANIFEST_COLUMNS)}"
+        )
     unknown = columns - set(MANIFEST_COLUMNS)
     base = path.parent
     records = []
@@ -98,13 +109,18 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             raise LayoutError(f"{where}: split must be one of {SPLITS}, got {split!r}")
         if _clean(row.get("path")) is None:
             raise LayoutError(f"{where}: empty path")
-        records.append(Record(
-            path=_resolve(base, _clean(row["path"])),
-            label=_parse_label(row.get("label"), where),
-            mask=_resolve(base, _clean(row.get("mask"))),
-            group=_clean(row.get("group")), category=_clean(row.get("category")),
-            source=_clean(row.get("source")), split=split, review=_clean(row.get("review")),
-        ))
+        records.append(
+            Record(
+                path=_resolve(base, _clean(row["path"])),
+                label=_parse_label(row.get("label"), where),
+                mask=_resolve(base, _clean(row.get("mask"))),
+                group=_clean(row.get("group")),
+                category=_clean(row.get("category")),
+                source=_clean(row.get("source")),
+                split=split,
+                review=_clean(row.get("review")),
+            )
+        )
     if unknown:
         log.info("manifest %s: ignoring columns %s", path, sorted(unknown))
     return records
@@ -133,12 +149,15 @@ def scan_folder(root: str | os.PathLike) -> list[Record]:
         group_parts = [p for p, low in zip(relative[:at], lowered[:at]) if low not in SPLITS]
         for name in sorted(filenames):
             if is_image_file(name):
-                records.append(Record(path=str(Path(dirpath) / name), label=label,
-                                      group="/".join(group_parts) or None, split=split))
+                records.append(
+                    Record(
+                        path=str(Path(dirpath) / name), label=label, group="/".join(group_parts) or None, split=split
+                    )
+                )
     if not records:
         raise LayoutError(
-            f"{root}: expected images under `0_real`/`1_fake` (or `real`/`fake`) sub-folders at any "
-            "depth, found none")
+            f"{root}: expected images under `0_real`/`1_fake` (or `real`/`fake`) sub-folders at any depth, found none"
+        )
     return records
 
 
@@ -152,8 +171,9 @@ def list_images(root: str | os.PathLike) -> list[Record]:
         return [Record(path=str(p)) for p in paths]
 
 
-def assign_splits(records: Sequence[Record], fractions: Sequence[float] = (0.8, 0.1, 0.1),
-                  seed: int = 0) -> list[Record]:
+def assign_splits(
+    records: Sequence[Record], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0
+) -> list[Record]:
     """Give every record without a split one, keeping all images of one `source` together.
 
     Fakes made from one authentic image must never straddle train and test: the detector would
@@ -161,5 +181,4 @@ def assign_splits(records: Sequence[Record], fractions: Sequence[float] = (0.8, 
     come from `datamodules.io.split_keys`, the one assigner that generated datasets use too.
     """
     chosen = split_keys((r.source or r.path for r in records if r.split is None), fractions, seed)
-    return [r if r.split is not None else Record(**{**asdict(r), "split": chosen[r.source or r.path]})
-            for r in records]
+    return [r if r.split is not None else Record(**{**asdict(r), "split": chosen[r.source or r.path]}) for r in records]

@@ -5,6 +5,7 @@ Test images never share a source (the authentic photo a fake was made from) with
 validation images, so neither the held-out generators nor any test photo is seen in training.
 `benchmarks/cross_generator.py` and `benchmarks/leave_one_family_out.py` train on them.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -32,14 +33,17 @@ def match_groups(patterns: list[str], available: set[str], option: str) -> set[s
     for pattern in patterns:
         hits = set(fnmatch.filter(sorted(available), pattern))
         if not hits:
-            raise SplitError(f"{option} {pattern!r} matches no generator group of the manifest; "
-                             f"groups there: {', '.join(sorted(available)) or 'none'}")
+            raise SplitError(
+                f"{option} {pattern!r} matches no generator group of the manifest; "
+                f"groups there: {', '.join(sorted(available)) or 'none'}"
+            )
         chosen |= hits
     return chosen
 
 
-def cross_generator_split(records: list[Record], train_groups: list[str], test_groups: list[str],
-                          val_fraction: float = 0.15, seed: int = 0) -> tuple[list[Record], dict]:
+def cross_generator_split(
+    records: list[Record], train_groups: list[str], test_groups: list[str], val_fraction: float = 0.15, seed: int = 0
+) -> tuple[list[Record], dict]:
     """Records with `split` set for a cross-generator run, and a summary of what went where.
 
     Kept in one piece: sides, orphan genuines and the validation carve share one random stream, and the
@@ -75,7 +79,7 @@ def cross_generator_split(records: list[Record], train_groups: list[str], test_g
 
     train_sources = sorted(s for s, v in side.items() if v == "train")
     rng.shuffle(train_sources)
-    val_sources = set(train_sources[:round(val_fraction * len(train_sources))])
+    val_sources = set(train_sources[: round(val_fraction * len(train_sources))])
 
     out, dropped = [], defaultdict(int)
     for r in records:
@@ -91,19 +95,32 @@ def cross_generator_split(records: list[Record], train_groups: list[str], test_g
         split = "test" if where == "test" else "val" if source in val_sources else "train"
         out.append(Record(**{**asdict(r), "split": split}))
 
-    summary = {"train_groups": sorted(seen), "test_groups": sorted(held_out), "dropped": dict(dropped),
-               "counts": {split: {"genuine": sum(r.split == split and r.label == 0 for r in out),
-                                  "fake": sum(r.split == split and r.label == 1 for r in out)}
-                          for split in ("train", "val", "test")}}
+    summary = {
+        "train_groups": sorted(seen),
+        "test_groups": sorted(held_out),
+        "dropped": dict(dropped),
+        "counts": {
+            split: {
+                "genuine": sum(r.split == split and r.label == 0 for r in out),
+                "fake": sum(r.split == split and r.label == 1 for r in out),
+            }
+            for split in ("train", "val", "test")
+        },
+    }
     for split, count in summary["counts"].items():
         if not count["genuine"] or not count["fake"]:
-            raise SplitError(f"the {split} split would hold {count['genuine']} genuine and {count['fake']} "
-                             "fake images; it needs both (more data, or another --val-fraction)")
+            raise SplitError(
+                f"the {split} split would hold {count['genuine']} genuine and {count['fake']} "
+                "fake images; it needs both (more data, or another --val-fraction)"
+            )
     by_split: dict[str, set[str]] = defaultdict(set)
     for r in out:
         by_split[r.split].add(key(r))
-    assert not (by_split["train"] & by_split["val"] or by_split["train"] & by_split["test"]
-                or by_split["val"] & by_split["test"]), "a source in two splits"
+    assert not (
+        by_split["train"] & by_split["val"]
+        or by_split["train"] & by_split["test"]
+        or by_split["val"] & by_split["test"]
+    ), "a source in two splits"
     return out, summary
 
 
@@ -126,8 +143,9 @@ def family_of(group: str | None, families: dict[str, list[str]]) -> str | None:
     return None
 
 
-def family_split(records: list[Record], families: dict[str, list[str]], held_out: str,
-                 val_fraction: float = 0.15, seed: int = 0) -> tuple[list[Record], dict]:
+def family_split(
+    records: list[Record], families: dict[str, list[str]], held_out: str, val_fraction: float = 0.15, seed: int = 0
+) -> tuple[list[Record], dict]:
     """The cross-generator split holding out `held_out`, with groups renamed to families."""
     if held_out not in families:
         raise SplitError(f"unknown family {held_out!r}; families: {', '.join(families)}")
@@ -140,8 +158,9 @@ def family_split(records: list[Record], families: dict[str, list[str]], held_out
     return [_as_family(r, families) for r in split], summary
 
 
-def all_families_split(records: list[Record], families: dict[str, list[str]], fractions=(0.6, 0.15, 0.25),
-                       seed: int = 0) -> list[Record]:
+def all_families_split(
+    records: list[Record], families: dict[str, list[str]], fractions=(0.6, 0.15, 0.25), seed: int = 0
+) -> list[Record]:
     """Every family in training: photos (sources) shuffled and cut by `fractions`."""
     kept = [r for r in records if r.label == 0 or family_of(r.group, families) is not None]
     sources = sorted({r.source or r.path for r in kept})

@@ -4,6 +4,7 @@ The degradations (JPEG, blur, noise, resampling) are `imageops`' operations wrap
 albumentations steps, so training applies the same JPEG at the same quality as generated data and
 the robustness curves; geometric steps, which move the mask too, stay albumentations'.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -18,17 +19,33 @@ import imageops
 from datamodules.geometry import centre_crop, resize_short_side, tile_to_cover
 from datamodules.preprocess import Preprocess
 
-CV2_INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
-                     "area": cv2.INTER_AREA, "lanczos": cv2.INTER_LANCZOS4}
+CV2_INTERPOLATION = {
+    "nearest": cv2.INTER_NEAREST,
+    "bilinear": cv2.INTER_LINEAR,
+    "bicubic": cv2.INTER_CUBIC,
+    "area": cv2.INTER_AREA,
+    "lanczos": cv2.INTER_LANCZOS4,
+}
 # Training augmentations: probabilities (0 = off). Artifact detectors keep them off by default
 # because blur and recompression erase the traces they learn; recipes switch them on.
 # `noise` re-injects Gaussian noise (std a fraction `noise_std` of the full range, drawn per image),
 # so a detector cannot equate "smoother than a photo" with "generated" and "noisier" with "genuine";
 # `resample` shrinks an image by a factor in `resample_scale` and enlarges it back (area down,
 # bilinear up), so genuine images carry up-sampling traces too.
-DEFAULT_AUGMENT = {"hflip": 0.5, "jpeg": 0.0, "jpeg_quality": (30, 100), "blur": 0.0,
-                   "blur_sigma": (0.1, 3.0), "rescale": 0.0, "rescale_limit": 0.2, "vflip": 0.0,
-                   "noise": 0.0, "noise_std": (0.02, 0.1), "resample": 0.0, "resample_scale": (0.5, 0.9)}
+DEFAULT_AUGMENT = {
+    "hflip": 0.5,
+    "jpeg": 0.0,
+    "jpeg_quality": (30, 100),
+    "blur": 0.0,
+    "blur_sigma": (0.1, 3.0),
+    "rescale": 0.0,
+    "rescale_limit": 0.2,
+    "vflip": 0.0,
+    "noise": 0.0,
+    "noise_std": (0.02, 0.1),
+    "resample": 0.0,
+    "resample_scale": (0.5, 0.9),
+}
 # The point-6 recipe for manipulation localizers (masks follow every geometric step): flips, JPEG
 # q30-100 and Gaussian blur sigma 0-3 each with probability 0.5, rescale +-0.2.
 LOCALIZATION_AUGMENT = {"hflip": 0.5, "vflip": 0.5, "jpeg": 0.5, "blur": 0.5, "rescale": 0.5}
@@ -118,8 +135,10 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
         return []
     if preprocess.mode == "tile":
         tile, crop = partial(tile_to_cover, size=size), partial(centre_crop, size=size)
-        return [A.Lambda(image=tile, mask=tile, name="tile"),
-                A.RandomCrop(size, size) if train else A.Lambda(image=crop, mask=crop, name="centre_crop")]
+        return [
+            A.Lambda(image=tile, mask=tile, name="tile"),
+            A.RandomCrop(size, size) if train else A.Lambda(image=crop, mask=crop, name="centre_crop"),
+        ]
     if preprocess.mode == "resize":
         return [A.Resize(size, size, interpolation=CV2_INTERPOLATION[preprocess.interpolation])]
     position = "top_left" if preprocess.mode == "pad" else "center"
@@ -127,9 +146,14 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     steps: list[A.BasicTransform] = [pad]
     if preprocess.mode == "resize_crop":
         short = int(preprocess.load_size or size)
-        steps.insert(0, A.Lambda(image=partial(resize_short_side, short=short, interpolation=preprocess.interpolation),
-                                 mask=partial(resize_short_side, short=short, interpolation="nearest"),
-                                 name="resize_short_side"))
+        steps.insert(
+            0,
+            A.Lambda(
+                image=partial(resize_short_side, short=short, interpolation=preprocess.interpolation),
+                mask=partial(resize_short_side, short=short, interpolation="nearest"),
+                name="resize_short_side",
+            ),
+        )
     if train:
         return steps + [A.RandomCrop(size, size)]
     if preprocess.mode != "pad":
@@ -138,8 +162,12 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     return [pad, A.Crop(0, 0, size, size)]
 
 
-def build_transform(preprocess: Preprocess | Mapping[str, Any] | None, train: bool = False,
-                    augment: Mapping[str, Any] | None = None, seed: int | None = None) -> A.Compose:
+def build_transform(
+    preprocess: Preprocess | Mapping[str, Any] | None,
+    train: bool = False,
+    augment: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+) -> A.Compose:
     """The pipeline for one split: augmentations (training only), then the detector's geometry."""
     preprocess = Preprocess.from_config(preprocess)
     steps: list[A.BasicTransform] = []

@@ -1,4 +1,5 @@
 """What every detector is: an `nn.Module` from RGB in [0, 1] to a dict of logits."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -32,8 +33,10 @@ class Detector(nn.Module):
         super().__init__()
         self.preprocess = Preprocess.from_config(preprocess)
         if self.preprocess.pixel_divisor != 255 and not self.scales_pixels:
-            raise ValueError(f"{type(self).__name__} takes 8-bit pixels / 255 only; got preprocess.pixel_divisor "
-                             f"{self.preprocess.pixel_divisor:g}")
+            raise ValueError(
+                f"{type(self).__name__} takes 8-bit pixels / 255 only; got preprocess.pixel_divisor "
+                f"{self.preprocess.pixel_divisor:g}"
+            )
         self.register_buffer("pixel_mean", torch.tensor(self.preprocess.mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(self.preprocess.std).view(1, 3, 1, 1), persistent=False)
 

@@ -1,4 +1,5 @@
 """Building a detector from plain config values, refusing anything that is not a detector."""
+
 from __future__ import annotations
 
 import importlib
@@ -35,7 +36,8 @@ def resolve_detector_class(target: str, trusted_prefixes: tuple[str, ...] = TRUS
     if not target.startswith(trusted_prefixes):
         raise ValueError(
             f"refusing to build {target!r}: only classes under {', '.join(trusted_prefixes)} are built "
-            "from configs and checkpoints")
+            "from configs and checkpoints"
+        )
     module_name, _, class_name = target.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)

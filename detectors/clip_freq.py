@@ -13,6 +13,7 @@ Fusion (`fusion`):
 In training, each sample drops one branch (chosen at random) with probability `branch_dropout`, so
 neither branch can carry the decision alone. `aux_weight` adds each branch's own BCE to the loss.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -35,8 +36,15 @@ FUSIONS = ("concat", "late")
 class ArtifactBranch(nn.Module):
     """NPR and/or DCT high-pass residuals -> truncated ResNet -> global average pooling."""
 
-    def __init__(self, artifact: str = "npr", width: int = 64, layers: Sequence[int] = (3, 4),
-                 block: str = "bottleneck", residual_scale: float = 2.0 / 3.0, dct_cutoff: float = 0.25) -> None:
+    def __init__(
+        self,
+        artifact: str = "npr",
+        width: int = 64,
+        layers: Sequence[int] = (3, 4),
+        block: str = "bottleneck",
+        residual_scale: float = 2.0 / 3.0,
+        dct_cutoff: float = 0.25,
+    ) -> None:
         super().__init__()
         if artifact not in ARTIFACTS:
             raise ValueError(f"artifact must be one of {ARTIFACTS}, got {artifact!r}")
@@ -90,8 +98,12 @@ class ClipFreq(Detector):
         overrides = preprocess.to_dict() if isinstance(preprocess, Preprocess) else preprocess
         super().__init__(clip_preprocess(spec, overrides))
         self.fusion, self.branch_dropout, self.aux_weight = fusion, branch_dropout, aux_weight
-        self.semantic = ClipImageEncoder(model, pretrained, adapter, residual_rank, cache_dir, quick_gelu, interpolation)
-        self.artifact = ArtifactBranch(artifact, artifact_width, artifact_layers, artifact_block, residual_scale, dct_cutoff)
+        self.semantic = ClipImageEncoder(
+            model, pretrained, adapter, residual_rank, cache_dir, quick_gelu, interpolation
+        )
+        self.artifact = ArtifactBranch(
+            artifact, artifact_width, artifact_layers, artifact_block, residual_scale, dct_cutoff
+        )
         self.semantic_head = nn.Linear(self.semantic.embed_dim, 1)
         self.artifact_head = nn.Linear(self.artifact.out_dim, 1)
         if fusion == "concat":
@@ -101,7 +113,9 @@ class ClipFreq(Detector):
             nn.init.constant_(self.fusion_head.weight, 1.0)
             nn.init.zeros_(self.fusion_head.bias)
 
-    def drop_branches(self, semantic_weight: torch.Tensor, artifact_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def drop_branches(
+        self, semantic_weight: torch.Tensor, artifact_weight: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Branch dropout on the per-sample branch weights (N x 1): in training a sample loses one
         branch, chosen uniformly, with probability `branch_dropout`; in eval nothing changes (and
         nothing batch-shaped is created, so exported graphs keep a dynamic batch)."""
@@ -122,8 +136,11 @@ class ClipFreq(Detector):
             fused = torch.cat([semantic * semantic_weight, artifact * artifact_weight], dim=1)
         else:
             fused = torch.cat([semantic_weight, artifact_weight], dim=1)
-        return {"logit": self.fusion_head(fused).squeeze(1),
-                "logit_semantic": semantic_logit.squeeze(1), "logit_artifact": artifact_logit.squeeze(1)}
+        return {
+            "logit": self.fusion_head(fused).squeeze(1),
+            "logit_semantic": semantic_logit.squeeze(1),
+            "logit_artifact": artifact_logit.squeeze(1),
+        }
 
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """Fused BCE, plus `aux_weight` times each branch's BCE (keeps both branches informative)."""

@@ -7,6 +7,7 @@ singular direction of every attention projection (`adapter: svd`). The tower's o
 normalization is applied inside `forward`, and its default preprocessing is UnivFD's (centre
 crop at the tower's size, no resizing).
 """
+
 from __future__ import annotations
 
 import logging

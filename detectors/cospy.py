@@ -18,6 +18,7 @@ Beta(0.2, 0.2), on about half of each batch), then the fusion layer alone (lr 0.
 `pretrained` loads the authors' released folder (`semantic_weights.pth`, `artifact_weights.pth`,
 `fusion_weights.pth`) through `cospy_state_dict`; the frozen towers come from `clip` / `vae`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,14 +46,30 @@ RELEASE_FILES = {"semantic": "semantic_weights.pth", "artifact": "artifact_weigh
 # Authors' artifact encoder -> our trunk (nn.Sequential: 0 conv, 1 bn, 2 relu, 3 max-pool, 4 layer1, 5 layer2).
 TRUNK_NAMES = {"conv1.": "0.", "bn1.": "1.", "layer1.": "4.", "layer2.": "5."}
 VARIANT_DEFAULTS = {
-    "sd-v1.4": {"clip": "ViT-SO400M-14-SigLIP-384", "clip_pretrained": "webli", "size": 384, "load_size": 384,
-                "semantic_mean": (0.5, 0.5, 0.5), "semantic_std": (0.5, 0.5, 0.5),
-                "artifact_mean": (0.0, 0.0, 0.0), "artifact_std": (1.0, 1.0, 1.0),
-                "fusion_weight_init": 0.5, "fusion_bias_floor": 2.0},
-    "progan": {"clip": "openai/clip-vit-large-patch14", "clip_pretrained": None, "size": 224, "load_size": 256,
-               "semantic_mean": OPENAI_CLIP_MEAN, "semantic_std": OPENAI_CLIP_STD,
-               "artifact_mean": IMAGENET_MEAN, "artifact_std": IMAGENET_STD,
-               "fusion_weight_init": 0.0, "fusion_bias_floor": 0.0},
+    "sd-v1.4": {
+        "clip": "ViT-SO400M-14-SigLIP-384",
+        "clip_pretrained": "webli",
+        "size": 384,
+        "load_size": 384,
+        "semantic_mean": (0.5, 0.5, 0.5),
+        "semantic_std": (0.5, 0.5, 0.5),
+        "artifact_mean": (0.0, 0.0, 0.0),
+        "artifact_std": (1.0, 1.0, 1.0),
+        "fusion_weight_init": 0.5,
+        "fusion_bias_floor": 2.0,
+    },
+    "progan": {
+        "clip": "openai/clip-vit-large-patch14",
+        "clip_pretrained": None,
+        "size": 224,
+        "load_size": 256,
+        "semantic_mean": OPENAI_CLIP_MEAN,
+        "semantic_std": OPENAI_CLIP_STD,
+        "artifact_mean": IMAGENET_MEAN,
+        "artifact_std": IMAGENET_STD,
+        "fusion_weight_init": 0.0,
+        "fusion_bias_floor": 0.0,
+    },
 }
 
 
@@ -72,10 +89,10 @@ def cospy_state_dict(part: str, release: Mapping[str, torch.Tensor]) -> dict[str
         if key.startswith("fc."):
             ours[head + key[3:]] = value
         elif part == "artifact" and key.startswith("artifact_encoder."):
-            rest = key[len("artifact_encoder."):]
+            rest = key[len("artifact_encoder.") :]
             for theirs, mine in TRUNK_NAMES.items():
                 if rest.startswith(theirs):
-                    ours["artifact.trunk." + mine + rest[len(theirs):]] = value
+                    ours["artifact.trunk." + mine + rest[len(theirs) :]] = value
     return ours
 
 
@@ -85,8 +102,11 @@ def _branch_state(part: str, path: str) -> dict[str, torch.Tensor]:
         raise MissingWeightsError(f"CO-SPY {part} weights {path!r} do not exist")
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state.get("state_dict"), Mapping):  # a Lightning checkpoint of ours
-        prefixes = {"semantic": ("net.semantic_head.",), "artifact": ("net.artifact_head.", "net.artifact."),
-                    "fusion": ("net.fusion.",)}[part]
+        prefixes = {
+            "semantic": ("net.semantic_head.",),
+            "artifact": ("net.artifact_head.", "net.artifact."),
+            "fusion": ("net.fusion.",),
+        }[part]
         return {k[4:]: v for k, v in state["state_dict"].items() if k.startswith(prefixes)}
     return cospy_state_dict(part, state)
 
@@ -94,8 +114,16 @@ def _branch_state(part: str, path: str) -> dict[str, torch.Tensor]:
 class ArtifactBranch(nn.Module):
     """The residual (VAE reconstruction or NPR) -> truncated ResNet-50 -> average pool."""
 
-    def __init__(self, variant: str, vae: str | Mapping[str, Any] | None, width: int, layers: Sequence[int],
-                 block: str, artifact_size: int, cache_dir: str | None) -> None:
+    def __init__(
+        self,
+        variant: str,
+        vae: str | Mapping[str, Any] | None,
+        width: int,
+        layers: Sequence[int],
+        block: str,
+        artifact_size: int,
+        cache_dir: str | None,
+    ) -> None:
         super().__init__()
         self.variant, self.artifact_size = variant, artifact_size
         self.reconstruction = VAEReconstruction(vae, cache_dir) if variant == "sd-v1.4" else None
@@ -128,8 +156,9 @@ class ArtifactBranch(nn.Module):
 class SemanticBranch(nn.Module):
     """A frozen CLIP image feature: open_clip `encode_image` or Hugging Face `get_image_features`."""
 
-    def __init__(self, variant: str, clip: str | Mapping[str, Any], clip_pretrained: str | None,
-                 cache_dir: str | None) -> None:
+    def __init__(
+        self, variant: str, clip: str | Mapping[str, Any], clip_pretrained: str | None, cache_dir: str | None
+    ) -> None:
         super().__init__()
         if variant == "sd-v1.4":
             self.encoder = ClipImageEncoder(clip, clip_pretrained, "frozen", cache_dir=cache_dir)
@@ -185,9 +214,13 @@ class CoSpy(Detector):
         if variant == "sd-v1.4" and not vae:
             raise ValueError("CO-SPY sd-v1.4 needs `vae`: a Stable Diffusion VAE folder, cache id or config dict")
         facts = VARIANT_DEFAULTS[variant]
-        config = {"size": facts["size"], "load_size": facts["load_size"], "mode": "resize_crop",
-                  "interpolation": "bilinear", **dict(
-                      preprocess.to_dict() if isinstance(preprocess, Preprocess) else preprocess or {})}
+        config = {
+            "size": facts["size"],
+            "load_size": facts["load_size"],
+            "mode": "resize_crop",
+            "interpolation": "bilinear",
+            **dict(preprocess.to_dict() if isinstance(preprocess, Preprocess) else preprocess or {}),
+        }
         config.update(mean=list(facts["semantic_mean"]), std=list(facts["semantic_std"]))
         super().__init__(config)
         self.variant, self.stage = variant, stage
@@ -197,8 +230,9 @@ class CoSpy(Detector):
         self.register_buffer("artifact_std", torch.tensor(facts["artifact_std"]).view(1, 3, 1, 1), persistent=False)
         clip_pretrained = facts["clip_pretrained"] if clip_pretrained == "default" else clip_pretrained
         self.semantic = SemanticBranch(variant, clip or facts["clip"], clip_pretrained, cache_dir)
-        self.artifact = ArtifactBranch(variant, vae, artifact_width, artifact_layers, artifact_block,
-                                       artifact_size, cache_dir)
+        self.artifact = ArtifactBranch(
+            variant, vae, artifact_width, artifact_layers, artifact_block, artifact_size, cache_dir
+        )
         self.semantic_head = nn.Linear(self.semantic.out_dim, 1)
         self.artifact_head = nn.Linear(self.artifact.out_dim, 1)
         self.fusion = nn.Linear(2, 1)
@@ -226,8 +260,11 @@ class CoSpy(Detector):
     def _freeze_for_stage(self) -> None:
         """Only the stage's own parameters train (the CLIP tower and the VAE never do)."""
         self.requires_grad_(False)
-        trained = {"semantic": [self.semantic_head], "artifact": [self.artifact.trunk, self.artifact_head],
-                   "fusion": [self.fusion]}[self.stage]
+        trained = {
+            "semantic": [self.semantic_head],
+            "artifact": [self.artifact.trunk, self.artifact_head],
+            "fusion": [self.fusion],
+        }[self.stage]
         for module in trained:
             module.requires_grad_(True)
 
@@ -236,20 +273,33 @@ class CoSpy(Detector):
         if not state:
             raise ValueError(f"{path}: no CO-SPY {part} weights in this file")
         missing, unexpected = self.load_state_dict(state, strict=False)
-        expected = {k for k in self.state_dict() if k.startswith(tuple(
-            {"semantic": ["semantic_head."], "artifact": ["artifact_head.", "artifact.trunk."],
-             "fusion": ["fusion."]}[part]))}
+        expected = {
+            k
+            for k in self.state_dict()
+            if k.startswith(
+                tuple(
+                    {
+                        "semantic": ["semantic_head."],
+                        "artifact": ["artifact_head.", "artifact.trunk."],
+                        "fusion": ["fusion."],
+                    }[part]
+                )
+            )
+        }
         lacking = sorted(expected - set(state))
         if unexpected or lacking:
-            raise ValueError(f"{path}: {part} weights do not fit CO-SPY {self.variant}: "
-                             f"unexpected {unexpected[:5]}, missing {lacking[:5]}")
+            raise ValueError(
+                f"{path}: {part} weights do not fit CO-SPY {self.variant}: "
+                f"unexpected {unexpected[:5]}, missing {lacking[:5]}"
+            )
         log.info("CO-SPY %s: %s weights loaded from %s (%d tensors)", self.variant, part, path, len(state))
 
     def load_release(self, folder: str) -> None:
         """The authors' folder of `{semantic,artifact,fusion}_weights.pth` (weights only)."""
         if not os.path.isdir(folder):
-            raise MissingWeightsError(f"CO-SPY weights folder {folder!r} does not exist (expected "
-                                      f"{', '.join(RELEASE_FILES.values())} in it)")
+            raise MissingWeightsError(
+                f"CO-SPY weights folder {folder!r} does not exist (expected {', '.join(RELEASE_FILES.values())} in it)"
+            )
         for part, name in RELEASE_FILES.items():
             self.load_branch(part, os.path.join(folder, name))
 

@@ -6,6 +6,7 @@ spectrum that a simple classifier separates. Reference facts (from the authors' 
 the network (`blocks/frequency.py`), so the exported ONNX graph needs nothing outside it; frequency
 coordinates are appended so global pooling still knows where a peak sits. Trained from scratch.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence

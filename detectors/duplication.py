@@ -38,14 +38,8 @@ WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.
 
 def to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
     """3 x H x W float RGB in [0, 1] (tensor or array) -> H x W x 3 uint8."""
-    array = (
-        image.detach().float().cpu().numpy()
-        if isinstance(image, torch.Tensor)
-        else np.asarray(image)
-    )
-    return np.ascontiguousarray(
-        (np.clip(array, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0)
-    )
+    array = image.detach().float().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
+    return np.ascontiguousarray((np.clip(array, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0))
 
 
 class LogisticScore(torch.nn.Module):
@@ -64,9 +58,7 @@ class LogisticScore(torch.nn.Module):
 
         labels = np.asarray(labels).astype(int)
         if len(np.unique(labels)) < 2:
-            raise ValueError(
-                f"fitting a score model needs both classes, got only {np.unique(labels).tolist()}"
-            )
+            raise ValueError(f"fitting a score model needs both classes, got only {np.unique(labels).tolist()}")
         mean, scale = features.mean(0), features.std(0)
         scale = np.where(scale > 1e-9, scale, 1.0)
         model = LogisticRegression(C=c, class_weight="balanced", max_iter=1000)
@@ -82,9 +74,7 @@ class LogisticScore(torch.nn.Module):
 
     def logit(self, features: np.ndarray) -> np.ndarray:
         if not bool(self.fitted):
-            raise RuntimeError(
-                "this score model is not fitted: train the detector with train.py first"
-            )
+            raise RuntimeError("this score model is not fitted: train the detector with train.py first")
         z = (np.atleast_2d(features) - self.mean.numpy()) / self.scale.numpy()
         return z @ self.coef.numpy() + float(self.intercept)
 
@@ -107,8 +97,10 @@ class PairDuplicationDetector(Detector):
 
     is_pair_detector = True
     fit_without_gradients = True
-    onnx_export_refusal = ("it matches keypoints with OpenCV, which an ONNX graph cannot hold; score with its .ckpt "
-                           "(infer.py model=...ckpt)")
+    onnx_export_refusal = (
+        "it matches keypoints with OpenCV, which an ONNX graph cannot hold; score with its .ckpt "
+        "(infer.py model=...ckpt)"
+    )
 
     def __init__(
         self,
@@ -138,9 +130,7 @@ class PairDuplicationDetector(Detector):
         """A panel (RGB uint8, any size) at working size with its keypoints, for many pairs."""
         if self._sift is None:
             self._sift = cv2.SIFT_create(nfeatures=self.n_features)
-        return describe_panel(
-            image, self.max_side, self.n_features, self.mask_furniture, self._sift
-        )
+        return describe_panel(image, self.max_side, self.n_features, self.mask_furniture, self._sift)
 
     def match(self, panel_a: Panel, panel_b: Panel) -> PairMatch:
         return match_pair(panel_a, panel_b, self.ratio, self.min_inliers, min_peak=self.min_peak)
@@ -153,11 +143,7 @@ class PairDuplicationDetector(Detector):
 
     def operations(self, match: PairMatch) -> tuple[list[str], list[str]]:
         """(THEMIS CMO-I answers, fine geometric operations) of a duplicated pair."""
-        geometric = (
-            match.geometry.operations(self.scale_tolerance, self.angle_tolerance)
-            if match.geometry
-            else []
-        )
+        geometric = match.geometry.operations(self.scale_tolerance, self.angle_tolerance) if match.geometry else []
         fine = list(geometric)
         if self.parameter_model.logit(match.parameter_features())[0] >= 0:
             fine.append("parameter")
@@ -198,11 +184,7 @@ class PairDuplicationDetector(Detector):
         logits = []
         for a, b in zip(image_a, image_b):
             match = self.match(self.describe(to_uint8(a)), self.describe(to_uint8(b)))
-            logits.append(
-                -30.0
-                if match.method == "none"
-                else float(self.score_model.logit(match.features())[0])
-            )
+            logits.append(-30.0 if match.method == "none" else float(self.score_model.logit(match.features())[0]))
         return {"logit": torch.tensor(logits, dtype=torch.float32)}
 
     def fit(
@@ -260,9 +242,7 @@ class SelfMatchLocalizer(Localizer):
         """(image logit, pixel logits H x W, SelfMatch) of one RGB uint8 image."""
         if self._sift is None:
             self._sift = cv2.SIFT_create(nfeatures=self.n_features)
-        panel = describe_panel(
-            image, self.max_side, self.n_features, mask_furniture=True, sift=self._sift
-        )
+        panel = describe_panel(image, self.max_side, self.n_features, mask_furniture=True, sift=self._sift)
         found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
         if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
             faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
@@ -273,9 +253,7 @@ class SelfMatchLocalizer(Localizer):
             marked_source = self.confidence if (self.mark == "both" or not found.ordered) else -1.0
             logits[found.source] = marked_source
             logits[found.target] = self.confidence
-        evidence = (
-            (found.n_inliers - self.min_inliers) / 2.0 if found.target.any() else -self.confidence
-        )
+        evidence = (found.n_inliers - self.min_inliers) / 2.0 if found.target.any() else -self.confidence
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -285,6 +263,4 @@ class SelfMatchLocalizer(Localizer):
             heads.append(logit)
             maps.append(torch.from_numpy(logits))
         mask_logit = torch.stack(maps)[:, None].to(image.device)
-        return self.outputs(
-            mask_logit, torch.tensor(heads, dtype=torch.float32, device=image.device)
-        )
+        return self.outputs(mask_logit, torch.tensor(heads, dtype=torch.float32, device=image.device))

@@ -14,6 +14,7 @@ are offered with weights (0 by default: the authors' current training code leave
 files that lack the frozen SVD copies (`weight_main`, `U_r`, `S_r`, `V_r`): W_main is then
 recomputed from the original CLIP weights, which must be those of `clip`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,7 +51,7 @@ def effort_state_dict(release: Mapping[str, torch.Tensor]) -> dict[str, torch.Te
     release = release.get("state_dict", release) if isinstance(release.get("state_dict"), Mapping) else release
     ours: dict[str, torch.Tensor] = {}
     for key, value in release.items():
-        key = key[len("module."):] if key.startswith("module.") else key
+        key = key[len("module.") :] if key.startswith("module.") else key
         leaf = key.rsplit(".", 1)[-1]
         if leaf in FROZEN_FACTOR_KEYS or leaf == "position_ids" or not key.startswith(("backbone.", "head.")):
             continue
@@ -75,8 +76,12 @@ class Effort(Detector):
     ) -> None:
         tower = load_hf_clip_vision(clip, projection=False, cache_dir=cache_dir)
         size = int(tower.config.image_size)
-        config = {"size": size, "mode": "resize", "interpolation": "bilinear", **dict(
-            preprocess.to_dict() if isinstance(preprocess, Preprocess) else preprocess or {})}
+        config = {
+            "size": size,
+            "mode": "resize",
+            "interpolation": "bilinear",
+            **dict(preprocess.to_dict() if isinstance(preprocess, Preprocess) else preprocess or {}),
+        }
         config.update(mean=list(OPENAI_CLIP_MEAN), std=list(OPENAI_CLIP_STD))
         super().__init__(config)
         self.image_size = size
@@ -99,9 +104,12 @@ class Effort(Detector):
         trained = [k for k in missing if k.startswith("head.") or k.endswith(TRAINED_LEAVES)]
         if trained:
             raise ValueError(f"{path}: lacks trained Effort weights: {trained[:5]}")
-        log.info("Effort: loaded %s (%d tensors)%s", path, len(state),
-                 f"; {len(missing)} frozen tensors (W_main included) kept from the original CLIP weights"
-                 if missing else "")
+        log.info(
+            "Effort: loaded %s (%d tensors)%s",
+            path,
+            len(state),
+            f"; {len(missing)} frozen tensors (W_main included) kept from the original CLIP weights" if missing else "",
+        )
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         x = image

@@ -11,6 +11,7 @@ Released checkpoints (`pretrained: /path/file.pth`, their `model_state_dict`) lo
 `authors_key_map`; module counts and widths are read from the file. Those files carry the
 whole frozen tower, so `clip_pretrained` may be null when loading them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,10 +24,22 @@ from torch import nn
 from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.blocks.clip import clip_preprocess, load_clip_visual
-from detectors.blocks.clip_tower import (check_plain_vit, exportable_attention, freeze, patch_tokens, project_cls,
-                                         resize_to_tower, run_block)
-from detectors.blocks.released import (IncompatibleWeightsError, load_mapped, map_state_dict, read_state_dict,
-                                       regex_key_map)
+from detectors.blocks.clip_tower import (
+    check_plain_vit,
+    exportable_attention,
+    freeze,
+    patch_tokens,
+    project_cls,
+    resize_to_tower,
+    run_block,
+)
+from detectors.blocks.released import (
+    IncompatibleWeightsError,
+    load_mapped,
+    map_state_dict,
+    read_state_dict,
+    regex_key_map,
+)
 from detectors.blocks.weights import weights_deferred
 
 log = logging.getLogger(__name__)
@@ -77,11 +90,22 @@ class ForgeLens(Detector):
     """`stage: 1` scores with the WSGM-guided final CLS, `stage: 2` with FAFormer; each stage
     trains only its own parts (stage 2 starts from a stage-1 file given as `pretrained`)."""
 
-    def __init__(self, model: str | Mapping[str, Any] = "ViT-L-14", clip_pretrained: str | None = "openai",
-                 pretrained: str | None = None, stage: int = 2, wsgm_count: int = 4, wsgm_hidden: int | None = None,
-                 faformer_layers: int = 2, faformer_heads: int = 2, faformer_hidden: int | None = None,
-                 dropout: float = 0.5, cache_dir: str | None = None, quick_gelu: bool = True,
-                 preprocess: Preprocess | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | Mapping[str, Any] = "ViT-L-14",
+        clip_pretrained: str | None = "openai",
+        pretrained: str | None = None,
+        stage: int = 2,
+        wsgm_count: int = 4,
+        wsgm_hidden: int | None = None,
+        faformer_layers: int = 2,
+        faformer_heads: int = 2,
+        faformer_hidden: int | None = None,
+        dropout: float = 0.5,
+        cache_dir: str | None = None,
+        quick_gelu: bool = True,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+    ) -> None:
         if stage not in (1, 2):
             raise ValueError(f"ForgeLens stage must be 1 or 2, got {stage!r}")
         visual, spec = load_clip_visual(model, clip_pretrained, cache_dir, quick_gelu)
@@ -105,7 +129,8 @@ class ForgeLens(Detector):
             fmt, raw = read_state_dict(pretrained, ("model_state_dict",))
             state = raw if fmt == "toolkit" else map_state_dict(raw, authors_key_map(raw))
             wsgm_count, wsgm_hidden, faformer_layers, faformer_hidden = counts_from_weights(
-                state, wsgm_count, wsgm_hidden, faformer_layers, faformer_hidden)
+                state, wsgm_count, wsgm_hidden, faformer_layers, faformer_hidden
+            )
         self.build_wsgm(wsgm_count, wsgm_hidden or self.width // 4)
         self.build_faformer(faformer_layers, faformer_hidden or self.embed_dim)
         self.set_stage(stage)
@@ -115,8 +140,13 @@ class ForgeLens(Detector):
             if not any(k.startswith("faformer.") for k in state):  # a stage-1 file: FAFormer starts fresh
                 optional += ("faformer.", "faformer_norm.", "cls_token", "head.")
             kept = load_mapped(self, state, optional, source=str(pretrained))
-            log.info("ForgeLens: loaded %s (%d WSGM, %d FAFormer layers); kept initial values for %d tensors",
-                     pretrained, wsgm_count, faformer_layers, len(kept))
+            log.info(
+                "ForgeLens: loaded %s (%d WSGM, %d FAFormer layers); kept initial values for %d tensors",
+                pretrained,
+                wsgm_count,
+                faformer_layers,
+                len(kept),
+            )
 
     def build_wsgm(self, count: int, hidden: int) -> None:
         if not 1 <= count <= self.depth:
@@ -125,15 +155,21 @@ class ForgeLens(Detector):
         self.wsgm.train(self.training)
 
     def build_faformer(self, layers: int, hidden: int) -> None:
-        self.faformer = nn.ModuleList(FAFormerBlock(self.embed_dim, self.faformer_heads, hidden, self.dropout_p)
-                                      for _ in range(layers))
+        self.faformer = nn.ModuleList(
+            FAFormerBlock(self.embed_dim, self.faformer_heads, hidden, self.dropout_p) for _ in range(layers)
+        )
         self.faformer.train(self.training)
 
     def set_stage(self, stage: int) -> None:
         """Stage 1 trains the guidance modules and their head; stage 2 only FAFormer and its head."""
         self.stage = stage
-        for part, trains in ((self.wsgm, stage == 1), (self.stage1_head, stage == 1), (self.faformer, stage == 2),
-                             (self.faformer_norm, stage == 2), (self.head, stage == 2)):
+        for part, trains in (
+            (self.wsgm, stage == 1),
+            (self.stage1_head, stage == 1),
+            (self.faformer, stage == 2),
+            (self.faformer_norm, stage == 2),
+            (self.head, stage == 2),
+        ):
             part.requires_grad_(trains)
         self.cls_token.requires_grad_(stage == 2)
 
@@ -213,8 +249,13 @@ def authors_key_map(state: Mapping[str, torch.Tensor]):
     return regex_key_map(rules)
 
 
-def counts_from_weights(state: Mapping[str, torch.Tensor], wsgm_count: int, wsgm_hidden: int | None,
-                        faformer_layers: int, faformer_hidden: int | None) -> tuple[int, int | None, int, int | None]:
+def counts_from_weights(
+    state: Mapping[str, torch.Tensor],
+    wsgm_count: int,
+    wsgm_hidden: int | None,
+    faformer_layers: int,
+    faformer_hidden: int | None,
+) -> tuple[int, int | None, int, int | None]:
     """Module counts and widths as the weights say (configured values only where the file has no
     such part, e.g. FAFormer in a stage-1 file); a disagreeing configured value is logged."""
     found_wsgm = {int(k.split(".")[1]) for k in state if k.startswith("wsgm.")}
@@ -226,14 +267,22 @@ def counts_from_weights(state: Mapping[str, torch.Tensor], wsgm_count: int, wsgm
     read = {"wsgm_count": len(found_wsgm), "wsgm_hidden": _rows(state, r"wsgm\.\d+\.down\.weight")}
     if found_former:
         read.update(faformer_layers=len(found_former), faformer_hidden=_rows(state, r"faformer\.\d+\.fc1\.weight"))
-    configured = {"wsgm_count": wsgm_count, "wsgm_hidden": wsgm_hidden, "faformer_layers": faformer_layers,
-                  "faformer_hidden": faformer_hidden}
+    configured = {
+        "wsgm_count": wsgm_count,
+        "wsgm_hidden": wsgm_hidden,
+        "faformer_layers": faformer_layers,
+        "faformer_hidden": faformer_hidden,
+    }
     for name, value in read.items():
         if configured[name] is not None and configured[name] != value:
             log.info("ForgeLens: %s=%s from the weights (configured %s)", name, value, configured[name])
     configured.update({k: v for k, v in read.items() if v is not None})
-    return (configured["wsgm_count"], configured["wsgm_hidden"], configured["faformer_layers"],
-            configured["faformer_hidden"])
+    return (
+        configured["wsgm_count"],
+        configured["wsgm_hidden"],
+        configured["faformer_layers"],
+        configured["faformer_hidden"],
+    )
 
 
 def _rows(state: Mapping[str, torch.Tensor], pattern: str) -> int | None:

@@ -12,6 +12,7 @@ evaluation) lives in `inference.tta` and needs the PyTorch runtime.
 Released checkpoints (`pretrained: /path/checkpoint.pth`, their `model` entry) load through
 `authors_key_map`; they carry the whole image tower, so `clip_pretrained` may be null.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,15 @@ from torch import nn
 from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.blocks.clip import clip_preprocess, load_clip_visual
-from detectors.blocks.clip_tower import (check_plain_vit, exportable_attention, freeze, patch_tokens, project_cls,
-                                         resize_to_tower, run_block)
+from detectors.blocks.clip_tower import (
+    check_plain_vit,
+    exportable_attention,
+    freeze,
+    patch_tokens,
+    project_cls,
+    resize_to_tower,
+    run_block,
+)
 from detectors.blocks.released import load_mapped, map_state_dict, read_state_dict, regex_key_map
 from detectors.blocks.weights import weights_deferred
 
@@ -42,8 +50,10 @@ def srm_kernels() -> torch.Tensor:
     around = [(r, c) for r in range(3) for c in range(3) if (r, c) != (1, 1)]
     clockwise = [(-1, -1), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1)]
     square3 = np.array([[-1, 2, -1], [2, -4, 2], [-1, 2, -1]], dtype=np.float32)
-    square5 = np.array([[-1, 2, -2, 2, -1], [2, -6, 8, -6, 2], [-2, 8, -12, 8, -2], [2, -6, 8, -6, 2],
-                        [-1, 2, -2, 2, -1]], dtype=np.float32)
+    square5 = np.array(
+        [[-1, 2, -2, 2, -1], [2, -6, 8, -6, 2], [-2, 8, -12, 8, -2], [2, -6, 8, -6, 2], [-1, 2, -2, 2, -1]],
+        dtype=np.float32,
+    )
     kernels = []
     for r, c in around:  # first order: neighbour minus centre
         k = np.zeros((5, 5), np.float32)
@@ -131,11 +141,15 @@ class DctCondition(nn.Module):
             raise ValueError(f"the condition branches end with 8 x base channels, which must equal the width {width}")
         self.window, self.stride = window, stride
         self.register_buffer("dct", dct_matrix(window), persistent=False)
-        self.register_buffer("band_weights", band_masks(window, bands) * (2.0 ** torch.arange(bands)).view(-1, 1, 1),
-                             persistent=False)
+        self.register_buffer(
+            "band_weights", band_masks(window, bands) * (2.0 ** torch.arange(bands)).view(-1, 1, 1), persistent=False
+        )
         self.register_buffer("hpf_weight", srm_kernels().unsqueeze(1).repeat(1, 3, 1, 1))
         self.branch_min, self.branch_max = ConditionBranch(30, base), ConditionBranch(30, base)
-        self.gate_min, self.gate_max = nn.Parameter(torch.full((width,), 1e-6)), nn.Parameter(torch.full((width,), 1e-6))
+        self.gate_min, self.gate_max = (
+            nn.Parameter(torch.full((width,), 1e-6)),
+            nn.Parameter(torch.full((width,), 1e-6)),
+        )
         self.aux_head = nn.Linear(width, 1)
 
     def richest_window(self, image: torch.Tensor) -> torch.Tensor:
@@ -174,12 +188,24 @@ class IAPL(Detector):
     """Prompted, adapted CLIP ViT -> Linear on the projected CLS; outputs `logit` and, with the
     condition module, `aux_logit` (its auxiliary head, used by the loss only)."""
 
-    def __init__(self, model: str | Mapping[str, Any] = "ViT-L-14", clip_pretrained: str | None = "openai",
-                 pretrained: str | None = None, n_ctx: int = 2, prompt_depth: int = 9,
-                 adapter_layers: Sequence[int] = (3, 7, 11, 15, 19, 23), adapter_bottleneck: int = 64,
-                 gate: bool = True, condition: bool = True, condition_base: int | None = None,
-                 label_smoothing: float = 0.1, aux_weight: float = 1.0, cache_dir: str | None = None,
-                 quick_gelu: bool = True, preprocess: Preprocess | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | Mapping[str, Any] = "ViT-L-14",
+        clip_pretrained: str | None = "openai",
+        pretrained: str | None = None,
+        n_ctx: int = 2,
+        prompt_depth: int = 9,
+        adapter_layers: Sequence[int] = (3, 7, 11, 15, 19, 23),
+        adapter_bottleneck: int = 64,
+        gate: bool = True,
+        condition: bool = True,
+        condition_base: int | None = None,
+        label_smoothing: float = 0.1,
+        aux_weight: float = 1.0,
+        cache_dir: str | None = None,
+        quick_gelu: bool = True,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+    ) -> None:
         visual, spec = load_clip_visual(model, clip_pretrained, cache_dir, quick_gelu)
         config = {"mode": "tile", **(preprocess.to_dict() if isinstance(preprocess, Preprocess) else preprocess or {})}
         normalization = {k: config.pop(k) for k in ("mean", "std") if k in config}
@@ -194,10 +220,14 @@ class IAPL(Detector):
         freeze(self.tower)
         self.n_ctx, self.label_smoothing, self.aux_weight = n_ctx, label_smoothing, aux_weight
         self.context = nn.Parameter(torch.randn(n_ctx, width) * 0.02)
-        self.deep_prompts = nn.ParameterList(nn.Parameter(torch.randn(n_ctx, width) * 0.02)
-                                             for _ in range(prompt_depth - 1))
-        self.gates = nn.ParameterList(nn.Parameter(torch.full((n_ctx, width), 1e-6))
-                                      for _ in range(prompt_depth - 1)) if gate else None
+        self.deep_prompts = nn.ParameterList(
+            nn.Parameter(torch.randn(n_ctx, width) * 0.02) for _ in range(prompt_depth - 1)
+        )
+        self.gates = (
+            nn.ParameterList(nn.Parameter(torch.full((n_ctx, width), 1e-6)) for _ in range(prompt_depth - 1))
+            if gate
+            else None
+        )
         self.adapters = nn.ModuleDict({str(i): Adapter(width, adapter_bottleneck) for i in adapter_layers})
         self.condition = DctCondition(width, base=condition_base) if condition else None
         self.head = nn.Linear(spec.embed_dim, 1)
@@ -224,8 +254,9 @@ class IAPL(Detector):
             for index, block in enumerate(self.tower.transformer.resblocks):
                 if 1 <= index <= len(self.deep_prompts):
                     tokens = self._swap_prompts(tokens, index - 1)
-                tokens = run_block(block, tokens, parallel=self.adapters[str(index)] if str(index) in self.adapters
-                                   else None)
+                tokens = run_block(
+                    block, tokens, parallel=self.adapters[str(index)] if str(index) in self.adapters else None
+                )
         outputs["logit"] = self.head(project_cls(self.tower, tokens)).squeeze(1)
         return outputs
 
@@ -233,9 +264,9 @@ class IAPL(Detector):
         """Replace the context outputs of the previous block by this block's prompts, plus a gated
         share of those outputs when gates are on."""
         prompts = self.deep_prompts[layer].unsqueeze(0).to(tokens.dtype)
-        previous = tokens[:, -self.n_ctx:]
+        previous = tokens[:, -self.n_ctx :]
         carried = prompts + self.gates[layer] * previous if self.gates is not None else prompts.expand_as(previous)
-        return torch.cat([tokens[:, :-self.n_ctx], carried], dim=1)
+        return torch.cat([tokens[:, : -self.n_ctx], carried], dim=1)
 
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """Label-smoothed BCE (targets pulled towards 0.5 by `label_smoothing`) on the main head,
@@ -247,8 +278,14 @@ class IAPL(Detector):
         return loss
 
 
-BRANCH_PARTS = {"conv": "conv1", "bn": "bn1", "conv2": "conv2", "bn2": "bn2", "conv1x1.0": "shortcut.0",
-                "conv1x1.1": "shortcut.1"}
+BRANCH_PARTS = {
+    "conv": "conv1",
+    "bn": "bn1",
+    "conv2": "conv2",
+    "bn2": "bn2",
+    "conv1x1.0": "shortcut.0",
+    "conv1x1.1": "shortcut.1",
+}
 BRANCH_STAGES = {"conv00": 0, "conv20": 1, "conv40": 2, "conv60": 3}
 
 
@@ -268,17 +305,25 @@ def authors_key_map():
     gate_min / gate_max / aux_head / hpf_weight; fc_binary -> head. Dropped: the module's fixed DCT
     matrices and band filters (never trained; `DctCondition` computes the same constants).
     """
-    return regex_key_map([
-        (r"prompt_learner\.ctx", "context"),
-        (r"prompt_learner\.compound_prompts_vision\.(\d+)", r"deep_prompts.\1"),
-        (r"image_encoder\.transformer\.resblocks\.(\d+)\.gamma", lambda m: f"gates.{int(m.group(1)) - 1}"),
-        (r"image_encoder\.transformer\.resblocks\.(\d+)\.adapter\.(down|up)_proj\.(weight|bias)", r"adapters.\1.\2.\3"),
-        (r"image_encoder\.(.*)", r"tower.\1"),
-        (r"conditional_ctx\.model_(min|max)\.(conv\d0)\.(conv|bn|conv2|bn2|conv1x1\.0|conv1x1\.1)\.(.*)", _branch_key),
-        (r"conditional_ctx\.gamma", "condition.gate_min"),
-        (r"conditional_ctx\.gamma_2", "condition.gate_max"),
-        (r"conditional_ctx\.sup\.(weight|bias)", r"condition.aux_head.\1"),
-        (r"conditional_ctx\.hpf\.hpf\.weight", "condition.hpf_weight"),
-        (r"conditional_ctx\.(_DCT_patch|_DCT_patch_T|level_filters\..*|grade_filters\..*)", None),
-        (r"fc_binary\.(weight|bias)", r"head.\1"),
-    ])
+    return regex_key_map(
+        [
+            (r"prompt_learner\.ctx", "context"),
+            (r"prompt_learner\.compound_prompts_vision\.(\d+)", r"deep_prompts.\1"),
+            (r"image_encoder\.transformer\.resblocks\.(\d+)\.gamma", lambda m: f"gates.{int(m.group(1)) - 1}"),
+            (
+                r"image_encoder\.transformer\.resblocks\.(\d+)\.adapter\.(down|up)_proj\.(weight|bias)",
+                r"adapters.\1.\2.\3",
+            ),
+            (r"image_encoder\.(.*)", r"tower.\1"),
+            (
+                r"conditional_ctx\.model_(min|max)\.(conv\d0)\.(conv|bn|conv2|bn2|conv1x1\.0|conv1x1\.1)\.(.*)",
+                _branch_key,
+            ),
+            (r"conditional_ctx\.gamma", "condition.gate_min"),
+            (r"conditional_ctx\.gamma_2", "condition.gate_max"),
+            (r"conditional_ctx\.sup\.(weight|bias)", r"condition.aux_head.\1"),
+            (r"conditional_ctx\.hpf\.hpf\.weight", "condition.hpf_weight"),
+            (r"conditional_ctx\.(_DCT_patch|_DCT_patch_T|level_filters\..*|grade_filters\..*)", None),
+            (r"fc_binary\.(weight|bias)", r"head.\1"),
+        ]
+    )

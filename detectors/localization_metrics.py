@@ -5,6 +5,7 @@ per image. At the end the per-image numbers of every rank are gathered and de-du
 index (the distributed sampler pads ranks with repeated images), then computed once, so two
 processes report what one process would. A few best and worst cases are kept for the contact sheet.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -69,9 +70,13 @@ class SplitPixelMetrics:
     def compute(self) -> tuple[dict[str, float], list[tuple[float, int, np.ndarray, np.ndarray, np.ndarray]]]:
         """(metrics over the whole split, best and worst cases), identical on every rank; resets."""
         acc = self.accumulator
-        local = {"mask_index": self.mask_index, "genuine_index": self.genuine_index,
-                 "fpr_genuine": acc.fpr_genuine, "cases": self.cases,
-                 **{name: getattr(acc, name) for name in PER_MASK_FIELDS}}
+        local = {
+            "mask_index": self.mask_index,
+            "genuine_index": self.genuine_index,
+            "fpr_genuine": acc.fpr_genuine,
+            "cases": self.cases,
+            **{name: getattr(acc, name) for name in PER_MASK_FIELDS},
+        }
         merged = PixelMetricAccumulator(self.threshold, 0, self.per_image_curves)
         seen_masks: set[int] = set()
         seen_genuine: set[int] = set()

@@ -7,6 +7,7 @@ prediction -> crop back -> the image score and the result dict. A new localizer 
 and a `dense_prediction`; the image score, the loss and the handling of arbitrary input sizes come
 from here, so nothing else in the toolkit changes.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -48,8 +49,13 @@ class Localizer(Detector):
     has_image_head = False
     stride = 1
 
-    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "max",
-                 loss_weights: Mapping[str, float] | None = None, topk_fraction: float = 0.01) -> None:
+    def __init__(
+        self,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        image_score: str = "max",
+        loss_weights: Mapping[str, float] | None = None,
+        topk_fraction: float = 0.01,
+    ) -> None:
         super().__init__(preprocess)
         if image_score not in IMAGE_SCORES:
             raise ValueError(f"image_score must be one of {IMAGE_SCORES}, got {image_score!r}")
@@ -92,8 +98,9 @@ class Localizer(Detector):
         and any other maps it produces (`edge_logit`, `confidence_logit`, ...)."""
         raise NotImplementedError(f"{type(self).__name__} must implement dense_prediction")
 
-    def outputs(self, mask_logit: torch.Tensor, head_logit: torch.Tensor | None = None,
-                **extra: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def outputs(
+        self, mask_logit: torch.Tensor, head_logit: torch.Tensor | None = None, **extra: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
         """The forward's result dict: image logit from the head or the map, plus the given maps."""
         if self.image_score == "head":
             logit = head_logit.reshape(-1)

@@ -8,9 +8,7 @@ import numpy as np
 
 from detectors.matching import Panel, homogeneous
 
-DIHEDRAL = tuple(
-    (flip, k) for flip in (False, True) for k in range(4)
-)  # the 8 flips / quarter turns
+DIHEDRAL = tuple((flip, k) for flip in (False, True) for k in range(4))  # the 8 flips / quarter turns
 
 
 def dihedral(image: np.ndarray, flip: bool, quarter_turns: int) -> np.ndarray:
@@ -22,9 +20,7 @@ def dihedral_to_original(shape: tuple[int, int], flip: bool, quarter_turns: int)
     """3 x 3 map from pixel coordinates of `dihedral(image)` back to those of `image` (h x w)."""
     height, width = shape
     xs = dihedral(np.tile(np.arange(width, dtype=np.float32), (height, 1)), flip, quarter_turns)
-    ys = dihedral(
-        np.tile(np.arange(height, dtype=np.float32)[:, None], (1, width)), flip, quarter_turns
-    )
+    ys = dihedral(np.tile(np.arange(height, dtype=np.float32)[:, None], (1, width)), flip, quarter_turns)
     h, w = xs.shape
     source = np.float32([[0, 0], [w - 1, 0], [0, h - 1]])
     target = np.float32([[xs[v, u], ys[v, u]] for u, v in source.astype(int)])

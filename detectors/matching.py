@@ -75,20 +75,16 @@ def furniture_mask(gray: np.ndarray) -> np.ndarray:
         return np.zeros_like(gray, dtype=bool)
     background = cv2.medianBlur(gray, window)
     ink = (cv2.absdiff(gray, background) > 60).astype(np.uint8)
-    rulings = cv2.morphologyEx(
-        ink, cv2.MORPH_OPEN, np.ones((1, max(15, width // 5)), np.uint8)
-    ) | cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((max(15, height // 5), 1), np.uint8))
+    rulings = cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((1, max(15, width // 5)), np.uint8)) | cv2.morphologyEx(
+        ink, cv2.MORPH_OPEN, np.ones((max(15, height // 5), 1), np.uint8)
+    )
     count, labels, stats, _ = cv2.connectedComponentsWithStats(ink & (1 - rulings), connectivity=8)
     # A glyph sits on a flat surround: with its ink replaced by the background, the image is smooth.
     surround = np.where(ink > 0, background, gray).astype(np.float32)
-    roughness = np.sqrt(
-        np.maximum(cv2.blur(surround**2, (15, 15)) - cv2.blur(surround, (15, 15)) ** 2, 0)
-    )
+    roughness = np.sqrt(np.maximum(cv2.blur(surround**2, (15, 15)) - cv2.blur(surround, (15, 15)) ** 2, 0))
     flat = labels.ravel()
     area = np.bincount(flat, minlength=count).astype(np.float64)
-    rough = np.bincount(flat, roughness.ravel().astype(np.float64), minlength=count) / np.maximum(
-        area, 1
-    )
+    rough = np.bincount(flat, roughness.ravel().astype(np.float64), minlength=count) / np.maximum(area, 1)
     glyph = (
         (stats[:, cv2.CC_STAT_HEIGHT] <= max(6, 0.12 * height))
         & (stats[:, cv2.CC_STAT_WIDTH] <= max(6, 0.35 * width))
@@ -128,12 +124,8 @@ def describe_panel(
             np.clip(points[:, 0].round().astype(int), 0, gray_u8.shape[1] - 1),
         ]
         points, descriptors = points[inside], descriptors[inside]
-        descriptors = np.sqrt(
-            descriptors / np.maximum(descriptors.sum(1, keepdims=True), 1e-7)
-        )  # RootSIFT
-        descriptors = descriptors / np.maximum(
-            np.linalg.norm(descriptors, axis=1, keepdims=True), 1e-7
-        )
+        descriptors = np.sqrt(descriptors / np.maximum(descriptors.sum(1, keepdims=True), 1e-7))  # RootSIFT
+        descriptors = descriptors / np.maximum(np.linalg.norm(descriptors, axis=1, keepdims=True), 1e-7)
     gray = gray_u8.astype(np.float32)
     local_var = cv2.blur(gray**2, (7, 7)) - cv2.blur(gray, (7, 7)) ** 2
     return Panel(
@@ -253,9 +245,7 @@ def warp_into_a(
     )
 
 
-def local_correlation(
-    a: np.ndarray, b: np.ndarray, window: int = 11
-) -> tuple[np.ndarray, np.ndarray]:
+def local_correlation(a: np.ndarray, b: np.ndarray, window: int = 11) -> tuple[np.ndarray, np.ndarray]:
     """Windowed normalized cross-correlation of two aligned grey images, and the lower local std."""
     box = (window, window)
     mean_a, mean_b = cv2.blur(a, box), cv2.blur(b, box)
@@ -310,17 +300,13 @@ def shared_region(
     textured = valid & (spread > 3.0)
     a_values, b_values = panel_a.gray[valid], warped[valid]
     gain, bias = (
-        np.polyfit(b_values, a_values, 1)
-        if np.ptp(b_values) > 1e-3
-        else (1.0, float(np.mean(a_values - b_values)))
+        np.polyfit(b_values, a_values, 1) if np.ptp(b_values) > 1e-3 else (1.0, float(np.mean(a_values - b_values)))
     )
     level = np.abs(cv2.blur(panel_a.gray, (7, 7)) - (gain * cv2.blur(warped, (7, 7)) + bias))
     agree = valid & (((correlation > min_correlation) & textured) | (~textured & (level < 10)))
     agree = cv2.morphologyEx(agree.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
     agree = cv2.morphologyEx(agree, cv2.MORPH_CLOSE, np.ones((9, 9), np.uint8)) > 0
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(
-        agree.astype(np.uint8), connectivity=8
-    )
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(agree.astype(np.uint8), connectivity=8)
     big = stats[:, cv2.CC_STAT_AREA] >= max(64, 0.01 * agree.size)
     big[0] = False
     mask = fill_holes(big[labels]) & valid
@@ -338,12 +324,7 @@ def shared_region(
 
 def map_mask_to_b(mask_a: np.ndarray, matrix: np.ndarray, shape_b: tuple[int, int]) -> np.ndarray:
     """A's mask carried onto B's grid by the A -> B map."""
-    return (
-        cv2.warpAffine(
-            mask_a.astype(np.uint8), matrix, (shape_b[1], shape_b[0]), flags=cv2.INTER_NEAREST
-        )
-        > 0
-    )
+    return cv2.warpAffine(mask_a.astype(np.uint8), matrix, (shape_b[1], shape_b[0]), flags=cv2.INTER_NEAREST) > 0
 
 
 def photometric_fit(
@@ -387,9 +368,7 @@ def photometric_fit(
     if coloured.sum() > 50:
         angle = (hsv_b[coloured, 0] - hsv_a[coloured, 0]) * (np.pi / 90.0)
         hue_shift = float(np.degrees(np.arctan2(np.sin(angle).mean(), np.cos(angle).mean())) / 2.0)
-        saturation = float(
-            np.log((hsv_b[coloured, 1].mean() + 1) / (hsv_a[coloured, 1].mean() + 1))
-        )
+        saturation = float(np.log((hsv_b[coloured, 1].mean() + 1) / (hsv_a[coloured, 1].mean() + 1)))
     return {
         "gain_dev": float(np.max(np.abs(np.asarray(gains) - 1.0))),
         "bias": float(np.max(np.abs(biases))),

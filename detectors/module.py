@@ -1,4 +1,5 @@
 """DetectorModule: the LightningModule every detector trains, validates and calibrates under."""
+
 from __future__ import annotations
 
 import functools
@@ -77,8 +78,14 @@ class DetectorModule(L.LightningModule):
         self._extras: dict[str, list[dict[str, float]]] = {"val": [], "test": []}
         self.stage_metrics: dict[str, dict[str, float]] = {}
         self.stage_scores: dict[str, dict[str, np.ndarray]] = {}
-        self._pixels = {stage: SplitPixelMetrics(pixel_threshold, keep_cases=contact_cases if stage == "test" else 0)
-                        for stage in ("val", "test")} if self.net.is_localizer else {}
+        self._pixels = (
+            {
+                stage: SplitPixelMetrics(pixel_threshold, keep_cases=contact_cases if stage == "test" else 0)
+                for stage in ("val", "test")
+            }
+            if self.net.is_localizer
+            else {}
+        )
         self.stage_cases: dict[str, list[tuple]] = {}
         self.calibration: dict[str, Any] | None = None  # how far the last calibration can be trusted
         # calibrate_by=category: {category: threshold} for the categories with enough genuine images
@@ -90,8 +97,12 @@ class DetectorModule(L.LightningModule):
     def on_fit_start(self) -> None:
         trainable = sum(p.numel() for p in self.net.parameters() if p.requires_grad)
         total = sum(p.numel() for p in self.net.parameters())
-        log.info("%s: %s trainable of %s parameters", self.hparams.name or type(self.net).__name__,
-                 f"{trainable:,}", f"{total:,}")
+        log.info(
+            "%s: %s trainable of %s parameters",
+            self.hparams.name or type(self.net).__name__,
+            f"{trainable:,}",
+            f"{total:,}",
+        )
 
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
         outputs = self.net(batch["image"])
@@ -128,8 +139,9 @@ class DetectorModule(L.LightningModule):
         loss = self.net.loss(outputs, batch)
         self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(batch["image"]))
         scores = torch.sigmoid(outputs["logit"].float())
-        self._scores[stage].append((batch["index"].detach().cpu(), scores.detach().cpu(),
-                                    batch["label"].detach().cpu()))
+        self._scores[stage].append(
+            (batch["index"].detach().cpu(), scores.detach().cpu(), batch["label"].detach().cpu())
+        )
         if self._pixels and "mask" in batch:
             self._pixels[stage].update(batch, outputs["mask_logit"])
         if hasattr(self.net, "evaluation_metrics"):
@@ -154,8 +166,7 @@ class DetectorModule(L.LightningModule):
         records = getattr(getattr(self.trainer, "datamodule", None), "splits", {}).get("val")
         if not records:
             log.warning(
-                "calibration.by=category: the data module names no validation records; "
-                "one global threshold is used"
+                "calibration.by=category: the data module names no validation records; one global threshold is used"
             )
             return
         categories = [records[int(i)].category for i in index]
@@ -168,13 +179,8 @@ class DetectorModule(L.LightningModule):
             "too_few_by_category": {k: list(v) for k, v in result["too_few"].items()},
         }
         if result["too_few"]:
-            note = (
-                too_few_sentence(result["too_few"], self.hparams.target_fpr)
-                + "; they keep the global threshold"
-            )
-            self.calibration["warning"] = " ".join(
-                filter(None, [self.calibration.get("warning"), note])
-            )
+            note = too_few_sentence(result["too_few"], self.hparams.target_fpr) + "; they keep the global threshold"
+            self.calibration["warning"] = " ".join(filter(None, [self.calibration.get("warning"), note]))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The calibration check belongs to the threshold saved with these weights.
@@ -240,7 +246,11 @@ class DetectorModule(L.LightningModule):
         if schedule.get("name", "cosine") != "cosine":
             raise ValueError(f"scheduler.name must be cosine or step, got {schedule['name']!r}")
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        factor = functools.partial(warmup_cosine, total=total, warmup=int(schedule["warmup_fraction"] * total),
-                                   floor=float(schedule["min_lr_ratio"]))
+        factor = functools.partial(
+            warmup_cosine,
+            total=total,
+            warmup=int(schedule["warmup_fraction"] * total),
+            floor=float(schedule["min_lr_ratio"]),
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

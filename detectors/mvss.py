@@ -13,6 +13,7 @@ Layout (as in the authors' public inference code, `dong03/MVSS-Net`, models/mvss
 - Image score: global max of the mask logits. Loss: 0.16 Dice(mask) + 0.04 BCE(image label, max
   logit) + 0.80 Dice(edge), the weighting IMDL-BenCo uses (the authors did not release training).
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,9 +44,12 @@ class EdgeResidualBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int = 1) -> None:
         super().__init__()
         self.reduce = nn.Conv2d(in_channels, out_channels, 1)
-        self.residual = nn.Sequential(nn.Conv2d(out_channels, out_channels, 3, padding=1),
-                                      nn.BatchNorm2d(out_channels), nn.ReLU(),
-                                      nn.Conv2d(out_channels, out_channels, 3, padding=1))
+        self.residual = nn.Sequential(
+            nn.Conv2d(out_channels, out_channels, 3, padding=1),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+            nn.Conv2d(out_channels, out_channels, 3, padding=1),
+        )
 
     def forward(self, features: torch.Tensor, activate: bool = True) -> torch.Tensor:
         reduced = self.reduce(features)
@@ -57,8 +61,9 @@ def set_block_dilations(stage: nn.Module, dilations: Sequence[int]) -> None:
     """Give the 3x3 `conv2` of each block of a ResNet stage its own dilation (multi-grid)."""
     blocks = list(stage.children())
     if len(blocks) != len(dilations):
-        raise ValueError(f"layer4_dilations has {len(dilations)} entries but the backbone's layer4 has "
-                         f"{len(blocks)} blocks")
+        raise ValueError(
+            f"layer4_dilations has {len(dilations)} entries but the backbone's layer4 has {len(blocks)} blocks"
+        )
     for block, rate in zip(blocks, dilations):
         conv = getattr(block, "conv2", None)
         if not isinstance(conv, nn.Conv2d) or conv.kernel_size != (3, 3):
@@ -78,14 +83,26 @@ class MVSSNet(Localizer):
     `backbone_kwargs` go to `timm.create_model` (e.g. `channels` and `layers` for a tiny variant).
     """
 
-    def __init__(self, backbone: str = "resnet50", pretrained: str | bool | None = None,
-                 backbone_kwargs: Mapping[str, Any] | None = None,
-                 layer4_dilations: Sequence[int] | None = (1, 2, 4), head_channels: int | None = None,
-                 dropout: float = 0.1, channel_order: str = "rgb",
-                 preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "max",
-                 loss_weights: Mapping[str, float] | None = None, topk_fraction: float = 0.01) -> None:
-        super().__init__(preprocess or {"size": 512, "mode": "center_crop"}, image_score,
-                         {**MVSS_LOSS_WEIGHTS, **(loss_weights or {})}, topk_fraction)
+    def __init__(
+        self,
+        backbone: str = "resnet50",
+        pretrained: str | bool | None = None,
+        backbone_kwargs: Mapping[str, Any] | None = None,
+        layer4_dilations: Sequence[int] | None = (1, 2, 4),
+        head_channels: int | None = None,
+        dropout: float = 0.1,
+        channel_order: str = "rgb",
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        image_score: str = "max",
+        loss_weights: Mapping[str, float] | None = None,
+        topk_fraction: float = 0.01,
+    ) -> None:
+        super().__init__(
+            preprocess or {"size": 512, "mode": "center_crop"},
+            image_score,
+            {**MVSS_LOSS_WEIGHTS, **(loss_weights or {})},
+            topk_fraction,
+        )
         if channel_order not in CHANNEL_ORDERS:
             raise ValueError(f"channel_order must be one of {CHANNEL_ORDERS}, got {channel_order!r}")
         self.channel_order = channel_order
@@ -105,8 +122,9 @@ class MVSSNet(Localizer):
             self.load_pretrained_file(str(pretrained))
 
     @staticmethod
-    def _backbone(name: str, imagenet: bool, kwargs: Mapping[str, Any] | None,
-                  dilations: Sequence[int] | None) -> nn.Module:
+    def _backbone(
+        name: str, imagenet: bool, kwargs: Mapping[str, Any] | None, dilations: Sequence[int] | None
+    ) -> nn.Module:
         options = {"features_only": True, "out_indices": (1, 2, 3, 4), "output_stride": 16, **(kwargs or {})}
         if imagenet:
             model = load_timm_encoder(name, True, **options)
@@ -131,25 +149,32 @@ class MVSSNet(Localizer):
         elif "conv1.weight" in state and any(k.startswith("layer4.") for k in state):
             kind = "ImageNet ResNet weights (both streams)"
             backbone = {k: v for k, v in state.items() if not k.startswith("fc.")}
-            state = {**{f"rgb_backbone.{k}": v for k, v in backbone.items()},
-                     **{f"noise_backbone.{k}": v for k, v in backbone.items()}}
+            state = {
+                **{f"rgb_backbone.{k}": v for k, v in backbone.items()},
+                **{f"noise_backbone.{k}": v for k, v in backbone.items()},
+            }
             state = {**{k: v for k, v in self.state_dict().items() if k not in state}, **state}
         else:
-            raise ValueError(f"{path} is neither an MVSS-Net checkpoint (the authors' or this toolkit's) nor "
-                             f"ResNet ImageNet weights; first keys: {list(state)[:5]}")
+            raise ValueError(
+                f"{path} is neither an MVSS-Net checkpoint (the authors' or this toolkit's) nor "
+                f"ResNet ImageNet weights; first keys: {list(state)[:5]}"
+            )
         try:
             self.load_state_dict(state, strict=True)
         except RuntimeError as error:
-            raise ValueError(f"{path} ({kind}) does not fit this MVSS-Net configuration "
-                             f"(backbone, head_channels): {error}") from error
+            raise ValueError(
+                f"{path} ({kind}) does not fit this MVSS-Net configuration (backbone, head_channels): {error}"
+            ) from error
         log.info("mvss: loaded %s from %s", kind, path)
 
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         """Mask and edge logits up-sampled to the input's size (a multiple of `stride`)."""
         coarse = self.coarse_logits(image)
         size = image.shape[-2:]
-        return {f"{name}_logit": F.interpolate(coarse[name], size=size, mode="bilinear", align_corners=True)
-                for name in ("mask", "edge")}
+        return {
+            f"{name}_logit": F.interpolate(coarse[name], size=size, mode="bilinear", align_corners=True)
+            for name in ("mask", "edge")
+        }
 
     def coarse_logits(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         """The network at its own resolutions: `mask` at 1/16, `edge` at 1/4 (the authors' outputs)."""
@@ -166,8 +191,9 @@ class MVSSNet(Localizer):
         edge = self.edge_stage_blocks[0](gated[0])
         last = len(self.edge_merge_blocks) - 1
         for index, (side_block, merge_block) in enumerate(zip(self.edge_stage_blocks[1:], self.edge_merge_blocks)):
-            side = F.interpolate(side_block(gated[index + 1]), size=edge.shape[-2:], mode="bilinear",
-                                 align_corners=True)
+            side = F.interpolate(
+                side_block(gated[index + 1]), size=edge.shape[-2:], mode="bilinear", align_corners=True
+            )
             edge = merge_block(edge + side, activate=index < last)
         return edge
 
@@ -176,8 +202,10 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
     """Tensors of a weights file (`weights_only`: no code from the file runs), with the usual
     wrappers removed: a training checkpoint's `state_dict`, `net.` and DataParallel's `module.`."""
     if not os.path.isfile(path):
-        raise MissingWeightsError(f"MVSS-Net weights file {path!r} does not exist (nothing is downloaded); "
-                                  "see docs/guides/localizers.md (MVSS-Net) for where the published checkpoints are")
+        raise MissingWeightsError(
+            f"MVSS-Net weights file {path!r} does not exist (nothing is downloaded); "
+            "see docs/guides/localizers.md (MVSS-Net) for where the published checkpoints are"
+        )
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
 
@@ -186,25 +214,32 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # unpickling errors have no common base class
-            raise ValueError(f"cannot read {path} as a weights file (read with weights_only=True): "
-                             f"{error}") from error
+            raise ValueError(f"cannot read {path} as a weights file (read with weights_only=True): {error}") from error
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path} does not hold a state dict of tensors")
     for prefix in ("module.", "net."):
         if state and all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+            state = {k[len(prefix) :]: v for k, v in state.items()}
     return dict(state)
 
 
 # The authors' key names (models/mvssnet.py, `get_mvss(sobel=True, constrain=True)`) -> ours.
 # Each rule rewrites a key's prefix; `None` drops the key. Order matters: the first match wins.
 _ERB_PARTS = {"conv1": "reduce", "conv2": "residual.0", "bn": "residual.1", "conv3": "residual.3"}
-_HEAD_PARTS = {"conv_p1": "position_in", "conv_c1": "channel_in", "conv_p2": "position_out",
-               "conv_c2": "channel_out", "pam.conv_b": "position.query", "pam.conv_c": "position.key",
-               "pam.conv_d": "position.value", "pam.alpha": "position.gamma", "cam.beta": "channel.gamma",
-               "out": "classifier"}
+_HEAD_PARTS = {
+    "conv_p1": "position_in",
+    "conv_c1": "channel_in",
+    "conv_p2": "position_out",
+    "conv_c2": "channel_out",
+    "pam.conv_b": "position.query",
+    "pam.conv_c": "position.key",
+    "pam.conv_d": "position.value",
+    "pam.alpha": "position.gamma",
+    "cam.beta": "channel.gamma",
+    "out": "classifier",
+}
 AUTHORS_KEY_RULES: tuple[tuple[str, str | Callable[[re.Match], str] | None], ...] = (
     (r"^(noise_extractor\.)?model\.fc\.", None),  # ImageNet classifier of each ResNet, never used
     (r"^sobel_[xy][1-4]\.0\.weight$", None),  # the fixed Sobel filters: checked, they are our buffers
@@ -213,10 +248,11 @@ AUTHORS_KEY_RULES: tuple[tuple[str, str | Callable[[re.Match], str] | None], ...
     (r"^model\.", "rgb_backbone."),
     (r"^constrain_conv\.kernel$", "bayar.kernel"),
     (r"^sobel_([xy])([1-4])\.1\.", lambda m: f"edge_gates.{int(m[2]) - 1}.bn_{m[1]}."),
-    (r"^erb_db_([1-4])\.(conv1|conv2|bn|conv3)\.",
-     lambda m: f"edge_stage_blocks.{int(m[1]) - 1}.{_ERB_PARTS[m[2]]}."),
-    (r"^erb_trans_([1-3])\.(conv1|conv2|bn|conv3)\.",
-     lambda m: f"edge_merge_blocks.{int(m[1]) - 1}.{_ERB_PARTS[m[2]]}."),
+    (r"^erb_db_([1-4])\.(conv1|conv2|bn|conv3)\.", lambda m: f"edge_stage_blocks.{int(m[1]) - 1}.{_ERB_PARTS[m[2]]}."),
+    (
+        r"^erb_trans_([1-3])\.(conv1|conv2|bn|conv3)\.",
+        lambda m: f"edge_merge_blocks.{int(m[1]) - 1}.{_ERB_PARTS[m[2]]}.",
+    ),
     (r"^head\.(conv_[pc][12]|pam\.conv_[bcd]|out)\.", lambda m: f"head.{_HEAD_PARTS[m[1]]}."),
     (r"^head\.(pam\.alpha|cam\.beta)$", lambda m: f"head.{_HEAD_PARTS[m[1]]}"),
 )
@@ -227,8 +263,9 @@ def authors_key_to_ours(key: str) -> str | None:
     for pattern, replacement in AUTHORS_KEY_RULES:
         if re.match(pattern, key):
             return None if replacement is None else re.sub(pattern, replacement, key, count=1)
-    raise ValueError(f"unknown key in the MVSS-Net checkpoint: {key!r} (is it an MVSS-Net with sobel and "
-                     "constrain enabled?)")
+    raise ValueError(
+        f"unknown key in the MVSS-Net checkpoint: {key!r} (is it an MVSS-Net with sobel and constrain enabled?)"
+    )
 
 
 def map_authors_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

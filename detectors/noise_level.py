@@ -71,9 +71,7 @@ class NoiseLevelLocalizer(Localizer):
             topk_fraction=topk_fraction,
         )
         if block < 4 or block % 2:
-            raise ValueError(
-                f"noise_level block must be an even number of pixels >= 4, got {block}"
-            )
+            raise ValueError(f"noise_level block must be an even number of pixels >= 4, got {block}")
         if edge_factor <= 0 or min_spread <= 0 or z_scale <= 0:
             raise ValueError("noise_level edge_factor, min_spread and z_scale must be positive")
         self.block, self.edge_factor, self.min_spread = (
@@ -83,28 +81,19 @@ class NoiseLevelLocalizer(Localizer):
         )
         self.z_offset, self.z_scale = float(z_offset), float(z_scale)
         self.register_buffer("luma", torch.tensor(LUMA).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer(
-            "high_pass", torch.tensor(IMMERKAER_KERNEL).view(1, 1, 3, 3), persistent=False
-        )
+        self.register_buffer("high_pass", torch.tensor(IMMERKAER_KERNEL).view(1, 1, 3, 3), persistent=False)
         binomial = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0])
         smooth = torch.outer(binomial, binomial)
         self.register_buffer("smooth", (smooth / smooth.sum()).view(1, 1, 5, 5), persistent=False)
         sobel = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
-        self.register_buffer(
-            "sobel", torch.stack([sobel, sobel.t()]).unsqueeze(1), persistent=False
-        )
+        self.register_buffer("sobel", torch.stack([sobel, sobel.t()]).unsqueeze(1), persistent=False)
 
     def block_noise(self, image: torch.Tensor) -> torch.Tensor:
         """(N, 3, H, W) in [0, 1] -> (N, 1, h, w) noise sigma (8-bit units) per block."""
         gray = (image * self.luma).sum(1, keepdim=True) * 255.0
         residual = F.conv2d(F.pad(gray, (1, 1, 1, 1), mode="reflect"), self.high_pass).abs()
         smoothed = F.conv2d(F.pad(gray, (2, 2, 2, 2), mode="reflect"), self.smooth)
-        gradient = (
-            F.conv2d(F.pad(smoothed, (1, 1, 1, 1), mode="reflect"), self.sobel)
-            .square()
-            .sum(1, True)
-            .sqrt()
-        )
+        gradient = F.conv2d(F.pad(smoothed, (1, 1, 1, 1), mode="reflect"), self.sobel).square().sum(1, True).sqrt()
         mean_gradient = gradient.mean(dim=(2, 3), keepdim=True)
         keep = (gradient <= self.edge_factor * mean_gradient).to(gray.dtype)
         step = self.block // 2
@@ -122,7 +111,5 @@ class NoiseLevelLocalizer(Localizer):
         spread = (MAD_TO_STD * lower_median((flat - median).abs())).clamp_min(self.min_spread)
         deviation = (level - median.view(-1, 1, 1, 1)).abs() / spread.view(-1, 1, 1, 1)
         logit = self.z_scale * (deviation - self.z_offset)
-        mask_logit = F.interpolate(
-            logit, size=image.shape[-2:], mode="bilinear", align_corners=False
-        )
+        mask_logit = F.interpolate(logit, size=image.shape[-2:], mode="bilinear", align_corners=False)
         return {"mask_logit": mask_logit}

@@ -4,6 +4,7 @@ Reference facts (from the authors' public code): residual x - up(down(x)) scaled
 -> layer1 -> layer2 of a ResNet -> global average pooling -> linear. Sizes come from config so a
 tiny variant trains in tests.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -15,6 +16,7 @@ from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.blocks.residuals import neighboring_pixel_residual
 from detectors.blocks.resnet import BLOCKS, truncated_resnet
+
 
 class NPR(Detector):
     """Binary AI-generated-image classifier on neighbouring-pixel residuals."""

@@ -114,19 +114,13 @@ PARAMETER_FEATURE_NAMES = (
 
 def to_original(matrix: np.ndarray, factor_a: float, factor_b: float) -> np.ndarray:
     """A working -> B working map as A original -> B original."""
-    return (
-        np.diag([1 / factor_b, 1 / factor_b, 1.0])
-        @ homogeneous(matrix)
-        @ np.diag([factor_a, factor_a, 1.0])
-    )[:2]
+    return (np.diag([1 / factor_b, 1 / factor_b, 1.0]) @ homogeneous(matrix) @ np.diag([factor_a, factor_a, 1.0]))[:2]
 
 
 def resize_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     if mask.shape == tuple(shape):
         return mask
-    return (
-        cv2.resize(mask.astype(np.uint8), (shape[1], shape[0]), interpolation=cv2.INTER_NEAREST) > 0
-    )
+    return cv2.resize(mask.astype(np.uint8), (shape[1], shape[0]), interpolation=cv2.INTER_NEAREST) > 0
 
 
 def no_match(panel_a: Panel, panel_b: Panel, reason: str, **stats: Any) -> PairMatch:
@@ -190,15 +184,8 @@ def match_pair(
     n_inliers, matrix, inliers, inlier_points, n_matches = best
     method, peak = "sift", 0.0
     if n_inliers < min_inliers:
-        if (
-            not len(panel_a.points)
-            and not len(panel_b.points)
-            and panel_a.texture < 0.01
-            and panel_b.texture < 0.01
-        ):
-            return no_match(
-                panel_a, panel_b, "no keypoints and no texture in either panel", n_matches=n_matches
-            )
+        if not len(panel_a.points) and not len(panel_b.points) and panel_a.texture < 0.01 and panel_b.texture < 0.01:
+            return no_match(panel_a, panel_b, "no keypoints and no texture in either panel", n_matches=n_matches)
         fallback, peak = correlation_search(panel_a, panel_b)
         if fallback is None or peak < min_peak:
             reason = (
@@ -206,9 +193,7 @@ def match_pair(
                 if not len(panel_a.points) or not len(panel_b.points)
                 else "no consistent matches"
             )
-            return no_match(
-                panel_a, panel_b, reason, n_matches=n_matches, n_inliers=n_inliers, peak=peak
-            )
+            return no_match(panel_a, panel_b, reason, n_matches=n_matches, n_inliers=n_inliers, peak=peak)
         matrix, method, inlier_points = fallback, "correlation", np.zeros((0, 2))
     region = shared_region(panel_a, panel_b, matrix)
     mask_b = map_mask_to_b(region.mask_a, matrix, panel_b.shape)
@@ -276,9 +261,7 @@ def match_self(
     mirror_points, mirror_descriptors = panel.mirrored()
     best: tuple[int, np.ndarray | None] = (0, None)
     for mirrored, desc in ((False, panel.descriptors), (True, mirror_descriptors)):
-        ia, ib = mutual_matches(
-            panel.descriptors, desc, ratio, forbidden=near if not mirrored else None
-        )
+        ia, ib = mutual_matches(panel.descriptors, desc, ratio, forbidden=near if not mirrored else None)
         if mirrored:  # a keypoint matching its own mirror image is symmetry, not a copy
             far = np.linalg.norm(panel.points[ia] - panel.points[ib], axis=1) >= gap
             ia, ib = ia[far], ib[far]

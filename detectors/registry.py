@@ -5,6 +5,7 @@ config file, built from its `net` block, and a new one needs a module under `det
 configs, `<name>.yaml` (the published size) and `<name>_tiny.yaml` (a randomly initialized variant
 for tests and CPU runs). docs/architecture.md, "Adding a detector".
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 TINY_SUFFIX = "_tiny"
 
 
-def list_detectors(tiny: bool | None = None, localizer: bool | None = None,
-                   gradients: bool | None = None) -> list[str]:
+def list_detectors(tiny: bool | None = None, localizer: bool | None = None, gradients: bool | None = None) -> list[str]:
     """Sorted config names: all of them, only the tiny variants (`tiny=True`) or only the others;
     `localizer` keeps only the manipulation localizers (True) or only the classifiers (False);
     `gradients` only the networks trained by gradient steps (True) or only those fitted and
@@ -36,8 +36,9 @@ def list_detectors(tiny: bool | None = None, localizer: bool | None = None,
     if localizer is not None:
         names = [name for name in names if detector_class(name).is_localizer == localizer]
     if gradients is not None:
-        names = [name for name in names
-                 if (not getattr(detector_class(name), "fit_without_gradients", False)) == gradients]
+        names = [
+            name for name in names if (not getattr(detector_class(name), "fit_without_gradients", False)) == gradients
+        ]
     return names
 
 
@@ -52,7 +53,7 @@ def detector_class(name: str) -> type[Detector]:
 def _detector_override(override: str) -> str:
     """`net.x=1` -> `detector.net.x=1`, keeping Hydra's `+`, `++` and `~` prefixes in front."""
     body = override.lstrip("+~")
-    return f"{override[:len(override) - len(body)]}detector.{body}"
+    return f"{override[: len(override) - len(body)]}detector.{body}"
 
 
 def detector_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
@@ -96,8 +97,9 @@ def create_detector(name: str, overrides: Sequence[str] = ()) -> Detector:
     return build_detector(net_config(name, overrides))
 
 
-def create_module(detector: str | Mapping[str, Any], overrides: Sequence[str] = (),
-                  **module_options: Any) -> DetectorModule:
+def create_module(
+    detector: str | Mapping[str, Any], overrides: Sequence[str] = (), **module_options: Any
+) -> DetectorModule:
     """The trainable `DetectorModule` of a detector given by name (composed here, with `overrides`)
     or by its already composed config (train.py's `cfg.detector`); `module_options` go to the
     module (`target_fpr`, `pixel_threshold`, ...)."""
@@ -109,5 +111,10 @@ def create_module(detector: str | Mapping[str, Any], overrides: Sequence[str] = 
         raise ValueError("overrides apply to a detector given by name, not to a composed config")
     else:
         config = detector
-    return DetectorModule(net=config["net"], optimizer=config.get("optimizer"),
-                          scheduler=config.get("scheduler"), name=config.get("name"), **module_options)
+    return DetectorModule(
+        net=config["net"],
+        optimizer=config.get("optimizer"),
+        scheduler=config.get("scheduler"),
+        name=config.get("name"),
+        **module_options,
+    )

@@ -5,6 +5,7 @@ EfficientNet, MiT, or any timm model as `tu-<name>`) under a Unet, UnetPlusPlus,
 Segformer decoder, trained with Dice + BCE on the manipulation mask. The image score is the map's
 max / top-k mean, or smp's auxiliary classification head on the deepest features (`aux_head`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,20 @@ from detectors.localizer import Localizer
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = ("Unet", "UnetPlusPlus", "FPN", "DeepLabV3Plus", "Segformer", "Linknet", "PSPNet", "PAN",
-                 "MAnet", "DeepLabV3", "UPerNet", "DPT")
+ARCHITECTURES = (
+    "Unet",
+    "UnetPlusPlus",
+    "FPN",
+    "DeepLabV3Plus",
+    "Segformer",
+    "Linknet",
+    "PSPNet",
+    "PAN",
+    "MAnet",
+    "DeepLabV3",
+    "UPerNet",
+    "DPT",
+)
 
 
 class SegmentationLocalizer(Localizer):
@@ -46,8 +59,12 @@ class SegmentationLocalizer(Localizer):
         preprocess: Preprocess | Mapping[str, Any] | None = None,
     ) -> None:
         self.has_image_head = bool(aux_head)
-        super().__init__(preprocess or {"size": 512, "mode": "center_crop"}, image_score=image_score,
-                         loss_weights=loss_weights, topk_fraction=topk_fraction)
+        super().__init__(
+            preprocess or {"size": 512, "mode": "center_crop"},
+            image_score=image_score,
+            loss_weights=loss_weights,
+            topk_fraction=topk_fraction,
+        )
         if arch not in ARCHITECTURES:
             raise ValueError(f"seg arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
         self.arch, self.encoder_name = arch, encoder
@@ -62,14 +79,15 @@ class SegmentationLocalizer(Localizer):
         return {"mask_logit": produced}
 
 
-def build_smp_model(arch: str, encoder: str, depth: int, pretrained: str | None, aux_head: bool,
-                    arch_kwargs: dict[str, Any]) -> torch.nn.Module:
+def build_smp_model(
+    arch: str, encoder: str, depth: int, pretrained: str | None, aux_head: bool, arch_kwargs: dict[str, Any]
+) -> torch.nn.Module:
     """The smp network with its encoder weights read from a local file (never downloaded)."""
     import segmentation_models_pytorch as smp
 
     aux = {"classes": 1, "pooling": "max", "dropout": 0.0} if aux_head else None
     if arch in ("Unet", "UnetPlusPlus", "MAnet") and "decoder_channels" not in arch_kwargs:
-        arch_kwargs["decoder_channels"] = (256, 128, 64, 32, 16)[5 - depth:]  # smp's default, one per stage
+        arch_kwargs["decoder_channels"] = (256, 128, 64, 32, 16)[5 - depth :]  # smp's default, one per stage
     timm_encoder = encoder.startswith("tu-")
     load = bool(pretrained) and not weights_deferred()
     extra: dict[str, Any] = {}
@@ -78,10 +96,19 @@ def build_smp_model(arch: str, encoder: str, depth: int, pretrained: str | None,
         path = resolve_timm_weights(encoder[3:], tag)
         extra = {"encoder_weights": True, "pretrained_cfg_overlay": {"file": path}}
     try:
-        model = smp.create_model(arch, encoder_name=encoder, encoder_depth=depth, in_channels=3, classes=1,
-                                 aux_params=aux, **{"encoder_weights": None, **extra, **arch_kwargs})
+        model = smp.create_model(
+            arch,
+            encoder_name=encoder,
+            encoder_depth=depth,
+            in_channels=3,
+            classes=1,
+            aux_params=aux,
+            **{"encoder_weights": None, **extra, **arch_kwargs},
+        )
     except KeyError as error:
-        raise ValueError(f"segmentation-models-pytorch cannot build {arch} with encoder {encoder!r}: {error}") from error
+        raise ValueError(
+            f"segmentation-models-pytorch cannot build {arch} with encoder {encoder!r}: {error}"
+        ) from error
     if not load:
         reason = "weights come from the checkpoint" if pretrained else "pretrained: null"
         log.warning("seg %s/%s: random initialization (%s)", arch, encoder, reason)

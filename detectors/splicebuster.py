@@ -50,9 +50,7 @@ def cooccurrence_codes(residual: np.ndarray, quantization: float, axis: int) -> 
 def cell_histograms(codes: np.ndarray, cell: int, rows: int, cols: int) -> np.ndarray:
     """(rows, cols, 81) counts of the codes per `cell` x `cell` cell from the top-left corner."""
     covered = codes[: rows * cell, : cols * cell]
-    cell_index = (np.arange(rows * cell) // cell)[:, None] * cols + np.arange(cols * cell)[
-        None, :
-    ] // cell
+    cell_index = (np.arange(rows * cell) // cell)[:, None] * cols + np.arange(cols * cell)[None, :] // cell
     flat = np.bincount((cell_index * CODES + covered).ravel(), minlength=rows * cols * CODES)
     return flat.reshape(rows, cols, CODES).astype(np.float64)
 
@@ -92,9 +90,7 @@ class SplicebusterLocalizer(Localizer):
             topk_fraction=topk_fraction,
         )
         if block < 8 or block % 2:
-            raise ValueError(
-                f"splicebuster block must be an even number of pixels >= 8, got {block}"
-            )
+            raise ValueError(f"splicebuster block must be an even number of pixels >= 8, got {block}")
         if (quantization is not None and quantization <= 0) or components < 1:
             raise ValueError("splicebuster quantization (or null) and components must be positive")
         self.block = int(block)
@@ -107,12 +103,8 @@ class SplicebusterLocalizer(Localizer):
         residuals = [third_order_residual(gray, axis) for axis in (1, 0)]
         step = self.quantization
         if step is None:
-            step = max(
-                float(np.median(np.abs(np.concatenate([r.ravel() for r in residuals])))), 0.5
-            )
-        horizontal, vertical = (
-            cooccurrence_codes(r, step, axis) for r, axis in zip(residuals, (1, 0))
-        )
+            step = max(float(np.median(np.abs(np.concatenate([r.ravel() for r in residuals])))), 0.5)
+        horizontal, vertical = (cooccurrence_codes(r, step, axis) for r, axis in zip(residuals, (1, 0)))
         rows = min(horizontal.shape[0], vertical.shape[0]) // cell
         cols = min(horizontal.shape[1], vertical.shape[1]) // cell
         if rows < 2 or cols < 2:
@@ -139,12 +131,8 @@ class SplicebusterLocalizer(Localizer):
             return low
         dims = min(self.components, rows * cols // 4, flat.shape[1])
         reduced = PCA(dims, random_state=self.seed).fit_transform(flat)
-        one = GaussianMixture(
-            1, covariance_type="full", reg_covar=1e-4, random_state=self.seed
-        ).fit(reduced)
-        two = GaussianMixture(
-            2, covariance_type="full", reg_covar=1e-4, random_state=self.seed, n_init=2
-        ).fit(reduced)
+        one = GaussianMixture(1, covariance_type="full", reg_covar=1e-4, random_state=self.seed).fit(reduced)
+        two = GaussianMixture(2, covariance_type="full", reg_covar=1e-4, random_state=self.seed, n_init=2).fit(reduced)
         if two.bic(reduced) >= one.bic(reduced):
             return low
         minority = int(np.argmin(two.weights_))

@@ -99,14 +99,10 @@ def fit_pair_detector(
         [p.label for p in train.pairs],
         [has_parameter(p.operations) if p.label else None for p in train.pairs],
     )
-    log.info(
-        "score models fitted on %(score_pairs)d pairs (%(parameter_pairs)d for parameters)", fitted
-    )
+    log.info("score models fitted on %(score_pairs)d pairs (%(parameter_pairs)d for parameters)", fitted)
     val = splits["val"]
     val_matches = match_pair_set(detector, val)
-    negatives = np.asarray(
-        [detector.score(m) for m, p in zip(val_matches, val.pairs) if p.label == 0]
-    )
+    negatives = np.asarray([detector.score(m) for m, p in zip(val_matches, val.pairs) if p.label == 0])
     threshold = calibrate_threshold(negatives, target_fpr)
     check = calibration_check(negatives, threshold, target_fpr)
     result: dict[str, Any] = {
@@ -156,13 +152,9 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
         module.calibration = result["calibration"]
         metrics = {"detector": cfg.detector.get("name"), **result}
     else:
-        datamodule = hydra.utils.instantiate(
-            data, preprocess=module.net.preprocess.to_dict(), _convert_="all"
-        )
+        datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
         trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=False)
-        trainer.validate(
-            module, datamodule=datamodule
-        )  # calibrates the threshold on genuine images
+        trainer.validate(module, datamodule=datamodule)  # calibrates the threshold on genuine images
         metrics = {
             "detector": cfg.detector.get("name"),
             "val": module.stage_metrics.get("val", {}),

@@ -11,6 +11,7 @@ Training runs in three phases (`phase`), each freezing what the previous one tra
 (confidence decoder + detection head: MSE to the true-class probability away from mask borders,
 plus 0.5 x weighted detection CE). `full` trains everything with the sum of the last two.
 """
+
 from __future__ import annotations
 
 import logging
@@ -70,39 +71,66 @@ class TruFor(Localizer):
     has_confidence = True
     scales_pixels = True
 
-    def __init__(self, preprocess: Preprocess | Mapping[str, Any] | None = None, image_score: str = "head",
-                 encoder: Mapping[str, Any] | None = None, encoder_weights: str | None = None,
-                 encoder_name: str = "mit_b2", drop_path_rate: float = 0.1,
-                 fingerprint: Mapping[str, Any] | None = None, noise_input: str = "fingerprint",
-                 decoder_embed_dim: int = 512, pretrained: str | None = None, phase: str = "full",
-                 init_from: str | None = None,
-                 ce_class_weights: Sequence[float] = (0.5, 2.5), ce_weight: float = 0.3, dice_weight: float = 0.7,
-                 confidence_erode: int = 15, confidence_dilate: int = 11, detection_weight: float = 0.5,
-                 detection_class_weights: Sequence[float] = (0.5 / 0.3, 0.5 / 0.7),
-                 fingerprint_patch: int = 32, fingerprint_temperature: float = 0.1,
-                 loss_weights: Mapping[str, float] | None = None, topk_fraction: float = 0.01) -> None:
-        super().__init__({**DEFAULT_PREPROCESS, **dict(preprocess or {})} if not isinstance(preprocess, Preprocess)
-                         else preprocess, image_score=image_score, loss_weights=loss_weights,
-                         topk_fraction=topk_fraction)
+    def __init__(
+        self,
+        preprocess: Preprocess | Mapping[str, Any] | None = None,
+        image_score: str = "head",
+        encoder: Mapping[str, Any] | None = None,
+        encoder_weights: str | None = None,
+        encoder_name: str = "mit_b2",
+        drop_path_rate: float = 0.1,
+        fingerprint: Mapping[str, Any] | None = None,
+        noise_input: str = "fingerprint",
+        decoder_embed_dim: int = 512,
+        pretrained: str | None = None,
+        phase: str = "full",
+        init_from: str | None = None,
+        ce_class_weights: Sequence[float] = (0.5, 2.5),
+        ce_weight: float = 0.3,
+        dice_weight: float = 0.7,
+        confidence_erode: int = 15,
+        confidence_dilate: int = 11,
+        detection_weight: float = 0.5,
+        detection_class_weights: Sequence[float] = (0.5 / 0.3, 0.5 / 0.7),
+        fingerprint_patch: int = 32,
+        fingerprint_temperature: float = 0.1,
+        loss_weights: Mapping[str, float] | None = None,
+        topk_fraction: float = 0.01,
+    ) -> None:
+        super().__init__(
+            {**DEFAULT_PREPROCESS, **dict(preprocess or {})} if not isinstance(preprocess, Preprocess) else preprocess,
+            image_score=image_score,
+            loss_weights=loss_weights,
+            topk_fraction=topk_fraction,
+        )
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         if noise_input not in ("fingerprint", "rgb"):
             raise ValueError(f"noise_input must be 'fingerprint' or 'rgb', got {noise_input!r}")
         sizes = {**MIT_B2, **dict(encoder or {})}
         if sizes.get("stem_width") and (pretrained or encoder_weights):
-            raise ValueError("encoder.stem_width adds layers that the published TruFor and MiT weights do not "
-                             "have: set it to null to load `pretrained` or `encoder_weights`")
+            raise ValueError(
+                "encoder.stem_width adds layers that the published TruFor and MiT weights do not "
+                "have: set it to null to load `pretrained` or `encoder_weights`"
+            )
         fingerprint = {**DEFAULT_FINGERPRINT, **dict(fingerprint or {})}
         if (pretrained or fingerprint["weights"]) and self.preprocess.pixel_divisor != PUBLISHED_PIXEL_DIVISOR:
-            log.warning("trufor: the published weights expect 8-bit pixels / %d (their loaders' scale), this "
-                        "configuration divides by %g: maps differ by up to about 0.015; set "
-                        "preprocess.pixel_divisor: %d", PUBLISHED_PIXEL_DIVISOR, self.preprocess.pixel_divisor,
-                        PUBLISHED_PIXEL_DIVISOR)
+            log.warning(
+                "trufor: the published weights expect 8-bit pixels / %d (their loaders' scale), this "
+                "configuration divides by %g: maps differ by up to about 0.015; set "
+                "preprocess.pixel_divisor: %d",
+                PUBLISHED_PIXEL_DIVISOR,
+                self.preprocess.pixel_divisor,
+                PUBLISHED_PIXEL_DIVISOR,
+            )
         self.phase, self.noise_input = phase, noise_input
         self.fingerprint = NoiseFingerprint(depth=int(fingerprint["depth"]), width=int(fingerprint["width"]))
-        self.encoder = DualMiTEncoder(build_mit(**sizes, drop_path_rate=drop_path_rate),
-                                      build_mit(**sizes, drop_path_rate=drop_path_rate),
-                                      sizes["embed_dims"], sizes["num_heads"])
+        self.encoder = DualMiTEncoder(
+            build_mit(**sizes, drop_path_rate=drop_path_rate),
+            build_mit(**sizes, drop_path_rate=drop_path_rate),
+            sizes["embed_dims"],
+            sizes["num_heads"],
+        )
         dims = self.encoder.out_channels
         # BatchNorm eps 1e-3 in the anomaly decoder and 1e-5 in the confidence decoder, as the
         # published inference code builds them (eps is not stored in checkpoints).
@@ -121,8 +149,9 @@ class TruFor(Localizer):
         self.set_phase(phase)
 
     # ---------------------------------------------------------------- weights and phases
-    def _load_weights(self, pretrained: str | None, encoder_weights: str | None, encoder_name: str,
-                      fingerprint_weights: str | None) -> None:
+    def _load_weights(
+        self, pretrained: str | None, encoder_weights: str | None, encoder_name: str, fingerprint_weights: str | None
+    ) -> None:
         if weights_deferred():
             log.info("trufor: weights come from the checkpoint")
             return
@@ -138,8 +167,9 @@ class TruFor(Localizer):
                 missing, unexpected = stream.load_state_dict(state, strict=False)
                 unexpected = [k for k in unexpected if not k.startswith("head.")]
                 if missing or unexpected:
-                    raise ValueError(f"{path} is not a {encoder_name} state dict: missing {missing[:3]}, "
-                                     f"unexpected {unexpected[:3]}")
+                    raise ValueError(
+                        f"{path} is not a {encoder_name} state dict: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                    )
             log.info("trufor: both MiT streams start from %s", path)
         else:
             log.warning("trufor: MiT encoders randomly initialized (encoder_weights: null)")
@@ -156,10 +186,10 @@ class TruFor(Localizer):
 
         state = read_weights_file(path, "previous phase checkpoint")
         state = state.get("state_dict", state)
-        state = {k[len("net."):] if k.startswith("net.") else k: v for k, v in state.items()}
+        state = {k[len("net.") :] if k.startswith("net.") else k: v for k, v in state.items()}
         for part in parts:
             module = getattr(self, part)
-            taken = {k[len(part) + 1:]: v for k, v in state.items() if k.startswith(part + ".")}
+            taken = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if not taken:
                 raise ValueError(f"{path} holds no weights of `{part}`: is it a trufor checkpoint?")
             module.load_state_dict(taken)
@@ -204,11 +234,16 @@ class TruFor(Localizer):
         with torch.set_grad_enabled(self._trains("confidence_decoder")):
             confidence = self._upsample(self.confidence_decoder(features), image)
         with torch.set_grad_enabled(self._trains("detection_head")):
-            statistics = torch.cat((weighted_statistics(confidence),
-                                    weighted_statistics(mask_logit, F.logsigmoid(confidence))), dim=1)
+            statistics = torch.cat(
+                (weighted_statistics(confidence), weighted_statistics(mask_logit, F.logsigmoid(confidence))), dim=1
+            )
             head_logit = self.detection_head(statistics)
-        return {"mask_logit": mask_logit, "head_logit": head_logit, "confidence_logit": confidence,
-                "fingerprint": fingerprint}
+        return {
+            "mask_logit": mask_logit,
+            "head_logit": head_logit,
+            "confidence_logit": confidence,
+            "fingerprint": fingerprint,
+        }
 
     @staticmethod
     def _upsample(decoded: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
@@ -219,8 +254,14 @@ class TruFor(Localizer):
         """The objective of the current phase (see the module docstring)."""
         if self.phase == "fingerprint":
             chain = batch["chain"] if "chain" in batch else batch["label"]
-            return patch_contrastive_loss(outputs["fingerprint"], chain, batch.get("photo"), self.fingerprint_patch,
-                                          self.fingerprint_temperature, margin=self.fingerprint.depth)
+            return patch_contrastive_loss(
+                outputs["fingerprint"],
+                chain,
+                batch.get("photo"),
+                self.fingerprint_patch,
+                self.fingerprint_temperature,
+                margin=self.fingerprint.depth,
+            )
         if self.phase == "localize":
             return self.localization_loss(outputs, batch)
         if self.phase == "detect":
@@ -232,8 +273,15 @@ class TruFor(Localizer):
         fingerprint tells same-chain from different-chain tiles of different photos (0.5 = chance)."""
         if self.phase != "fingerprint" or "chain" not in batch:
             return {}
-        return {"chain_auroc": chain_separation_auroc(outputs["fingerprint"], batch["chain"], batch.get("photo"),
-                                                      self.fingerprint_patch, self.fingerprint.depth)}
+        return {
+            "chain_auroc": chain_separation_auroc(
+                outputs["fingerprint"],
+                batch["chain"],
+                batch.get("photo"),
+                self.fingerprint_patch,
+                self.fingerprint.depth,
+            )
+        }
 
     def localization_loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """0.3 x cross-entropy with class weights (0.5 genuine, 2.5 manipulated; normalized by the
@@ -261,8 +309,7 @@ class TruFor(Localizer):
         true_class_prob = forged_prob * inside + (1 - forged_prob) * outside
         valid = (inside + outside) > 0
         confidence = torch.sigmoid(outputs["confidence_logit"].float())
-        confidence_loss = F.mse_loss(confidence[valid], true_class_prob[valid]) if valid.any() \
-            else confidence.sum() * 0
+        confidence_loss = F.mse_loss(confidence[valid], true_class_prob[valid]) if valid.any() else confidence.sum() * 0
         label = batch["label"].to(outputs["logit"]).float()
         negative_weight, positive_weight = self.detection_class_weights
         weight = negative_weight + (positive_weight - negative_weight) * label

@@ -25,6 +25,7 @@ parts after their code; each rule below renames one family of keys (`{i}` is any
 Noiseprint++ alone (`noiseprint++.th`, `{"network": state}`) maps `{i}.` to `fingerprint.layers.{i}.`.
 Published weights carry their authors' license (TruFor's: non-commercial use only).
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,11 +61,16 @@ _RULES = [
     ("backbone.FFMs.{i}.channel_emb.residual.", "encoder.fuse.{i}.embed_residual."),
     ("backbone.FFMs.{i}.channel_emb.channel_embed.", "encoder.fuse.{i}.embed."),
     ("backbone.FFMs.{i}.channel_emb.norm.", "encoder.fuse.{i}.embed_norm."),
-    *[(f"{theirs}.linear_c{k}.proj.", f"{ours}.project.{k - 1}.") for theirs, ours in
-      (("decode_head", "anomaly_decoder"), ("decode_head_conf", "confidence_decoder")) for k in (1, 2, 3, 4)],
-    *[(f"{theirs}.linear_{part}.", f"{ours}.{new}.") for theirs, ours in
-      (("decode_head", "anomaly_decoder"), ("decode_head_conf", "confidence_decoder"))
-      for part, new in (("fuse", "fuse"), ("pred", "predict"))],
+    *[
+        (f"{theirs}.linear_c{k}.proj.", f"{ours}.project.{k - 1}.")
+        for theirs, ours in (("decode_head", "anomaly_decoder"), ("decode_head_conf", "confidence_decoder"))
+        for k in (1, 2, 3, 4)
+    ],
+    *[
+        (f"{theirs}.linear_{part}.", f"{ours}.{new}.")
+        for theirs, ours in (("decode_head", "anomaly_decoder"), ("decode_head_conf", "confidence_decoder"))
+        for part, new in (("fuse", "fuse"), ("pred", "predict"))
+    ],
     ("detection.", "detection_head."),
 ]
 
@@ -81,7 +87,7 @@ def _rename(key: str, rules: list[tuple[re.Pattern[str], str]]) -> str | None:
     for pattern, template in rules:
         match = pattern.match(key)
         if match:
-            return template.format(**match.groupdict()) + key[match.end():]
+            return template.format(**match.groupdict()) + key[match.end() :]
     return None
 
 
@@ -119,12 +125,15 @@ def read_weights_file(path: str, what: str) -> dict:
         raise MissingWeightsError(
             f"{what} file {path!r} does not exist (no download is attempted). The published TruFor weights "
             "are distributed by their authors (github.com/grip-unina/TruFor, non-commercial license): download "
-            "them yourself and pass the path, or set the option to null for random initialization.")
+            "them yourself and pass the path, or set the option to null for random initialization."
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a pickle with objects other than tensors and plain containers
-        raise ValueError(f"{path} cannot be read as plain tensors (weights_only=True refused it: {error}); "
-                         "re-save its state dict with torch.save(checkpoint['state_dict'], new_path)") from error
+        raise ValueError(
+            f"{path} cannot be read as plain tensors (weights_only=True refused it: {error}); "
+            "re-save its state dict with torch.save(checkpoint['state_dict'], new_path)"
+        ) from error
 
 
 def load_published(model: nn.Module, path: str) -> None:
@@ -134,9 +143,11 @@ def load_published(model: nn.Module, path: str) -> None:
     mapped = map_published_state_dict(state)
     missing, unexpected = model.load_state_dict(mapped, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path} does not fit this trufor configuration: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]} (the published model is MiT-B2, "
-                         "17-layer DnCNN, decoder width 512)")
+        raise ValueError(
+            f"{path} does not fit this trufor configuration: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]} (the published model is MiT-B2, "
+            "17-layer DnCNN, decoder width 512)"
+        )
     log.info("trufor: published weights loaded from %s (authors' license: non-commercial use)", path)
 
 

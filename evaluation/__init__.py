@@ -5,8 +5,7 @@ Imports neither ``detectors`` nor ``datamodules``: detectors are injected as sco
 
 from ._checks import UndefinedMetricWarning
 from .bootstrap import bootstrap_image_ci, bootstrap_pixel_ci
-from .calibration import (calibrate_threshold, calibration_check, calibration_markdown, clopper_pearson,
-                          genuine_needed)
+from .calibration import calibrate_threshold, calibration_check, calibration_markdown, clopper_pearson, genuine_needed
 from .image import ImageScoreAccumulator, image_metrics, roc_points
 from .pixel import PixelMetricAccumulator, pixel_metrics
 from .records import by_category, by_group
@@ -28,6 +27,7 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ImageScoreAccumulator",

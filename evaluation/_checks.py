@@ -25,9 +25,7 @@ def warn_undefined(names: Iterable[str], reason: str) -> None:
 def as_scores(scores, name: str = "scores") -> np.ndarray:
     """1-D float array; NaN is an error because it has no place in a ranking."""
     arr = np.asarray(scores)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or arr.dtype == bool
-    ):
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
     arr = arr.reshape(-1)
     if not np.issubdtype(arr.dtype, np.floating):
@@ -52,9 +50,7 @@ def as_labels(labels, name: str = "labels") -> np.ndarray:
     bad = (arr != 0) & (arr != 1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"{name} must be 0 (genuine) or 1 (fake); found {arr[first]!r} at index {first}"
-        )
+        raise ValueError(f"{name} must be 0 (genuine) or 1 (fake); found {arr[first]!r} at index {first}")
     return arr == 1
 
 

@@ -76,8 +76,7 @@ def genuine_needed(target_fpr: float, confidence: float = 0.95) -> int:
     return int(math.ceil(math.log(1.0 - confidence) / math.log1p(-float(target_fpr)) - 1e-9))
 
 
-def calibration_check(genuine_scores, threshold: float, target_fpr: float,
-                      confidence: float = 0.95) -> dict:
+def calibration_check(genuine_scores, threshold: float, target_fpr: float, confidence: float = 0.95) -> dict:
     """How much a threshold calibrated on `genuine_scores` can be trusted at `target_fpr`.
 
     Returns n_genuine, false_positives, fpr and its Clopper-Pearson interval at `threshold`,
@@ -89,27 +88,38 @@ def calibration_check(genuine_scores, threshold: float, target_fpr: float,
     fp = int(np.sum(s >= threshold)) if n else 0
     low, high = clopper_pearson(fp, n, confidence)
     needed = genuine_needed(target_fpr, confidence)
-    result = {"n_genuine": n, "false_positives": fp, "fpr": fp / n if n else float("nan"),
-              "fpr_interval": [low, high], "interval_confidence": confidence,
-              "target_fpr": float(target_fpr), "genuine_needed": needed, "sufficient": n >= needed}
+    result = {
+        "n_genuine": n,
+        "false_positives": fp,
+        "fpr": fp / n if n else float("nan"),
+        "fpr_interval": [low, high],
+        "interval_confidence": confidence,
+        "target_fpr": float(target_fpr),
+        "genuine_needed": needed,
+        "sufficient": n >= needed,
+    }
     if n < needed:
         result["warning"] = (
             f"the threshold was calibrated on {n} genuine validation images; a target FPR of "
             f"{target_fpr:g} needs at least {needed} to be meaningful. The FPR at this threshold is "
             f"{fp}/{n}, {confidence:.0%} Clopper-Pearson interval [{low:.3f}, {high:.3f}]: expect more "
-            "genuine images flagged than the target. Add genuine images to validation or raise target_fpr.")
+            "genuine images flagged than the target. Add genuine images to validation or raise target_fpr."
+        )
     return result
 
 
 def calibration_markdown(check: dict) -> str:
     """The calibration sample as a report section: size, FPR with its interval, and the warning."""
     low, high = check["fpr_interval"]
-    lines = ["## Calibration", "",
-             f"Threshold calibrated to target FPR {check['target_fpr']:g} on {check['n_genuine']} genuine "
-             f"validation images: {check['false_positives']} of them at or above it, FPR "
-             f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "
-             f"Clopper-Pearson interval [{low:.3f}, {high:.3f}]. A meaningful target needs at least "
-             f"{check['genuine_needed']} genuine validation images."]
+    lines = [
+        "## Calibration",
+        "",
+        f"Threshold calibrated to target FPR {check['target_fpr']:g} on {check['n_genuine']} genuine "
+        f"validation images: {check['false_positives']} of them at or above it, FPR "
+        f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "
+        f"Clopper-Pearson interval [{low:.3f}, {high:.3f}]. A meaningful target needs at least "
+        f"{check['genuine_needed']} genuine validation images.",
+    ]
     if check.get("warning"):
         lines += ["", f"**Warning**: {check['warning']}"]
     return "\n".join(lines) + "\n"
@@ -124,9 +134,7 @@ def category_names(categories) -> np.ndarray:
     return np.asarray(out, dtype=object)
 
 
-def calibrate_by_category(
-    genuine_scores, categories, target_fpr: float, confidence: float = 0.95
-) -> dict:
+def calibrate_by_category(genuine_scores, categories, target_fpr: float, confidence: float = 0.95) -> dict:
     """One threshold per category of the genuine images, each only where the category has enough
     genuine images for `target_fpr` to mean anything (`genuine_needed`).
 
@@ -139,9 +147,7 @@ def calibrate_by_category(
     scores = as_scores(genuine_scores, "genuine_scores")
     names = category_names(categories)
     if names.shape != scores.shape:
-        raise ValueError(
-            f"need one category per genuine score, got {names.shape} for {scores.shape}"
-        )
+        raise ValueError(f"need one category per genuine score, got {names.shape} for {scores.shape}")
     needed = genuine_needed(target_fpr, confidence)
     result: dict = {"thresholds": {}, "checks": {}, "too_few": {}}
     for name in sorted(set(names.tolist()) - {""}):
@@ -179,10 +185,7 @@ def categories_below_target(by_category: dict, target_tnr: float) -> dict:
     return {
         name: float(m["tnr"])
         for name, m in sorted(by_category.items())
-        if m.get("n_neg")
-        and m.get("tnr") is not None
-        and math.isfinite(m["tnr"])
-        and m["tnr"] < target_tnr
+        if m.get("n_neg") and m.get("tnr") is not None and math.isfinite(m["tnr"]) and m["tnr"] < target_tnr
     }
 
 

@@ -13,6 +13,7 @@ images themselves. Every name that came from the user (file names, groups, error
 set as text by the script, never parsed as HTML. Maps are drawn on one fixed 0-1 colour scale (the
 legend), never rescaled per image, so two overlays can be compared by eye.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,12 +34,14 @@ import numpy as np
 from datamodules.io import ImageReadError, read_image, write_image
 
 ASSETS = Path(__file__).with_name("report_assets")
-PAGE_SIZE = 200        # rows per static page (scripts off); the script pages its own way
-THUMBNAIL_SIDE = 160   # px, longest side
-OVERLAY_ALPHA = 0.55   # how much of the colour map covers the thumbnail
+PAGE_SIZE = 200  # rows per static page (scripts off); the script pages its own way
+THUMBNAIL_SIDE = 160  # px, longest side
+OVERLAY_ALPHA = 0.55  # how much of the colour map covers the thumbnail
 COLOUR_MAP = "inferno"
-CAVEAT = ("These are flags for a person to check, not verdicts. A score says how much an image "
-          "resembles what the detector was trained to flag; read the evidence before acting.")
+CAVEAT = (
+    "These are flags for a person to check, not verdicts. A score says how much an image "
+    "resembles what the detector was trained to flag; read the evidence before acting."
+)
 
 
 @dataclass
@@ -77,8 +80,10 @@ def threshold_note(threshold: float, calibration: Mapping[str, Any] | None, chos
     interval = calibration.get("fpr_interval")
     if interval and all(v is not None for v in interval):
         confidence = calibration.get("interval_confidence", calibration.get("confidence", 0.95))
-        text += (f"; false-positive rate there {calibration.get('false_positives', '?')}/{n}, "
-                 f"{confidence:.0%} Clopper-Pearson interval [{interval[0]:.3f}, {interval[1]:.3f}]")
+        text += (
+            f"; false-positive rate there {calibration.get('false_positives', '?')}/{n}, "
+            f"{confidence:.0%} Clopper-Pearson interval [{interval[0]:.3f}, {interval[1]:.3f}]"
+        )
     if calibration.get("warning"):
         text += f". {calibration['warning']}"
     return text
@@ -147,8 +152,9 @@ class RowEvidence:
     problem: str | None = None
 
 
-def draw_row(index: int, row: Mapping[str, Any], files: Path, threshold: float, lut: np.ndarray,
-             relative_to: Path) -> RowEvidence:
+def draw_row(
+    index: int, row: Mapping[str, Any], files: Path, threshold: float, lut: np.ndarray, relative_to: Path
+) -> RowEvidence:
     """Thumbnail (and for localizers overlay + mask) of one row, written under `files`."""
     evidence = RowEvidence()
     name = f"{index:07d}"
@@ -216,7 +222,9 @@ def transform_in_words(transform: Mapping[str, Any] | None) -> str:
         parts.append(f"scaled x{scale:.2f}")
     flip = transform.get("flip")
     if flip and flip != "none":
-        parts.append({"horizontal": "mirrored left-right", "vertical": "mirrored top-bottom"}.get(flip, f"flipped ({flip})"))
+        parts.append(
+            {"horizontal": "mirrored left-right", "vertical": "mirrored top-bottom"}.get(flip, f"flipped ({flip})")
+        )
     gain = transform.get("gain")
     if gain is not None and abs(float(np.mean(gain)) - 1) >= 0.03:
         parts.append(f"brightness {100 * (float(np.mean(gain)) - 1):+.0f} %")
@@ -234,25 +242,40 @@ def _score_text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{float(value):.4f}"
 
 
-def _row_html(row: Mapping[str, Any], evidence: RowEvidence, decision: str, page: Path, blinded: bool,
-              is_localizer: bool) -> str:
+def _row_html(
+    row: Mapping[str, Any], evidence: RowEvidence, decision: str, page: Path, blinded: bool, is_localizer: bool
+) -> str:
     link = image_link(row["path"], page.parent)
-    thumb = (f'<a href="{_e(link)}"><img loading="lazy" class="thumb" alt="thumbnail" src="{_e(quote(evidence.thumb))}"></a>'
-             if evidence.thumb else "")
-    cells = [f'<td>{thumb}</td>', f'<td class="name">{_e(row["path"])}</td>']
+    thumb = (
+        f'<a href="{_e(link)}"><img loading="lazy" class="thumb" alt="thumbnail" src="{_e(quote(evidence.thumb))}"></a>'
+        if evidence.thumb
+        else ""
+    )
+    cells = [f"<td>{thumb}</td>", f'<td class="name">{_e(row["path"])}</td>']
     if not blinded:
-        cells += [f'<td class="score">{_score_text(row.get("score"))}</td>', f'<td class="decision">{_e(decision)}</td>']
+        cells += [
+            f'<td class="score">{_score_text(row.get("score"))}</td>',
+            f'<td class="decision">{_e(decision)}</td>',
+        ]
     cells.append(f'<td class="group">{_e(row.get("group", ""))}</td>')
     if is_localizer and not blinded:
-        overlay = (f'<img loading="lazy" class="thumb" alt="map overlay" src="{_e(quote(evidence.overlay))}">'
-                   if evidence.overlay else "")
-        mask = (f'<img loading="lazy" class="thumb" alt="mask at threshold" src="{_e(quote(evidence.mask))}">'
-                if evidence.mask else "")
+        overlay = (
+            f'<img loading="lazy" class="thumb" alt="map overlay" src="{_e(quote(evidence.overlay))}">'
+            if evidence.overlay
+            else ""
+        )
+        mask = (
+            f'<img loading="lazy" class="thumb" alt="mask at threshold" src="{_e(quote(evidence.mask))}">'
+            if evidence.mask
+            else ""
+        )
         share = "" if evidence.pixel_share is None else f"{100 * evidence.pixel_share:.1f} %"
         cells += [f"<td>{overlay}</td>", f"<td>{mask}</td>", f'<td class="share">{share}</td>']
     if blinded:
-        cells.append('<td class="rating"><select aria-label="rating"><option></option><option>genuine</option>'
-                     '<option>manipulated</option><option>unsure</option></select></td>')
+        cells.append(
+            '<td class="rating"><select aria-label="rating"><option></option><option>genuine</option>'
+            "<option>manipulated</option><option>unsure</option></select></td>"
+        )
     note = row.get("error") or evidence.problem or ""
     cells.append(f'<td class="note">{_e(note)}</td>')
     return f'<tr data-decision="{_e(decision)}">' + "".join(cells) + "</tr>"
@@ -269,8 +292,10 @@ def _table_head(blinded: bool, is_localizer: bool) -> str:
 def _pager(current: int, pages: int, page_href) -> str:
     if pages <= 1:
         return ""
-    links = [f'<a href="{_e(page_href(p))}">{p}</a>' if p != current else f"<strong>{p}</strong>"
-             for p in range(1, pages + 1)]
+    links = [
+        f'<a href="{_e(page_href(p))}">{p}</a>' if p != current else f"<strong>{p}</strong>"
+        for p in range(1, pages + 1)
+    ]
     return f'<nav class="pager" aria-label="pages">Page: {" ".join(links)}</nav>'
 
 
@@ -279,9 +304,11 @@ def _mapping_table(title: str, table: Mapping[str, Mapping[str, Any]]) -> str:
     for values in table.values():
         columns += [k for k, v in values.items() if k not in columns and not isinstance(v, (Mapping, list))]
     head = "".join(f"<th>{_e(c)}</th>" for c in [""] + columns)
-    body = "".join("<tr><th>" + _e(key) + "</th>" + "".join(f"<td>{_e(_fmt(values.get(c)))}</td>" for c in columns)
-                   + "</tr>" for key, values in table.items())
-    return f"<h3>{_e(title)}</h3><table class=\"metrics\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join(
+        "<tr><th>" + _e(key) + "</th>" + "".join(f"<td>{_e(_fmt(values.get(c)))}</td>" for c in columns) + "</tr>"
+        for key, values in table.items()
+    )
+    return f'<h3>{_e(title)}</h3><table class="metrics"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _fmt(value: Any) -> str:
@@ -292,25 +319,32 @@ def _fmt(value: Any) -> str:
 
 def _metrics_html(metrics: Mapping[str, Any], plots: Sequence[str]) -> str:
     scalars = {k: v for k, v in metrics.items() if not isinstance(v, (Mapping, list))}
-    parts = ["<section id=\"metrics\"><h2>Against the known truth</h2>", "<table class=\"metrics\"><tbody>"]
+    parts = ['<section id="metrics"><h2>Against the known truth</h2>', '<table class="metrics"><tbody>']
     parts += [f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in scalars.items()]
     parts.append("</tbody></table>")
     for key, value in metrics.items():
         if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
             parts.append(_mapping_table(f"By {key}", value))
-    parts += [f'<figure><img class="plot" alt="{_e(Path(p).stem)}" src="{_e(quote(p))}">'
-              f"<figcaption>{_e(Path(p).stem)}</figcaption></figure>" for p in plots]
+    parts += [
+        f'<figure><img class="plot" alt="{_e(Path(p).stem)}" src="{_e(quote(p))}">'
+        f"<figcaption>{_e(Path(p).stem)}</figcaption></figure>"
+        for p in plots
+    ]
     return "".join(parts) + "</section>"
 
 
 def _groups_html(groups: Sequence[Mapping[str, Any]], threshold: float, blinded: bool) -> str:
     if blinded or not groups:
         return ""
-    rows = "".join(f"<tr><td>{_e(g.get('group'))}</td><td>{_score_text(g.get('score'))}</td>"
-                   f"<td>{_e(decision_of(g, threshold))}</td><td>{_e(g.get('images', ''))}</td></tr>"
-                   for g in sorted(groups, key=lambda g: -(g.get("score") or 0)))
-    return ("<section id=\"groups\"><h2>Groups</h2><table><thead><tr><th>group</th><th>score</th><th>decision</th>"
-            f"<th>images</th></tr></thead><tbody>{rows}</tbody></table></section>")
+    rows = "".join(
+        f"<tr><td>{_e(g.get('group'))}</td><td>{_score_text(g.get('score'))}</td>"
+        f"<td>{_e(decision_of(g, threshold))}</td><td>{_e(g.get('images', ''))}</td></tr>"
+        for g in sorted(groups, key=lambda g: -(g.get("score") or 0))
+    )
+    return (
+        '<section id="groups"><h2>Groups</h2><table><thead><tr><th>group</th><th>score</th><th>decision</th>'
+        f"<th>images</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
 
 
 def _pairs_html(pairs: Sequence[Mapping[str, Any]], files: Path, page: Path, blinded: bool) -> str:
@@ -319,13 +353,24 @@ def _pairs_html(pairs: Sequence[Mapping[str, Any]], files: Path, page: Path, bli
     items = []
     for index, pair in enumerate(sorted(pairs, key=lambda p: -(p.get("score") or 0))):
         picture = draw_pair(index, pair, files)
-        image = (f'<img loading="lazy" class="pair" alt="pair" src="{_e(quote(os.path.relpath(picture, page.parent)))}">'
-                 if picture else "")
-        verdict = "" if blinded else (f"<p>score {_score_text(pair.get('score'))}, {_e(pair.get('decision', ''))}: "
-                                      f"{_e(pair.get('operations', ''))}</p>")
-        items.append(f"<div class=\"pair-row\"><p class=\"name\">A: {_e(pair['path_a'])}<br>B: {_e(pair['path_b'])}</p>"
-                     f"{image}{verdict}<p>{_e(transform_in_words(pair.get('transform')))}</p></div>")
-    return "<section id=\"pairs\"><h2>Shared content between images</h2>" + "".join(items) + "</section>"
+        image = (
+            f'<img loading="lazy" class="pair" alt="pair" src="{_e(quote(os.path.relpath(picture, page.parent)))}">'
+            if picture
+            else ""
+        )
+        verdict = (
+            ""
+            if blinded
+            else (
+                f"<p>score {_score_text(pair.get('score'))}, {_e(pair.get('decision', ''))}: "
+                f"{_e(pair.get('operations', ''))}</p>"
+            )
+        )
+        items.append(
+            f'<div class="pair-row"><p class="name">A: {_e(pair["path_a"])}<br>B: {_e(pair["path_b"])}</p>'
+            f"{image}{verdict}<p>{_e(transform_in_words(pair.get('transform')))}</p></div>"
+        )
+    return '<section id="pairs"><h2>Shared content between images</h2>' + "".join(items) + "</section>"
 
 
 def draw_pair(index: int, pair: Mapping[str, Any], files: Path) -> Path | None:
@@ -339,8 +384,10 @@ def draw_pair(index: int, pair: Mapping[str, Any], files: Path) -> Path | None:
         return None
     height = 240
     scales = [height / im.shape[0] for im in images]
-    panels = [cv2.resize(im, (max(1, round(im.shape[1] * s)), height), interpolation=cv2.INTER_AREA)
-              for im, s in zip(images, scales)]
+    panels = [
+        cv2.resize(im, (max(1, round(im.shape[1] * s)), height), interpolation=cv2.INTER_AREA)
+        for im, s in zip(images, scales)
+    ]
     for panel, key, scale in zip(panels, ("mask_a", "mask_b"), scales):
         if pair.get(key):
             try:
@@ -353,7 +400,7 @@ def draw_pair(index: int, pair: Mapping[str, Any], files: Path) -> Path | None:
     gap = 8
     canvas = np.full((height, panels[0].shape[1] + gap + panels[1].shape[1], 3), 255, np.uint8)
     canvas[:, : panels[0].shape[1]] = panels[0]
-    canvas[:, panels[0].shape[1] + gap:] = panels[1]
+    canvas[:, panels[0].shape[1] + gap :] = panels[1]
     offset = panels[0].shape[1] + gap
     for xa, ya, xb, yb in (pair.get("points") or [])[:60]:
         start = (round(xa * scales[0]), round(ya * scales[0]))
@@ -365,58 +412,100 @@ def draw_pair(index: int, pair: Mapping[str, Any], files: Path) -> Path | None:
 
 
 def _legend(lut: np.ndarray, threshold: float) -> str:
-    stops = ", ".join(f"rgb({r},{g},{b}) {100 * i / 10:.0f}%" for i, (r, g, b) in enumerate(lut[::255 // 10][:11]))
-    return (f'<div class="legend"><span>map 0</span><span class="bar" style="background: linear-gradient(to right, '
-            f'{stops})"><span class="mark" style="left: {100 * threshold:.1f}%" title="threshold"></span></span>'
-            f"<span>1</span> <small>one fixed scale for every image; the mark is the threshold "
-            f"{threshold:.3f}</small></div>")
+    stops = ", ".join(f"rgb({r},{g},{b}) {100 * i / 10:.0f}%" for i, (r, g, b) in enumerate(lut[:: 255 // 10][:11]))
+    return (
+        f'<div class="legend"><span>map 0</span><span class="bar" style="background: linear-gradient(to right, '
+        f'{stops})"><span class="mark" style="left: {100 * threshold:.1f}%" title="threshold"></span></span>'
+        f"<span>1</span> <small>one fixed scale for every image; the mark is the threshold "
+        f"{threshold:.3f}</small></div>"
+    )
 
 
 def _page(header: ReportHeader, body: str, blinded: bool, script: bool, data_src: str | None) -> str:
     css = (ASSETS / "report.css").read_text(encoding="utf-8")
     scripts = ""
     if script:
-        scripts = (f'<script src="{_e(quote(data_src))}"></script>' if data_src else "") + \
-            "<script>" + (ASSETS / "report.js").read_text(encoding="utf-8") + "</script>"
-    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src 'self' file: data:; "
-            "style-src 'unsafe-inline'; script-src 'self' file: 'unsafe-inline'\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(header.title)}</title><style>{css}</style></head>"
-            f"<body class=\"{'blinded' if blinded else ''}\">{body}{scripts}</body></html>")
+        scripts = (
+            (f'<script src="{_e(quote(data_src))}"></script>' if data_src else "")
+            + "<script>"
+            + (ASSETS / "report.js").read_text(encoding="utf-8")
+            + "</script>"
+        )
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src 'self' file: data:; "
+        "style-src 'unsafe-inline'; script-src 'self' file: 'unsafe-inline'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(header.title)}</title><style>{css}</style></head>"
+        f'<body class="{"blinded" if blinded else ""}">{body}{scripts}</body></html>'
+    )
 
 
 def _header_html(header: ReportHeader, counts: Mapping[str, int], blinded: bool) -> str:
-    facts = [("model", header.model), ("model SHA-256", header.model_sha256), ("detector", header.detector),
-             ("input", header.input), ("created", header.created), ("toolkit version", header.version)]
+    facts = [
+        ("model", header.model),
+        ("model SHA-256", header.model_sha256),
+        ("detector", header.detector),
+        ("input", header.input),
+        ("created", header.created),
+        ("toolkit version", header.version),
+    ]
     if not blinded:
         facts.insert(3, ("threshold", header.threshold_note))
     facts.append(("rows", ", ".join(f"{v} {k}" for k, v in counts.items())))
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts if v not in (None, ""))
-    mode = "<p class=\"blind\">Blinded: scores, decisions and maps are hidden; rows are in random order.</p>" \
-        if blinded else ""
-    return (f"<header><h1>{_e(header.title)}</h1><p class=\"caveat\">{_e(CAVEAT)}</p>{mode}"
-            f"<table class=\"facts\"><tbody>{rows}</tbody></table></header>")
+    mode = (
+        '<p class="blind">Blinded: scores, decisions and maps are hidden; rows are in random order.</p>'
+        if blinded
+        else ""
+    )
+    return (
+        f'<header><h1>{_e(header.title)}</h1><p class="caveat">{_e(CAVEAT)}</p>{mode}'
+        f'<table class="facts"><tbody>{rows}</tbody></table></header>'
+    )
 
 
 def _filters_html(groups: Sequence[str], blinded: bool) -> str:
     options = "".join(f"<option>{_e(g)}</option>" for g in groups)
-    decision = "" if blinded else ('<label>decision <select id="f-decision"><option value="">any</option>'
-                                   "<option>flagged</option><option>not flagged</option><option>error</option>"
-                                   "</select></label>")
-    scores = "" if blinded else ('<label>score from <input id="f-min" type="number" step="0.01" min="0" max="1">'
-                                 '</label><label>to <input id="f-max" type="number" step="0.01" min="0" max="1"></label>')
-    return ('<form id="filters" class="filters" hidden onsubmit="return false">'
-            f'<label>search <input id="f-search" type="search" placeholder="file name"></label>{decision}'
-            f'<label>group <select id="f-group"><option value="">any</option>{options}</select></label>{scores}'
-            '<span id="f-count"></span></form>')
+    decision = (
+        ""
+        if blinded
+        else (
+            '<label>decision <select id="f-decision"><option value="">any</option>'
+            "<option>flagged</option><option>not flagged</option><option>error</option>"
+            "</select></label>"
+        )
+    )
+    scores = (
+        ""
+        if blinded
+        else (
+            '<label>score from <input id="f-min" type="number" step="0.01" min="0" max="1">'
+            '</label><label>to <input id="f-max" type="number" step="0.01" min="0" max="1"></label>'
+        )
+    )
+    return (
+        '<form id="filters" class="filters" hidden onsubmit="return false">'
+        f'<label>search <input id="f-search" type="search" placeholder="file name"></label>{decision}'
+        f'<label>group <select id="f-group"><option value="">any</option>{options}</select></label>{scores}'
+        '<span id="f-count"></span></form>'
+    )
 
 
-def write_html_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any]], header: ReportHeader, *,
-                      is_localizer: bool = False, metrics: Mapping[str, Any] | None = None,
-                      plots: Sequence[str | os.PathLike] = (), groups: Sequence[Mapping[str, Any]] = (),
-                      pairs: Sequence[Mapping[str, Any]] = (), blinded: bool = False,
-                      page_size: int = PAGE_SIZE, workers: int = 2) -> Path:
+def write_html_report(
+    target: str | os.PathLike,
+    rows: Sequence[Mapping[str, Any]],
+    header: ReportHeader,
+    *,
+    is_localizer: bool = False,
+    metrics: Mapping[str, Any] | None = None,
+    plots: Sequence[str | os.PathLike] = (),
+    groups: Sequence[Mapping[str, Any]] = (),
+    pairs: Sequence[Mapping[str, Any]] = (),
+    blinded: bool = False,
+    page_size: int = PAGE_SIZE,
+    workers: int = 2,
+) -> Path:
     """Write the report page `target` (.html) and its sibling `<stem>_files/` folder; returns `target`.
 
     `rows`: the results rows (`path`, `score`, `status`, `error`, optionally `group`, `mask` (the saved
@@ -437,10 +526,14 @@ def write_html_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any
     pages = max(1, math.ceil(len(rows) / page_size))
     page_paths = [target] + [files / "pages" / f"page-{p:05d}.html" for p in range(2, pages + 1)]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        evidence = list(pool.map(lambda item: draw_row(item[0], item[1], files, threshold, lut, target.parent),
-                                 enumerate(rows)))
-    counts = {"flagged": decisions.count("flagged"), "not flagged": decisions.count("not flagged"),
-              "errors": decisions.count("error")}
+        evidence = list(
+            pool.map(lambda item: draw_row(item[0], item[1], files, threshold, lut, target.parent), enumerate(rows))
+        )
+    counts = {
+        "flagged": decisions.count("flagged"),
+        "not flagged": decisions.count("not flagged"),
+        "errors": decisions.count("error"),
+    }
     if blinded:
         counts = {"images": len(rows) - counts["errors"], "errors": counts["errors"]}
     group_names = sorted({str(r["group"]) for r in rows if r.get("group") not in (None, "")})
@@ -457,17 +550,28 @@ def write_html_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any
     for number, page in enumerate(page_paths, start=1):
         chunk = range((number - 1) * page_size, min(number * page_size, len(rows)))
         # evidence paths were made relative to the main page; pages live one folder down
-        body_rows = "".join(_row_html(rows[i], _relocate(evidence[i], target.parent, page.parent), decisions[i],
-                                      page, blinded, is_localizer) for i in chunk)
+        body_rows = "".join(
+            _row_html(
+                rows[i], _relocate(evidence[i], target.parent, page.parent), decisions[i], page, blinded, is_localizer
+            )
+            for i in chunk
+        )
         pager = _pager(number, pages, lambda p, page=page: page_href(p, page))
-        table = (f'<section id="rows"><h2>Images</h2>{pager}<table id="rows-table">{head}'
-                 f'<tbody id="rows-body">{body_rows}</tbody></table>{pager}</section>')
+        table = (
+            f'<section id="rows"><h2>Images</h2>{pager}<table id="rows-table">{head}'
+            f'<tbody id="rows-body">{body_rows}</tbody></table>{pager}</section>'
+        )
         if number == 1:
             legend = _legend(lut, threshold) if is_localizer and not blinded else ""
-            body = (_header_html(header, counts, blinded) + legend
-                    + (_metrics_html(metrics, plot_links) if metrics and not blinded else "")
-                    + _groups_html(groups, threshold, blinded) + _pairs_html(pairs, files, target, blinded)
-                    + _filters_html(group_names, blinded) + table)
+            body = (
+                _header_html(header, counts, blinded)
+                + legend
+                + (_metrics_html(metrics, plot_links) if metrics and not blinded else "")
+                + _groups_html(groups, threshold, blinded)
+                + _pairs_html(pairs, files, target, blinded)
+                + _filters_html(group_names, blinded)
+                + table
+            )
             data = _write_rows_js(files / "rows.js", rows, evidence, decisions, target.parent, blinded, is_localizer)
             text = _page(header, body, blinded, script=True, data_src=os.path.relpath(data, target.parent))
         else:
@@ -477,19 +581,33 @@ def write_html_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any
     return target
 
 
-def write_run_report(target: str | os.PathLike, rows: Sequence[Mapping[str, Any]], *, model: str | os.PathLike | None,
-                     detector: str, threshold: float, calibration: Mapping[str, Any] | None = None,
-                     threshold_from_user: bool = False, input: str = "", **options: Any) -> Path:
+def write_run_report(
+    target: str | os.PathLike,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    model: str | os.PathLike | None,
+    detector: str,
+    threshold: float,
+    calibration: Mapping[str, Any] | None = None,
+    threshold_from_user: bool = False,
+    input: str = "",
+    **options: Any,
+) -> Path:
     """`write_html_report` with the header of a scoring or test run: the model file and its SHA-256,
     how the threshold was set, the toolkit's version. `options` go to `write_html_report`."""
     from detectors import __version__
 
     model_file = Path(model) if model else None
     header = ReportHeader(
-        title=f"{detector} on {input}" if input else str(detector), model=str(model or ""), detector=str(detector),
-        threshold=float(threshold), input=str(input), version=__version__,
+        title=f"{detector} on {input}" if input else str(detector),
+        model=str(model or ""),
+        detector=str(detector),
+        threshold=float(threshold),
+        input=str(input),
+        version=__version__,
         threshold_note=threshold_note(float(threshold), calibration, threshold_from_user),
-        model_sha256=file_sha256(model_file) if model_file is not None and model_file.is_file() else "")
+        model_sha256=file_sha256(model_file) if model_file is not None and model_file.is_file() else "",
+    )
     return write_html_report(target, rows, header, **options)
 
 
@@ -500,18 +618,30 @@ def _relocate(evidence: RowEvidence, base: Path, page_dir: Path) -> RowEvidence:
     def move(path: str | None) -> str | None:
         return None if path is None else os.path.relpath(base / path, page_dir)
 
-    return RowEvidence(move(evidence.thumb), move(evidence.overlay), move(evidence.mask),
-                       evidence.pixel_share, evidence.problem)
+    return RowEvidence(
+        move(evidence.thumb), move(evidence.overlay), move(evidence.mask), evidence.pixel_share, evidence.problem
+    )
 
 
-def _write_rows_js(path: Path, rows: Sequence[Mapping[str, Any]], evidence: Sequence[RowEvidence],
-                   decisions: Sequence[str], base: Path, blinded: bool, is_localizer: bool) -> Path:
+def _write_rows_js(
+    path: Path,
+    rows: Sequence[Mapping[str, Any]],
+    evidence: Sequence[RowEvidence],
+    decisions: Sequence[str],
+    base: Path,
+    blinded: bool,
+    is_localizer: bool,
+) -> Path:
     """All rows for the page's script, as data (set as text by the script, never as HTML)."""
     records = []
     for row, drawn, decision in zip(rows, evidence, decisions):
-        item = {"name": str(row["path"]), "link": image_link(row["path"], base), "thumb": drawn.thumb,
-                "group": "" if row.get("group") is None else str(row["group"]),
-                "note": row.get("error") or drawn.problem or ""}
+        item = {
+            "name": str(row["path"]),
+            "link": image_link(row["path"], base),
+            "thumb": drawn.thumb,
+            "group": "" if row.get("group") is None else str(row["group"]),
+            "note": row.get("error") or drawn.problem or "",
+        }
         if not blinded:
             item.update({"score": None if row.get("score") is None else float(row["score"]), "decision": decision})
             if is_localizer:

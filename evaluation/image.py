@@ -148,9 +148,7 @@ class ImageScoreAccumulator:
         self._scores: list[np.ndarray] = []
 
     def update(self, labels, scores) -> None:
-        labels, scores = (
-            x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x) for x in (labels, scores)
-        )
+        labels, scores = (x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x) for x in (labels, scores))
         y, s = as_labels_scores(labels, scores)
         self._labels.append(y)
         self._scores.append(s)

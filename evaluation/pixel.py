@@ -16,14 +16,22 @@ import numpy as np
 from ._checks import warn_undefined
 
 PIXEL_KEYS = (
-    "pixel_f1", "pixel_iou", "pixel_auroc", "pixel_f1_best",
-    "pixel_f1_pooled", "pixel_iou_pooled", "pixel_fpr_genuine", "n_masks",
+    "pixel_f1",
+    "pixel_iou",
+    "pixel_auroc",
+    "pixel_f1_best",
+    "pixel_f1_pooled",
+    "pixel_iou_pooled",
+    "pixel_fpr_genuine",
+    "n_masks",
 )
 # Said next to every pixel figure the toolkit reports: which images count, which threshold.
-PIXEL_PROTOCOL = ("pixel F1 / IoU / AUROC per manipulated image at probability 0.5, averaged over manipulated "
-                  "images; genuine images scored by the fraction of pixels predicted positive "
-                  "(pixel_fpr_genuine); _pooled sums pixel counts over the set; pixel_f1_best is a "
-                  "per-image oracle threshold")
+PIXEL_PROTOCOL = (
+    "pixel F1 / IoU / AUROC per manipulated image at probability 0.5, averaged over manipulated "
+    "images; genuine images scored by the fraction of pixels predicted positive "
+    "(pixel_fpr_genuine); _pooled sums pixel counts over the set; pixel_f1_best is a "
+    "per-image oracle threshold"
+)
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -191,9 +199,7 @@ class PixelMetricAccumulator:
             out["pixel_fpr_genuine"] = float(np.mean(self.fpr_genuine))
         out["n_masks"] = n
         skipped = () if self.per_image_curves else ("pixel_auroc", "pixel_f1_best")
-        undefined = [
-            k for k, v in out.items() if isinstance(v, float) and np.isnan(v) and k not in skipped
-        ]
+        undefined = [k for k, v in out.items() if isinstance(v, float) and np.isnan(v) and k not in skipped]
         warn_undefined(undefined, f"{n} manipulated and {len(self.fpr_genuine)} genuine images")
         return out
 

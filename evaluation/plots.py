@@ -90,8 +90,14 @@ def plot_score_histograms(
     bins = np.linspace(finite.min(), finite.max(), 51) if finite.size and finite.min() < finite.max() else 50
     for mask, name, colour in ((~y, "genuine", "tab:blue"), (y, "fake", "tab:red")):
         if mask.any():
-            ax.hist(s[mask & np.isfinite(s)], bins=bins, alpha=0.55, color=colour, density=True,
-                    label=f"{name} (n={int(mask.sum())})")
+            ax.hist(
+                s[mask & np.isfinite(s)],
+                bins=bins,
+                alpha=0.55,
+                color=colour,
+                density=True,
+                label=f"{name} (n={int(mask.sum())})",
+            )
     for t, ls, name in ((threshold, "--", "threshold"), (calibrated_threshold, ":", "calibrated")):
         if t is not None and np.isfinite(t):
             ax.axvline(t, ls=ls, c="k", label=f"{name} {t:.4g}")
@@ -102,7 +108,8 @@ def plot_score_histograms(
 
 
 def plot_robustness(
-    path, robustness: Mapping,
+    path,
+    robustness: Mapping,
     keys: Sequence[str] = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_auroc"),
 ) -> Path:
     """One panel per perturbation: each metric against perturbation strength (pixel metrics when

@@ -86,9 +86,7 @@ def by_group(
         else:
             rows = member
         kwargs = (
-            {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]}
-            if per_row
-            else metric_kwargs
+            {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]} if per_row else metric_kwargs
         )
         out[name or "(none)"] = metric_fn(y[rows], s[rows], **kwargs)
     return out

@@ -14,8 +14,7 @@ import numpy as np
 
 from . import plots
 
-GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr",
-                 "balanced_accuracy", "f1")
+GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy", "f1")
 ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_iou", "pixel_auroc")
 
 
@@ -96,8 +95,9 @@ def _robustness_section(robustness: Mapping) -> list[str]:
     lines = ["## Robustness", ""]
     for name, curve in robustness.get("curves", {}).items():
         keys = [k for k in ROBUSTNESS_KEYS if k in curve["metrics"]] or list(curve["metrics"])
-        rows = [[f"{level:g}"] + [_fmt(curve["metrics"][k][i]) for k in keys]
-                for i, level in enumerate(curve["levels"])]
+        rows = [
+            [f"{level:g}"] + [_fmt(curve["metrics"][k][i]) for k in keys] for i, level in enumerate(curve["levels"])
+        ]
         codec = [f"JPEG encoder: {curve['codec']}.", ""] if curve.get("codec") else []
         lines += [f"### {name}", "", *codec, *_table(["level"] + keys, rows), ""]
     return lines
@@ -147,7 +147,8 @@ def write_report_payload(
     if labels is not None and scores is not None:
         written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, op, calibrated_threshold)
         written["histogram"] = plots.plot_score_histograms(
-            out / "score_histogram.png", labels, scores, op, calibrated_threshold)
+            out / "score_histogram.png", labels, scores, op, calibrated_threshold
+        )
         figures += [("ROC curve", "roc.png"), ("Score distributions", "score_histogram.png")]
     if robustness is not None:
         written["robustness_plot"] = plots.plot_robustness(out / "robustness.png", robustness)
@@ -171,36 +172,44 @@ def write_report_payload(
     payload.update(extra or {})
     written["metrics"] = write_metrics_json(out / "metrics.json", payload)
 
-    lines = _report_lines(title, metrics, threshold, calibrated_threshold, intervals, groups, robustness,
-                          figures, confidence)
+    lines = _report_lines(
+        title, metrics, threshold, calibrated_threshold, intervals, groups, robustness, figures, confidence
+    )
     lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
 
 
-def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | None,
-                   summary: str | None) -> list[str]:
+def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | None, summary: str | None) -> list[str]:
     """report.md's lines with the summary sentence first and the per-category thresholds beside
     the operating threshold."""
     if category_thresholds:
-        lines[3:3] = ["Per-category thresholds (other categories use the operating threshold): "
-                      + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(category_thresholds.items()))]
+        lines[3:3] = [
+            "Per-category thresholds (other categories use the operating threshold): "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(category_thresholds.items()))
+        ]
     if summary:
         lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
     return lines
 
 
-def _report_lines(title: str, metrics: Mapping[str, Any], threshold: float | None,
-                  calibrated_threshold: float | None, intervals: Mapping[str, Sequence[float]] | None,
-                  groups: Mapping[str, Mapping[str, Mapping]] | None, robustness: Mapping | None,
-                  figures: list[tuple[str, str]], confidence: float) -> list[str]:
+def _report_lines(
+    title: str,
+    metrics: Mapping[str, Any],
+    threshold: float | None,
+    calibrated_threshold: float | None,
+    intervals: Mapping[str, Sequence[float]] | None,
+    groups: Mapping[str, Mapping[str, Mapping]] | None,
+    robustness: Mapping | None,
+    figures: list[tuple[str, str]],
+    confidence: float,
+) -> list[str]:
     """The lines of report.md: thresholds, overall table, breakdowns, robustness, figures."""
     lines = [f"# {title}", ""]
     lines += [f"Operating threshold: {_fmt(threshold)} (predicted fake = score >= threshold)"]
     if calibrated_threshold is not None:
         lines += [f"Calibrated threshold (from genuine scores): {_fmt(calibrated_threshold)}"]
-    lines += ["", "## Overall", "",
-              *_overall_section(metrics, intervals, f"{confidence:.0%} bootstrap interval"), ""]
+    lines += ["", "## Overall", "", *_overall_section(metrics, intervals, f"{confidence:.0%} bootstrap interval"), ""]
     if groups:
         lines += ["## Breakdowns", ""]
         for name, table in groups.items():
@@ -210,7 +219,7 @@ def _report_lines(title: str, metrics: Mapping[str, Any], threshold: float | Non
     if figures:
         lines += ["## Figures", ""]
         lines += [f"### {caption}\n\n![{caption}]({file})\n" for caption, file in figures]
-    lines += ["", "\"–\" marks a metric that is undefined for this data (for example one class only)."]
+    lines += ["", '"–" marks a metric that is undefined for this data (for example one class only).']
     return lines
 
 

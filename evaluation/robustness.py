@@ -115,8 +115,9 @@ def robustness_curves(
         raise ValueError(f"{clean_scores.size} scores for {y.size} labels")
     keep = np.isfinite(clean_scores)
     if not keep.all():
-        warnings.warn(f"robustness: {int((~keep).sum())} of {y.size} inputs could not be scored and are left out",
-                      stacklevel=2)
+        warnings.warn(
+            f"robustness: {int((~keep).sum())} of {y.size} inputs could not be scored and are left out", stacklevel=2
+        )
     clean = {**image_metrics(y[keep], clean_scores[keep], threshold=threshold), **clean_pixel}
     curve_keys = (*curve_keys, *(k for k in PIXEL_CURVE_KEYS if k in clean_pixel and k not in curve_keys))
     curves: dict[str, dict] = {}

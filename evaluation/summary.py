@@ -59,16 +59,13 @@ def evaluate_records(
     if category_thresholds and "category" in cols:
         cut = row_thresholds(cols["category"], dict(category_thresholds), threshold)
     groups = {
-        f"by_{name}": by_group(cols, name, shared_negatives=(name == "group"), label=label,
-                               score=score, threshold=cut)
+        f"by_{name}": by_group(cols, name, shared_negatives=(name == "group"), label=label, score=score, threshold=cut)
         for name in group_columns
         if name in cols
     }
     metrics = image_metrics(y, s, threshold=cut)
     if target_tnr is not None and "by_category" in groups:
-        metrics["genuine_tnr_below_target"] = categories_below_target(
-            groups["by_category"], target_tnr
-        )
+        metrics["genuine_tnr_below_target"] = categories_below_target(groups["by_category"], target_tnr)
         metrics["target_tnr"] = float(target_tnr)
     return {
         "metrics": metrics,
@@ -129,11 +126,7 @@ def report_records(
         contact_sheet=contact_sheet,
         title=title,
         extra={
-            **(
-                {"genuine_tnr_below_target": below, "target_tnr": target}
-                if below is not None
-                else {}
-            ),
+            **({"genuine_tnr_below_target": below, "target_tnr": target} if below is not None else {}),
             **(extra or {}),
         },
         category_thresholds=evaluate_kwargs.get("category_thresholds"),

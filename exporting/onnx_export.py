@@ -1,4 +1,5 @@
 """ONNX export with the preprocessing and the calibrated threshold inside, and a parity check."""
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,9 @@ def parity_probes(module: DetectorModule, size: int, generator: torch.Generator)
     return probes
 
 
-def parity_differences(graph: nn.Module, session: Any, names: list[str],
-                       probes: list[torch.Tensor]) -> dict[str, float]:
+def parity_differences(
+    graph: nn.Module, session: Any, names: list[str], probes: list[torch.Tensor]
+) -> dict[str, float]:
     """Largest |onnxruntime - PyTorch| difference of every output over all probes."""
     differences = dict.fromkeys(names, 0.0)
     for probe in probes:
@@ -111,9 +113,14 @@ def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None
     onnx.checker.check_model(str(path))
 
 
-def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 18,
-                tolerance: float = PARITY_TOLERANCE, seed: int = 0,
-                map_tolerance: float = MAP_PARITY_TOLERANCE) -> ExportReport:
+def export_onnx(
+    module: DetectorModule,
+    output: str | os.PathLike,
+    opset: int = 18,
+    tolerance: float = PARITY_TOLERANCE,
+    seed: int = 0,
+    map_tolerance: float = MAP_PARITY_TOLERANCE,
+) -> ExportReport:
     """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
     PyTorch's scores within `tolerance` on a batch of size different from the traced one; for
     localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes."""
@@ -138,9 +145,18 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            torch.onnx.export(graph, (example,), str(tmp), input_names=["image"], output_names=names,
-                              dynamic_shapes={"image": dims}, opset_version=opset, dynamo=True,
-                              external_data=False, verbose=False)
+            torch.onnx.export(
+                graph,
+                (example,),
+                str(tmp),
+                input_names=["image"],
+                output_names=names,
+                dynamic_shapes={"image": dims},
+                opset_version=opset,
+                dynamo=True,
+                external_data=False,
+                verbose=False,
+            )
         except Exception as error:  # the exporter raises many internal types; report them uniformly
             raise ExportError(f"torch.onnx.export failed for {type(module.net).__name__}: {error}") from error
 
@@ -153,14 +169,14 @@ def export_onnx(module: DetectorModule, output: str | os.PathLike, opset: int = 
         differences = parity_differences(graph, session, names, probes)
     except Exception as error:  # a size the graph cannot take is a failed export too
         tmp.unlink(missing_ok=True)
-        raise ExportError(f"ONNX parity check could not run on inputs {shapes}: {error}; "
-                          "the file was not written") from error
+        raise ExportError(
+            f"ONNX parity check could not run on inputs {shapes}: {error}; the file was not written"
+        ) from error
     bounds = {name: tolerance if name == "score" else map_tolerance for name in names}
     failed = {name: value for name, value in differences.items() if not value <= bounds[name]}
     if failed:
         tmp.unlink(missing_ok=True)
         detail = ", ".join(f"{name} {value:.3g} > {bounds[name]:g}" for name, value in failed.items())
-        raise ExportError(f"ONNX parity failed on inputs {shapes}: max |difference| {detail}; "
-                          "the file was not written")
+        raise ExportError(f"ONNX parity failed on inputs {shapes}: max |difference| {detail}; the file was not written")
     os.replace(tmp, output)
     return ExportReport(output, differences["score"], names, differences.get("mask"), shapes)

@@ -5,6 +5,7 @@ score deviation, and, given a labelled set, the AUROC and TPR at 1 % FPR of both
 loses more than `max_auroc_drop` AUROC is refused. A JSON sidecar beside the model carries the
 metadata for runtimes whose API cannot read ONNX metadata (onnxruntime-node, for one).
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,15 @@ def probe_images(preprocess: Preprocess, count: int = 8, seed: int = 0) -> list[
     resampling), used when no images are given."""
     rng = np.random.default_rng(seed)
     side = int(preprocess.size or 64)
-    return [rng.integers(0, 256, (side + int(rng.integers(-side // 3, side)), side + int(rng.integers(-side // 3, side)),
-                                  3), dtype=np.uint8) for _ in range(count)]
+    return [
+        rng.integers(
+            0,
+            256,
+            (side + int(rng.integers(-side // 3, side)), side + int(rng.integers(-side // 3, side)), 3),
+            dtype=np.uint8,
+        )
+        for _ in range(count)
+    ]
 
 
 def network_batches(images: Sequence[np.ndarray], preprocess: Preprocess, batch_size: int = 16) -> list[np.ndarray]:
@@ -70,7 +78,7 @@ def network_batches(images: Sequence[np.ndarray], preprocess: Preprocess, batch_
 
     geometry = eval_geometry(preprocess)
     step = batch_size if preprocess.fixed_size else 1
-    return [to_network_input([geometry(image) for image in images[i:i + step]]) for i in range(0, len(images), step)]
+    return [to_network_input([geometry(image) for image in images[i : i + step]]) for i in range(0, len(images), step)]
 
 
 def scores_of(model: Any, batches: Sequence[np.ndarray]) -> np.ndarray:
@@ -89,7 +97,13 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
         return convert_float_to_float16(model, keep_io_types=True)
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
 
     with tempfile.TemporaryDirectory() as folder:
         source, target = Path(folder) / "fp32.onnx", Path(folder) / "int8.onnx"
@@ -97,6 +111,7 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
         if int8_mode == "dynamic":
             quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
         else:
+
             class Reader(CalibrationDataReader):
                 def __init__(self) -> None:
                     self.batches = iter(calibration or [])
@@ -105,8 +120,15 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
                     batch = next(self.batches, None)
                     return None if batch is None else {"image": batch}
 
-            quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+            quantize_static(
+                str(source),
+                str(target),
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                activation_type=QuantType.QUInt8,
+            )
         return onnx.load(str(target))
 
 
@@ -114,19 +136,28 @@ def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | No
     """Score deviation from fp32 and, with labels, AUROC and TPR at 1 % FPR of both."""
     from evaluation import image_metrics
 
-    result: dict[str, Any] = {"images": int(scores.size),
-                              "max_score_deviation": float(np.max(np.abs(scores - fp32_scores))),
-                              "mean_score_deviation": float(np.mean(np.abs(scores - fp32_scores)))}
+    result: dict[str, Any] = {
+        "images": int(scores.size),
+        "max_score_deviation": float(np.max(np.abs(scores - fp32_scores))),
+        "mean_score_deviation": float(np.mean(np.abs(scores - fp32_scores))),
+    }
     if labels is not None and len(set(labels.tolist())) == 2:
         before, after = image_metrics(labels, fp32_scores), image_metrics(labels, scores)
-        result.update({"auroc_fp32": before["auroc"], "auroc": after["auroc"],
-                       "auroc_drop": before["auroc"] - after["auroc"],
-                       "tpr@fpr=0.01_fp32": before["tpr@fpr=0.01"], "tpr@fpr=0.01": after["tpr@fpr=0.01"]})
+        result.update(
+            {
+                "auroc_fp32": before["auroc"],
+                "auroc": after["auroc"],
+                "auroc_drop": before["auroc"] - after["auroc"],
+                "tpr@fpr=0.01_fp32": before["tpr@fpr=0.01"],
+                "tpr@fpr=0.01": after["tpr@fpr=0.01"],
+            }
+        )
     return result
 
 
-def graph_parity(fp32: onnx.ModelProto, merged: onnx.ModelProto, images: Sequence[np.ndarray],
-                 preprocess: Preprocess) -> dict[str, Any]:
+def graph_parity(
+    fp32: onnx.ModelProto, merged: onnx.ModelProto, images: Sequence[np.ndarray], preprocess: Preprocess
+) -> dict[str, Any]:
     """Max |score| difference between the `image_u8` graph on decoded images and the `image` graph
     on the same images preprocessed as `infer.py` does (one image at a time: any sizes)."""
     plain, u8 = _session(fp32), _session(merged)
@@ -146,10 +177,19 @@ def _stamp(model: onnx.ModelProto, **values: str) -> None:
         model.metadata_props.add(key=key, value=value)
 
 
-def build_variant(fp32_path: Path, output: Path, precision: str = "fp32", graph_preprocess: bool = False,
-                  images: Sequence[np.ndarray] = (), labels: np.ndarray | None = None,
-                  calibration: Sequence[np.ndarray] = (), int8_mode: str = "static", max_auroc_drop: float = 0.005,
-                  graph_tolerance: float = 1e-4, graph_resize_tolerance: float = 0.02) -> dict[str, Any]:
+def build_variant(
+    fp32_path: Path,
+    output: Path,
+    precision: str = "fp32",
+    graph_preprocess: bool = False,
+    images: Sequence[np.ndarray] = (),
+    labels: np.ndarray | None = None,
+    calibration: Sequence[np.ndarray] = (),
+    int8_mode: str = "static",
+    max_auroc_drop: float = 0.005,
+    graph_tolerance: float = 1e-4,
+    graph_resize_tolerance: float = 0.02,
+) -> dict[str, Any]:
     """Turn the fp32 export at `fp32_path` into the requested variant at `output` (+ its JSON
     sidecar), measured on `images` (random probes when none); raises `VariantRefused` beyond the bounds."""
     if precision not in PRECISIONS:
@@ -157,23 +197,28 @@ def build_variant(fp32_path: Path, output: Path, precision: str = "fp32", graph_
     fp32 = onnx.load(str(fp32_path))
     meta = {p.key: p.value for p in fp32.metadata_props}
     # what infer.py feeds the network (localizers: the whole image)
-    preprocess = scoring_preprocess(Preprocess.from_config(json.loads(meta["preprocess"])),
-                                    "mask" in json.loads(meta["outputs"]))
+    preprocess = scoring_preprocess(
+        Preprocess.from_config(json.loads(meta["preprocess"])), "mask" in json.loads(meta["outputs"])
+    )
     images = list(images) or probe_images(preprocess)
     report: dict[str, Any] = {"precision": precision}
     model = fp32
     if precision != "fp32":
         if precision == "int8" and int8_mode == "static" and not calibration:
-            raise VariantRefused("precision=int8 with int8_mode=static needs calibration images "
-                                 "(calibration_input=FOLDER|MANIFEST), or use int8_mode=dynamic")
+            raise VariantRefused(
+                "precision=int8 with int8_mode=static needs calibration images "
+                "(calibration_input=FOLDER|MANIFEST), or use int8_mode=dynamic"
+            )
         calibration_batches = network_batches(list(calibration), preprocess, 8) if precision == "int8" else None
         model = quantized(fp32_path, precision, calibration_batches, int8_mode)
         batches = network_batches(images, preprocess)
         report["quality"] = quality(scores_of(fp32, batches), scores_of(model, batches), labels)
         drop = report["quality"].get("auroc_drop")
         if drop is not None and drop > max_auroc_drop:
-            raise VariantRefused(f"precision={precision} loses {drop:.4f} AUROC on {len(images)} labelled images "
-                                 f"(allowed: max_auroc_drop={max_auroc_drop:g}); the file was not written")
+            raise VariantRefused(
+                f"precision={precision} loses {drop:.4f} AUROC on {len(images)} labelled images "
+                f"(allowed: max_auroc_drop={max_auroc_drop:g}); the file was not written"
+            )
         if drop is None:
             log.warning("no labelled images (eval_input=...): the %s variant's AUROC was not checked", precision)
     if graph_preprocess:
@@ -182,9 +227,11 @@ def build_variant(fp32_path: Path, output: Path, precision: str = "fp32", graph_
         bound = graph_tolerance if exact else graph_resize_tolerance
         report["graph_parity"] = {**graph_parity(float_model, model, images, preprocess), "bound": bound}
         if not report["graph_parity"]["max_score_difference"] <= bound:
-            raise VariantRefused(f"preprocessing in the graph changes scores by up to "
-                                 f"{report['graph_parity']['max_score_difference']:.3g} (> {bound:g}) against "
-                                 f"infer.py; the file was not written")
+            raise VariantRefused(
+                f"preprocessing in the graph changes scores by up to "
+                f"{report['graph_parity']['max_score_difference']:.3g} (> {bound:g}) against "
+                f"infer.py; the file was not written"
+            )
     _stamp(model, precision=precision)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.stem}.partial.onnx")
@@ -199,11 +246,17 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
     outputs), for runtimes that cannot read ONNX metadata."""
     meta = {p.key: p.value for p in model.metadata_props}
     u8 = meta.get("input") == U8_INPUT
-    data = {"detector": meta.get("detector"), "toolkit_version": meta.get("toolkit_version"),
-            "input": U8_INPUT if u8 else "image",
-            "input_layout": "N x H x W x 3 uint8 RGB, any H and W" if u8 else "N x 3 x H x W float32 RGB in [0, 1]",
-            "preprocess": json.loads(meta.get("preprocess", "{}")), "preprocess_in_graph": u8,
-            "threshold": float(meta["threshold"]), "outputs": json.loads(meta.get("outputs", '["score"]')), **extra}
+    data = {
+        "detector": meta.get("detector"),
+        "toolkit_version": meta.get("toolkit_version"),
+        "input": U8_INPUT if u8 else "image",
+        "input_layout": "N x H x W x 3 uint8 RGB, any H and W" if u8 else "N x 3 x H x W float32 RGB in [0, 1]",
+        "preprocess": json.loads(meta.get("preprocess", "{}")),
+        "preprocess_in_graph": u8,
+        "threshold": float(meta["threshold"]),
+        "outputs": json.loads(meta.get("outputs", '["score"]')),
+        **extra,
+    }
     path = model_path.with_suffix(".json")
     path.write_text(json.dumps(data, indent=2))
     return path

@@ -44,9 +44,7 @@ def check_image(image: np.ndarray) -> np.ndarray:
     """`image` as an array, refused with a clear message unless it is H x W x 3 uint8."""
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(
-            f"image operations take uint8 H x W x 3 RGB images, got {image.dtype} {image.shape}"
-        )
+        raise ValueError(f"image operations take uint8 H x W x 3 RGB images, got {image.dtype} {image.shape}")
     return image
 
 
@@ -79,13 +77,9 @@ def resize(image: np.ndarray, size: tuple[int, int], kernel: str = "bilinear") -
     """`image` at `size` = (width, height) with the named resampling `kernel`."""
     image = check_image(image)
     if kernel not in RESAMPLING_KERNELS:
-        raise ValueError(
-            f"unknown resampling kernel {kernel!r}; known: {sorted(RESAMPLING_KERNELS)}"
-        )
+        raise ValueError(f"unknown resampling kernel {kernel!r}; known: {sorted(RESAMPLING_KERNELS)}")
     width, height = size
-    return cv2.resize(
-        image, (max(1, int(width)), max(1, int(height))), interpolation=RESAMPLING_KERNELS[kernel]
-    )
+    return cv2.resize(image, (max(1, int(width)), max(1, int(height))), interpolation=RESAMPLING_KERNELS[kernel])
 
 
 def rescale(image: np.ndarray, factor: float, kernel: str | None = None) -> np.ndarray:

@@ -4,6 +4,7 @@ Decoding (Pillow, OpenCV) and the numpy geometry release the GIL, so a thread po
 busy without pickling images between processes; a bounded read-ahead keeps memory flat however
 many images are scored. The multi-device path feeds the same `load_sample` through a DataLoader.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,9 @@ log = logging.getLogger(__name__)
 Sample = dict[str, Any]
 
 
-def load_sample(index: int, path: str, geometry: Callable[[np.ndarray], np.ndarray],
-                max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
+def load_sample(
+    index: int, path: str, geometry: Callable[[np.ndarray], np.ndarray], max_pixels: int = DEFAULT_MAX_PIXELS
+) -> Sample:
     """{"index", "path", "image" (network-size uint8), "size" (original H, W)} or {"index", "path", "error"}."""
     try:
         image = read_image(path, max_pixels)
@@ -38,20 +40,32 @@ def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
     errors = [(s["path"], s["error"]) for s in samples if "error" in s]
     for path, reason in errors:
         log.warning("skipping unreadable image %s: %s", path, reason)
-    batch: dict[str, Any] = {"errors": errors, "error_index": [s["index"] for s in samples if "error" in s],
-                             "path": [s["path"] for s in good],
-                             "index": [s["index"] for s in good], "size": [tuple(s["size"]) for s in good]}
+    batch: dict[str, Any] = {
+        "errors": errors,
+        "error_index": [s["index"] for s in samples if "error" in s],
+        "path": [s["path"] for s in good],
+        "index": [s["index"] for s in good],
+        "size": [tuple(s["size"]) for s in good],
+    }
     if good:
         shapes = {s["image"].shape for s in good}
         # Whole-image localizers see each image at its own size: images of one size share a batch,
         # a batch of mixed sizes is a list of single images (scored one by one).
-        batch["image"] = (to_network_input([s["image"] for s in good]) if len(shapes) == 1
-                          else [to_network_input([s["image"]]) for s in good])
+        batch["image"] = (
+            to_network_input([s["image"] for s in good])
+            if len(shapes) == 1
+            else [to_network_input([s["image"]]) for s in good]
+        )
     return batch
 
 
-def iter_batches(items: Sequence[tuple[int, str]], geometry: Callable[[np.ndarray], np.ndarray],
-                 batch_size: int, workers: int = 2, read_ahead: int = 2) -> Iterator[dict[str, Any]]:
+def iter_batches(
+    items: Sequence[tuple[int, str]],
+    geometry: Callable[[np.ndarray], np.ndarray],
+    batch_size: int,
+    workers: int = 2,
+    read_ahead: int = 2,
+) -> Iterator[dict[str, Any]]:
     """Batches of `(index, path)` items in order, decoded by `workers` threads while the caller
     scores; at most `read_ahead` batches wait decoded in memory.
 
@@ -59,7 +73,7 @@ def iter_batches(items: Sequence[tuple[int, str]], geometry: Callable[[np.ndarra
     first in the pool's queue, so it never waits on work queued behind it): the caller's thread
     only runs the model, instead of leaving the cores idle while it converts pixels.
     """
-    chunks = (items[start:start + batch_size] for start in range(0, len(items), batch_size))
+    chunks = (items[start : start + batch_size] for start in range(0, len(items), batch_size))
     if workers <= 0:
         for chunk in chunks:
             yield collate_samples([load_sample(i, p, geometry) for i, p in chunk])

@@ -12,6 +12,7 @@ traceback. `HYDRA_FULL_ERROR=1` or `debug=true` shows the traceback of expected 
     if __name__ == "__main__":
         run(main)
 """
+
 from __future__ import annotations
 
 import functools

@@ -6,6 +6,7 @@ reduced from each 8-bit map as it is written (`PixelReduction`), never from the 
 resumed run reads only the maps of the rows it did not score itself, so every image, old and new,
 is scored the same way (a probability p counts as positive at 0.5 exactly when round(255 p) >= 128).
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,8 +44,14 @@ def to_uint8_map(probabilities: np.ndarray, size: tuple[int, int]) -> np.ndarray
 MapCollector = Callable[[int, np.ndarray], None]  # (input position, 8-bit map as written)
 
 
-def save_mask(masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int],
-              collect: MapCollector | None = None) -> Path:
+def save_mask(
+    masks_dir: Path,
+    index: int,
+    path: str,
+    probabilities: np.ndarray,
+    size: tuple[int, int],
+    collect: MapCollector | None = None,
+) -> Path:
     """Write a probability map as an 8-bit PNG at the input image's original size, and hand the
     written pixels to `collect` (pixel metrics reduced while streaming)."""
     target = masks_dir / safe_mask_name(index, path)
@@ -88,8 +95,15 @@ class MapWriter:
     def _submit(self, write: Callable[..., Any], *args: Any) -> None:
         self.queued.append(self.pool.submit(write, *args))
 
-    def mask(self, masks_dir: Path, index: int, path: str, probabilities: np.ndarray, size: tuple[int, int],
-             collect: MapCollector | None = None) -> Path:
+    def mask(
+        self,
+        masks_dir: Path,
+        index: int,
+        path: str,
+        probabilities: np.ndarray,
+        size: tuple[int, int],
+        collect: MapCollector | None = None,
+    ) -> Path:
         """Queue `save_mask`; returns the path it writes. `collect` runs on the writing thread, in
         the order the maps were queued."""
         self._submit(save_mask, masks_dir, index, path, probabilities, size, collect)
@@ -164,7 +178,7 @@ class PixelReduction:
 
     def _extremes(self) -> list[tuple[float, str, int, np.ndarray]]:
         ordered = sorted(self.scored, key=lambda item: (item[0], item[1]))
-        return ordered if len(ordered) <= 2 * self.cases else ordered[:self.cases] + ordered[-self.cases:]
+        return ordered if len(ordered) <= 2 * self.cases else ordered[: self.cases] + ordered[-self.cases :]
 
     def metrics(self) -> dict[str, float] | None:
         """The pixel metrics, or None when no map was reduced."""
@@ -175,8 +189,14 @@ class PixelReduction:
         sheet = []
         for f1, path, index, pixels in self._extremes():
             try:
-                sheet.append((read_image(path), read_mask(self.records[index].mask) > 0,
-                              pixels.astype(np.float32) / 255, f"{Path(path).name}  pixel F1 {f1:.2f}"))
+                sheet.append(
+                    (
+                        read_image(path),
+                        read_mask(self.records[index].mask) > 0,
+                        pixels.astype(np.float32) / 255,
+                        f"{Path(path).name}  pixel F1 {f1:.2f}",
+                    )
+                )
             except ImageReadError as error:
                 log.warning("contact sheet skips %s: %s", path, error.reason)
         return sheet

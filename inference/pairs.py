@@ -100,9 +100,7 @@ def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
     return pairs
 
 
-def group_pairs(
-    input: str | os.PathLike, layout: str = "auto", group_by: str | None = None
-) -> list[dict[str, Any]]:
+def group_pairs(input: str | os.PathLike, layout: str = "auto", group_by: str | None = None) -> list[dict[str, Any]]:
     """Every pair of images inside each group (`group_by` or `review` when the input has it, else
     the image's folder), in input order."""
     from inference.reviews import review_ids
@@ -215,9 +213,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     has_masks = any(p.get("mask_a") or p.get("mask_b") for p in pairs)
     masks_dir = None
     if cfg.save_masks or has_masks:
-        masks_dir = (
-            Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
-        )
+        masks_dir = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
         masks_dir.mkdir(parents=True, exist_ok=True)
     columns = list(PAIR_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
     detector = runtime.net
@@ -307,9 +303,7 @@ def mask_counts(pair: dict[str, Any], result: dict[str, Any]) -> tuple[int, int,
     """Pixel counts of a pair with both true masks and both predicted mask files (else None)."""
     from evaluation.protocols.duplication import pair_pixel_counts
 
-    if not (
-        pair.get("mask_a") and pair.get("mask_b") and result.get("mask_a") and result.get("mask_b")
-    ):
+    if not (pair.get("mask_a") and pair.get("mask_b") and result.get("mask_a") and result.get("mask_b")):
         return None
     try:
         truth = [read_mask(pair["mask_a"]), read_mask(pair["mask_b"])]
@@ -318,8 +312,6 @@ def mask_counts(pair: dict[str, Any], result: dict[str, Any]) -> tuple[int, int,
         log.warning("masks of %s not scored: %s", result["path"], error)
         return None
     if any(t.shape != p.shape for t, p in zip(truth, predicted)):
-        log.warning(
-            "masks of %s not scored: true and predicted masks differ in size", result["path"]
-        )
+        log.warning("masks of %s not scored: true and predicted masks differ in size", result["path"])
         return None
     return pair_pixel_counts(truth[0], truth[1], predicted[0], predicted[1])

@@ -6,6 +6,7 @@ whole-line writes as a one-process run, so a process killed at any moment loses 
 The merge writes the output's rows plus every part's rows in input order to a temporary file and
 renames it over the output, so the output is never half-merged.
 """
+
 from __future__ import annotations
 
 import logging
@@ -100,8 +101,9 @@ def fold_parts(output: Path, records: Sequence[Record], columns: Sequence[str]) 
     return ordered, len({r.path for r in records} - set(rows))
 
 
-def write_in_order(output: Path, rows: dict[str, dict[str, Any]], records: Sequence[Record],
-                   columns: Sequence[str]) -> list[dict[str, Any]]:
+def write_in_order(
+    output: Path, rows: dict[str, dict[str, Any]], records: Sequence[Record], columns: Sequence[str]
+) -> list[dict[str, Any]]:
     """Replace `output` atomically with `rows` (by path) in input order; returns them in that order.
     Rows of paths that are no input record are kept at the end, with a warning."""
     position: dict[str, int] = {}

@@ -7,6 +7,7 @@ brought back to the original size exactly as `infer.py save_masks=true` writes m
 bits, then bilinear; `inference.masks.to_uint8_map`) and reduced by the same `PixelReduction`. So
 the unperturbed level reproduces the pixel metrics `infer.py` reports, and a mask is never resampled.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -17,8 +18,9 @@ from inference.runtime import Runtime
 from inference.scoring import Perturb, Prediction, effective_batch_size, perturbed_scores
 
 
-def score_perturbed_maps_fn(runtime: Runtime, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0,
-                            threshold: float = 0.5) -> Callable[[Perturb | None], dict[str, Any]]:
+def score_perturbed_maps_fn(
+    runtime: Runtime, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0, threshold: float = 0.5
+) -> Callable[[Perturb | None], dict[str, Any]]:
     """`perturbation -> {"scores", "pixel"}` for `evaluation.robustness_curves`: the image scores of
     `records` (NaN where unreadable) and the pixel metrics of their maps at the original size
     (manipulated records need a `mask`; genuine ones count toward `pixel_fpr_genuine`)."""

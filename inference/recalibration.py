@@ -7,6 +7,7 @@ flags at most `target_fpr` of the user's genuine images, reports the genuine TNR
 are too few for the target to mean anything. `write_calibrated_model` stamps the threshold and its
 provenance into a copy of the `.ckpt` or `.onnx`.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -35,9 +36,7 @@ class CategoryThreshold:
     """Each input's threshold: its category's (calibration.by=category) when the model has one for
     it, else the model's global threshold. Called with an input's path, as scoring decides."""
 
-    def __init__(
-        self, default: float, by_category: dict[str, float], categories: dict[str, str | None]
-    ) -> None:
+    def __init__(self, default: float, by_category: dict[str, float], categories: dict[str, str | None]) -> None:
         self.default, self.by_category, self.categories = (
             float(default),
             dict(by_category),
@@ -59,13 +58,16 @@ class CategoryThreshold:
 
 
 def needed_rule(target_fpr: float, confidence: float) -> str:
-    return (f"with n genuine images and none flagged, the true FPR is below {target_fpr:g} at {confidence:.0%} "
-            f"confidence only when (1 - {target_fpr:g})^n <= {1 - confidence:.2g}, i.e. "
-            f"n >= {genuine_needed(target_fpr, confidence)} (about 3 / target_fpr)")
+    return (
+        f"with n genuine images and none flagged, the true FPR is below {target_fpr:g} at {confidence:.0%} "
+        f"confidence only when (1 - {target_fpr:g})^n <= {1 - confidence:.2g}, i.e. "
+        f"n >= {genuine_needed(target_fpr, confidence)} (about 3 / target_fpr)"
+    )
 
 
-def recalibrate(genuine_scores: Any, target_fpr: float, fake_scores: Any = None,
-                confidence: float = 0.95) -> dict[str, Any]:
+def recalibrate(
+    genuine_scores: Any, target_fpr: float, fake_scores: Any = None, confidence: float = 0.95
+) -> dict[str, Any]:
     """The threshold for `target_fpr` on `genuine_scores` and what it achieves.
 
     Scores keep their dtype (float32 from the runtimes), so the threshold cannot tie with a
@@ -76,20 +78,31 @@ def recalibrate(genuine_scores: Any, target_fpr: float, fake_scores: Any = None,
     if genuine.size < needed:
         raise CalibrationRefused(
             f"{genuine.size} genuine images were scored; target_fpr={target_fpr:g} needs at least {needed}: "
-            f"{needed_rule(target_fpr, confidence)}. Add genuine images or raise target_fpr.")
+            f"{needed_rule(target_fpr, confidence)}. Add genuine images or raise target_fpr."
+        )
     threshold = calibrate_threshold(genuine, target_fpr)
     false_positives = int(np.sum(genuine >= threshold))
     fpr_low, fpr_high = clopper_pearson(false_positives, genuine.size, confidence)
     summary: dict[str, Any] = {
-        "threshold": threshold, "target_fpr": float(target_fpr), "confidence": float(confidence),
-        "n_genuine": int(genuine.size), "genuine_needed": needed, "false_positives": false_positives,
-        "tnr": 1.0 - false_positives / genuine.size, "tnr_interval": [1.0 - fpr_high, 1.0 - fpr_low],
+        "threshold": threshold,
+        "target_fpr": float(target_fpr),
+        "confidence": float(confidence),
+        "n_genuine": int(genuine.size),
+        "genuine_needed": needed,
+        "false_positives": false_positives,
+        "tnr": 1.0 - false_positives / genuine.size,
+        "tnr_interval": [1.0 - fpr_high, 1.0 - fpr_low],
     }
     fakes = np.asarray(fake_scores if fake_scores is not None else [])
     if fakes.size:
         detected = int(np.sum(fakes >= threshold))
-        summary.update({"n_fake": int(fakes.size), "tpr": detected / fakes.size,
-                        "tpr_interval": list(clopper_pearson(detected, fakes.size, confidence))})
+        summary.update(
+            {
+                "n_fake": int(fakes.size),
+                "tpr": detected / fakes.size,
+                "tpr_interval": list(clopper_pearson(detected, fakes.size, confidence)),
+            }
+        )
     return summary
 
 
@@ -110,13 +123,10 @@ def recalibrate_by_category(
     """
     genuine, names = np.asarray(genuine_scores), category_names(genuine_categories)
     fakes = np.asarray(fake_scores if fake_scores is not None else [])
-    fake_names = category_names(
-        fake_categories if fake_categories is not None else [""] * fakes.size
-    )
+    fake_names = category_names(fake_categories if fake_categories is not None else [""] * fakes.size)
     if not (set(names.tolist()) - {""}):
         raise CalibrationRefused(
-            "by=category needs a category per genuine image (a manifest with a "
-            "`category` column); none was given"
+            "by=category needs a category per genuine image (a manifest with a `category` column); none was given"
         )
     summary = recalibrate(genuine, target_fpr, fakes, confidence)
     split = calibrate_by_category(genuine, names, target_fpr, confidence)
@@ -129,20 +139,33 @@ def recalibrate_by_category(
     summary["by_category"] = {}
     for name, threshold in split["thresholds"].items():
         own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence)
-        summary["by_category"][name] = {
-            k: v for k, v in own.items() if k not in ("target_fpr", "confidence")
-        }
+        summary["by_category"][name] = {k: v for k, v in own.items() if k not in ("target_fpr", "confidence")}
     summary["category_thresholds"] = dict(split["thresholds"])
     return summary
 
 
 def provenance(summary: dict[str, Any], input: str, previous_threshold: float) -> dict[str, Any]:
     """What a calibrated model records about its threshold: how many images, which target, when."""
-    keys = ("threshold", "target_fpr", "confidence", "n_genuine", "false_positives", "tnr", "tnr_interval",
-            "n_fake", "tpr", "tpr_interval", "by_category", "category_thresholds")
-    return {**{k: summary[k] for k in keys if k in summary}, "input": str(input),
-            "previous_threshold": float(previous_threshold),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    keys = (
+        "threshold",
+        "target_fpr",
+        "confidence",
+        "n_genuine",
+        "false_positives",
+        "tnr",
+        "tnr_interval",
+        "n_fake",
+        "tpr",
+        "tpr_interval",
+        "by_category",
+        "category_thresholds",
+    )
+    return {
+        **{k: summary[k] for k in keys if k in summary},
+        "input": str(input),
+        "previous_threshold": float(previous_threshold),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, record: dict[str, Any]) -> Path:
@@ -166,9 +189,7 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
                 "target_fpr": repr(float(record["target_fpr"])),
             }
         )
-        metadata.pop(
-            "category_thresholds", None
-        )  # a global recalibration replaces per-category ones
+        metadata.pop("category_thresholds", None)  # a global recalibration replaces per-category ones
         if record.get("category_thresholds"):
             metadata["category_thresholds"] = json.dumps(record["category_thresholds"])
         del graph.metadata_props[:]
@@ -197,16 +218,22 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
     """The calibration as Markdown: threshold, genuine TNR with its interval, TPR when fakes were given."""
     low, high = summary["tnr_interval"]
     level = f"{summary['confidence']:.0%}"
-    lines = [f"# Calibration of {model}", "",
-             f"Threshold {summary['threshold']:.6g} (was {summary['previous_threshold']:.6g}) for a target FPR of "
-             f"{summary['target_fpr']:g} on {summary['n_genuine']} genuine images from {summary['input']} "
-             f"({summary['date']}); written to {output}.", "",
-             f"- Genuine TNR: {summary['tnr']:.4f} ({summary['n_genuine'] - summary['false_positives']}/"
-             f"{summary['n_genuine']}), {level} Clopper-Pearson interval [{low:.4f}, {high:.4f}]"]
+    lines = [
+        f"# Calibration of {model}",
+        "",
+        f"Threshold {summary['threshold']:.6g} (was {summary['previous_threshold']:.6g}) for a target FPR of "
+        f"{summary['target_fpr']:g} on {summary['n_genuine']} genuine images from {summary['input']} "
+        f"({summary['date']}); written to {output}.",
+        "",
+        f"- Genuine TNR: {summary['tnr']:.4f} ({summary['n_genuine'] - summary['false_positives']}/"
+        f"{summary['n_genuine']}), {level} Clopper-Pearson interval [{low:.4f}, {high:.4f}]",
+    ]
     if "tpr" in summary:
         tlow, thigh = summary["tpr_interval"]
-        lines.append(f"- TPR on {summary['n_fake']} fakes: {summary['tpr']:.4f}, {level} Clopper-Pearson interval "
-                     f"[{tlow:.4f}, {thigh:.4f}]")
+        lines.append(
+            f"- TPR on {summary['n_fake']} fakes: {summary['tpr']:.4f}, {level} Clopper-Pearson interval "
+            f"[{tlow:.4f}, {thigh:.4f}]"
+        )
     else:
         lines.append("- TPR: no fakes were given (a labelled manifest with label 1 rows adds it)")
     if summary.get("by_category"):
@@ -225,14 +252,26 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
                 + (f"{own['tpr']:.4f} |" if "tpr" in own else "– |")
             )
         lines += ["", "Inputs whose category is not listed are decided with the global threshold."]
-    lines += ["", "These figures hold for images like the calibration set; recalibrate when the images change "
-              "(new cameras, compression, platforms or editing tools)."]
+    lines += [
+        "",
+        "These figures hold for images like the calibration set; recalibrate when the images change "
+        "(new cameras, compression, platforms or editing tools).",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def calibrate_model(model: str, input: str, output: str | os.PathLike, target_fpr: float = 0.01,
-                    confidence: float = 0.95, device: str = "auto", batch_size: int = 32, num_workers: int = 2,
-                    progress: bool = True, by: str | None = None) -> dict[str, Any]:
+def calibrate_model(
+    model: str,
+    input: str,
+    output: str | os.PathLike,
+    target_fpr: float = 0.01,
+    confidence: float = 0.95,
+    device: str = "auto",
+    batch_size: int = 32,
+    num_workers: int = 2,
+    progress: bool = True,
+    by: str | None = None,
+) -> dict[str, Any]:
     """Score `input` with `model`, recalibrate on its genuine images (`by="category"`: also one
     threshold per manifest category, see `recalibrate_by_category`), write the calibrated model and
     its report (`<output stem>.calibration.md` / `.json`) and the scores (`.calibration_scores.csv`).
@@ -253,8 +292,14 @@ def calibrate_model(model: str, input: str, output: str | os.PathLike, target_fp
     fakes = {r.path for r in records if r.label == 1}
     scores_path = output.with_name(f"{output.stem}.calibration_scores.csv")
     with ResultWriter(scores_path) as writer:
-        score_records(runtime, [r for r in records if r.path in genuine | fakes], writer, batch_size=batch_size,
-                      num_workers=num_workers, progress=progress)
+        score_records(
+            runtime,
+            [r for r in records if r.path in genuine | fakes],
+            writer,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            progress=progress,
+        )
     rows = [r for r in read_results(scores_path) if r["status"] == "ok"]
     genuine_rows = [r for r in rows if r["path"] in genuine]
     fake_rows = [r for r in rows if r["path"] in fakes]

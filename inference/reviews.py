@@ -4,6 +4,7 @@ multi-image setting), scored from its images' rows with `max`, `mean` or `noisy_
 The review file is recomputed from the whole results file at the end of every run and replaced
 atomically, so a resumed run gives the same reviews as an uninterrupted one.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,11 +26,16 @@ RECORD_FIELDS = {f.name for f in fields(Record)} - {"path"}
 def manifest_column(manifest: Path, column: str) -> dict[str, str]:
     """`path -> value` of any column of a CSV / JSONL manifest (paths resolved as the manifest's are)."""
     with manifest.open(newline="", encoding="utf-8-sig") as handle:
-        rows = ([json.loads(line) for line in handle if line.strip()] if manifest.suffix.lower() in (".jsonl", ".ndjson")
-                else list(csv.DictReader(handle)))
+        rows = (
+            [json.loads(line) for line in handle if line.strip()]
+            if manifest.suffix.lower() in (".jsonl", ".ndjson")
+            else list(csv.DictReader(handle))
+        )
     if rows and column not in rows[0]:
-        raise ValueError(f"group_by={column!r}: the manifest has no such column (columns: {', '.join(rows[0])}; "
-                         "or use group_by=parent for the image's folder)")
+        raise ValueError(
+            f"group_by={column!r}: the manifest has no such column (columns: {', '.join(rows[0])}; "
+            "or use group_by=parent for the image's folder)"
+        )
     resolve = lambda p: p if os.path.isabs(p) else str(manifest.parent / p)  # noqa: E731
     return {resolve(str(row["path"]).strip()): str(row.get(column) or "").strip() for row in rows}
 
@@ -44,12 +50,19 @@ def review_ids(records: Sequence[Record], group_by: str, input: str | os.PathLik
     input = Path(input)
     if input.is_file() and input.suffix.lower() in (".csv", ".jsonl", ".ndjson"):
         return manifest_column(input, group_by)
-    raise ValueError(f"group_by={group_by!r} needs a manifest with that column; without one use "
-                     f"group_by=parent or one of {sorted(RECORD_FIELDS)}")
+    raise ValueError(
+        f"group_by={group_by!r} needs a manifest with that column; without one use "
+        f"group_by=parent or one of {sorted(RECORD_FIELDS)}"
+    )
 
 
-def review_rows(results: Sequence[dict[str, Any]], ids: dict[str, str], method: str, threshold: float,
-                labels: dict[str, int] | None = None) -> list[dict[str, Any]]:
+def review_rows(
+    results: Sequence[dict[str, Any]],
+    ids: dict[str, str],
+    method: str,
+    threshold: float,
+    labels: dict[str, int] | None = None,
+) -> list[dict[str, Any]]:
     """One row per review with a scored image, in order of first appearance; with `labels` each
     row also gets `true_label` (a review is fake when any of its images is)."""
     if method not in AGGREGATIONS:
@@ -70,8 +83,13 @@ def review_rows(results: Sequence[dict[str, Any]], ids: dict[str, str], method: 
     for name, indices in members.items():  # in order of first appearance
         top = max(indices, key=lambda i: scores[i])
         score = float(aggregated[position[name]])
-        row = {"review": name, "score": score, "label": int(score >= threshold), "n_images": len(indices),
-               "most_suspicious": scored[top]["path"]}
+        row = {
+            "review": name,
+            "score": score,
+            "label": int(score >= threshold),
+            "n_images": len(indices),
+            "most_suspicious": scored[top]["path"],
+        }
         if review_labels is not None:
             row["true_label"] = int(review_labels[position[name]])
         rows.append(row)
@@ -90,8 +108,16 @@ def write_reviews(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     return path
 
 
-def score_reviews(output: Path, records: Sequence[Record], results: Sequence[dict[str, Any]], group_by: str,
-                  method: str, threshold: float, input: str | os.PathLike, title: str) -> dict[str, Any]:
+def score_reviews(
+    output: Path,
+    records: Sequence[Record],
+    results: Sequence[dict[str, Any]],
+    group_by: str,
+    method: str,
+    threshold: float,
+    input: str | os.PathLike,
+    title: str,
+) -> dict[str, Any]:
     """`<output>.reviews.csv` and, when every review's images are labelled, review-level metrics in
     `<output>.reviews.metrics.json` with a report in `<output stem>_reviews_report/`."""
     from evaluation import report_records, write_metrics_json
@@ -102,8 +128,12 @@ def score_reviews(output: Path, records: Sequence[Record], results: Sequence[dic
     metrics = None
     if rows and "true_label" in rows[0]:
         labelled = [{"path": r["review"], "label": r["true_label"], "score": r["score"]} for r in rows]
-        report = report_records(output.with_name(f"{output.stem}_reviews_report"), labelled, threshold=threshold,
-                                title=f"{title}: reviews by {group_by} ({method})")
+        report = report_records(
+            output.with_name(f"{output.stem}_reviews_report"),
+            labelled,
+            threshold=threshold,
+            title=f"{title}: reviews by {group_by} ({method})",
+        )
         metrics = {**report.metrics, "group_by": group_by, "aggregation": method}
         write_metrics_json(output.with_suffix(".reviews.metrics.json"), metrics)
     return {"path": path, "reviews": len(rows), "metrics": metrics}

@@ -1,5 +1,6 @@
 """What `infer.py` reports after scoring: review verdicts, metrics and a report for labelled input,
 robustness curves, all from the rows and map reductions the run holds in memory."""
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,15 @@ class ReportRequest:
     model: str = ""
 
 
-def map_folders(output: Path, runtime: Runtime, records: Sequence[Record], save_masks: bool, overlays: bool,
-                save_confidence: bool, masks_dir: str | None) -> tuple[Path | None, Path | None]:
+def map_folders(
+    output: Path,
+    runtime: Runtime,
+    records: Sequence[Record],
+    save_masks: bool,
+    overlays: bool,
+    save_confidence: bool,
+    masks_dir: str | None,
+) -> tuple[Path | None, Path | None]:
     """Where a localizer's maps (and overlays) go: asked for, or needed for pixel metrics."""
     wants_maps = save_masks or overlays or save_confidence or records_with_masks(records)
     if wants_maps and not runtime.is_localizer:
@@ -66,8 +74,13 @@ def map_folders(output: Path, runtime: Runtime, records: Sequence[Record], save_
     return folder, (folder / "overlays" if overlays else None)
 
 
-def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Record], rows: list[dict[str, Any]],
-               pixel: PixelReduction | None) -> dict[str, Any]:
+def report_run(
+    request: ReportRequest,
+    runtime: Runtime,
+    records: Sequence[Record],
+    rows: list[dict[str, Any]],
+    pixel: PixelReduction | None,
+) -> dict[str, Any]:
     """Review verdicts (`group_by`), then metrics and a report when the input carries labels.
 
     `rows` are the run's rows in input order (score and label parsed); `pixel` has reduced the
@@ -78,10 +91,23 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
     if request.group_by:
         from inference.reviews import score_reviews
 
-        reviews = score_reviews(output, records, rows, request.group_by, request.review_aggregation,
-                                request.threshold, request.input, title=title)
-        log.info("%d reviews (%s of images grouped by %s) -> %s", reviews["reviews"], request.review_aggregation,
-                 request.group_by, reviews["path"])
+        reviews = score_reviews(
+            output,
+            records,
+            rows,
+            request.group_by,
+            request.review_aggregation,
+            request.threshold,
+            request.input,
+            title=title,
+        )
+        log.info(
+            "%d reviews (%s of images grouped by %s) -> %s",
+            reviews["reviews"],
+            request.review_aggregation,
+            request.group_by,
+            reviews["path"],
+        )
     truth = join_truth(records, rows)
     if not truth:
         if request.robustness:
@@ -95,20 +121,36 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
     sheet = pixel.contact_sheet() if pixel_metrics else None
     by_category = (getattr(runtime, "category_thresholds", None) or None) if request.per_category_thresholds else None
     target_fpr = getattr(runtime, "target_fpr", None) or 0.01  # exports without it: the toolkit's default
-    written = report_records(output.with_name(f"{output.stem}_report"), truth, threshold=request.threshold,
-                             calibrated_threshold=runtime.threshold, category_thresholds=by_category,
-                             target_tnr=1.0 - target_fpr, robustness=robustness, title=title,
-                             pixel=pixel_metrics, contact_sheet=sheet)
+    written = report_records(
+        output.with_name(f"{output.stem}_report"),
+        truth,
+        threshold=request.threshold,
+        calibrated_threshold=runtime.threshold,
+        category_thresholds=by_category,
+        target_tnr=1.0 - target_fpr,
+        robustness=robustness,
+        title=title,
+        pixel=pixel_metrics,
+        contact_sheet=sheet,
+    )
     metrics = written.metrics
     if pixel_metrics:
         metrics["pixel_protocol"] = PIXEL_PROTOCOL
         with open(written.files["report"], "a", encoding="utf-8") as handle:
-            handle.write(f"\nPixel metrics: {PIXEL_PROTOCOL}; computed from the saved 8-bit maps. "
-                         "Contact sheet: the worst and best images by pixel F1.\n")
+            handle.write(
+                f"\nPixel metrics: {PIXEL_PROTOCOL}; computed from the saved 8-bit maps. "
+                "Contact sheet: the worst and best images by pixel F1.\n"
+            )
     metrics_path = output.with_suffix(".metrics.json")
     write_metrics_json(metrics_path, metrics)
-    log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", metrics["auroc"], metrics["tpr"], metrics["tnr"],
-             metrics_path, written.files["report"])
+    log.info(
+        "auroc %s, tpr %s, tnr %s -> %s (report: %s)",
+        metrics["auroc"],
+        metrics["tpr"],
+        metrics["tnr"],
+        metrics_path,
+        written.files["report"],
+    )
     html_page(request, runtime, records, rows, metrics, [p for p in written.files.values() if str(p).endswith(".png")])
     below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
     if below:
@@ -116,8 +158,14 @@ def report_run(request: ReportRequest, runtime: Runtime, records: Sequence[Recor
     return {"metrics": metrics, "reviews": reviews}
 
 
-def html_page(request: ReportRequest, runtime: Runtime, records: Sequence[Record], rows: list[dict[str, Any]],
-              metrics: dict[str, Any] | None, plots: Sequence[Any]) -> Path | None:
+def html_page(
+    request: ReportRequest,
+    runtime: Runtime,
+    records: Sequence[Record],
+    rows: list[dict[str, Any]],
+    metrics: dict[str, Any] | None,
+    plots: Sequence[Any],
+) -> Path | None:
     """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them."""
     if not request.html:
         return None
@@ -125,12 +173,20 @@ def html_page(request: ReportRequest, runtime: Runtime, records: Sequence[Record
 
     group_of = {r.path: r.review or r.group for r in records}
     page_rows = [{**row, "group": group_of.get(row["path"]) or ""} for row in rows]
-    page = write_run_report(request.output.with_name(f"{request.output.stem}_report.html"), page_rows,
-                            model=request.model, detector=runtime.name, threshold=request.threshold,
-                            calibration=read_calibration(request.model) if request.model else None,
-                            threshold_from_user=not request.per_category_thresholds, input=request.input,
-                            is_localizer=runtime.is_localizer, metrics=metrics, plots=[str(p) for p in plots],
-                            blinded=request.blinded)
+    page = write_run_report(
+        request.output.with_name(f"{request.output.stem}_report.html"),
+        page_rows,
+        model=request.model,
+        detector=runtime.name,
+        threshold=request.threshold,
+        calibration=read_calibration(request.model) if request.model else None,
+        threshold_from_user=not request.per_category_thresholds,
+        input=request.input,
+        is_localizer=runtime.is_localizer,
+        metrics=metrics,
+        plots=[str(p) for p in plots],
+        blinded=request.blinded,
+    )
     log.info("report for people to read: %s", page)
     return page
 
@@ -155,5 +211,9 @@ def sweep(runtime: Runtime, rows: list[dict[str, Any]], options: Robustness, thr
         score = score_perturbed_maps_fn(runtime, records, options.batch_size, options.num_workers)
     else:
         score = score_perturbed_fn(runtime, records, options.batch_size, options.num_workers)
-    return robustness_curves(score, np.asarray([row["label"] for row in chosen]),
-                             levels={name: DEFAULT_LEVELS[name] for name in names}, threshold=threshold)
+    return robustness_curves(
+        score,
+        np.asarray([row["label"] for row in chosen]),
+        levels={name: DEFAULT_LEVELS[name] for name in names},
+        threshold=threshold,
+    )

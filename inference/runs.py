@@ -4,6 +4,7 @@
 The processes are launched and synchronised by Lightning Fabric (torchrun, SLURM and its own
 launcher are all understood); this module only decides who scores what and who merges.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,16 @@ from typing import Any, Sequence
 
 from datamodules.records import Record
 from inference.masks import PixelReduction
-from inference.parts import (Shard, done_paths, fold_parts, merge_parts, part_files, part_path, remove_parts,
-                             write_in_order)
+from inference.parts import (
+    Shard,
+    done_paths,
+    fold_parts,
+    merge_parts,
+    part_files,
+    part_path,
+    remove_parts,
+    write_in_order,
+)
 from inference.runtime import Runtime
 from inference.scoring import score_items
 from inference.writer import ResultWriter, parse_row
@@ -75,9 +84,17 @@ class ScoredRun:
     rows: list[dict[str, Any]] | None = None
 
 
-def score_to_output(runtime: Runtime, records: Sequence[Record], output: Path, columns: Sequence[str],
-                    processes: Processes, shard: Shard = Shard(), resume: bool = False,
-                    pixel: PixelReduction | None = None, **options: Any) -> ScoredRun:
+def score_to_output(
+    runtime: Runtime,
+    records: Sequence[Record],
+    output: Path,
+    columns: Sequence[str],
+    processes: Processes,
+    shard: Shard = Shard(),
+    resume: bool = False,
+    pixel: PixelReduction | None = None,
+    **options: Any,
+) -> ScoredRun:
     """Score `records` (this shard of them) into `output`.
 
     One process and no shard: rows stream straight into the output and stay in memory (leftover
@@ -114,27 +131,34 @@ def score_to_output(runtime: Runtime, records: Sequence[Record], output: Path, c
     mine = shard.items(records)
     todo = [item for item in mine if item[1] not in done]
     with ResultWriter(part_path(output, shard, processes.rank), columns, resume=True) as writer:
-        counts = score_items(runtime, todo[processes.rank::processes.world_size], writer, **options)
+        counts = score_items(runtime, todo[processes.rank :: processes.world_size], writer, **options)
     counts = processes.total(counts)
     processes.barrier()
     rows = None
     if shard.count == 1 and processes.is_main:
         rows = merged_rows(output, records, columns, pixel)
     elif shard.count > 1:
-        log.info("shard %d/%d done in %s; when every shard is done: python infer.py merge=true (same "
-                 "model, input and output)", shard.index, shard.count, part_files(output, shard)[0].parent)
+        log.info(
+            "shard %d/%d done in %s; when every shard is done: python infer.py merge=true (same "
+            "model, input and output)",
+            shard.index,
+            shard.count,
+            part_files(output, shard)[0].parent,
+        )
     processes.barrier()
     return ScoredRun({**counts, "skipped": len(mine) - len(todo)}, rows)
 
 
-def merged_rows(output: Path, records: Sequence[Record], columns: Sequence[str],
-                pixel: PixelReduction | None = None) -> list[dict[str, Any]]:
+def merged_rows(
+    output: Path, records: Sequence[Record], columns: Sequence[str], pixel: PixelReduction | None = None
+) -> list[dict[str, Any]]:
     """Fold the part files of other processes or jobs into `output`; their rows (parsed, in input
     order), and their saved maps reduced into `pixel`."""
     rows, missing = fold_parts(output, records, columns)
     if missing:
-        log.warning("%d inputs have no row in %s yet: run their shards (resume=true), then merge again",
-                    missing, output)
+        log.warning(
+            "%d inputs have no row in %s yet: run their shards (resume=true), then merge again", missing, output
+        )
     if pixel is not None:
         reduce_saved_maps(pixel, records, rows)
     return [parse_row(row) for row in rows]
@@ -148,4 +172,3 @@ def reduce_saved_maps(pixel: PixelReduction, records: Sequence[Record], rows: An
     for row in rows:
         if row.get("status") == "ok" and row.get("mask") and row["path"] in position:
             pixel.add_saved(position[row["path"]], row["mask"])
-

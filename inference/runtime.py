@@ -1,11 +1,12 @@
 """A trained detector from a `.ckpt` or an `.onnx` file behind one `predict(images)` interface."""
+
 from __future__ import annotations
 
 import json
 import os
 import pickle
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -62,14 +63,17 @@ def read_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> dict[
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        raise ModelLoadError(f"{path}: refusing to load: the file holds objects other than weights and plain "
-                             f"values, and loading them could run code ({error})") from None
+        raise ModelLoadError(
+            f"{path}: refusing to load: the file holds objects other than weights and plain "
+            f"values, and loading them could run code ({error})"
+        ) from None
     except (RuntimeError, EOFError, OSError) as error:
         raise ModelLoadError(f"{path}: not a readable checkpoint ({error})") from None
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if not isinstance(hparams, dict) or "net" not in hparams or "state_dict" not in checkpoint:
-        raise ModelLoadError(f"{path}: not a checkpoint written by this toolkit's train.py "
-                             "(no hyper_parameters.net / state_dict)")
+        raise ModelLoadError(
+            f"{path}: not a checkpoint written by this toolkit's train.py (no hyper_parameters.net / state_dict)"
+        )
     return checkpoint
 
 
@@ -85,7 +89,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
         with architecture_only():  # every weight comes from the checkpoint, not from pretrained files
             module = DetectorModule(**checkpoint["hyper_parameters"])
         module.load_state_dict(checkpoint["state_dict"])
-        module.category_thresholds = {str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()}
+        module.category_thresholds = {
+            str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()
+        }
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     return module.eval()
@@ -118,12 +124,17 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
         unexpected = sorted(k for k in state if not k.startswith("net.") and k != "threshold")
         if unexpected or "threshold" not in state:
             raise RuntimeError(f"unexpected keys {unexpected[:5]}" if unexpected else "no threshold buffer")
-        net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})
+        net.load_state_dict({k[len("net.") :]: v for k, v in state.items() if k.startswith("net.")})
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     category_thresholds = {str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()}
-    return LoadedDetector(net.eval(), hparams.get("name") or type(net).__name__, float(state["threshold"]),
-                          category_thresholds, float(hparams.get("target_fpr", 0.01)))
+    return LoadedDetector(
+        net.eval(),
+        hparams.get("name") or type(net).__name__,
+        float(state["threshold"]),
+        category_thresholds,
+        float(hparams.get("target_fpr", 0.01)),
+    )
 
 
 class TorchRuntime:
@@ -153,9 +164,13 @@ class TorchRuntime:
             except ValueError as error:
                 raise ModelLoadError(f"tta=true: {error}") from None
             settings = self.adapter.settings
-            self.preprocess = replace(self.preprocess, size=settings.load_size, mode="resize",
-                                      interpolation=settings.interpolation)
-        self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
+            self.preprocess = replace(
+                self.preprocess, size=settings.load_size, mode="resize", interpolation=settings.interpolation
+            )
+        self.trained_preprocess, self.preprocess = (
+            self.preprocess,
+            scoring_preprocess(self.preprocess, self.is_localizer),
+        )
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""
@@ -182,8 +197,10 @@ class OnnxRuntime:
 
         path = Path(path)
         if tta:
-            raise ModelLoadError(f"{path}: test-time adaptation takes gradient steps, which an ONNX graph cannot; "
-                                 "use the .ckpt for tta=true (the exported model is the non-adapted one)")
+            raise ModelLoadError(
+                f"{path}: test-time adaptation takes gradient steps, which an ONNX graph cannot; "
+                "use the .ckpt for tta=true (the exported model is the non-adapted one)"
+            )
         if not path.is_file():
             raise ModelLoadError(f"ONNX model {path} does not exist")
         self.device = device
@@ -199,13 +216,16 @@ class OnnxRuntime:
         except Exception as error:  # onnxruntime raises its own unexported exception types
             raise ModelLoadError(f"{path}: onnxruntime cannot load it ({error})") from None
         if device.startswith("cuda") and "CUDAExecutionProvider" not in self.session.get_providers():
-            raise ModelLoadError(f"device={device} was requested but onnxruntime could not start CUDA "
-                                 "(see its log above: missing CUDA / cuDNN libraries?)")
+            raise ModelLoadError(
+                f"device={device} was requested but onnxruntime could not start CUDA "
+                "(see its log above: missing CUDA / cuDNN libraries?)"
+            )
         meta = self.session.get_modelmeta().custom_metadata_map
         missing = {"detector", "preprocess", "threshold", "outputs"} - set(meta)
         if missing:
-            raise ModelLoadError(f"{path}: not exported by this toolkit's export.py (missing metadata "
-                                 f"{sorted(missing)})")
+            raise ModelLoadError(
+                f"{path}: not exported by this toolkit's export.py (missing metadata {sorted(missing)})"
+            )
         self.name = meta["detector"]
         self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
         self.threshold = float(meta["threshold"])
@@ -216,7 +236,10 @@ class OnnxRuntime:
         self.output_names = json.loads(meta["outputs"])
         self.is_localizer = "mask" in self.output_names
         self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported
-        self.trained_preprocess, self.preprocess = self.preprocess, scoring_preprocess(self.preprocess, self.is_localizer)
+        self.trained_preprocess, self.preprocess = (
+            self.preprocess,
+            scoring_preprocess(self.preprocess, self.is_localizer),
+        )
         # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
         # graph: feed each image whole (mode none), one at a time.
         self.input_name = meta.get("input", "image")
@@ -240,8 +263,14 @@ def scoring_preprocess(preprocess: Preprocess, is_localizer: bool) -> Preprocess
     classifiers keep the crop or resize they were trained with."""
     if not is_localizer:
         return preprocess
-    return Preprocess(size=None, mode="none", interpolation=preprocess.interpolation, mean=preprocess.mean,
-                      std=preprocess.std, extra=dict(preprocess.extra))
+    return Preprocess(
+        size=None,
+        mode="none",
+        interpolation=preprocess.interpolation,
+        mean=preprocess.mean,
+        std=preprocess.std,
+        extra=dict(preprocess.extra),
+    )
 
 
 def gpu_present() -> bool:

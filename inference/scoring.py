@@ -1,6 +1,7 @@
 """Scoring many images with a loaded detector: one prediction loop (`predictions`: decode a batch,
 predict, collect) serves the scoring run, which streams rows to CSV or JSONL as batches finish,
 and the robustness sweeps, which score the same files again with a perturbation after decoding."""
+
 from __future__ import annotations
 
 import logging
@@ -31,8 +32,14 @@ class Prediction:
     failure: str = ""  # why the model failed on this batch ("" when it did not)
 
 
-def predictions(runtime: Runtime, items: Sequence[tuple[int, str]], batch_size: int = 32, num_workers: int = 2,
-                perturb: Perturb | None = None, keep_going: bool = True) -> Iterator[Prediction]:
+def predictions(
+    runtime: Runtime,
+    items: Sequence[tuple[int, str]],
+    batch_size: int = 32,
+    num_workers: int = 2,
+    perturb: Perturb | None = None,
+    keep_going: bool = True,
+) -> Iterator[Prediction]:
     """The prediction loop: `(input position, path)` items decoded by `num_workers` threads (0:
     inline), `perturb` applied to the decoded pixels, brought to the network by the runtime's own
     geometry, in batches, in order. A model failure on a batch is logged and reported in
@@ -58,9 +65,14 @@ def error_row(path: str, reason: str) -> dict[str, Any]:
     return {"path": path, "score": "", "label": "", "status": "error", "error": reason}
 
 
-def batch_rows(prediction: Prediction, threshold: float, masks_dir: Path | None = None,
-               overlays_dir: Path | None = None, maps: MapWriter | None = None,
-               collect_map: MapCollector | None = None) -> list[dict[str, Any]]:
+def batch_rows(
+    prediction: Prediction,
+    threshold: float,
+    masks_dir: Path | None = None,
+    overlays_dir: Path | None = None,
+    maps: MapWriter | None = None,
+    collect_map: MapCollector | None = None,
+) -> list[dict[str, Any]]:
     """Result rows for one predicted batch: unreadable files and model failures become `status=error`
     rows, never exceptions. Rows come in input order, so a run's file does not depend on how the
     input was split into batches or processes. Maps and overlays are queued on `maps` (needed when
@@ -68,13 +80,20 @@ def batch_rows(prediction: Prediction, threshold: float, masks_dir: Path | None 
     batch = prediction.batch
     rows = list(zip(batch["error_index"], (error_row(path, reason) for path, reason in batch["errors"])))
     if "image" in batch:
-        rows += list(zip(batch["index"], scored_rows(prediction, threshold, masks_dir, overlays_dir, maps,
-                                                     collect_map)))
+        rows += list(
+            zip(batch["index"], scored_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map))
+        )
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
 
-def scored_rows(prediction: Prediction, threshold: float, masks_dir: Path | None, overlays_dir: Path | None,
-                maps: MapWriter | None, collect_map: MapCollector | None) -> list[dict[str, Any]]:
+def scored_rows(
+    prediction: Prediction,
+    threshold: float,
+    masks_dir: Path | None,
+    overlays_dir: Path | None,
+    maps: MapWriter | None,
+    collect_map: MapCollector | None,
+) -> list[dict[str, Any]]:
     batch, outputs = prediction.batch, prediction.outputs
     if outputs is None:
         return [error_row(p, prediction.failure) for p in batch["path"]]
@@ -107,8 +126,10 @@ def non_finite_output(outputs: dict[str, Any], i: int) -> str:
         if name in outputs and not np.isfinite(np.asarray(outputs[name][i], dtype=np.float32)).all():
             value = np.asarray(outputs[name][i], dtype=np.float32)
             bad = value if value.ndim == 0 else value[~np.isfinite(value)].flat[0]
-            return (f"model error: non-finite {name} ({float(bad)}); the model's weights may be broken "
-                    "(NaN or infinite values) or its precision too low for this image")
+            return (
+                f"model error: non-finite {name} ({float(bad)}); the model's weights may be broken "
+                "(NaN or infinite values) or its precision too low for this image"
+            )
     return ""
 
 
@@ -132,10 +153,18 @@ def effective_batch_size(runtime: Runtime, batch_size: int) -> int:
     return batch_size
 
 
-def score_items(runtime: Runtime, items: Sequence[tuple[int, str]], writer: ResultWriter, batch_size: int = 32,
-                num_workers: int = 2, threshold: float | None = None, masks_dir: str | os.PathLike | None = None,
-                progress: bool = True, overlays_dir: str | os.PathLike | None = None,
-                collect_map: MapCollector | None = None) -> dict[str, int]:
+def score_items(
+    runtime: Runtime,
+    items: Sequence[tuple[int, str]],
+    writer: ResultWriter,
+    batch_size: int = 32,
+    num_workers: int = 2,
+    threshold: float | None = None,
+    masks_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    overlays_dir: str | os.PathLike | None = None,
+    collect_map: MapCollector | None = None,
+) -> dict[str, int]:
     """Score `(input position, path)` items in order into `writer`; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline).
     `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming)."""
@@ -157,8 +186,13 @@ def score_items(runtime: Runtime, items: Sequence[tuple[int, str]], writer: Resu
 
     waiting: tuple[list[dict[str, Any]], list[Any]] | None = None  # a batch whose maps are being written
     try:
-        for prediction in tqdm(predictions(runtime, items, batch_size, num_workers), desc="scoring", unit="batch",
-                               total=total, disable=not progress):
+        for prediction in tqdm(
+            predictions(runtime, items, batch_size, num_workers),
+            desc="scoring",
+            unit="batch",
+            total=total,
+            disable=not progress,
+        ):
             rows = batch_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map)
             if waiting is not None:  # its maps were written while this batch's forward pass ran
                 done, waiting = waiting, None
@@ -191,13 +225,21 @@ def join_truth(records: Iterable[Record], results: Iterable[dict[str, Any]]) -> 
     """Scored rows of labelled inputs, joined with what the input knew about each image (label,
     group, category, mask...): the table `evaluation.report_records` scores."""
     known = {r.path: r for r in records if r.label is not None}
-    return [{**known[row["path"]].to_row(), "label": known[row["path"]].label, "score": row["score"]}
-            for row in results
-            if row.get("status") == "ok" and row["path"] in known and row.get("score") is not None]
+    return [
+        {**known[row["path"]].to_row(), "label": known[row["path"]].label, "score": row["score"]}
+        for row in results
+        if row.get("status") == "ok" and row["path"] in known and row.get("score") is not None
+    ]
 
 
-def perturbed_scores(runtime: Runtime, records: Sequence[Record], perturb: Perturb | None, batch_size: int = 32,
-                     num_workers: int = 0, collect: Callable[[Prediction], None] | None = None) -> np.ndarray:
+def perturbed_scores(
+    runtime: Runtime,
+    records: Sequence[Record],
+    perturb: Perturb | None,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    collect: Callable[[Prediction], None] | None = None,
+) -> np.ndarray:
     """Scores of `records` with `perturb` applied to the decoded pixels (None: unchanged), through
     the scoring run's own loop; unreadable files score NaN. `collect` sees every predicted batch."""
     scores = np.full(len(records), np.nan)
@@ -210,8 +252,9 @@ def perturbed_scores(runtime: Runtime, records: Sequence[Record], perturb: Pertu
     return scores
 
 
-def score_perturbed_fn(runtime: Runtime, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0
-                       ) -> Callable[[Perturb | None], np.ndarray]:
+def score_perturbed_fn(
+    runtime: Runtime, records: Sequence[Record], batch_size: int = 32, num_workers: int = 0
+) -> Callable[[Perturb | None], np.ndarray]:
     """`perturbation -> scores of records` for `evaluation.robustness_curves` (see `perturbed_scores`)."""
     batch_size = effective_batch_size(runtime, batch_size)  # warns once, not at every level
     return lambda perturb: perturbed_scores(runtime, records, perturb, batch_size, num_workers)

@@ -1,4 +1,5 @@
 """Scoring images larger than a detector's input as the mean or max over native-resolution tiles."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,13 @@ def tile_image(image: np.ndarray, size: int) -> np.ndarray:
     if height < size or width < size:
         image = np.pad(image, [(0, 0), (0, max(0, size - height)), (0, max(0, size - width))])
         _, height, width = image.shape
-    return np.stack([image[:, y:y + size, x:x + size]
-                     for y in tile_positions(height, size) for x in tile_positions(width, size)])
+    return np.stack(
+        [
+            image[:, y : y + size, x : x + size]
+            for y in tile_positions(height, size)
+            for x in tile_positions(width, size)
+        ]
+    )
 
 
 class TiledRuntime:
@@ -40,8 +46,10 @@ class TiledRuntime:
         if reduce not in self.REDUCTIONS:
             raise ModelLoadError(f"tile_reduce must be one of {self.REDUCTIONS}, got {reduce!r}")
         if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode in ("resize", "resize_crop"):
-            raise ModelLoadError(f"tiling needs a classifier with a crop or pad input size; {runtime.name} has "
-                                 f"mode={runtime.preprocess.mode!r}, size={runtime.preprocess.size}")
+            raise ModelLoadError(
+                f"tiling needs a classifier with a crop or pad input size; {runtime.name} has "
+                f"mode={runtime.preprocess.mode!r}, size={runtime.preprocess.size}"
+            )
         self.runtime, self.reduce, self.batch_size = runtime, reduce, batch_size
         self.name, self.threshold, self.is_localizer = runtime.name, runtime.threshold, False
         self.tile_size = int(runtime.preprocess.size)
@@ -51,8 +59,12 @@ class TiledRuntime:
         scores = []
         for image in np.asarray(images):
             tiles = tile_image(image, self.tile_size)
-            tile_scores = np.concatenate([np.asarray(self.runtime.predict(tiles[i:i + self.batch_size])["score"])
-                                          for i in range(0, len(tiles), self.batch_size)])
+            tile_scores = np.concatenate(
+                [
+                    np.asarray(self.runtime.predict(tiles[i : i + self.batch_size])["score"])
+                    for i in range(0, len(tiles), self.batch_size)
+                ]
+            )
             scores.append(tile_scores.max() if self.reduce == "max" else tile_scores.mean())
         return {"score": np.asarray(scores, dtype=np.float32)}
 
@@ -83,8 +95,13 @@ class TiledLocalizer:
     H x W accumulators (about 11 bytes per pixel in all), whatever the image size.
     """
 
-    def __init__(self, runtime: TorchRuntime | OnnxRuntime, tile_size: int | None = None, overlap: float = 0.25,
-                 batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        runtime: TorchRuntime | OnnxRuntime,
+        tile_size: int | None = None,
+        overlap: float = 0.25,
+        batch_size: int = 8,
+    ) -> None:
         if not runtime.is_localizer:
             raise ModelLoadError(f"{runtime.name} is not a localizer; TiledRuntime scores classifiers' tiles")
         tile_size = tile_size or runtime.trained_preprocess.size
@@ -113,18 +130,21 @@ class TiledLocalizer:
         if height <= size and width <= size:
             out = self.runtime.predict(image[None])
             return float(out["score"][0]), np.asarray(out["mask"][0, 0], dtype=np.float32)
-        window = self.window[:min(size, height), :min(size, width)]
-        boxes = [(y, x) for y in overlapping_positions(height, size, self.overlap)
-                 for x in overlapping_positions(width, size, self.overlap)]
+        window = self.window[: min(size, height), : min(size, width)]
+        boxes = [
+            (y, x)
+            for y in overlapping_positions(height, size, self.overlap)
+            for x in overlapping_positions(width, size, self.overlap)
+        ]
         total = np.zeros((height, width), np.float32)
         weight = np.zeros((height, width), np.float32)
         best = 0.0
         for start in range(0, len(boxes), self.batch_size):
-            chunk = boxes[start:start + self.batch_size]
-            tiles = np.stack([image[:, y:y + size, x:x + size] for y, x in chunk])
+            chunk = boxes[start : start + self.batch_size]
+            tiles = np.stack([image[:, y : y + size, x : x + size] for y, x in chunk])
             out = self.runtime.predict(tiles)
             best = max(best, float(np.max(out["score"])))
             for (y, x), prob in zip(chunk, np.asarray(out["mask"], dtype=np.float32)[:, 0]):
-                total[y:y + size, x:x + size] += prob * window
-                weight[y:y + size, x:x + size] += window
+                total[y : y + size, x : x + size] += prob * window
+                weight[y : y + size, x : x + size] += window
         return best, total / weight

@@ -12,6 +12,7 @@ authors' script adapts in training mode, which changes those statistics image af
 score depended on every image scored before it), and dropout is off. Gradients are taken for the
 tuned tensors only. ONNX graphs cannot take gradient steps, so adaptation needs the `.ckpt`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ class TTASettings:
     lr: float = 0.005
     weight_decay: float = 0.01  # AdamW's default, which the authors keep
     select: float = 0.2
-    load_size: int = 256        # views are crops of the image resized to this size (authors: 256)
+    load_size: int = 256  # views are crops of the image resized to this size (authors: 256)
     interpolation: str = "bilinear"  # that resize: torchvision's Resize default, which the authors use
     seed: int = 0
 
@@ -36,11 +37,11 @@ def make_views(image: torch.Tensor, size: int, count: int, generator: torch.Gene
     """(count, 3, size, size): the centre crop first, then random crops, each flipped with p 0.5."""
     height, width = image.shape[-2:]
     top, left = (height - size) // 2, (width - size) // 2
-    views = [image[:, top:top + size, left:left + size]]
+    views = [image[:, top : top + size, left : left + size]]
     for _ in range(count - 1):
         top = int(torch.randint(0, height - size + 1, (1,), generator=generator))
         left = int(torch.randint(0, width - size + 1, (1,), generator=generator))
-        view = image[:, top:top + size, left:left + size]
+        view = image[:, top : top + size, left : left + size]
         if torch.rand(1, generator=generator).item() < 0.5:
             view = view.flip(-1)
         views.append(view)
@@ -56,8 +57,9 @@ class ContextAdapter:
 
     def __init__(self, net: nn.Module, size: int, settings: TTASettings = TTASettings()) -> None:
         if not hasattr(net, "tta_parameters"):
-            raise ValueError(f"{type(net).__name__} has no test-time adaptation (only prompt-based detectors "
-                             "such as iapl have)")
+            raise ValueError(
+                f"{type(net).__name__} has no test-time adaptation (only prompt-based detectors such as iapl have)"
+            )
         if settings.load_size < size:
             raise ValueError(f"tta load_size {settings.load_size} must be at least the crop size {size}")
         self.net, self.size, self.settings = net, size, settings

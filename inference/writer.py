@@ -1,4 +1,5 @@
 """Result files of a scoring run: rows streamed to CSV or JSONL, safe to stop and resume."""
+
 from __future__ import annotations
 
 import csv
@@ -87,8 +88,11 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def parse_row(row: dict[str, Any]) -> dict[str, Any]:
     """A row as read or written, with its score as a float and its label as an int (None where empty)."""
-    return {**row, "score": float(row["score"]) if row.get("score") not in (None, "") else None,
-            "label": int(row["label"]) if row.get("label") not in (None, "") else None}
+    return {
+        **row,
+        "score": float(row["score"]) if row.get("score") not in (None, "") else None,
+        "label": int(row["label"]) if row.get("label") not in (None, "") else None,
+    }
 
 
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
 """Small helpers shared by the forgery operations: input checks and mask-bounded blending."""
+
 from __future__ import annotations
 
 import cv2

@@ -4,6 +4,7 @@ Seeing the data is the quickest check that it is what a detector should learn fr
 forgeries, masks on the right pixels). `generate_dataset` writes `contact_sheet.png` beside the
 manifest; the README's picture is one of these.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ def _tile(image: np.ndarray, size: int) -> np.ndarray:
     small = cv2.resize(image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
     tile = np.full((size, size, 3), 40, np.uint8)
     y, x = (size - small.shape[0]) // 2, (size - small.shape[1]) // 2
-    tile[y:y + small.shape[0], x:x + small.shape[1]] = small
+    tile[y : y + small.shape[0], x : x + small.shape[1]] = small
     return tile
 
 
@@ -55,8 +56,9 @@ def _example(output: Path, row: dict[str, Any]) -> list[np.ndarray]:
     return [source, fake, overlay, diff]
 
 
-def contact_sheet(output: str | Path, rows: Sequence[dict[str, Any]], path: str | Path | None = None,
-                  tile: int = 160) -> Path | None:
+def contact_sheet(
+    output: str | Path, rows: Sequence[dict[str, Any]], path: str | Path | None = None, tile: int = 160
+) -> Path | None:
     """One row per operation (its first example in manifest order): source, manipulated, mask, difference.
 
     `rows` are manifest rows with paths relative to `output`. Returns the PNG written, or None when

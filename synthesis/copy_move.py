@@ -10,6 +10,7 @@ duplicate, and only the feathered seam differs locally. `scale` and `rotation` r
 instead (THEMIS's own prompt names shifted, rotated and scaled copies), which leaves the
 interpolation trace that real copy-move edits in image editors usually carry.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,12 @@ from synthesis.segment import largest_component, object_candidates
 
 __all__ = ["ForgeryResult", "farthest_grid_position", "copy_move", "inpaint_region", "WARP_KERNELS"]
 
-WARP_KERNELS = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
-                "lanczos": cv2.INTER_LANCZOS4}
+WARP_KERNELS = {
+    "nearest": cv2.INTER_NEAREST,
+    "bilinear": cv2.INTER_LINEAR,
+    "bicubic": cv2.INTER_CUBIC,
+    "lanczos": cv2.INTER_LANCZOS4,
+}
 
 
 @dataclass
@@ -34,8 +39,9 @@ class ForgeryResult:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def farthest_grid_position(bbox: tuple[int, int, int, int], frame: tuple[int, int],
-                           rng: np.random.Generator, jitter: float = 0.5) -> tuple[int, int]:
+def farthest_grid_position(
+    bbox: tuple[int, int, int, int], frame: tuple[int, int], rng: np.random.Generator, jitter: float = 0.5
+) -> tuple[int, int]:
     """Top-left (x, y) for the copy: the grid position whose centroid is farthest from the source's.
 
     `bbox` is (x0, y0, w, h) and `frame` (height, width). The copy's centroid moves with its bbox, so
@@ -90,8 +96,7 @@ def copy_move(
     if object_mask is not None:
         mask = largest_component(as_bool_mask(object_mask, (h, w)))
         if not min_fraction <= mask.mean() <= max_fraction:
-            raise ValueError(f"object covers {mask.mean():.3f} of the frame; "
-                             f"expected {min_fraction}..{max_fraction}")
+            raise ValueError(f"object covers {mask.mean():.3f} of the frame; expected {min_fraction}..{max_fraction}")
     else:
         candidates = object_candidates(rgb, min_fraction, max_fraction)
         if not candidates:
@@ -108,23 +113,37 @@ def copy_move(
         if max(abs(tx - x0), abs(ty - y0)) < min_shift:
             raise ValueError("object spans the frame; no room to move it")
         pasted = np.zeros((h, w), dtype=bool)
-        pasted[ty:ty + bh, tx:tx + bw] = mask[y0:y0 + bh, x0:x0 + bw]
+        pasted[ty : ty + bh, tx : tx + bw] = mask[y0 : y0 + bh, x0 : x0 + bw]
         moved = rgb.copy()
-        moved[ty:ty + bh, tx:tx + bw] = rgb[y0:y0 + bh, x0:x0 + bw]
+        moved[ty : ty + bh, tx : tx + bw] = rgb[y0 : y0 + bh, x0 : x0 + bw]
         meta["target_bbox"] = [tx, ty, tx + bw, ty + bh]
     else:
-        moved, pasted = _resampled_copy(rgb, mask, (x0, y0, bw, bh), rng, scale, rotation, interpolation,
-                                        min_shift, meta)
+        moved, pasted = _resampled_copy(
+            rgb, mask, (x0, y0, bw, bh), rng, scale, rotation, interpolation, min_shift, meta
+        )
     width = float(rng.uniform(*feather))
     out = composite(moved, rgb, inner_alpha(pasted, width))
-    meta.update({"area_ratio": round(float(mask.mean()), 6), "feather": round(width, 3),
-                 "segmentation": "felzenszwalb+otsu" if object_mask is None else "given"})
+    meta.update(
+        {
+            "area_ratio": round(float(mask.mean()), 6),
+            "feather": round(width, 3),
+            "segmentation": "felzenszwalb+otsu" if object_mask is None else "given",
+        }
+    )
     return ForgeryResult(out, pasted, meta)
 
 
-def _resampled_copy(rgb: np.ndarray, mask: np.ndarray, bbox: tuple[int, int, int, int], rng: np.random.Generator,
-                    scale: tuple[float, float], rotation: tuple[float, float], interpolation: str,
-                    min_shift: int, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _resampled_copy(
+    rgb: np.ndarray,
+    mask: np.ndarray,
+    bbox: tuple[int, int, int, int],
+    rng: np.random.Generator,
+    scale: tuple[float, float],
+    rotation: tuple[float, float],
+    interpolation: str,
+    min_shift: int,
+    meta: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray]:
     """The whole frame warped so the scaled, rotated object lands at the farthest grid position, and
     the pasted region (the warped object mask). Records the drawn values and target box in `meta`."""
     h, w = mask.shape
@@ -147,8 +166,14 @@ def _resampled_copy(rgb: np.ndarray, mask: np.ndarray, bbox: tuple[int, int, int
     pasted = cv2.warpAffine(mask.astype(np.float32), matrix, (w, h), flags=cv2.INTER_LINEAR) >= 0.5
     if not pasted.any():
         raise ValueError(f"the object scaled by {factor:.2f} vanished")
-    meta.update({"target_bbox": [tx, ty, tx + nbw, ty + nbh], "scale": round(factor, 4),
-                 "rotation": round(angle, 3), "interpolation": interpolation})
+    meta.update(
+        {
+            "target_bbox": [tx, ty, tx + nbw, ty + nbh],
+            "scale": round(factor, 4),
+            "rotation": round(angle, 3),
+            "interpolation": interpolation,
+        }
+    )
     return moved, pasted
 
 
@@ -193,6 +218,5 @@ def inpaint_region(
     filled = cv2.inpaint(bgr, region.astype(np.uint8) * 255, radius, flag)
     out = cv2.cvtColor(filled, cv2.COLOR_BGR2RGB)
     out[~region] = rgb[~region]
-    meta = {"operation": "inpainting", "method": method, "region": source,
-            "area_ratio": round(float(region.mean()), 6)}
+    meta = {"operation": "inpainting", "method": method, "region": source, "area_ratio": round(float(region.mean()), 6)}
     return ForgeryResult(out, region, meta)

@@ -9,6 +9,7 @@ re-rendered image and the drawn mask, which is what lets tests check that the pa
 Damage follows the lighting: every effect is blended towards a colour scaled by the local shading
 (low-pass luminance), so a stain in shadow is darker than the same stain in light.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -56,8 +57,9 @@ def _contrasting(image: np.ndarray, dark: tuple, light: tuple) -> np.ndarray:
     """
     grey = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY).astype(np.float32)
     sigma = max(2.0, 0.02 * max(image.shape[:2]))
-    light_surface = cv2.GaussianBlur((cv2.GaussianBlur(grey, (0, 0), sigma) > 110).astype(np.float32),
-                                     (0, 0), 2.0)[..., None]
+    light_surface = cv2.GaussianBlur((cv2.GaussianBlur(grey, (0, 0), sigma) > 110).astype(np.float32), (0, 0), 2.0)[
+        ..., None
+    ]
     return light_surface * np.array(dark, np.float32) + (1 - light_surface) * np.array(light, np.float32)
 
 
@@ -66,8 +68,9 @@ def _centre(shape: tuple[int, int], margin: float, rng: np.random.Generator) -> 
     return float(rng.uniform(margin * w, (1 - margin) * w)), float(rng.uniform(margin * h, (1 - margin) * h))
 
 
-def _walk(start: tuple[float, float], angle: float, length: float, step: float, wiggle: float,
-          rng: np.random.Generator) -> np.ndarray:
+def _walk(
+    start: tuple[float, float], angle: float, length: float, step: float, wiggle: float, rng: np.random.Generator
+) -> np.ndarray:
     pts = [np.array(start, np.float64)]
     for _ in range(max(2, int(length / step))):
         angle += float(rng.normal(0, wiggle))
@@ -76,12 +79,10 @@ def _walk(start: tuple[float, float], angle: float, length: float, step: float, 
 
 
 def _polyline(canvas: np.ndarray, pts: np.ndarray, thickness: int, value: float = 1.0) -> None:
-    cv2.polylines(canvas, [np.round(pts * 4).astype(np.int32)], False, value, thickness,
-                  cv2.LINE_AA, shift=2)
+    cv2.polylines(canvas, [np.round(pts * 4).astype(np.int32)], False, value, thickness, cv2.LINE_AA, shift=2)
 
 
-def _zone(paths: np.ndarray, shape: tuple[int, int], width: float, rng: np.random.Generator
-          ) -> np.ndarray:
+def _zone(paths: np.ndarray, shape: tuple[int, int], width: float, rng: np.random.Generator) -> np.ndarray:
     """Jagged band of about `width` px around a drawn path (distance + smooth noise on the edge)."""
     dist = cv2.distanceTransform((paths < 0.5).astype(np.uint8), cv2.DIST_L2, 5)
     edge = width * (1.0 + 0.25 * _smooth_noise(shape, max(2.0, width), rng))
@@ -97,9 +98,9 @@ def _stain(image, rng):
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
     u = ((xx - cx) * np.cos(theta) + (yy - cy) * np.sin(theta)) / r
     v = (-(xx - cx) * np.sin(theta) + (yy - cy) * np.cos(theta)) / (r * ratio)
-    d = np.sqrt(u ** 2 + v ** 2) + 0.18 * _smooth_noise((h, w), r / 4, rng)
+    d = np.sqrt(u**2 + v**2) + 0.18 * _smooth_noise((h, w), r / 4, rng)
     inside = (d < 1.0).astype(np.float32)
-    ring = np.exp(-((1.0 - d) / 0.12) ** 2) * inside  # coffee-ring: pigment gathers at the rim
+    ring = np.exp(-(((1.0 - d) / 0.12) ** 2)) * inside  # coffee-ring: pigment gathers at the rim
     alpha = cv2.GaussianBlur(inside * (0.55 + 0.35 * ring), (0, 0), 0.7)
     colour = _contrasting(image, (95, 62, 30), (200, 170, 120))
     return alpha * float(rng.uniform(0.8, 1.0)), colour, {"radius": round(float(r), 2)}
@@ -143,8 +144,14 @@ def _crack(image, rng):
     _polyline(lines, main, thick)
     for _ in range(int(rng.integers(2, 5))):
         at = main[int(rng.integers(len(main) // 5, len(main)))]
-        branch = _walk(tuple(at), angle + float(rng.choice([-1, 1]) * rng.uniform(0.5, 1.1)),
-                       float(rng.uniform(0.12, 0.25)) * side, 3.0, 0.2, rng)
+        branch = _walk(
+            tuple(at),
+            angle + float(rng.choice([-1, 1]) * rng.uniform(0.5, 1.1)),
+            float(rng.uniform(0.12, 0.25)) * side,
+            3.0,
+            0.2,
+            rng,
+        )
         _polyline(lines, branch, max(2, thick - 1))
     # the surface around a fracture is chipped and crazed: a dulled zone with the crack inside
     zone = _zone(lines, (h, w), float(rng.uniform(0.05, 0.07)) * side, rng)
@@ -181,8 +188,9 @@ def _tear(image, rng):
 _DRAWERS = {"stain": _stain, "scratch": _scratch, "crack": _crack, "tear": _tear}
 
 
-def draw_damage(image: np.ndarray, kind: str, rng: np.random.Generator
-                ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def draw_damage(
+    image: np.ndarray, kind: str, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Draw one damage of `kind`; returns (damaged image, drawn mask, parameters).
 
     The damage is a weight map `alpha` and a colour; each pixel moves towards colour x local shading
@@ -226,14 +234,23 @@ def rerender(
     out = np.clip(np.rint(out * g + o), 0, 255).astype(np.uint8)
     q = int(rng.integers(jpeg_quality[0], jpeg_quality[1] + 1))
     out = imageops.jpeg(out, q)
-    params = {"scale": round(s, 4), "gain": [round(float(x), 4) for x in g],
-              "offset": [round(float(x), 3) for x in o], "jpeg_quality": q}
+    params = {
+        "scale": round(s, 4),
+        "gain": [round(float(x), 4) for x in g],
+        "offset": [round(float(x), 3) for x in o],
+        "jpeg_quality": q,
+    }
     return out, params
 
 
-def damage_edit(image: np.ndarray, rng: np.random.Generator, *, kind: str | None = None,
-                rerender_frame: bool = True, rerender_options: dict[str, Any] | None = None
-                ) -> DamageResult:
+def damage_edit(
+    image: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    kind: str | None = None,
+    rerender_frame: bool = True,
+    rerender_options: dict[str, Any] | None = None,
+) -> DamageResult:
     """Add one localized damage (random `kind` when None), then re-render the whole frame.
 
     The returned mask is the drawn damage; outside it the image differs from the source only by the

@@ -12,6 +12,7 @@ strength, steps, guidance, prompt, seed, dtype and device.
 `diffusers` (and `transformers` for the text encoders) are an optional extra:
 `pip install -e ".[generate]"`.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,14 @@ from synthesis.common import as_rgb_uint8, composite, inner_alpha, random_ellips
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DiffusersOptions", "DiffusersUnavailable", "load_pipelines", "generate_fakes", "DiffusersFake",
-           "diffusers_group"]
+__all__ = [
+    "DiffusersOptions",
+    "DiffusersUnavailable",
+    "load_pipelines",
+    "generate_fakes",
+    "DiffusersFake",
+    "diffusers_group",
+]
 
 INSTALL_HINT = 'pip install -e ".[generate]"  (or: pip install diffusers transformers)'
 
@@ -61,8 +68,10 @@ class DiffusersOptions:
         # img2img pipelines run int(steps x strength) steps: zero would denoise nothing (and crash)
         weak = [s for s in (*self.strengths, self.inpaint_strength) if not 0 < s <= 1 or int(self.steps * s) < 1]
         if weak:
-            raise ValueError(f"every strength must be in (0, 1] with steps x strength >= 1; got strengths "
-                             f"{weak} with steps={self.steps}")
+            raise ValueError(
+                f"every strength must be in (0, 1] with steps x strength >= 1; got strengths "
+                f"{weak} with steps={self.steps}"
+            )
 
 
 @dataclass
@@ -84,29 +93,40 @@ def _imports():
         import diffusers
         import torch
     except ImportError as error:
-        raise DiffusersUnavailable(f"generator=diffusers needs the `diffusers` package ({error.name} is not "
-                                   f"installed): {INSTALL_HINT}") from error
+        raise DiffusersUnavailable(
+            f"generator=diffusers needs the `diffusers` package ({error.name} is not installed): {INSTALL_HINT}"
+        ) from error
     return diffusers, torch
 
 
 def _check_folder(model: str | None) -> Path:
     if not model:
-        raise DiffusersUnavailable("generator=diffusers needs generator.model=/path/to/a/local/pipeline "
-                                   "(a folder written by diffusers' save_pretrained, with model_index.json)")
+        raise DiffusersUnavailable(
+            "generator=diffusers needs generator.model=/path/to/a/local/pipeline "
+            "(a folder written by diffusers' save_pretrained, with model_index.json)"
+        )
     folder = Path(model).expanduser()
     if not folder.is_dir():
-        raise DiffusersUnavailable(f"diffusers pipeline folder {folder} does not exist; nothing is downloaded, "
-                                   "so the weights must be on this machine")
+        raise DiffusersUnavailable(
+            f"diffusers pipeline folder {folder} does not exist; nothing is downloaded, "
+            "so the weights must be on this machine"
+        )
     index = folder / "model_index.json"
     if not index.is_file():
-        raise DiffusersUnavailable(f"{folder} has no model_index.json: not a diffusers pipeline folder "
-                                   "(save one with pipeline.save_pretrained(folder))")
-    components = {k for k, v in json.loads(index.read_text()).items()
-                  if not k.startswith("_") and isinstance(v, list) and v[0] is not None}
+        raise DiffusersUnavailable(
+            f"{folder} has no model_index.json: not a diffusers pipeline folder "
+            "(save one with pipeline.save_pretrained(folder))"
+        )
+    components = {
+        k
+        for k, v in json.loads(index.read_text()).items()
+        if not k.startswith("_") and isinstance(v, list) and v[0] is not None
+    }
     missing = sorted(c for c in components if not (folder / c).is_dir())
     if missing:
-        raise DiffusersUnavailable(f"{folder} lacks the component folder(s) {', '.join(missing)} that "
-                                   "model_index.json names")
+        raise DiffusersUnavailable(
+            f"{folder} lacks the component folder(s) {', '.join(missing)} that model_index.json names"
+        )
     return folder
 
 
@@ -128,18 +148,29 @@ def load_pipelines(options: DiffusersOptions) -> tuple[Any, Any, dict[str, Any]]
     folder = _check_folder(options.model)
     device, dtype = _device_dtype(options, torch)
     try:
-        img2img = diffusers.AutoPipelineForImage2Image.from_pretrained(folder, torch_dtype=dtype,
-                                                                       local_files_only=True)
+        img2img = diffusers.AutoPipelineForImage2Image.from_pretrained(folder, torch_dtype=dtype, local_files_only=True)
         inpaint = diffusers.AutoPipelineForInpainting.from_pipe(img2img)
     except (OSError, ValueError, EnvironmentError) as error:  # a missing weight file, an unknown class
         raise DiffusersUnavailable(f"cannot load the diffusers pipeline in {folder}: {error}") from error
     for pipe in (img2img, inpaint):
         pipe.to(device)
         pipe.set_progress_bar_config(disable=True)
-    info = {"model": folder.name, "model_path": str(folder.resolve()), "img2img_pipeline": type(img2img).__name__,
-            "inpaint_pipeline": type(inpaint).__name__, "dtype": str(dtype).removeprefix("torch."), "device": device}
-    log.info("diffusers: %s (%s / %s) on %s in %s", info["model"], info["img2img_pipeline"],
-             info["inpaint_pipeline"], device, info["dtype"])
+    info = {
+        "model": folder.name,
+        "model_path": str(folder.resolve()),
+        "img2img_pipeline": type(img2img).__name__,
+        "inpaint_pipeline": type(inpaint).__name__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": device,
+    }
+    log.info(
+        "diffusers: %s (%s / %s) on %s in %s",
+        info["model"],
+        info["img2img_pipeline"],
+        info["inpaint_pipeline"],
+        device,
+        info["dtype"],
+    )
     return img2img, inpaint, info
 
 
@@ -164,18 +195,35 @@ def _plan(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersOptions) -
         for operation, rate in (("img2img", options.img2img), ("inpaint", options.inpaint)):
             count = int(np.floor(rate)) + int(rng.random() < rate - np.floor(rate))
             for j in range(count):
-                strength = (float(options.strengths[(int(rng.integers(len(options.strengths))) + j)
-                                                    % len(options.strengths)])
-                            if operation == "img2img" else float(options.inpaint_strength))
-                mask = (random_ellipse(image.shape[:2], rng, float(rng.uniform(*options.region_fraction)))
-                        if operation == "inpaint" else np.ones(image.shape[:2], bool))
-                jobs.append({"key": key, "image": as_rgb_uint8(image), "operation": operation, "strength": strength,
-                             "mask": mask, "seed": int(rng.integers(2 ** 31 - 1)), "index": j})
+                strength = (
+                    float(options.strengths[(int(rng.integers(len(options.strengths))) + j) % len(options.strengths)])
+                    if operation == "img2img"
+                    else float(options.inpaint_strength)
+                )
+                mask = (
+                    random_ellipse(image.shape[:2], rng, float(rng.uniform(*options.region_fraction)))
+                    if operation == "inpaint"
+                    else np.ones(image.shape[:2], bool)
+                )
+                jobs.append(
+                    {
+                        "key": key,
+                        "image": as_rgb_uint8(image),
+                        "operation": operation,
+                        "strength": strength,
+                        "mask": mask,
+                        "seed": int(rng.integers(2**31 - 1)),
+                        "index": j,
+                    }
+                )
     return jobs
 
 
-def generate_fakes(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersOptions,
-                   pipelines: tuple[Any, Any, dict[str, Any]] | None = None) -> Iterable[DiffusersFake]:
+def generate_fakes(
+    panels: Sequence[tuple[str, np.ndarray]],
+    options: DiffusersOptions,
+    pipelines: tuple[Any, Any, dict[str, Any]] | None = None,
+) -> Iterable[DiffusersFake]:
     """Img2img and inpainting fakes of `panels` ((key, uint8 image) pairs), batched by operation,
     strength and size. Deterministic per (options.seed, key) on a given device and dtype."""
     from PIL import Image
@@ -190,21 +238,24 @@ def generate_fakes(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersO
         pipe = img2img if operation == "img2img" else inpaint
         multiple = _multiple(pipe)
         for start in range(0, len(group_jobs), max(1, options.batch_size)):
-            chunk = group_jobs[start:start + options.batch_size]
+            chunk = group_jobs[start : start + options.batch_size]
             padded = [_pad(j["image"], multiple) for j in chunk]
             h, w = padded[0].shape[:2]
-            kwargs = {"prompt": [options.prompt] * len(chunk), "image": [Image.fromarray(p) for p in padded],
-                      "strength": strength, "num_inference_steps": options.steps,
-                      "guidance_scale": options.guidance_scale, "output_type": "np",
-                      "generator": [torch.Generator(info["device"]).manual_seed(j["seed"]) for j in chunk],
-                      **dict(options.extra)}
+            kwargs = {
+                "prompt": [options.prompt] * len(chunk),
+                "image": [Image.fromarray(p) for p in padded],
+                "strength": strength,
+                "num_inference_steps": options.steps,
+                "guidance_scale": options.guidance_scale,
+                "output_type": "np",
+                "generator": [torch.Generator(info["device"]).manual_seed(j["seed"]) for j in chunk],
+                **dict(options.extra),
+            }
             if options.negative_prompt:
                 kwargs["negative_prompt"] = [options.negative_prompt] * len(chunk)
             if operation == "inpaint":
-                masks = [np.pad(j["mask"], ((0, h - j["mask"].shape[0]), (0, w - j["mask"].shape[1])))
-                         for j in chunk]
-                kwargs.update(mask_image=[Image.fromarray(m.astype(np.uint8) * 255) for m in masks],
-                              height=h, width=w)
+                masks = [np.pad(j["mask"], ((0, h - j["mask"].shape[0]), (0, w - j["mask"].shape[1]))) for j in chunk]
+                kwargs.update(mask_image=[Image.fromarray(m.astype(np.uint8) * 255) for m in masks], height=h, width=w)
             with torch.inference_mode():
                 images = pipe(**kwargs).images
             for job, generated in zip(chunk, images):
@@ -212,16 +263,29 @@ def generate_fakes(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersO
                 out = np.clip(np.rint(np.asarray(generated, np.float32)[:hh, :ww] * 255), 0, 255).astype(np.uint8)
                 if operation == "inpaint":  # the pipeline's VAE touches every pixel: keep the rest exact
                     out = composite(out, job["image"], inner_alpha(job["mask"], 2.0))
-                meta = {**{k: v for k, v in info.items() if k != "model_path"},
-                        "pipeline": info[f"{operation}_pipeline"], "operation": f"diffusers_{operation}",
-                        "strength": strength, "steps": options.steps, "guidance_scale": options.guidance_scale,
-                        "prompt": options.prompt, "negative_prompt": options.negative_prompt, "seed": job["seed"]}
+                meta = {
+                    **{k: v for k, v in info.items() if k != "model_path"},
+                    "pipeline": info[f"{operation}_pipeline"],
+                    "operation": f"diffusers_{operation}",
+                    "strength": strength,
+                    "steps": options.steps,
+                    "guidance_scale": options.guidance_scale,
+                    "prompt": options.prompt,
+                    "negative_prompt": options.negative_prompt,
+                    "seed": job["seed"],
+                }
                 yield DiffusersFake(job["key"], operation, diffusers_group(operation, strength), out, job["mask"], meta)
 
 
-def make_diffusers_manifest(output: str | Path, spec: Any, options: DiffusersOptions,
-                            photos: Sequence[str | Path] | None = None, root: str | Path | None = None,
-                            workers: int = 1, progress: bool = True) -> tuple[Path, dict[str, Any]]:
+def make_diffusers_manifest(
+    output: str | Path,
+    spec: Any,
+    options: DiffusersOptions,
+    photos: Sequence[str | Path] | None = None,
+    root: str | Path | None = None,
+    workers: int = 1,
+    progress: bool = True,
+) -> tuple[Path, dict[str, Any]]:
     """Genuine panels as `generate_dataset` cuts them (same splits), then the pipeline's fakes of
     each panel under `fake/diffusers_<operation>/`, the contact sheet and `manifest.csv`."""
     from collections import Counter
@@ -235,8 +299,9 @@ def make_diffusers_manifest(output: str | Path, spec: Any, options: DiffusersOpt
 
     pipelines = load_pipelines(options)  # fail before cutting any panel when the pipeline is missing
     output = Path(output).resolve()
-    result = generate_dataset(output, replace(spec, ops={}), photos=photos, root=root, workers=workers,
-                              progress=progress)
+    result = generate_dataset(
+        output, replace(spec, ops={}), photos=photos, root=root, workers=workers, progress=progress
+    )
     genuine = {Path(row["path"]).stem: row for row in result["rows"] if row["label"] == 0}
     panels = [(key, np.array(read_image(output / row["path"]))) for key, row in genuine.items()]
     rows, fidelity, counts = list(result["rows"]), {}, Counter()
@@ -244,19 +309,37 @@ def make_diffusers_manifest(output: str | Path, spec: Any, options: DiffusersOpt
         panel = genuine[fake.key]
         name = f"{fake.key}_{fake.group}_{counts[(fake.key, fake.group)]}"
         counts[(fake.key, fake.group)] += 1
-        rows.append(_write_fake(output, f"diffusers_{fake.operation}", name, fake.image, fake.mask, panel,
-                                fake.group, fake.meta))
+        rows.append(
+            _write_fake(
+                output, f"diffusers_{fake.operation}", name, fake.image, fake.mask, panel, fake.group, fake.meta
+            )
+        )
         fidelity.setdefault(fake.group, []).append(psnr(fake.image, read_image(output / panel["path"])))
     sheet = contact_sheet(output, rows)
     manifest = output / "manifest.csv"
-    write_manifest(({**row, "path": str(output / row["path"]),
-                     "mask": str(output / row["mask"]) if row.get("mask") else None} for row in rows), manifest)
-    summary = {**result["summary"], "images": len(rows), "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
-               "by_split": {s: {"genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
-                                "fake": sum(r["split"] == s and r["label"] == 1 for r in rows)}
-                            for s in ("train", "val", "test")},
-               "generators": {"diffusers": f"{pipelines[2]['model']} ({pipelines[2]['img2img_pipeline']}, "
-                                           f"{pipelines[2]['dtype']} on {pipelines[2]['device']})"},
-               "psnr_db": {g: round(float(np.mean(v)), 2) for g, v in sorted(fidelity.items())},
-               "contact_sheet": str(sheet) if sheet else None}
+    write_manifest(
+        (
+            {**row, "path": str(output / row["path"]), "mask": str(output / row["mask"]) if row.get("mask") else None}
+            for row in rows
+        ),
+        manifest,
+    )
+    summary = {
+        **result["summary"],
+        "images": len(rows),
+        "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
+        "by_split": {
+            s: {
+                "genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
+                "fake": sum(r["split"] == s and r["label"] == 1 for r in rows),
+            }
+            for s in ("train", "val", "test")
+        },
+        "generators": {
+            "diffusers": f"{pipelines[2]['model']} ({pipelines[2]['img2img_pipeline']}, "
+            f"{pipelines[2]['dtype']} on {pipelines[2]['device']})"
+        },
+        "psnr_db": {g: round(float(np.mean(v)), 2) for g, v in sorted(fidelity.items())},
+        "contact_sheet": str(sheet) if sheet else None,
+    }
     return manifest, summary

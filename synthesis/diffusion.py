@@ -16,6 +16,7 @@ Two uses, as people use diffusion on photographs:
 Small and CPU-trained, its samples are far from photographic at high strength; what matters for a
 detector is that every output pixel comes out of a denoising chain.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,16 @@ from synthesis.generator import RegionEdit
 from synthesis.latent import LatentAutoencoder, pad_to, random_crops, to_tensor, to_uint8
 from synthesis.model_files import load_model, save_model
 
-__all__ = ["DenoisingUNet", "train_diffusion", "save_diffusion", "load_diffusion", "sdedit", "inpaint",
-           "DiffusionEdit", "SPACES"]
+__all__ = [
+    "DenoisingUNet",
+    "train_diffusion",
+    "save_diffusion",
+    "load_diffusion",
+    "sdedit",
+    "inpaint",
+    "DiffusionEdit",
+    "SPACES",
+]
 
 SPACES = ("pixel", "latent")
 
@@ -65,23 +74,38 @@ class DenoisingUNet(nn.Module):
     Fully convolutional: any size works once padded to a multiple of 2**(levels - 1).
     """
 
-    def __init__(self, in_channels: int = 3, width: int = 32, mults: Sequence[int] = (1, 2, 2),
-                 timesteps: int = 1000, space: str = "pixel") -> None:
+    def __init__(
+        self,
+        in_channels: int = 3,
+        width: int = 32,
+        mults: Sequence[int] = (1, 2, 2),
+        timesteps: int = 1000,
+        space: str = "pixel",
+    ) -> None:
         super().__init__()
         if space not in SPACES:
             raise ValueError(f"space must be one of {SPACES}, got {space!r}")
-        self.config = {"in_channels": int(in_channels), "width": int(width), "mults": [int(m) for m in mults],
-                       "timesteps": int(timesteps), "space": space}
+        self.config = {
+            "in_channels": int(in_channels),
+            "width": int(width),
+            "mults": [int(m) for m in mults],
+            "timesteps": int(timesteps),
+            "space": space,
+        }
         time_dim = width * 4
         self.time_mlp = nn.Sequential(nn.Linear(width, time_dim), nn.SiLU(), nn.Linear(time_dim, time_dim))
         chans = [width * m for m in mults]
         self.conv_in = nn.Conv2d(in_channels, chans[0], 3, padding=1)
-        self.down = nn.ModuleList(_TimeResBlock(cin, cout, time_dim) for cin, cout in zip([chans[0], *chans[:-1]], chans))
+        self.down = nn.ModuleList(
+            _TimeResBlock(cin, cout, time_dim) for cin, cout in zip([chans[0], *chans[:-1]], chans)
+        )
         self.mid = _TimeResBlock(chans[-1], chans[-1], time_dim)
-        self.up = nn.ModuleList(_TimeResBlock(c * 2, cprev, time_dim)
-                                for c, cprev in zip(chans[::-1], [*chans[::-1][1:], chans[0]]))
-        self.conv_out = nn.Sequential(nn.GroupNorm(min(8, chans[0]), chans[0]), nn.SiLU(),
-                                      nn.Conv2d(chans[0], in_channels, 3, padding=1))
+        self.up = nn.ModuleList(
+            _TimeResBlock(c * 2, cprev, time_dim) for c, cprev in zip(chans[::-1], [*chans[::-1][1:], chans[0]])
+        )
+        self.conv_out = nn.Sequential(
+            nn.GroupNorm(min(8, chans[0]), chans[0]), nn.SiLU(), nn.Conv2d(chans[0], in_channels, 3, padding=1)
+        )
         betas = torch.linspace(1e-4, 0.02, timesteps, dtype=torch.float64)  # DDPM's linear schedule
         self.register_buffer("alphas_cumprod", torch.cumprod(1 - betas, 0).float())
 
@@ -144,8 +168,10 @@ def train_diffusion(
         raise ValueError("train_diffusion needs at least one image")
     small = [tuple(d.shape[1:]) for d in data if min(d.shape[1:]) < crop]
     if small:
-        raise ValueError(f"every panel must give at least {crop} x {crop} "
-                         f"{'latent ' if latent is not None else ''}pixels; got {small[:3]}")
+        raise ValueError(
+            f"every panel must give at least {crop} x {crop} "
+            f"{'latent ' if latent is not None else ''}pixels; got {small[:3]}"
+        )
     rng = np.random.default_rng(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -192,8 +218,14 @@ def _schedule(strength: float, steps: int, timesteps: int) -> list[int]:
 
 
 @torch.no_grad()
-def _denoise(model: DenoisingUNet, x0: torch.Tensor, strength: float, steps: int, rng: np.random.Generator,
-             region: torch.Tensor | None = None) -> torch.Tensor:
+def _denoise(
+    model: DenoisingUNet,
+    x0: torch.Tensor,
+    strength: float,
+    steps: int,
+    rng: np.random.Generator,
+    region: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Noise `x0` to `strength`, then DDIM back to t = 0. With `region` (1 = regenerate), the rest is
     replaced at every step by `x0` noised to the current level."""
     ts = _schedule(strength, steps, model.config["timesteps"])
@@ -219,7 +251,9 @@ def _to_model_space(model: DenoisingUNet, latent: LatentAutoencoder | None, imag
     x = to_tensor(as_rgb_uint8(image)).to(dev)
     if model.config["space"] == "latent":
         if latent is None:
-            raise ValueError("this diffusion model works in a latent space: pass the latent autoencoder it was trained with")
+            raise ValueError(
+                "this diffusion model works in a latent space: pass the latent autoencoder it was trained with"
+            )
         return latent.encode(pad_to(x, latent.factor * model.multiple))
     return pad_to(x * 2 - 1, model.multiple)
 
@@ -230,8 +264,15 @@ def _to_pixels(model: DenoisingUNet, latent: LatentAutoencoder | None, x: torch.
 
 
 @torch.no_grad()
-def sdedit(model: DenoisingUNet, image: np.ndarray, strength: float, rng: np.random.Generator, *,
-           steps: int = 20, latent: LatentAutoencoder | None = None) -> np.ndarray:
+def sdedit(
+    model: DenoisingUNet,
+    image: np.ndarray,
+    strength: float,
+    rng: np.random.Generator,
+    *,
+    steps: int = 20,
+    latent: LatentAutoencoder | None = None,
+) -> np.ndarray:
     """The whole frame noised to `strength` (0-1 of the schedule) and denoised back in
     ceil(strength * steps) DDIM steps; same size, uint8."""
     rgb = as_rgb_uint8(image)
@@ -243,9 +284,17 @@ DiffusionEdit = RegionEdit  # the same result as the autoencoder's region edit: 
 
 
 @torch.no_grad()
-def inpaint(model: DenoisingUNet, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator, *,
-            strength: float = 1.0, steps: int = 20, latent: LatentAutoencoder | None = None,
-            feather: float = 2.0) -> DiffusionEdit:
+def inpaint(
+    model: DenoisingUNet,
+    image: np.ndarray,
+    mask: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    strength: float = 1.0,
+    steps: int = 20,
+    latent: LatentAutoencoder | None = None,
+    feather: float = 2.0,
+) -> DiffusionEdit:
     """Regenerate the region `mask` (True = regenerate); outside it the output equals `image`.
 
     In latent space the region is dilated to whole latent cells while denoising; the final
@@ -263,6 +312,10 @@ def inpaint(model: DenoisingUNet, image: np.ndarray, mask: np.ndarray, rng: np.r
     cells = F.adaptive_max_pool2d(torch.from_numpy(full).float()[None, None], x0.shape[-2:]).to(x0.device)
     generated = _to_pixels(model, latent, _denoise(model, x0, strength, steps, rng, region=cells), h, w)
     out = composite(generated, rgb, inner_alpha(region, feather))
-    meta = {"space": model.config["space"], "strength": strength, "steps": steps,
-            "area_ratio": round(float(region.mean()), 6)}
+    meta = {
+        "space": model.config["space"],
+        "strength": strength,
+        "steps": steps,
+        "area_ratio": round(float(region.mean()), 6),
+    }
     return DiffusionEdit(out, region, meta)

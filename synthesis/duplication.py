@@ -9,6 +9,7 @@ Operation names (the fine-grained ones of THEMIS Table 6): `direct_reuse`, `rota
 `vflip`, `scaling` (local only) and the parameter changes `brightness`, `contrast`, `saturation`,
 `hue`, `color_temperature`. `direct_reuse` is recorded only when nothing else was applied.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,15 +21,29 @@ import numpy as np
 from synthesis.common import as_rgb_uint8
 
 __all__ = [
-    "GEOMETRIC", "PARAMETERS", "LOCAL_GEOMETRIC", "CMO_CATEGORIES", "DuplicationPair",
-    "apply_geometric", "apply_parameter", "cmo_categories", "global_duplication", "local_duplication",
+    "GEOMETRIC",
+    "PARAMETERS",
+    "LOCAL_GEOMETRIC",
+    "CMO_CATEGORIES",
+    "DuplicationPair",
+    "apply_geometric",
+    "apply_parameter",
+    "cmo_categories",
+    "global_duplication",
+    "local_duplication",
 ]
 
 GEOMETRIC = ("direct_reuse", "rotate180", "hflip", "vflip")
 LOCAL_GEOMETRIC = ("direct_reuse", "rotate180", "hflip", "vflip", "scaling")
 PARAMETERS = ("brightness", "contrast", "saturation", "hue", "color_temperature")
-CMO_CATEGORIES = {"direct_reuse": "direct", "scaling": "scaling", "rotate180": "rotation",
-                  "hflip": "flip", "vflip": "flip", **{p: "parameter" for p in PARAMETERS}}
+CMO_CATEGORIES = {
+    "direct_reuse": "direct",
+    "scaling": "scaling",
+    "rotate180": "rotation",
+    "hflip": "flip",
+    "vflip": "flip",
+    **{p: "parameter" for p in PARAMETERS},
+}
 MIN_LOCAL_SIDE = 350
 
 
@@ -65,8 +80,9 @@ def _signed(rng: np.random.Generator, lo: float, hi: float) -> float:
     return float(rng.uniform(lo, hi) * (1 if rng.random() < 0.5 else -1))
 
 
-def apply_parameter(image: np.ndarray, op: str, rng: np.random.Generator,
-                    value: float | None = None) -> tuple[np.ndarray, float]:
+def apply_parameter(
+    image: np.ndarray, op: str, rng: np.random.Generator, value: float | None = None
+) -> tuple[np.ndarray, float]:
     """Apply one parameter change with a visible but plausible magnitude; returns (image, value).
 
     brightness: added offset (+-20..45); contrast: gain about the mean (0.6..0.8 or 1.25..1.5);
@@ -78,13 +94,19 @@ def apply_parameter(image: np.ndarray, op: str, rng: np.random.Generator,
         v = _signed(rng, 20, 45) if value is None else value
         out = cv2.convertScaleAbs(img, alpha=1.0, beta=v)
     elif op == "contrast":
-        v = (float(rng.uniform(0.6, 0.8)) if rng.random() < 0.5 else float(rng.uniform(1.25, 1.5))) \
-            if value is None else value
+        v = (
+            (float(rng.uniform(0.6, 0.8)) if rng.random() < 0.5 else float(rng.uniform(1.25, 1.5)))
+            if value is None
+            else value
+        )
         mean = float(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY).mean())
         out = np.clip((img.astype(np.float32) - mean) * v + mean, 0, 255).round().astype(np.uint8)
     elif op == "saturation":
-        v = (float(rng.uniform(0.45, 0.7)) if rng.random() < 0.5 else float(rng.uniform(1.4, 1.8))) \
-            if value is None else value
+        v = (
+            (float(rng.uniform(0.45, 0.7)) if rng.random() < 0.5 else float(rng.uniform(1.4, 1.8)))
+            if value is None
+            else value
+        )
         hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV).astype(np.float32)
         hsv[..., 1] = np.clip(hsv[..., 1] * v, 0, 255)
         out = cv2.cvtColor(hsv.round().astype(np.uint8), cv2.COLOR_HSV2RGB)
@@ -105,8 +127,7 @@ def apply_parameter(image: np.ndarray, op: str, rng: np.random.Generator,
     return out, round(float(v), 4)
 
 
-def _choose_parameters(rng: np.random.Generator, parameters: Sequence[str] | None,
-                       max_parameters: int) -> list[str]:
+def _choose_parameters(rng: np.random.Generator, parameters: Sequence[str] | None, max_parameters: int) -> list[str]:
     if parameters is not None:
         bad = [p for p in parameters if p not in PARAMETERS]
         if bad:
@@ -116,8 +137,9 @@ def _choose_parameters(rng: np.random.Generator, parameters: Sequence[str] | Non
     return [PARAMETERS[i] for i in sorted(rng.choice(len(PARAMETERS), size=count, replace=False))]
 
 
-def _apply_parameters(image: np.ndarray, names: Sequence[str], rng: np.random.Generator
-                      ) -> tuple[np.ndarray, dict[str, float]]:
+def _apply_parameters(
+    image: np.ndarray, names: Sequence[str], rng: np.random.Generator
+) -> tuple[np.ndarray, dict[str, float]]:
     values = {}
     for name in names:
         image, values[name] = apply_parameter(image, name, rng)
@@ -151,13 +173,12 @@ def global_duplication(
     return DuplicationPair(panel.copy(), dup, _label([geo], names), "global", full, full.copy(), meta)
 
 
-def _rect_mask(shape: tuple[int, int], rect: tuple[int, int, int, int], origin: tuple[int, int]
-               ) -> np.ndarray:
+def _rect_mask(shape: tuple[int, int], rect: tuple[int, int, int, int], origin: tuple[int, int]) -> np.ndarray:
     """Boolean mask of `rect` (x0, y0, x1, y1 in image coords) inside a panel at `origin`."""
     m = np.zeros(shape, dtype=bool)
     x0, y0, x1, y1 = rect
     ox, oy = origin
-    m[max(0, y0 - oy):max(0, y1 - oy), max(0, x0 - ox):max(0, x1 - ox)] = True
+    m[max(0, y0 - oy) : max(0, y1 - oy), max(0, x0 - ox) : max(0, x1 - ox)] = True
     return m
 
 
@@ -194,8 +215,7 @@ def local_duplication(
     panel = as_rgb_uint8(image)
     H, W = panel.shape[:2]
     if min(H, W) < min_side:
-        raise ValueError(f"local duplication needs panels of at least {min_side} x {min_side}, "
-                         f"got {W} x {H}")
+        raise ValueError(f"local duplication needs panels of at least {min_side} x {min_side}, got {W} x {H}")
     mode = mode or ("diagonal", "vertical", "horizontal")[int(rng.integers(3))]
     if mode not in ("diagonal", "vertical", "horizontal"):
         raise ValueError(f"mode must be diagonal, vertical or horizontal, got {mode!r}")
@@ -245,8 +265,8 @@ def local_duplication(
     overlap = _intersect(rect_a, src_b)
     if _area(overlap) == 0:
         raise ValueError("crops do not overlap")
-    panel_a = panel[rect_a[1]:rect_a[3], rect_a[0]:rect_a[2]].copy()
-    cut = panel[src_b[1]:src_b[3], src_b[0]:src_b[2]]
+    panel_a = panel[rect_a[1] : rect_a[3], rect_a[0] : rect_a[2]].copy()
+    cut = panel[src_b[1] : src_b[3], src_b[0] : src_b[2]]
     mask_b = _rect_mask(cut.shape[:2], overlap, (src_b[0], src_b[1]))
     if cut.shape[:2] != (ch, cw):
         interp = cv2.INTER_AREA if cut.shape[1] > cw else cv2.INTER_CUBIC
@@ -258,7 +278,13 @@ def local_duplication(
         mask_b = apply_geometric(mask_b.astype(np.uint8), g).astype(bool)
     panel_b, values = _apply_parameters(np.ascontiguousarray(cut), names, rng)
     mask_a = _rect_mask((ch, cw), overlap, (rect_a[0], rect_a[1]))
-    meta = {"mode": mode, "rect_a": list(rect_a), "rect_b": list(src_b), "scale": round(s, 4),
-            "geometric": geo, "parameters": values,
-            "duplication_ratio": round(float(mask_a.mean()), 6)}
+    meta = {
+        "mode": mode,
+        "rect_a": list(rect_a),
+        "rect_b": list(src_b),
+        "scale": round(s, 4),
+        "geometric": geo,
+        "parameters": values,
+        "duplication_ratio": round(float(mask_a.mean()), 6),
+    }
     return DuplicationPair(panel_a, panel_b, _label(geo, names), "local", mask_a, mask_b, meta)

@@ -4,6 +4,7 @@ scikit-image and scikit-learn bundle a few dozen real photographs, so the toolki
 labelled training set offline on a fresh machine: crops of the genuine photos at several scales,
 and for each crop a fake made by re-rendering the frame.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,15 +20,35 @@ from datamodules.io import read_image, split_keys, write_image, write_manifest
 # Natural photographs only: synthetic test patterns (chessboard, logo, phantom, ...) would teach
 # the detector nothing about camera images.
 SKIMAGE_PHOTOS = (
-    "astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "clock_motion.png",
-    "coffee.png", "coins.png", "grass.png", "gravel.png", "hubble_deep_field.jpg", "ihc.png",
-    "microaneurysms.png", "moon.png", "motorcycle_left.png", "motorcycle_right.png", "page.png",
-    "retina.jpg", "rocket.jpg", "text.png",
+    "astronaut.png",
+    "brick.png",
+    "camera.png",
+    "cell.png",
+    "chelsea.png",
+    "clock_motion.png",
+    "coffee.png",
+    "coins.png",
+    "grass.png",
+    "gravel.png",
+    "hubble_deep_field.jpg",
+    "ihc.png",
+    "microaneurysms.png",
+    "moon.png",
+    "motorcycle_left.png",
+    "motorcycle_right.png",
+    "page.png",
+    "retina.jpg",
+    "rocket.jpg",
+    "text.png",
 )
 SKLEARN_PHOTOS = ("china.jpg", "flower.jpg")
 
-UPSAMPLERS = {"nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR,
-              "bicubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}
+UPSAMPLERS = {
+    "nearest": cv2.INTER_NEAREST,
+    "bilinear": cv2.INTER_LINEAR,
+    "bicubic": cv2.INTER_CUBIC,
+    "lanczos": cv2.INTER_LANCZOS4,
+}
 DOWNSAMPLERS = {"area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC}
 
 
@@ -36,8 +57,10 @@ def bundled_photo_paths() -> list[Path]:
     import skimage
     import sklearn
 
-    folders = [(Path(skimage.__file__).parent / "data", SKIMAGE_PHOTOS),
-               (Path(sklearn.__file__).parent / "datasets" / "images", SKLEARN_PHOTOS)]
+    folders = [
+        (Path(skimage.__file__).parent / "data", SKIMAGE_PHOTOS),
+        (Path(sklearn.__file__).parent / "datasets" / "images", SKLEARN_PHOTOS),
+    ]
     paths = [folder / name for folder, names in folders for name in names if (folder / name).is_file()]
     if not paths:
         raise FileNotFoundError("no bundled sample photographs found: is scikit-image installed?")
@@ -53,8 +76,9 @@ def rerender(image: np.ndarray, rng: np.random.Generator, factor: float = 2.0) -
     height, width = image.shape[:2]
     down_name = str(rng.choice(sorted(DOWNSAMPLERS)))
     up_name = str(rng.choice(sorted(UPSAMPLERS)))
-    small = cv2.resize(image, (max(1, round(width / factor)), max(1, round(height / factor))),
-                       interpolation=DOWNSAMPLERS[down_name])
+    small = cv2.resize(
+        image, (max(1, round(width / factor)), max(1, round(height / factor))), interpolation=DOWNSAMPLERS[down_name]
+    )
     return cv2.resize(small, (width, height), interpolation=UPSAMPLERS[up_name]), f"rerender_{up_name}"
 
 
@@ -69,7 +93,7 @@ def grid_crops(image: np.ndarray, size: int, limit: int) -> Iterator[tuple[int, 
             if count >= limit:
                 return
             y, x = top0 + r * size, left0 + c * size
-            yield y, x, image[y:y + size, x:x + size]
+            yield y, x, image[y : y + size, x : x + size]
             count += 1
 
 
@@ -81,9 +105,12 @@ class EmbeddedSpec:
     seed: int = 0
 
 
-def build_embedded_dataset(output: str | os.PathLike, spec: EmbeddedSpec = EmbeddedSpec(),
-                           photos: Sequence[str | os.PathLike] | None = None,
-                           progress: Callable[[Iterable], Iterable] = lambda it: it) -> list[dict]:
+def build_embedded_dataset(
+    output: str | os.PathLike,
+    spec: EmbeddedSpec = EmbeddedSpec(),
+    photos: Sequence[str | os.PathLike] | None = None,
+    progress: Callable[[Iterable], Iterable] = lambda it: it,
+) -> list[dict]:
     """Write genuine crops and their re-rendered fakes under `output`; return manifest rows.
 
     `photos` defaults to the bundled photographs; any list of authentic images works the same way.
@@ -96,8 +123,13 @@ def build_embedded_dataset(output: str | os.PathLike, spec: EmbeddedSpec = Embed
     for photo_index, photo in enumerate(progress([Path(p) for p in photos or bundled_photo_paths()])):
         image = read_image(photo)
         for scale_index, scale in enumerate(spec.scales):
-            scaled = image if scale == 1.0 else cv2.resize(
-                image, (round(image.shape[1] * scale), round(image.shape[0] * scale)), interpolation=cv2.INTER_AREA)
+            scaled = (
+                image
+                if scale == 1.0
+                else cv2.resize(
+                    image, (round(image.shape[1] * scale), round(image.shape[0] * scale)), interpolation=cv2.INTER_AREA
+                )
+            )
             for y, x, crop in grid_crops(scaled, spec.crop_size, spec.max_crops_per_scale):
                 source = f"{photo.stem}_s{scale_index}_{y}_{x}"
                 rng = np.random.default_rng([spec.seed, photo_index, scale_index, y, x])
@@ -107,17 +139,23 @@ def build_embedded_dataset(output: str | os.PathLike, spec: EmbeddedSpec = Embed
                 for path, pixels in ((real_path, crop), (fake_path, fake)):
                     if not path.exists():
                         write_image(path, pixels)
-                rows.append({"path": str(real_path), "label": 0, "group": "genuine",
-                             "category": photo.stem, "source": source})
-                rows.append({"path": str(fake_path), "label": 1, "group": method,
-                             "category": photo.stem, "source": source})
+                rows.append(
+                    {"path": str(real_path), "label": 0, "group": "genuine", "category": photo.stem, "source": source}
+                )
+                rows.append(
+                    {"path": str(fake_path), "label": 1, "group": method, "category": photo.stem, "source": source}
+                )
     return rows
 
 
-def make_embedded_manifest(output: str | os.PathLike, seed: int = 0,
-                           split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
-                           photos: Sequence[str | os.PathLike] | None = None,
-                           progress: Callable[[Iterable], Iterable] | None = None, **spec: Any) -> Path:
+def make_embedded_manifest(
+    output: str | os.PathLike,
+    seed: int = 0,
+    split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
+    photos: Sequence[str | os.PathLike] | None = None,
+    progress: Callable[[Iterable], Iterable] | None = None,
+    **spec: Any,
+) -> Path:
     """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
     photographs) and write its `manifest.csv`, split by source; returns the manifest's path.
 
@@ -125,16 +163,20 @@ def make_embedded_manifest(output: str | os.PathLike, seed: int = 0,
     which calls it when the manifest does not exist yet: the DataModule never imports `synthesis`.
     """
     output = Path(output)
-    rows = build_embedded_dataset(output, EmbeddedSpec(seed=seed, **spec), photos=photos,
-                                  **({"progress": progress} if progress else {}))
+    rows = build_embedded_dataset(
+        output, EmbeddedSpec(seed=seed, **spec), photos=photos, **({"progress": progress} if progress else {})
+    )
     splits = split_keys((row["source"] or row["path"] for row in rows), split_fractions, seed)
     write_manifest(({**row, "split": splits[row["source"] or row["path"]]} for row in rows), output / "manifest.csv")
     return output / "manifest.csv"
 
 
-def make_photo_manifest(output: str | os.PathLike, seed: int = 0,
-                        split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
-                        photos: Sequence[str | os.PathLike] | None = None) -> Path:
+def make_photo_manifest(
+    output: str | os.PathLike,
+    seed: int = 0,
+    split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
+    photos: Sequence[str | os.PathLike] | None = None,
+) -> Path:
     """Copy the photos (by default the bundled photographs) byte for byte under `output/real` and
     write `output/manifest.csv`, one genuine record per photo, split by photo; returns its path.
 

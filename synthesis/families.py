@@ -12,6 +12,7 @@ Models are trained once on the genuine whole-photo panels (as the autoencoders a
 models photographs, it never sees a label) and cached under `<output>/generators/` with a JSON
 sidecar (options, seed, fidelity PSNR, seconds); a cache made with other options is retrained.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,12 +39,22 @@ class DiffusionOptions:
     strengths: Sequence[float] = (0.3, 0.6)  # SDEdit strengths; each is its own group
     sample_steps: int = 20  # DDIM steps for a full-strength chain (SDEdit runs strength x this)
     inpaint_strength: float = 1.0
-    latent: dict = field(default_factory=lambda: {"steps": 400, "width": 16, "latent_channels": 4, "crop": 64,
-                                                  "batch_size": 8, "lr": 2e-3})
-    ddpm: dict = field(default_factory=lambda: {"steps": 600, "width": 16, "mults": [1, 2, 2], "crop": 32,
-                                                "batch_size": 8, "lr": 2e-3})
-    latent_ddpm: dict = field(default_factory=lambda: {"steps": 600, "width": 32, "mults": [1, 2], "crop": 8,
-                                                       "batch_size": 16, "lr": 2e-3})
+    latent: dict = field(
+        default_factory=lambda: {
+            "steps": 400,
+            "width": 16,
+            "latent_channels": 4,
+            "crop": 64,
+            "batch_size": 8,
+            "lr": 2e-3,
+        }
+    )
+    ddpm: dict = field(
+        default_factory=lambda: {"steps": 600, "width": 16, "mults": [1, 2, 2], "crop": 32, "batch_size": 8, "lr": 2e-3}
+    )
+    latent_ddpm: dict = field(
+        default_factory=lambda: {"steps": 600, "width": 32, "mults": [1, 2], "crop": 8, "batch_size": 16, "lr": 2e-3}
+    )
 
     def __post_init__(self) -> None:
         unknown = set(self.spaces) - {"pixel", "latent"}
@@ -76,8 +87,14 @@ def _cached(weights: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     return meta if meta.get("key") == key else None
 
 
-def train_families(options: DiffusionOptions, folder: Path, panel_paths: Sequence[Path], seed: int,
-                   needs: set[str], reuse_any: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+def train_families(
+    options: DiffusionOptions,
+    folder: Path,
+    panel_paths: Sequence[Path],
+    seed: int,
+    needs: set[str],
+    reuse_any: bool = False,
+) -> tuple[dict[str, str], dict[str, str]]:
     """Weights path per model ('latent', 'ddpm_pixel', 'ddpm_latent') and what happened to each.
 
     `needs` holds the operations that will run; only the models they use are trained. With
@@ -90,23 +107,28 @@ def train_families(options: DiffusionOptions, folder: Path, panel_paths: Sequenc
 
     images = [im for im in (np.array(read_image(p)) for p in panel_paths) if min(im.shape[:2]) >= 64]
     spaces = set(options.spaces) if needs & {"diffusion_sdedit", "diffusion_inpaint"} else set()
-    wanted = (["latent"] if "latent_rerender" in needs or "latent" in spaces else []) + \
-             [f"ddpm_{s}" for s in ("pixel", "latent") if s in spaces]
+    wanted = (["latent"] if "latent_rerender" in needs or "latent" in spaces else []) + [
+        f"ddpm_{s}" for s in ("pixel", "latent") if s in spaces
+    ]
     paths, status, keys = {}, {}, {}
     latent_model = None
     for name in wanted:
         weights = folder / f"{name}.pt"
         training = options.latent if name == "latent" else options.ddpm if name == "ddpm_pixel" else options.latent_ddpm
-        key = {"training": dict(training), "seed": seed + SEED_OFFSETS[name],
-               **({"latent": keys["latent"]} if name == "ddpm_latent" else {})}
+        key = {
+            "training": dict(training),
+            "seed": seed + SEED_OFFSETS[name],
+            **({"latent": keys["latent"]} if name == "ddpm_latent" else {}),
+        }
         keys[name] = key
         meta = ({} if weights.is_file() else None) if reuse_any else _cached(weights, key)
         paths[name] = str(weights.resolve())
         if meta is not None:
             if name == "latent":
                 latent_model = load_latent(weights)
-            status[name] = f"reused {weights}" + (f" ({meta['fidelity']} PSNR {meta['psnr_db']} dB)"
-                                                  if "psnr_db" in meta else "")
+            status[name] = f"reused {weights}" + (
+                f" ({meta['fidelity']} PSNR {meta['psnr_db']} dB)" if "psnr_db" in meta else ""
+            )
             continue
         started = time.perf_counter()
         if not images:
@@ -119,12 +141,17 @@ def train_families(options: DiffusionOptions, folder: Path, panel_paths: Sequenc
             what = "re-render"
         else:
             space = name.split("_")[1]
-            model = train_diffusion(images, seed=key["seed"], latent=latent_model if space == "latent" else None,
-                                    **training)
+            model = train_diffusion(
+                images, seed=key["seed"], latent=latent_model if space == "latent" else None, **training
+            )
             save_diffusion(model, weights)
             strength = float(min(options.strengths))
-            quality = _fidelity(images, lambda im: sdedit(model, im, strength, np.random.default_rng(0),
-                                                          steps=options.sample_steps, latent=latent_model))
+            quality = _fidelity(
+                images,
+                lambda im: sdedit(
+                    model, im, strength, np.random.default_rng(0), steps=options.sample_steps, latent=latent_model
+                ),
+            )
             what = f"SDEdit at strength {strength:g}"
         seconds = round(time.perf_counter() - started, 1)
         sidecar = {"model": name, "key": key, "psnr_db": quality, "fidelity": what, "seconds": seconds}
@@ -145,8 +172,9 @@ def _load(kind: str, path: str):
     return _LOADED[path]
 
 
-def run_family_operation(op: str, image: np.ndarray, rng: np.random.Generator, options: dict[str, Any]
-                         ) -> tuple[np.ndarray, np.ndarray, str, dict[str, Any]]:
+def run_family_operation(
+    op: str, image: np.ndarray, rng: np.random.Generator, options: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, str, dict[str, Any]]:
     """(fake, mask, group, meta) of one item; `options` carries the model paths and the setting."""
     import torch
 
@@ -169,8 +197,9 @@ def run_family_operation(op: str, image: np.ndarray, rng: np.random.Generator, o
         return fake, np.ones(image.shape[:2], bool), family_group(op, space, strength), meta
     if op == "diffusion_inpaint":
         region = random_ellipse(image.shape[:2], rng, float(rng.uniform(0.04, 0.15)))
-        edit = inpaint(model, image, region, rng, strength=float(options["inpaint_strength"]), steps=steps,
-                       latent=latent)
+        edit = inpaint(
+            model, image, region, rng, strength=float(options["inpaint_strength"]), steps=steps, latent=latent
+        )
         return edit.image, edit.mask, family_group(op, space), {"operation": "diffusion_inpaint", **edit.meta}
     raise ValueError(f"unknown family operation {op!r}; expected one of {FAMILY_OPERATIONS}")
 
@@ -179,13 +208,19 @@ def family_item_options(op: str, options: DiffusionOptions, paths: dict[str, str
     """The setting of the `turn`-th item of `op` on a panel: spaces and strengths take turns."""
     spaces = list(options.spaces)
     space = spaces[turn % len(spaces)] if spaces else "pixel"
-    item = {"latent_path": paths.get("latent"), "sample_steps": options.sample_steps,
-            "inpaint_strength": options.inpaint_strength}
+    item = {
+        "latent_path": paths.get("latent"),
+        "sample_steps": options.sample_steps,
+        "inpaint_strength": options.inpaint_strength,
+    }
     if op == "latent_rerender":
         return item
     strengths = list(options.strengths)
-    item.update(space=space, ddpm_path=paths[f"ddpm_{space}"],
-                strength=float(strengths[(turn // max(1, len(spaces))) % len(strengths)]))
+    item.update(
+        space=space,
+        ddpm_path=paths[f"ddpm_{space}"],
+        strength=float(strengths[(turn // max(1, len(spaces))) % len(strengths)]),
+    )
     if space == "pixel" and op != "latent_rerender":
         item["latent_path"] = None
     return item

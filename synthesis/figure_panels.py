@@ -30,9 +30,7 @@ def chart_panel(rng: np.random.Generator, size: tuple[int, int] = (320, 400)) ->
         cv2.line(image, (x, bottom), (x, bottom + 5), (0, 0, 0), 1)
         cv2.line(image, (left - 5, y), (left, y), (0, 0, 0), 1)
         cv2.putText(image, str(i * 20), (x - 8, bottom + 20), FONT, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
-        cv2.putText(
-            image, f"{i * 0.2:.1f}", (left - 36, y + 4), FONT, 0.4, (0, 0, 0), 1, cv2.LINE_AA
-        )
+        cv2.putText(image, f"{i * 0.2:.1f}", (left - 36, y + 4), FONT, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
     colours = [(31, 119, 180), (255, 127, 14), (44, 160, 44)]
     xs = np.linspace(left + 4, right - 4, 40)
     if rng.random() < 0.5:
@@ -48,23 +46,15 @@ def chart_panel(rng: np.random.Generator, size: tuple[int, int] = (320, 400)) ->
         for i in range(count):
             bar = int((bottom - top - 30) * rng.uniform(0.1, 1.0))
             x0 = int(left + i * step + step * 0.2)
-            cv2.rectangle(
-                image, (x0, bottom - bar), (int(x0 + step * 0.6), bottom - 1), colours[i % 2], -1
-            )
+            cv2.rectangle(image, (x0, bottom - bar), (int(x0 + step * 0.6), bottom - 1), colours[i % 2], -1)
     cv2.rectangle(image, (right - 96, top), (right - 4, top + 36), (0, 0, 0), 1)
     for i, label in enumerate(("control", "treated")):
-        cv2.line(
-            image, (right - 90, top + 12 + 14 * i), (right - 72, top + 12 + 14 * i), colours[i], 2
-        )
-        cv2.putText(
-            image, label, (right - 68, top + 16 + 14 * i), FONT, 0.35, (0, 0, 0), 1, cv2.LINE_AA
-        )
+        cv2.line(image, (right - 90, top + 12 + 14 * i), (right - 72, top + 12 + 14 * i), colours[i], 2)
+        cv2.putText(image, label, (right - 68, top + 16 + 14 * i), FONT, 0.35, (0, 0, 0), 1, cv2.LINE_AA)
     return image
 
 
-def blot_panel(
-    rng: np.random.Generator, size: tuple[int, int] = (160, 400), lanes: int = 6
-) -> np.ndarray:
+def blot_panel(rng: np.random.Generator, size: tuple[int, int] = (160, 400), lanes: int = 6) -> np.ndarray:
     """Dark bands in fixed lanes on a light membrane with lane labels; band strength, shape and
     position vary, the layout does not."""
     height, width = size
@@ -78,12 +68,8 @@ def blot_panel(
         for _ in range(int(rng.integers(1, 4))):
             cy = rng.uniform(0.3, 0.9) * height
             sx, sy = lane_width * rng.uniform(0.28, 0.4), rng.uniform(3, 8)
-            darkness += rng.uniform(60, 190) * np.exp(
-                -((np.abs(xs - cx) / sx) ** 4) - ((ys - cy) / sy) ** 2
-            )
-    image = np.clip(membrane - darkness + rng.normal(0, 2, (height, width)), 0, 255).astype(
-        np.uint8
-    )
+            darkness += rng.uniform(60, 190) * np.exp(-((np.abs(xs - cx) / sx) ** 4) - ((ys - cy) / sy) ** 2)
+    image = np.clip(membrane - darkness + rng.normal(0, 2, (height, width)), 0, 255).astype(np.uint8)
     image = np.repeat(image[..., None], 3, axis=2)
     for lane in range(lanes):
         cv2.putText(
@@ -120,9 +106,7 @@ def micrograph_panel(rng: np.random.Generator, size: tuple[int, int] = (320, 320
     image[..., (hue + 2) % 3] = base * 0.5
     image = np.clip(image, 0, 255).astype(np.uint8)
     cv2.rectangle(image, (width - 70, height - 18), (width - 20, height - 13), (255, 255, 255), -1)
-    cv2.putText(
-        image, "10 um", (width - 70, height - 24), FONT, 0.35, (255, 255, 255), 1, cv2.LINE_AA
-    )
+    cv2.putText(image, "10 um", (width - 70, height - 24), FONT, 0.35, (255, 255, 255), 1, cv2.LINE_AA)
     cv2.putText(image, "A", (8, 24), FONT, 0.7, (255, 255, 255), 2, cv2.LINE_AA)
     return image
 

@@ -11,6 +11,7 @@ Two uses, as in THEMIS A.3.4: `rerender_image` (image inference forgery: the who
 re-generated) and `edit_region` (targeted region editing: one region is replaced by generated content
 and blended in; its mask is known exactly).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,8 +28,15 @@ from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha,
 from synthesis.model_files import load_model, save_model
 
 __all__ = [
-    "VARIANTS", "AutoencoderGenerator", "RegionEdit", "train_generator", "save_generator",
-    "load_generator", "rerender_image", "edit_region", "psnr",
+    "VARIANTS",
+    "AutoencoderGenerator",
+    "RegionEdit",
+    "train_generator",
+    "save_generator",
+    "load_generator",
+    "rerender_image",
+    "edit_region",
+    "psnr",
 ]
 
 VARIANTS = ("transposed", "nearest_conv", "bilinear_conv", "pixel_shuffle")
@@ -40,8 +48,9 @@ def _up(variant: str, cin: int, cout: int) -> nn.Module:
     if variant == "nearest_conv":
         return nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(cin, cout, 3, padding=1))
     if variant == "bilinear_conv":
-        return nn.Sequential(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
-                             nn.Conv2d(cin, cout, 3, padding=1))
+        return nn.Sequential(
+            nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False), nn.Conv2d(cin, cout, 3, padding=1)
+        )
     if variant == "pixel_shuffle":
         return nn.Sequential(nn.Conv2d(cin, cout * 4, 3, padding=1), nn.PixelShuffle(2))
     raise ValueError(f"unknown decoder variant {variant!r}; expected one of {VARIANTS}")
@@ -61,11 +70,15 @@ class AutoencoderGenerator(nn.Module):
         if depth not in (2, 3):
             raise ValueError(f"depth must be 2 (1/4) or 3 (1/8), got {depth}")
         self.config = {"variant": variant, "width": int(width), "depth": int(depth)}
-        chans = [width * 2 ** i for i in range(depth + 1)]
+        chans = [width * 2**i for i in range(depth + 1)]
         enc: list[nn.Module] = [nn.Conv2d(3, chans[0], 3, padding=1), nn.GELU()]
         for cin, cout in zip(chans[:-1], chans[1:]):
-            enc += [nn.Conv2d(cin, cout, 3, stride=2, padding=1), nn.GELU(),
-                    nn.Conv2d(cout, cout, 3, padding=1), nn.GELU()]
+            enc += [
+                nn.Conv2d(cin, cout, 3, stride=2, padding=1),
+                nn.GELU(),
+                nn.Conv2d(cout, cout, 3, padding=1),
+                nn.GELU(),
+            ]
         self.encoder = nn.Sequential(*enc)
         dec: list[nn.Module] = []
         for cin, cout in zip(chans[::-1][:-1], chans[::-1][1:]):
@@ -105,7 +118,7 @@ def _to_tensor(image: np.ndarray) -> torch.Tensor:
 
 
 def _to_uint8(t: torch.Tensor) -> np.ndarray:
-    return (t[0].permute(1, 2, 0).clamp(0, 1).mul(255.0).round().byte().cpu().numpy())
+    return t[0].permute(1, 2, 0).clamp(0, 1).mul(255.0).round().byte().cpu().numpy()
 
 
 def train_generator(
@@ -149,7 +162,7 @@ def train_generator(
             t = tensors[int(rng.integers(len(tensors)))]
             y = int(rng.integers(0, t.shape[1] - crop + 1))
             x = int(rng.integers(0, t.shape[2] - crop + 1))
-            patch = t[:, y:y + crop, x:x + crop]
+            patch = t[:, y : y + crop, x : x + crop]
             if rng.random() < 0.5:
                 patch = patch.flip(-1)
             batch.append(patch)
@@ -209,12 +222,12 @@ def edit_region(
     """
     rgb = as_rgb_uint8(image)
     h, w = rgb.shape[:2]
-    region = (as_bool_mask(mask, (h, w)) if mask is not None
-              else random_ellipse((h, w), rng, float(rng.uniform(*fraction))))
+    region = (
+        as_bool_mask(mask, (h, w)) if mask is not None else random_ellipse((h, w), rng, float(rng.uniform(*fraction)))
+    )
     if not region.any():
         raise ValueError("empty region: nothing to edit")
-    filled = cv2.inpaint(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), region.astype(np.uint8) * 255, 5,
-                         cv2.INPAINT_TELEA)
+    filled = cv2.inpaint(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), region.astype(np.uint8) * 255, 5, cv2.INPAINT_TELEA)
     filled = cv2.cvtColor(filled, cv2.COLOR_BGR2RGB)
     dev = _device(model)
     x = _to_tensor(filled).to(dev)
@@ -223,18 +236,23 @@ def edit_region(
     if ph or pw:
         x = F.pad(x, (0, pw, 0, ph), mode="reflect")
     z = model.encode(x)
-    zmask = F.interpolate(torch.from_numpy(np.pad(region, ((0, ph), (0, pw)))).float()[None, None],
-                          size=z.shape[-2:], mode="area").to(dev)
+    zmask = F.interpolate(
+        torch.from_numpy(np.pad(region, ((0, ph), (0, pw)))).float()[None, None], size=z.shape[-2:], mode="area"
+    ).to(dev)
     noise = torch.from_numpy(rng.standard_normal(z.shape).astype(np.float32)).to(dev)
     z = z + latent_noise * z.std() * noise * zmask
     generated = _to_uint8(model.decode(z)[..., :h, :w])
     out = composite(generated, rgb, inner_alpha(region, feather))
-    meta = {"operation": "ai_region_edit", "generator": model.config["variant"],
-            "area_ratio": round(float(region.mean()), 6), "latent_noise": latent_noise}
+    meta = {
+        "operation": "ai_region_edit",
+        "generator": model.config["variant"],
+        "area_ratio": round(float(region.mean()), 6),
+        "latent_noise": latent_noise,
+    }
     return RegionEdit(out, region, meta)
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """Peak signal-to-noise ratio of two uint8 images in dB (inf when identical)."""
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(255.0 ** 2 / mse)
+    return float("inf") if mse == 0 else 10.0 * np.log10(255.0**2 / mse)

@@ -10,6 +10,7 @@ are exactly what a detector that learned "grain means generated" flags. Each kin
 Every maker takes a seeded `numpy.random.Generator` and returns an 8-bit RGB image plus how to
 save it (PNG, or JPEG at a quality), so a dataset is the same for the same seed.
 """
+
 from __future__ import annotations
 
 import io
@@ -26,9 +27,9 @@ from datamodules.io import write_image
 
 @dataclass(frozen=True)
 class GenuineImage:
-    pixels: np.ndarray      # H x W x 3 uint8
-    codec: str = "png"      # png | jpeg
-    quality: int = 95       # JPEG quality when codec == "jpeg"
+    pixels: np.ndarray  # H x W x 3 uint8
+    codec: str = "png"  # png | jpeg
+    quality: int = 95  # JPEG quality when codec == "jpeg"
 
 
 def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
@@ -72,8 +73,21 @@ def chart(rng: np.random.Generator) -> GenuineImage:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    style = str(rng.choice(["default", "ggplot", "bmh", "classic", "grayscale", "seaborn-v0_8-whitegrid",
-                            "seaborn-v0_8-paper", "fivethirtyeight", "tableau-colorblind10"]))
+    style = str(
+        rng.choice(
+            [
+                "default",
+                "ggplot",
+                "bmh",
+                "classic",
+                "grayscale",
+                "seaborn-v0_8-whitegrid",
+                "seaborn-v0_8-paper",
+                "fivethirtyeight",
+                "tableau-colorblind10",
+            ]
+        )
+    )
     dpi = int(rng.choice([72, 100, 150]))
     kind = str(rng.choice(["line", "bar", "scatter", "errorbar", "heatmap"]))
     with plt.style.context(style):
@@ -81,7 +95,9 @@ def chart(rng: np.random.Generator) -> GenuineImage:
         x = np.arange(int(rng.integers(5, 30)))
         series = int(rng.integers(1, 4))
         if kind == "heatmap":
-            image = axes.imshow(_smooth_noise(rng, (12, 16), 1.5), cmap=str(rng.choice(["viridis", "magma", "coolwarm"])))
+            image = axes.imshow(
+                _smooth_noise(rng, (12, 16), 1.5), cmap=str(rng.choice(["viridis", "magma", "coolwarm"]))
+            )
             figure.colorbar(image, ax=axes)
         for s in range(series if kind != "heatmap" else 0):
             y = np.cumsum(rng.normal(0, 1, x.size)) + 3 * s
@@ -132,7 +148,7 @@ def histology(rng: np.random.Generator) -> GenuineImage:
     pink, purple = np.array([225, 120, 170], np.float32), np.array([90, 50, 140], np.float32)
     image = background * (1 - eosin[..., None]) + pink * eosin[..., None]
     image = image * (1 - nuclei[..., None]) + purple * nuclei[..., None]
-    yy, xx = np.mgrid[0: shape[0], 0: shape[1]] / max(shape)
+    yy, xx = np.mgrid[0 : shape[0], 0 : shape[1]] / max(shape)
     image *= (1 - 0.15 * ((xx - 0.5) ** 2 + (yy - 0.5) ** 2))[..., None]
     image += rng.normal(0, rng.uniform(1, 4), image.shape)
     return _saved(rng, _scale_bar(_to_uint8(image), rng, (0, 0, 0)), jpeg_share=0.8)
@@ -143,7 +159,7 @@ def electron_micrograph(rng: np.random.Generator) -> GenuineImage:
     shortcut risk: genuine and grainy)."""
     shape = (int(rng.integers(192, 384)), int(rng.integers(192, 384)))
     field = _smooth_noise(rng, shape, rng.uniform(4, 10))
-    membranes = np.exp(-(field / 0.15) ** 2)  # thin walls along the field's zero crossings
+    membranes = np.exp(-((field / 0.15) ** 2))  # thin walls along the field's zero crossings
     organelles = _blobs(rng, shape, int(rng.integers(4, 16)), (10, 30))
     image = 150 - 70 * membranes - 50 * organelles + 10 * _smooth_noise(rng, shape, 1.0)
     image += rng.normal(0, rng.uniform(8, 22), shape)  # the grain
@@ -165,11 +181,13 @@ def blot(rng: np.random.Generator) -> GenuineImage:
         for row in rows:
             strength, thickness = rng.uniform(0.1, 1.0), rng.uniform(2, 6)
             y0 = row + rng.normal(0, 1.5)
-            band = np.exp(-((yy - y0) / thickness) ** 2 - ((xx - centre_x) / (lane_width * 0.55)) ** 6)
+            band = np.exp(-(((yy - y0) / thickness) ** 2) - ((xx - centre_x) / (lane_width * 0.55)) ** 6)
             smear = np.exp(-np.clip(yy - y0, 0, None) / rng.uniform(5, 25)) * (yy > y0) * 0.25
-            ink += strength * (band + smear * np.exp(-((xx - centre_x) / (lane_width * 0.5)) ** 6))
+            ink += strength * (band + smear * np.exp(-(((xx - centre_x) / (lane_width * 0.5)) ** 6)))
     gradient = 235 - 20 * (xx / width) * rng.uniform(-1, 1) - 15 * (yy / height) * rng.uniform(-1, 1)
-    image = gradient - 200 * np.clip(ink, 0, 1) + 6 * _smooth_noise(rng, (height, width), 2) + rng.normal(0, 3, ink.shape)
+    image = (
+        gradient - 200 * np.clip(ink, 0, 1) + 6 * _smooth_noise(rng, (height, width), 2) + rng.normal(0, 3, ink.shape)
+    )
     grey = _to_uint8(image)
     return _saved(rng, np.repeat(grey[..., None], 3, axis=2), jpeg_share=0.5)
 
@@ -181,13 +199,19 @@ def gel(rng: np.random.Generator) -> GenuineImage:
 
 
 def _font(rng: np.random.Generator, size: int):
-    from PIL import ImageFont
     import matplotlib
+    from PIL import ImageFont
 
     folder = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
     names = ["DejaVuSans.ttf", "DejaVuSansMono.ttf", "DejaVuSerif.ttf", "DejaVuSans-Bold.ttf"]
-    system = [Path(p) for p in ("/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-                                "/usr/share/fonts/truetype/liberation/LiberationMono-Regular.ttf") if os.path.isfile(p)]
+    system = [
+        Path(p)
+        for p in (
+            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+            "/usr/share/fonts/truetype/liberation/LiberationMono-Regular.ttf",
+        )
+        if os.path.isfile(p)
+    ]
     candidates = [folder / n for n in names if (folder / n).is_file()] + system
     return ImageFont.truetype(str(rng.choice(candidates)), size)
 
@@ -202,7 +226,9 @@ def document(rng: np.random.Generator) -> GenuineImage:
     paper = Image.new("RGB", (width, (lines + 4) * (size + 6)), tuple(int(v) for v in rng.integers(235, 256, 3)))
     draw, font = ImageDraw.Draw(paper), _font(rng, size)
     items = ["Coffee", "Bread", "Milk 1L", "Parcel fee", "Shipping", "Apples", "Batteries", "Charger", "Tax"]
-    draw.text((10, 6), str(rng.choice(["STORE #0412", "Corner Market", "RECEIPT", "Order 58213"])), fill=(0, 0, 0), font=font)
+    draw.text(
+        (10, 6), str(rng.choice(["STORE #0412", "Corner Market", "RECEIPT", "Order 58213"])), fill=(0, 0, 0), font=font
+    )
     for line in range(lines):
         text = f"{rng.choice(items):<14}{rng.uniform(0.5, 60):>8.2f}"
         draw.text((10, (line + 2) * (size + 6)), text, fill=(20, 20, 20), font=font)
@@ -214,13 +240,18 @@ def document(rng: np.random.Generator) -> GenuineImage:
     source = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
     margin = canvas_side * 0.08
     left = (canvas_side - w) / 2
-    target = np.float32([[left + rng.uniform(-margin, margin), margin + rng.uniform(-margin, margin) / 2],
-                         [left + w + rng.uniform(-margin, margin), margin + rng.uniform(-margin, margin) / 2],
-                         [left + w + rng.uniform(-margin, margin), margin + h + rng.uniform(-margin, margin) / 2],
-                         [left + rng.uniform(-margin, margin), margin + h + rng.uniform(-margin, margin) / 2]])
+    target = np.float32(
+        [
+            [left + rng.uniform(-margin, margin), margin + rng.uniform(-margin, margin) / 2],
+            [left + w + rng.uniform(-margin, margin), margin + rng.uniform(-margin, margin) / 2],
+            [left + w + rng.uniform(-margin, margin), margin + h + rng.uniform(-margin, margin) / 2],
+            [left + rng.uniform(-margin, margin), margin + h + rng.uniform(-margin, margin) / 2],
+        ]
+    )
     matrix = cv2.getPerspectiveTransform(source, target)
-    warped = cv2.warpPerspective(sheet, matrix, (canvas_side, canvas_side), flags=cv2.INTER_LINEAR,
-                                 borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    warped = cv2.warpPerspective(
+        sheet, matrix, (canvas_side, canvas_side), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+    )
     inside = cv2.warpPerspective(np.ones((h, w), np.float32), matrix, (canvas_side, canvas_side))[..., None]
     image = table * (1 - inside) + warped * inside
     yy, xx = np.mgrid[0:canvas_side, 0:canvas_side] / canvas_side
@@ -241,7 +272,7 @@ def phone_photo(rng: np.random.Generator, photo: np.ndarray | None = None) -> Ge
     height, width = photo.shape[:2]
     side = int(min(height, width) * rng.uniform(0.5, 1.0))
     y, x = int(rng.integers(0, height - side + 1)), int(rng.integers(0, width - side + 1))
-    crop = photo[y: y + side, x: x + side].astype(np.float32)
+    crop = photo[y : y + side, x : x + side].astype(np.float32)
     crop = cv2.resize(crop, (min(side, 384), min(side, 384)), interpolation=cv2.INTER_AREA)
     crop += rng.normal(0, rng.uniform(1, 5), crop.shape)
     rgb = _to_uint8(crop)
@@ -262,15 +293,21 @@ def _saved(rng: np.random.Generator, pixels: np.ndarray, jpeg_share: float) -> G
 
 
 GENUINE_KINDS: Mapping[str, Callable[[np.random.Generator], GenuineImage]] = {
-    "chart": chart, "fluorescence": fluorescence, "histology": histology,
-    "electron_micrograph": electron_micrograph, "blot": blot, "gel": gel, "document": document,
+    "chart": chart,
+    "fluorescence": fluorescence,
+    "histology": histology,
+    "electron_micrograph": electron_micrograph,
+    "blot": blot,
+    "gel": gel,
+    "document": document,
     "phone_photo": phone_photo,
 }
 GRAINY_KINDS = ("fluorescence", "electron_micrograph", "blot", "gel")  # grain is their nature
 
 
-def write_genuine_sources(folder: str | os.PathLike, counts: Mapping[str, int], seed: int = 0,
-                          photos: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+def write_genuine_sources(
+    folder: str | os.PathLike, counts: Mapping[str, int], seed: int = 0, photos: Mapping[str, str] | None = None
+) -> list[dict[str, str]]:
     """`counts[kind]` images of each kind under `folder/<kind>/`, as PNG or JPEG (the codec is part
     of the kind: figures are pasted as both); existing files are kept, so a stopped run resumes.
 

@@ -5,6 +5,7 @@ A task is a plain dict (picklable for spawned workers): `panels` cuts the genuin
 `generator` trains one autoencoder variant, `item` applies one operation. Each draws from its own
 generator seeded by (seed, task id) and uses one thread, so the bytes do not depend on `workers`.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def _panels_task(task: dict[str, Any]) -> dict[str, Any]:
     image = read_image(photo["photo"])
     h, w = image.shape[:2]
     scale = min(1.0, spec["max_side"] / max(h, w))
-    full = image if scale == 1.0 else cv2.resize(image, (round(w * scale), round(h * scale)),
-                                                 interpolation=cv2.INTER_AREA)
+    full = (
+        image if scale == 1.0 else cv2.resize(image, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_AREA)
+    )
     crops = [("full", full)]
     for i in range(spec["crops_per_photo"]):
         s = float(rng.uniform(*spec["crop_scales"]))
@@ -48,15 +50,23 @@ def _panels_task(task: dict[str, Any]) -> dict[str, Any]:
             continue
         y = int(rng.integers(0, scaled.shape[0] - side + 1))
         x = int(rng.integers(0, scaled.shape[1] - side + 1))
-        crops.append((f"c{i}", scaled[y:y + side, x:x + side]))
+        crops.append((f"c{i}", scaled[y : y + side, x : x + side]))
     rows, panels = [], []
     for suffix, pixels in crops:
         if min(pixels.shape[:2]) < spec["min_panel_side"]:
             continue
         rel = f"real/{photo['key']}_{suffix}.png"
         write_image(out / rel, np.ascontiguousarray(pixels))
-        row = {"path": rel, "label": 0, "mask": None, "group": "genuine", "category": photo["category"],
-               "source": photo["source"], "split": task["split"], "review": None}
+        row = {
+            "path": rel,
+            "label": 0,
+            "mask": None,
+            "group": "genuine",
+            "category": photo["category"],
+            "source": photo["source"],
+            "split": task["split"],
+            "review": None,
+        }
         rows.append(row)
         panels.append({**row, "height": int(pixels.shape[0]), "width": int(pixels.shape[1])})
     return {"rows": rows, "pairs": [], "panels": panels}
@@ -72,8 +82,14 @@ def _generator_task(task: dict[str, Any]) -> dict[str, Any]:
     save_generator(model, task["weights"])
     # how close re-renders are to their input: close enough to pass as the photo, yet re-generated
     quality = [psnr(rerender_image(model, im), im) for im in images[:8]]
-    sidecar = {"variant": task["variant"], "seed": task["seed"], "training": options, "images": task["images"],
-               "psnr_db": round(float(np.mean(quality)), 2), "seconds": round(time.perf_counter() - started, 1)}
+    sidecar = {
+        "variant": task["variant"],
+        "seed": task["seed"],
+        "training": options,
+        "images": task["images"],
+        "psnr_db": round(float(np.mean(quality)), 2),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     Path(task["weights"]).with_suffix(".json").write_text(json.dumps(sidecar, indent=1))
     return {"rows": [], "pairs": [], "generator": sidecar}
 
@@ -147,17 +163,15 @@ def item_done(task: dict[str, Any]) -> dict[str, Any] | None:
     path = fragment_path(Path(task["output"]), task["id"])
     done = json.loads(path.read_text()) if path.is_file() else None
     if done is not None and all(
-        (Path(task["output"]) / row[key]).is_file()
-        for row in done["rows"]
-        for key in ("path", "mask")
-        if row.get(key)
+        (Path(task["output"]) / row[key]).is_file() for row in done["rows"] for key in ("path", "mask") if row.get(key)
     ):
         return done
     return None
 
 
-def execute(tasks: list[dict[str, Any]], pool: Executor | None, desc: str, progress: bool,
-             counts: Counter) -> list[dict[str, Any]]:
+def execute(
+    tasks: list[dict[str, Any]], pool: Executor | None, desc: str, progress: bool, counts: Counter
+) -> list[dict[str, Any]]:
     """Results in task order; finished tasks are read back from their fragments, the rest run."""
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     todo = []

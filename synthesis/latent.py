@@ -11,6 +11,7 @@ Unlike a real VAE there is no KL term (the latent is deterministic); instead the
 its standard deviation on the training panels (`scale`, as Stable Diffusion's 0.18215), so noise
 schedules built for unit-variance data fit it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,15 @@ from torch.nn import functional as F
 from synthesis.common import as_rgb_uint8
 from synthesis.model_files import load_model, save_model
 
-__all__ = ["LatentAutoencoder", "train_latent_autoencoder", "save_latent", "load_latent", "random_crops",
-           "to_tensor", "to_uint8"]
+__all__ = [
+    "LatentAutoencoder",
+    "train_latent_autoencoder",
+    "save_latent",
+    "load_latent",
+    "random_crops",
+    "to_tensor",
+    "to_uint8",
+]
 
 
 def to_tensor(image: np.ndarray) -> torch.Tensor:
@@ -45,7 +53,7 @@ def random_crops(tensors: Sequence[torch.Tensor], rng: np.random.Generator, size
         t = tensors[int(rng.integers(len(tensors)))]
         y = int(rng.integers(0, t.shape[1] - size + 1))
         x = int(rng.integers(0, t.shape[2] - size + 1))
-        patch = t[:, y:y + size, x:x + size]
+        patch = t[:, y : y + size, x : x + size]
         batch.append(patch.flip(-1) if rng.random() < 0.5 else patch)
     return torch.stack(batch)
 
@@ -53,9 +61,14 @@ def random_crops(tensors: Sequence[torch.Tensor], rng: np.random.Generator, size
 class _ResBlock(nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.GroupNorm(min(8, channels), channels), nn.SiLU(),
-                                  nn.Conv2d(channels, channels, 3, padding=1), nn.GroupNorm(min(8, channels), channels),
-                                  nn.SiLU(), nn.Conv2d(channels, channels, 3, padding=1))
+        self.body = nn.Sequential(
+            nn.GroupNorm(min(8, channels), channels),
+            nn.SiLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.GroupNorm(min(8, channels), channels),
+            nn.SiLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.body(x)
@@ -78,7 +91,12 @@ class LatentAutoencoder(nn.Module):
         enc: list[nn.Module] = [nn.Conv2d(3, chans[0], 3, padding=1)]
         for cin, cout in zip(chans[:-1], chans[1:]):
             enc += [_ResBlock(cin), nn.Conv2d(cin, cout, 3, stride=2, padding=1)]
-        enc += [_ResBlock(chans[-1]), nn.GroupNorm(8, chans[-1]), nn.SiLU(), nn.Conv2d(chans[-1], latent_channels, 3, padding=1)]
+        enc += [
+            _ResBlock(chans[-1]),
+            nn.GroupNorm(8, chans[-1]),
+            nn.SiLU(),
+            nn.Conv2d(chans[-1], latent_channels, 3, padding=1),
+        ]
         self.encoder = nn.Sequential(*enc)
         dec: list[nn.Module] = [nn.Conv2d(latent_channels, chans[-1], 3, padding=1)]
         for cin, cout in zip(chans[::-1][:-1], chans[::-1][1:]):

@@ -5,6 +5,7 @@ machine can train and test a localizer offline in minutes. It is the full genera
 (`synthesis.dataset`) at a small size, restricted to the operations that need no trained image
 generator (copy-move, splicing, inpainting, damage); splits are drawn per authentic photo.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,10 +23,14 @@ EMBEDDED_LOCALIZATION = {
 }
 
 
-def make_embedded_localization_manifest(output: str | os.PathLike, seed: int = 0,
-                                        split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
-                                        photos: Sequence[str | os.PathLike] | None = None,
-                                        progress: bool = False, **spec: Any) -> Path:
+def make_embedded_localization_manifest(
+    output: str | os.PathLike,
+    seed: int = 0,
+    split_fractions: Sequence[float] = (0.7, 0.15, 0.15),
+    photos: Sequence[str | os.PathLike] | None = None,
+    progress: bool = False,
+    **spec: Any,
+) -> Path:
     """Generate the set under `output` and write its `manifest.csv` (with masks); returns its path.
 
     `spec` overrides `EMBEDDED_LOCALIZATION` (any `DatasetSpec` field). The localization data

@@ -8,6 +8,7 @@ FraudBench are provided and work on any pair a user has:
 - `half_difference_mask` (App. D.1.5): the localization ground truth used for scoring, the smallest
   set of pixels carrying a fraction of the total difference.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -54,8 +55,9 @@ def _resize(image: np.ndarray, size: tuple[int, int], nearest: bool = False) -> 
     return cv2.resize(image, (w, h), interpolation=interp)
 
 
-def match_gain_offset(edited: np.ndarray, source: np.ndarray, iterations: int = 2,
-                      keep_quantile: float = 0.8, max_samples: int = 1 << 16) -> np.ndarray:
+def match_gain_offset(
+    edited: np.ndarray, source: np.ndarray, iterations: int = 2, keep_quantile: float = 0.8, max_samples: int = 1 << 16
+) -> np.ndarray:
     """Fit `gain * edited + offset` to `source` per channel by least squares.
 
     Re-rendering shifts the global tone; without this the whole frame would look edited. The fit is
@@ -180,25 +182,25 @@ def region_masks_from_pair(
             continue
         ys, xs = np.nonzero(region)
         x0, y0, x1, y1 = int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
-        contours, _ = cv2.findContours(canvas_region.astype(np.uint8), cv2.RETR_EXTERNAL,
-                                       cv2.CHAIN_APPROX_NONE)
+        contours, _ = cv2.findContours(canvas_region.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
         contour = max(contours, key=cv2.contourArea)
         eps = rdp_epsilon * cv2.arcLength(contour, True)
         poly = cv2.approxPolyDP(contour, eps, True).reshape(-1, 2).astype(np.float64)
         polygon = [[round(float(x) * sx, 2), round(float(y) * sy, 2)] for x, y in poly]
         zr = z[canvas_region]
-        regions.append({
-            "id": len(regions) + 1,
-            "bbox": [x0, y0, x1, y1],
-            "bbox_norm": [round(x0 / width, 6), round(y0 / height, 6),
-                          round(x1 / width, 6), round(y1 / height, 6)],
-            "polygon": polygon,
-            "area_fraction": round(float(region.mean()), 6),
-            "peak_z": round(float(zr.max()), 4),
-            "mean_z": round(float(zr.mean()), 4),
-            "primary": len(regions) == 0,
-            "machine_derived": True,
-        })
+        regions.append(
+            {
+                "id": len(regions) + 1,
+                "bbox": [x0, y0, x1, y1],
+                "bbox_norm": [round(x0 / width, 6), round(y0 / height, 6), round(x1 / width, 6), round(y1 / height, 6)],
+                "polygon": polygon,
+                "area_fraction": round(float(region.mean()), 6),
+                "peak_z": round(float(zr.max()), 4),
+                "mean_z": round(float(zr.mean()), 4),
+                "primary": len(regions) == 0,
+                "machine_derived": True,
+            }
+        )
     return DerivedRegions(ranked_src > 0, regions)
 
 

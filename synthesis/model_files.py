@@ -3,6 +3,7 @@
 A file holds the model's constructor `config` and its `state_dict`, plain tensors and values only, so
 it loads with `torch.load(weights_only=True)` and rebuilds the network without running file code.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,7 @@ def save_model(model: nn.Module, path: str | Path) -> Path:
     return path
 
 
-def load_model(cls: type[Model], path: str | Path, device: str | torch.device = "cpu",
-               what: str = "model") -> Model:
+def load_model(cls: type[Model], path: str | Path, device: str | torch.device = "cpu", what: str = "model") -> Model:
     """Rebuild `cls(**config)` from a file written by `save_model`, in eval mode on `device`."""
     ckpt = torch.load(Path(path), map_location=device, weights_only=True)
     if not isinstance(ckpt, dict) or "config" not in ckpt or "state_dict" not in ckpt:

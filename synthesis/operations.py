@@ -11,6 +11,7 @@ Files of an item (paths relative to the dataset folder):
   mask is the C.4 mask derived from the (source, edited) pair, never the drawing;
 - duplication writes both panels of a pair and returns a pair row for `duplication_pairs.csv`.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,11 +35,17 @@ __all__ = ["regions_from_mask", "run_operation", "OPERATION_GROUPS"]
 
 # the manifest `group` of each operation ({variant} = the generator's decoder variant)
 OPERATION_GROUPS = {
-    "rerender": "ae_{variant}", "region_edit": "ae_{variant}_region", "splicing": "splicing",
-    "copy_move": "copy_move", "inpainting": "inpainting", "duplication_global": "duplication_global",
-    "duplication_local": "duplication_local", "damage": "damage",
+    "rerender": "ae_{variant}",
+    "region_edit": "ae_{variant}_region",
+    "splicing": "splicing",
+    "copy_move": "copy_move",
+    "inpainting": "inpainting",
+    "duplication_global": "duplication_global",
+    "duplication_local": "duplication_local",
+    "damage": "damage",
     # synthesis.families: latent_ae, ddpm_<space>_sdedit_<strength>, ddpm_<space>_inpaint
-    "latent_rerender": "latent_ae", "diffusion_sdedit": "ddpm_{space}_sdedit_{strength}",
+    "latent_rerender": "latent_ae",
+    "diffusion_sdedit": "ddpm_{space}_sdedit_{strength}",
     "diffusion_inpaint": "ddpm_{space}_inpaint",
 }
 _MODELS: dict[str, AutoencoderGenerator] = {}  # per process: generators are loaded once
@@ -61,13 +68,17 @@ def regions_from_mask(mask: np.ndarray, rdp_epsilon: float = 0.005) -> list[dict
         contours, _ = cv2.findContours((labels == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
         contour = max(contours, key=cv2.contourArea)
         poly = cv2.approxPolyDP(contour, rdp_epsilon * cv2.arcLength(contour, True), True).reshape(-1, 2)
-        regions.append({
-            "id": len(regions) + 1, "bbox": [x0, y0, x1, y1],
-            "bbox_norm": [round(x0 / w, 6), round(y0 / h, 6), round(x1 / w, 6), round(y1 / h, 6)],
-            "polygon": [[int(x), int(y)] for x, y in poly],
-            "area_fraction": round(float(stats[i, cv2.CC_STAT_AREA]) / (h * w), 6),
-            "primary": not regions, "machine_derived": False,
-        })
+        regions.append(
+            {
+                "id": len(regions) + 1,
+                "bbox": [x0, y0, x1, y1],
+                "bbox_norm": [round(x0 / w, 6), round(y0 / h, 6), round(x1 / w, 6), round(y1 / h, 6)],
+                "polygon": [[int(x), int(y)] for x, y in poly],
+                "area_fraction": round(float(stats[i, cv2.CC_STAT_AREA]) / (h * w), 6),
+                "primary": not regions,
+                "machine_derived": False,
+            }
+        )
     return regions
 
 
@@ -82,18 +93,44 @@ def _mask_png(mask: np.ndarray) -> np.ndarray:
     return np.asarray(mask).astype(np.uint8) * 255
 
 
-def _write_fake(out: Path, op: str, name: str, image: np.ndarray, mask: np.ndarray, panel: dict[str, Any],
-                group: str, meta: dict[str, Any], regions: list[dict[str, Any]] | None = None,
-                review: str | None = None) -> dict[str, Any]:
+def _write_fake(
+    out: Path,
+    op: str,
+    name: str,
+    image: np.ndarray,
+    mask: np.ndarray,
+    panel: dict[str, Any],
+    group: str,
+    meta: dict[str, Any],
+    regions: list[dict[str, Any]] | None = None,
+    review: str | None = None,
+) -> dict[str, Any]:
     """Write image, mask and region JSON; return the manifest row (paths relative to `out`)."""
     image_rel, mask_rel = f"fake/{op}/{name}.png", f"masks/{op}/{name}.png"
     write_image(out / image_rel, image)
     write_image(out / mask_rel, _mask_png(mask))
-    _write_json(out / f"masks/{op}/{name}.json", {
-        "image": image_rel, "mask": mask_rel, "source_panel": panel["path"], "operation": op, "group": group,
-        "regions": regions if regions is not None else regions_from_mask(mask), "meta": _jsonable(meta)})
-    return {"path": image_rel, "label": 1, "mask": mask_rel, "group": group, "category": panel["category"],
-            "source": panel["source"], "split": panel["split"], "review": review}
+    _write_json(
+        out / f"masks/{op}/{name}.json",
+        {
+            "image": image_rel,
+            "mask": mask_rel,
+            "source_panel": panel["path"],
+            "operation": op,
+            "group": group,
+            "regions": regions if regions is not None else regions_from_mask(mask),
+            "meta": _jsonable(meta),
+        },
+    )
+    return {
+        "path": image_rel,
+        "label": 1,
+        "mask": mask_rel,
+        "group": group,
+        "category": panel["category"],
+        "source": panel["source"],
+        "split": panel["split"],
+        "review": review,
+    }
 
 
 def _jsonable(value: Any) -> Any:
@@ -116,8 +153,9 @@ def _read(out: Path, panel: dict[str, Any]) -> np.ndarray:
     return np.array(read_image(out / panel["path"]))  # a writable copy: torch warns on read-only arrays
 
 
-def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], rng: np.random.Generator,
-                  options: dict[str, Any]) -> dict[str, Any]:
+def run_operation(
+    op: str, name: str, out: Path, panels: list[dict[str, Any]], rng: np.random.Generator, options: dict[str, Any]
+) -> dict[str, Any]:
     """Run `op` on `panels` (genuine panel rows: path, source, split, category) and write its files.
 
     Returns {"rows": manifest rows, "pairs": duplication pair rows}. Operations that cannot apply
@@ -127,8 +165,11 @@ def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], r
     image = _read(out, panel)
     if op in FAMILY_OPERATIONS:
         fake, mask, group, meta = run_family_operation(op, image, rng, options)
-        return {"rows": [_write_fake(out, op, name, fake, mask, panel, group, meta)], "pairs": [],
-                "psnr": {group: round(psnr(fake, image), 3)}}  # fidelity to the source panel
+        return {
+            "rows": [_write_fake(out, op, name, fake, mask, panel, group, meta)],
+            "pairs": [],
+            "psnr": {group: round(psnr(fake, image), 3)},
+        }  # fidelity to the source panel
     if op in ("rerender", "region_edit"):
         variant = options["variant"]
         model = _model(options["generator_path"])
@@ -137,20 +178,29 @@ def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], r
             fake = rerender_image(model, image)
             full = np.ones(image.shape[:2], bool)  # every pixel was generated
             meta = {"operation": "ai_rerender", "generator": variant}
-            return {"rows": [_write_fake(out, op, name, fake, full, panel, group, meta)], "pairs": [],
-                    "psnr": {group: round(psnr(fake, image), 3)}}
+            return {
+                "rows": [_write_fake(out, op, name, fake, full, panel, group, meta)],
+                "pairs": [],
+                "psnr": {group: round(psnr(fake, image), 3)},
+            }
         edit = edit_region(model, image, rng)
-        return {"rows": [_write_fake(out, op, name, edit.image, edit.mask, panel, group, edit.meta)], "pairs": [],
-                "psnr": {group: round(psnr(edit.image, image), 3)}}
+        return {
+            "rows": [_write_fake(out, op, name, edit.image, edit.mask, panel, group, edit.meta)],
+            "pairs": [],
+            "psnr": {group: round(psnr(edit.image, image), 3)},
+        }
     if op == "splicing":
         donor = _read(out, panels[1])
         result = splice(donor, image, rng, **options.get("splicing", {}))
         result.meta["object_panel"] = panels[1]["path"]
-        return {"rows": [_write_fake(out, op, name, result.image, result.mask, panel, "splicing", result.meta)],
-                "pairs": []}
+        return {
+            "rows": [_write_fake(out, op, name, result.image, result.mask, panel, "splicing", result.meta)],
+            "pairs": [],
+        }
     if op in ("copy_move", "inpainting"):
-        result = copy_move(image, rng, **options.get("copy_move", {})) if op == "copy_move" else \
-            inpaint_region(image, rng)
+        result = (
+            copy_move(image, rng, **options.get("copy_move", {})) if op == "copy_move" else inpaint_region(image, rng)
+        )
         return {"rows": [_write_fake(out, op, name, result.image, result.mask, panel, op, result.meta)], "pairs": []}
     if op == "damage":
         return {"rows": [_damage(out, name, image, panel, rng, options)], "pairs": []}
@@ -159,8 +209,9 @@ def run_operation(op: str, name: str, out: Path, panels: list[dict[str, Any]], r
     raise ValueError(f"unknown operation {op!r}; expected one of {sorted(OPERATION_GROUPS)}")
 
 
-def _damage(out: Path, name: str, image: np.ndarray, panel: dict[str, Any], rng: np.random.Generator,
-            options: dict[str, Any]) -> dict[str, Any]:
+def _damage(
+    out: Path, name: str, image: np.ndarray, panel: dict[str, Any], rng: np.random.Generator, options: dict[str, Any]
+) -> dict[str, Any]:
     """FraudBench-style: damage + re-render; masks derived from the pair (C.4), D.1.5 ground truth beside."""
     result = damage_edit(image, rng)
     derived = region_masks_from_pair(image, result.image)
@@ -168,15 +219,26 @@ def _damage(out: Path, name: str, image: np.ndarray, panel: dict[str, Any], rng:
         raise ValueError("the C.4 derivation found no edited region")
     d15 = half_difference_mask(image, result.image, fraction=float(options.get("d15_fraction", 0.5)))
     write_image(out / f"masks/damage/{name}_d15.png", _mask_png(d15))
-    meta = {**result.meta, "mask_origin": "c4_from_pair", "ground_truth_d15": f"masks/damage/{name}_d15.png",
-            # agreement with the drawing, which is known here but never used as the label
-            "drawn_iou_c4": round(mask_iou(derived.mask, result.mask), 4),
-            "drawn_iou_d15": round(mask_iou(d15, result.mask), 4)}
+    meta = {
+        **result.meta,
+        "mask_origin": "c4_from_pair",
+        "ground_truth_d15": f"masks/damage/{name}_d15.png",
+        # agreement with the drawing, which is known here but never used as the label
+        "drawn_iou_c4": round(mask_iou(derived.mask, result.mask), 4),
+        "drawn_iou_d15": round(mask_iou(d15, result.mask), 4),
+    }
     return _write_fake(out, "damage", name, result.image, derived.mask, panel, "damage", meta, derived.regions)
 
 
-def _duplication(op: str, out: Path, name: str, image: np.ndarray, panel: dict[str, Any],
-                 rng: np.random.Generator, options: dict[str, Any]) -> dict[str, Any]:
+def _duplication(
+    op: str,
+    out: Path,
+    name: str,
+    image: np.ndarray,
+    panel: dict[str, Any],
+    rng: np.random.Generator,
+    options: dict[str, Any],
+) -> dict[str, Any]:
     """Both panels of a pair (one `review`), the shared content as each panel's mask, and the pair row."""
     if op == "duplication_global":
         pair = global_duplication(image, rng)
@@ -184,10 +246,20 @@ def _duplication(op: str, out: Path, name: str, image: np.ndarray, panel: dict[s
         pair = local_duplication(image, rng, min_side=int(options.get("local_min_side", 350)))
     review = f"{op}/{name}"
     meta = {**pair.meta, "operations": list(pair.operations), "scope": pair.scope}
-    rows = [_write_fake(out, op, f"{name}_{side}", pixels, mask, panel, op, {**meta, "panel": side}, review=review)
-            for side, pixels, mask in (("a", pair.panel_a, pair.mask_a), ("b", pair.panel_b, pair.mask_b))]
-    pair_row = {"pair": review, "panel_a": rows[0]["path"], "panel_b": rows[1]["path"], "mask_a": rows[0]["mask"],
-                "mask_b": rows[1]["mask"], "scope": pair.scope, "operations": ";".join(pair.operations),
-                "categories": ";".join(sorted(cmo_categories(pair.operations))), "source": panel["source"],
-                "split": panel["split"]}
+    rows = [
+        _write_fake(out, op, f"{name}_{side}", pixels, mask, panel, op, {**meta, "panel": side}, review=review)
+        for side, pixels, mask in (("a", pair.panel_a, pair.mask_a), ("b", pair.panel_b, pair.mask_b))
+    ]
+    pair_row = {
+        "pair": review,
+        "panel_a": rows[0]["path"],
+        "panel_b": rows[1]["path"],
+        "mask_a": rows[0]["mask"],
+        "mask_b": rows[1]["mask"],
+        "scope": pair.scope,
+        "operations": ";".join(pair.operations),
+        "categories": ";".join(sorted(cmo_categories(pair.operations))),
+        "source": panel["source"],
+        "split": panel["split"],
+    }
     return {"rows": rows, "pairs": [pair_row]}

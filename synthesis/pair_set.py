@@ -39,27 +39,21 @@ class PairSet:
     pairs: list[PanelPair]
 
 
-def split_sources(
-    names: Sequence[str], held_out: float = 0.3, seed: int = 0
-) -> tuple[list[str], list[str]]:
+def split_sources(names: Sequence[str], held_out: float = 0.3, seed: int = 0) -> tuple[list[str], list[str]]:
     """(fitting, held-out) photo names; photos of one scene (a stereo pair) stay together."""
     scenes = sorted({scene_of(n) for n in names})
     rng = np.random.default_rng(seed)
     order = [scenes[i] for i in rng.permutation(len(scenes))]
     cut = max(1, round(len(order) * held_out))
     held = set(order[:cut])
-    return sorted(n for n in names if scene_of(n) not in held), sorted(
-        n for n in names if scene_of(n) in held
-    )
+    return sorted(n for n in names if scene_of(n) not in held), sorted(n for n in names if scene_of(n) in held)
 
 
 def scene_of(name: str) -> str:
     return name.split(".")[0].replace("_left", "").replace("_right", "")
 
 
-def random_panel(
-    photo: np.ndarray, rng: np.random.Generator, min_side: int = 160, max_side: int = 512
-) -> np.ndarray:
+def random_panel(photo: np.ndarray, rng: np.random.Generator, min_side: int = 160, max_side: int = 512) -> np.ndarray:
     """A crop of 50-100 % of the photo's sides, scaled so its longer side is at most `max_side`."""
     height, width = photo.shape[:2]
     ch = int(height * rng.uniform(0.5, 1.0)) if height > min_side else height
@@ -68,15 +62,11 @@ def random_panel(
     panel = photo[y : y + ch, x : x + cw]
     factor = min(1.0, max_side / max(ch, cw))
     if factor < 1.0:
-        panel = cv2.resize(
-            panel, (round(cw * factor), round(ch * factor)), interpolation=cv2.INTER_AREA
-        )
+        panel = cv2.resize(panel, (round(cw * factor), round(ch * factor)), interpolation=cv2.INTER_AREA)
     return np.ascontiguousarray(panel)
 
 
-def disjoint_crops(
-    photo: np.ndarray, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray] | None:
+def disjoint_crops(photo: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
     """Two crops of one photo that share no pixel (left / right or top / bottom, with a gap)."""
     height, width = photo.shape[:2]
     if rng.random() < 0.5 and width >= 200:
@@ -124,16 +114,10 @@ def make_pair_set(
             pair = local_duplication(panel, rng) if local else global_duplication(panel, rng)
             id_a, id_b = add(pair.panel_a, name), add(pair.panel_b, name)
             bases.setdefault(name, []).append(id_a)
-            pairs.append(
-                PanelPair(
-                    id_a, id_b, 1, pair.operations, pair.scope, name, pair.mask_a, pair.mask_b
-                )
-            )
+            pairs.append(PanelPair(id_a, id_b, 1, pair.operations, pair.scope, name, pair.mask_a, pair.mask_b))
         crops = disjoint_crops(photos[name], rng)
         if crops is not None:
-            pairs.append(
-                PanelPair(add(crops[0], name), add(crops[1], name), 0, (), "same_photo", name)
-            )
+            pairs.append(PanelPair(add(crops[0], name), add(crops[1], name), 0, (), "same_photo", name))
     for name in names:
         others = [n for n in names if scene_of(n) != scene_of(name)]
         for _ in range(negatives_per_photo if others else 0):
@@ -170,11 +154,7 @@ def load_photos(folder: str | None = None, max_side: int = 1024) -> dict[str, np
     from datamodules.io import is_image_file, read_image
     from synthesis.embedded import bundled_photo_paths
 
-    paths = (
-        sorted(p for p in Path(folder).rglob("*") if is_image_file(p))
-        if folder
-        else bundled_photo_paths()
-    )
+    paths = sorted(p for p in Path(folder).rglob("*") if is_image_file(p)) if folder else bundled_photo_paths()
     if not paths:
         raise ValueError(f"no images found in {folder}")
     photos = {}

@@ -4,6 +4,7 @@ THEMIS segments splicing objects with Otsu thresholding and copy-move objects wi
 cannot be downloaded here, so copy-move uses Felzenszwalb graph segmentation merged with the Otsu
 components instead; both are refined with the same opening/closing/hole filling the seeds apply.
 """
+
 from __future__ import annotations
 
 import cv2
@@ -53,8 +54,7 @@ def otsu_object_mask(image: np.ndarray) -> np.ndarray:
     return largest_component(refine_mask(candidates[0]))
 
 
-def object_candidates(image: np.ndarray, min_fraction: float = 0.10,
-                      max_fraction: float = 0.60) -> list[np.ndarray]:
+def object_candidates(image: np.ndarray, min_fraction: float = 0.10, max_fraction: float = 0.60) -> list[np.ndarray]:
     """Plausible objects covering `min_fraction`..`max_fraction` of the frame, most object-like first.
 
     Object-like = compact and clear of the frame border (segments along the border are usually

@@ -3,6 +3,7 @@
 Kept apart from the code that runs the generation so planning, items and the entry point share one
 definition without importing each other.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,25 +12,65 @@ from typing import Any, Mapping, Sequence
 
 from synthesis.families import DiffusionOptions
 
-__all__ = ["OPERATIONS", "KINDS", "DEFAULT_RATES", "FORGERY_OPTIONS", "GeneratorOptions", "DiffusionOptions",
-           "DatasetSpec"]
+__all__ = [
+    "OPERATIONS",
+    "KINDS",
+    "DEFAULT_RATES",
+    "FORGERY_OPTIONS",
+    "GeneratorOptions",
+    "DiffusionOptions",
+    "DatasetSpec",
+]
 
 # new operations go last: the plan draws once per operation in this order (see synthesis.planning)
-OPERATIONS = ("rerender", "region_edit", "splicing", "copy_move", "inpainting", "duplication_global",
-              "duplication_local", "damage", "latent_rerender", "diffusion_sdedit", "diffusion_inpaint")
-KINDS = {"aigi": ("rerender", "region_edit", "latent_rerender", "diffusion_sdedit", "diffusion_inpaint"),
-         "forgery": ("region_edit", "splicing", "copy_move", "inpainting", "duplication_global",
-                     "duplication_local", "damage", "diffusion_inpaint"),
-         "all": OPERATIONS}
+OPERATIONS = (
+    "rerender",
+    "region_edit",
+    "splicing",
+    "copy_move",
+    "inpainting",
+    "duplication_global",
+    "duplication_local",
+    "damage",
+    "latent_rerender",
+    "diffusion_sdedit",
+    "diffusion_inpaint",
+)
+KINDS = {
+    "aigi": ("rerender", "region_edit", "latent_rerender", "diffusion_sdedit", "diffusion_inpaint"),
+    "forgery": (
+        "region_edit",
+        "splicing",
+        "copy_move",
+        "inpainting",
+        "duplication_global",
+        "duplication_local",
+        "damage",
+        "diffusion_inpaint",
+    ),
+    "all": OPERATIONS,
+}
 # expected items per genuine panel; splicing and duplication items give two images each
-DEFAULT_RATES = {"rerender": 1.0, "region_edit": 0.5, "splicing": 0.5, "copy_move": 0.5, "inpainting": 0.5,
-                 "duplication_global": 0.25, "duplication_local": 0.5, "damage": 0.5,
-                 "latent_rerender": 0.5, "diffusion_sdedit": 1.0, "diffusion_inpaint": 0.5}
+DEFAULT_RATES = {
+    "rerender": 1.0,
+    "region_edit": 0.5,
+    "splicing": 0.5,
+    "copy_move": 0.5,
+    "inpainting": 0.5,
+    "duplication_global": 0.25,
+    "duplication_local": 0.5,
+    "damage": 0.5,
+    "latent_rerender": 0.5,
+    "diffusion_sdedit": 1.0,
+    "diffusion_inpaint": 0.5,
+}
 
 # settings a dataset may pass to the forgery generators (synthesis.copy_move.copy_move,
 # synthesis.splicing.splice) with the generators' defaults, the seed's recipe
-FORGERY_OPTIONS = {"copy_move": {"scale": [1.0, 1.0], "rotation": [0.0, 0.0], "interpolation": "bilinear"},
-                   "splicing": {"donor_chains": []}}
+FORGERY_OPTIONS = {
+    "copy_move": {"scale": [1.0, 1.0], "rotation": [0.0, 0.0], "interpolation": "bilinear"},
+    "splicing": {"donor_chains": []},
+}
 
 
 @dataclass(frozen=True)
@@ -86,8 +127,9 @@ class DatasetSpec:
             if known is None:
                 raise ValueError(f"forgery_options: no options for {op!r}; options exist for {sorted(FORGERY_OPTIONS)}")
             if set(settings) - set(known):
-                raise ValueError(f"forgery_options.{op}: unknown {sorted(set(settings) - set(known))}; "
-                                 f"known: {sorted(known)}")
+                raise ValueError(
+                    f"forgery_options.{op}: unknown {sorted(set(settings) - set(known))}; known: {sorted(known)}"
+                )
         if isinstance(self.generator, Mapping):
             object.__setattr__(self, "generator", GeneratorOptions(**self.generator))
         if isinstance(self.diffusion, Mapping):
@@ -96,8 +138,9 @@ class DatasetSpec:
     def changed_forgery_options(self) -> dict[str, dict[str, Any]]:
         """`forgery_options` without the settings equal to the generators' defaults, nor empty operations."""
         plain = json.loads(json.dumps({op: dict(v) for op, v in self.forgery_options.items()}, default=list))
-        changed = {op: {k: v for k, v in settings.items() if v != FORGERY_OPTIONS[op][k]}
-                   for op, settings in plain.items()}
+        changed = {
+            op: {k: v for k, v in settings.items() if v != FORGERY_OPTIONS[op][k]} for op, settings in plain.items()
+        }
         return {op: settings for op, settings in changed.items() if settings}
 
     @property

@@ -7,6 +7,7 @@ By default the donor has the host's history (the seed splices panels of one data
 `donor_chains` gives the donor another processing history first (JPEG, resampling, denoising, blur;
 the chain names of `datamodules.io.apply_chain`), as a splice from another camera or file has.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from synthesis.segment import otsu_object_mask
 __all__ = ["SpliceResult", "pair_similarity", "rank_pairs", "splice", "splice_both_ways"]
 
 _SIM_SIZE = 224
-_C1, _C2 = 0.01 ** 2, 0.03 ** 2
+_C1, _C2 = 0.01**2, 0.03**2
 
 
 @dataclass
@@ -52,7 +53,7 @@ def pair_similarity(a: np.ndarray, b: np.ndarray) -> float:
     x, y = ga.astype(np.float64) / 255.0, gb.astype(np.float64) / 255.0
     mx, my = x.mean(), y.mean()
     cov = ((x - mx) * (y - my)).mean()
-    ssim = ((2 * mx * my + _C1) * (2 * cov + _C2)) / ((mx ** 2 + my ** 2 + _C1) * (x.var() + y.var() + _C2))
+    ssim = ((2 * mx * my + _C1) * (2 * cov + _C2)) / ((mx**2 + my**2 + _C1) * (x.var() + y.var() + _C2))
     (h1, w1), (h2, w2) = np.asarray(a).shape[:2], np.asarray(b).shape[:2]
     size = (1 - abs(h1 - h2) / max(h1, h2)) * (1 - abs(w1 - w2) / max(w1, w2))
     return float(0.4 * hist + 0.4 * max(ssim, 0.0) + 0.2 * size)
@@ -60,8 +61,7 @@ def pair_similarity(a: np.ndarray, b: np.ndarray) -> float:
 
 def rank_pairs(images: Sequence[np.ndarray]) -> list[tuple[int, int, float]]:
     """Exhaustive pairwise similarity, most similar pair first: [(i, j, score), ...] with i < j."""
-    scores = [(i, j, pair_similarity(images[i], images[j]))
-              for i, j in combinations(range(len(images)), 2)]
+    scores = [(i, j, pair_similarity(images[i], images[j])) for i, j in combinations(range(len(images)), 2)]
     scores.sort(key=lambda t: (-t[2], t[0], t[1]))
     return scores
 
@@ -117,14 +117,20 @@ def splice(
     obj_r = cv2.warpAffine(obj_r, shift, (w, h), flags=cv2.INTER_NEAREST, borderMode=cv2.BORDER_REFLECT)
     mask_r = cv2.warpAffine(mask_r.astype(np.uint8), shift, (w, h), flags=cv2.INTER_NEAREST).astype(bool)
     image = composite(obj_r, bg, inner_alpha(mask_r, width))
-    meta = {"operation": "splicing", "area_ratio": round(frac, 6), "shift": [dx, dy],
-            "feather": round(width, 3), "similarity": round(pair_similarity(obj, bg), 6)}
+    meta = {
+        "operation": "splicing",
+        "area_ratio": round(frac, 6),
+        "shift": [dx, dy],
+        "feather": round(width, 3),
+        "similarity": round(pair_similarity(obj, bg), 6),
+    }
     if chain is not None:
         meta["donor_chain"] = chain
     return SpliceResult(image, mask_r, meta)
 
 
-def splice_both_ways(a: np.ndarray, b: np.ndarray, rng: np.random.Generator,
-                     **kwargs: Any) -> tuple[SpliceResult, SpliceResult]:
+def splice_both_ways(
+    a: np.ndarray, b: np.ndarray, rng: np.random.Generator, **kwargs: Any
+) -> tuple[SpliceResult, SpliceResult]:
     """The seed's two variants of a pair: A's object on B, and B's object on A."""
     return splice(a, b, rng, **kwargs), splice(b, a, rng, **kwargs)

@@ -3,14 +3,22 @@
 Tests that need it skip with the reason when the browser or Playwright is missing; `.ci/run`
 installs both, so in CI they run.
 """
+
 from __future__ import annotations
 
 import shutil
 
 import pytest
 
-BROWSER_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BROWSER_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def system_chromium() -> str:

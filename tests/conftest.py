@@ -1,4 +1,5 @@
 """Shared fixtures: a small generated dataset and composed train configs writing into tmp_path."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,7 @@ def small_dataset(tmp_path_factory) -> Path:
 @pytest.fixture
 def train_config(tmp_path, small_dataset):
     """A factory: the real train config on the small dataset, run directory in tmp_path."""
-    yield lambda *overrides: prepare_train_config([*small_train_overrides(small_dataset), *overrides],
-                                                  tmp_path / "run")
+    yield lambda *overrides: prepare_train_config([*small_train_overrides(small_dataset), *overrides], tmp_path / "run")
     GlobalHydra.instance().clear()
 
 
@@ -34,3 +34,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+from tests.browser_helpers import browser  # noqa: E402, F401 - the headless-Chromium fixture, for every test file

@@ -1,4 +1,5 @@
 """Helpers shared by tests: composing the real Hydra configs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,9 +23,17 @@ def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
 
 def small_train_overrides(manifest: Path) -> list[str]:
     """The real train config on a small manifest: tiny NPR, CPU, no progress bar, no workers."""
-    return ["data=manifest", f"data.manifest={manifest}", "data.num_workers=0", "data.batch_size=16",
-            "trainer=cpu", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-            "detector.net.preprocess.size=64", *TINY_NPR]
+    return [
+        "data=manifest",
+        f"data.manifest={manifest}",
+        "data.num_workers=0",
+        "data.batch_size=16",
+        "trainer=cpu",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "detector.net.preprocess.size=64",
+        *TINY_NPR,
+    ]
 
 
 def prepare_train_config(overrides: list[str], output_dir: Path) -> DictConfig:
@@ -61,13 +70,18 @@ def write_tiny_model(folder: Path, preprocess: dict | None = None, onnx: bool = 
     exported to `model.onnx`; returns {"ckpt": path, "onnx": path or None, "module": module}."""
     import torch
 
-    from exporting.onnx_export import export_onnx
     from detectors.module import DetectorModule
+    from exporting.onnx_export import export_onnx
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    net = {"_target_": "detectors.npr.NPR", "width": 8, "layers": [1, 1], "block": "basic",
-           "preprocess": preprocess or {"size": 32, "mode": "center_crop"}}
+    net = {
+        "_target_": "detectors.npr.NPR",
+        "width": 8,
+        "layers": [1, 1],
+        "block": "basic",
+        "preprocess": preprocess or {"size": 32, "mode": "center_crop"},
+    }
     module = DetectorModule(net=net, name="npr").eval()
     ckpt = folder / "model.ckpt"
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, ckpt)

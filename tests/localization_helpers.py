@@ -1,12 +1,19 @@
 """Hand-made localization batches for module and DDP tests: squares on noise, some genuine."""
+
 from __future__ import annotations
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-SEG_TINY = {"_target_": "detectors.seg.SegmentationLocalizer", "arch": "Unet", "encoder": "tu-resnet10t",
-            "encoder_depth": 3, "pretrained": None, "arch_kwargs": {"decoder_channels": [16, 8, 8]},
-            "preprocess": {"size": 32, "mode": "center_crop"}}
+SEG_TINY = {
+    "_target_": "detectors.seg.SegmentationLocalizer",
+    "arch": "Unet",
+    "encoder": "tu-resnet10t",
+    "encoder_depth": 3,
+    "pretrained": None,
+    "arch_kwargs": {"decoder_channels": [16, 8, 8]},
+    "preprocess": {"size": 32, "mode": "center_crop"},
+}
 
 
 class SquaresDataset(Dataset):
@@ -22,10 +29,18 @@ class SquaresDataset(Dataset):
             if label:
                 side = (6 + index % 6) * size // 32
                 top, left = torch.randint(0, size - side, (2,), generator=generator).tolist()
-                mask[:, top:top + side, left:left + side] = 1
+                mask[:, top : top + side, left : left + side] = 1
                 image = image + 0.5 * mask
-            self.samples.append({"image": image, "mask": mask, "edge": torch.zeros_like(mask),
-                                 "label": label, "index": index, "group": "squares"})
+            self.samples.append(
+                {
+                    "image": image,
+                    "mask": mask,
+                    "edge": torch.zeros_like(mask),
+                    "label": label,
+                    "index": index,
+                    "group": "squares",
+                }
+            )
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -49,9 +64,15 @@ def save_untrained_checkpoint(path, net: dict | None = None, seed: int = 0):
     return module.eval()
 
 
-def generated_forgeries(photos, panels_per_photo: int, size: int, seed: int,
-                        area: tuple[float, float] = (0.03, 0.4), copy_move_options: dict | None = None,
-                        splice_options: dict | None = None) -> dict[str, list[dict]]:
+def generated_forgeries(
+    photos,
+    panels_per_photo: int,
+    size: int,
+    seed: int,
+    area: tuple[float, float] = (0.03, 0.4),
+    copy_move_options: dict | None = None,
+    splice_options: dict | None = None,
+) -> dict[str, list[dict]]:
     """Copy-move and splicing forgeries made by the toolkit's own generators from `photos`.
 
     Each photo gives `panels_per_photo` square crops (35-90 % of its short side) shrunk to `size` px,
@@ -78,14 +99,19 @@ def generated_forgeries(photos, panels_per_photo: int, size: int, seed: int,
         for _ in range(panels_per_photo):
             side = int(min(height, width) * rng.uniform(0.35, 0.9))
             top, left = int(rng.integers(0, height - side + 1)), int(rng.integers(0, width - side + 1))
-            crops.append(cv2.resize(image[top:top + side, left:left + side], (size, size),
-                                    interpolation=cv2.INTER_AREA))
+            crops.append(
+                cv2.resize(image[top : top + side, left : left + side], (size, size), interpolation=cv2.INTER_AREA)
+            )
         panels.append(crops)
 
     def sample(image, mask):
         mask_t = torch.from_numpy(mask.astype("float32"))[None]
-        return {"image": torch.from_numpy(image).permute(2, 0, 1).float() / 255, "mask": mask_t,
-                "edge": torch.from_numpy(edge_mask(mask).astype("float32"))[None], "label": 1}
+        return {
+            "image": torch.from_numpy(image).permute(2, 0, 1).float() / 255,
+            "mask": mask_t,
+            "edge": torch.from_numpy(edge_mask(mask).astype("float32"))[None],
+            "label": 1,
+        }
 
     bounds = {"min_fraction": area[0], "max_fraction": area[1]}
     samples: dict[str, list[dict]] = {"copy_move": [], "splicing": []}
@@ -93,8 +119,9 @@ def generated_forgeries(photos, panels_per_photo: int, size: int, seed: int,
         for crop_index, panel in enumerate(crops):
             donor = panels[(photo_index + 1 + crop_index) % len(panels)][crop_index]
             for operation, make in (
-                    ("copy_move", lambda: copy_move(panel, rng, **bounds, **(copy_move_options or {}))),
-                    ("splicing", lambda: splice(donor, panel, rng, **bounds, **(splice_options or {})))):
+                ("copy_move", lambda: copy_move(panel, rng, **bounds, **(copy_move_options or {}))),
+                ("splicing", lambda: splice(donor, panel, rng, **bounds, **(splice_options or {}))),
+            ):
                 try:
                     result = make()
                 except ValueError:  # no object of a usable size in this panel

@@ -94,9 +94,7 @@ def check_cospy(dump: dict, workdir: Path) -> dict[str, float]:
         vae_model.save_pretrained(workdir / "vae")
         vae = str(workdir / "vae")
     else:
-        clip = _hf_vision_folder(
-            dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=True
-        )
+        clip = _hf_vision_folder(dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=True)
         clip_pretrained, vae = None, None
     net = CoSpy(
         variant=variant,
@@ -120,9 +118,7 @@ def check_effort(dump: dict, workdir: Path) -> dict[str, float]:
     """Scores for the full checkpoint and for one without the frozen SVD copies."""
     from detectors.effort import FROZEN_FACTOR_KEYS, Effort
 
-    clip = _hf_vision_folder(
-        dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=False
-    )
+    clip = _hf_vision_folder(dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=False)
     full, slim = workdir / "effort_full.pth", workdir / "effort_without_frozen_copies.pth"
     state = dump["state_dict"]
     torch.save(state, full)
@@ -141,9 +137,7 @@ def check_mvss(dump: dict, workdir: Path) -> dict[str, float]:
     """Mask logits, edge logits at 1/4 and the image score (sigmoid of the map's maximum)."""
     from detectors.mvss import MVSSNet, map_authors_state_dict
 
-    model = MVSSNet(
-        backbone="resnet50", pretrained=None, channel_order=dump.get("channel_order", "bgr")
-    )
+    model = MVSSNet(backbone="resnet50", pretrained=None, channel_order=dump.get("channel_order", "bgr"))
     model.load_state_dict(map_authors_state_dict(dump["state_dict"]), strict=True)
     model.eval()
     image, theirs = dump["input"].float(), dump["outputs"]
@@ -152,9 +146,7 @@ def check_mvss(dump: dict, workdir: Path) -> dict[str, float]:
         "mask_logit": _largest(ours["mask_logit"] - theirs["mask_logit"]),
         "score": _largest(torch.sigmoid(ours["logit"]) - theirs["score"]),
         "edge_logit_quarter": _largest(coarse["edge"] - theirs["edge_logit_quarter"]),
-        "mask_probability": _largest(
-            torch.sigmoid(ours["mask_logit"]) - torch.sigmoid(theirs["mask_logit"])
-        ),
+        "mask_probability": _largest(torch.sigmoid(ours["mask_logit"]) - torch.sigmoid(theirs["mask_logit"])),
         "mask_logit_range": _largest(theirs["mask_logit"]),
     }
 
@@ -163,32 +155,28 @@ def check_mvss(dump: dict, workdir: Path) -> dict[str, float]:
 def check_trufor(dump: dict, workdir: Path, config: str = "trufor") -> dict[str, float]:
     """Anomaly and confidence maps, image score and fingerprint of our TruFor (architecture from
     `config`, no pretrained files) with the published state dict mapped in."""
-    from detectors.trufor_weights import map_published_state_dict
-
     from detectors.registry import net_config as composed
+    from detectors.trufor_weights import map_published_state_dict
 
     net_config = composed(config)
     with architecture_only():
         # the dump's input is the authors' network input itself: no rescaling of 8-bit pixels here
         preprocess = {**net_config.get("preprocess", {}), "pixel_divisor": 255}
-        model = build_detector({**net_config, "pretrained": None, "encoder_weights": None, "phase": "full",
-                                "preprocess": preprocess})
+        model = build_detector(
+            {**net_config, "pretrained": None, "encoder_weights": None, "phase": "full", "preprocess": preprocess}
+        )
     model.load_state_dict(map_published_state_dict(dump["state_dict"]), strict=True)
     ours, theirs = model.eval()(dump["input"]), dump["outputs"]
     difference = {
-        "anomaly_probability": torch.sigmoid(ours["mask_logit"])
-        - theirs["anomaly"].softmax(1)[:, 1:2],
+        "anomaly_probability": torch.sigmoid(ours["mask_logit"]) - theirs["anomaly"].softmax(1)[:, 1:2],
         "mask_logit": ours["mask_logit"] - (theirs["anomaly"][:, 1:2] - theirs["anomaly"][:, 0:1]),
-        "confidence_probability": torch.sigmoid(ours["confidence_logit"])
-        - torch.sigmoid(theirs["confidence"]),
+        "confidence_probability": torch.sigmoid(ours["confidence_logit"]) - torch.sigmoid(theirs["confidence"]),
         "confidence_logit": ours["confidence_logit"] - theirs["confidence"],
         "score": torch.sigmoid(ours["logit"]) - torch.sigmoid(theirs["detection"].reshape(-1)),
         "score_logit": ours["logit"] - theirs["detection"].reshape(-1),
     }
     if theirs.get("fingerprint") is not None:
-        difference["fingerprint"] = (
-            ours["fingerprint"].expand_as(theirs["fingerprint"]) - theirs["fingerprint"]
-        )
+        difference["fingerprint"] = ours["fingerprint"].expand_as(theirs["fingerprint"]) - theirs["fingerprint"]
     return {name: _largest(value) for name, value in difference.items()}
 
 
@@ -220,9 +208,7 @@ def check_dump(kind: str, path: Path, **options) -> dict[str, float]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("detector", choices=sorted(CHECKS), help="which mapping to check")
     parser.add_argument("dumps", nargs="+", type=Path, help="dumps of the authors' model")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest difference accepted (1e-4)")
@@ -241,9 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worst_overall = 0.0
     for path in args.dumps:
         differences = check(path)
-        checked = {
-            name: differences[name] for name in CHECKED[args.detector] if name in differences
-        }
+        checked = {name: differences[name] for name in CHECKED[args.detector] if name in differences}
         worst = max(checked, key=checked.get)
         worst_overall = max(worst_overall, checked[worst])
         print(

@@ -15,6 +15,7 @@ categories. Scores already computed by `infer.py` can be given instead of models
 `<output>_scores/` (and reused when the command is run again); `<output>.json` and `.csv` hold the
 same table as the Markdown file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,21 +55,26 @@ def genuine_records(path: str, layout: str = "auto") -> list[Record]:
     return [r for r in labelled if r.label == 0] if labelled else records
 
 
-def score_to_file(model: str, records: list[Record], output: Path, batch_size: int, device: str,
-                  workers: int) -> list[dict[str, Any]]:
+def score_to_file(
+    model: str, records: list[Record], output: Path, batch_size: int, device: str, workers: int
+) -> list[dict[str, Any]]:
     """Score records with one model into `output` (resuming), returning the result rows."""
     runtime = load_runtime(model, device)
     output.parent.mkdir(parents=True, exist_ok=True)
     with ResultWriter(output, resume=True) as writer:
-        counts = score_records(runtime, records, writer, batch_size=batch_size, num_workers=workers,
-                               threshold=0.5, progress=False)
+        counts = score_records(
+            runtime, records, writer, batch_size=batch_size, num_workers=workers, threshold=0.5, progress=False
+        )
     log.info("%s: %s", model, counts)
     return read_results(output)
 
 
 def ok_scores(rows: list[dict[str, Any]], paths: set[str] | None = None) -> list[float]:
-    return [float(r["score"]) for r in rows if r.get("status") == "ok" and r.get("score") not in (None, "")
-            and (paths is None or r["path"] in paths)]
+    return [
+        float(r["score"])
+        for r in rows
+        if r.get("status") == "ok" and r.get("score") not in (None, "") and (paths is None or r["path"] in paths)
+    ]
 
 
 def build_table(args: argparse.Namespace) -> dict:
@@ -89,8 +95,9 @@ def build_table(args: argparse.Namespace) -> dict:
         rows = score_to_file(model, records, score_dir / f"{name}.csv", args.batch_size, args.device, args.workers)
         scored[name] = join_truth(records, rows)
         if genuine:
-            rows = score_to_file(model, genuine, score_dir / f"{name}_genuine.csv", args.batch_size, args.device,
-                                 args.workers)
+            rows = score_to_file(
+                model, genuine, score_dir / f"{name}_genuine.csv", args.batch_size, args.device, args.workers
+            )
             genuine_scores[name] = ok_scores(rows, {r.path for r in genuine})
     for name, path in scores.items():
         scored[name] = join_truth(records, read_results(path))
@@ -100,8 +107,12 @@ def build_table(args: argparse.Namespace) -> dict:
             raise SystemExit(f"--scores {name}: give its genuine images' scores with --genuine-scores {name}=CSV")
     for name, rows in scored.items():
         if len(rows) < len(records):
-            log.warning("%s: %d of %d images have no score (unreadable or missing) and are left out",
-                        name, len(records) - len(rows), len(records))
+            log.warning(
+                "%s: %d of %d images have no score (unreadable or missing) and are left out",
+                name,
+                len(records) - len(rows),
+                len(records),
+            )
     return fraudbench_table(scored, genuine_scores or None, target_fpr=args.target_fpr, threshold=args.threshold)
 
 
@@ -110,8 +121,18 @@ def write_table(table: dict, output: Path) -> None:
     output.write_text(fraudbench_table_markdown(table))
     output.with_suffix(".json").write_text(json.dumps(table, indent=2, allow_nan=True))
     with output.with_suffix(".csv").open("w", newline="") as handle:
-        columns = ["detector", "threshold_kind", "threshold", *[f"tpr_{g}" for g in table["generators"]],
-                   "tnr", "balanced_accuracy", "f1", "n_categories", "n_calibration_genuine", "target_fpr"]
+        columns = [
+            "detector",
+            "threshold_kind",
+            "threshold",
+            *[f"tpr_{g}" for g in table["generators"]],
+            "tnr",
+            "balanced_accuracy",
+            "f1",
+            "n_categories",
+            "n_calibration_genuine",
+            "target_fpr",
+        ]
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for row in table["rows"]:

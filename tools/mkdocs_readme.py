@@ -5,6 +5,7 @@ README.md links the guides as `docs/guides/<page>` (right on GitHub); the site's
 README as `../README.md` (right on GitHub); in the site that link becomes the home page. The
 rewrite runs before mkdocs validates links, so `mkdocs build --strict` still catches broken ones.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -21,11 +22,13 @@ LINK = re.compile(r"(\]\()([^)\s]+)")
 
 def readme_as_home(readme_text: str) -> str:
     """README.md's text with its `docs/...` links made relative to the docs folder."""
+
     def rewrite(match: re.Match) -> str:
         target = match.group(2)
         if target.startswith(f"{DOCS}/"):
-            target = target[len(DOCS) + 1:]
+            target = target[len(DOCS) + 1 :]
         return match.group(1) + target
+
     return LINK.sub(rewrite, readme_text)
 
 
@@ -41,6 +44,7 @@ def readme_links_to_home(page_text: str, page_path: str) -> str:
                 home = posixpath.relpath(HOME, page_dir or ".")
                 return match.group(1) + home + (f"#{anchor}" if anchor else "")
         return match.group(0)
+
     return LINK.sub(rewrite, page_text)
 
 

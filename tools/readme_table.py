@@ -7,6 +7,7 @@ One row per detector family: every config whose name does not end in `_tiny`, wi
 variant (the CPU size) beside it. A config that sets `net.image_score` (how a map becomes an image
 score) is a localizer; the others classify whole images. The text is the config's `summary`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,11 @@ def task_of(net: dict[str, Any]) -> str:
         from detectors.build import resolve_detector_class
 
         cls = resolve_detector_class(net["_target_"])
-        return "pair detector" if getattr(cls, "is_pair_detector", False) else (
-            "localizer" if cls.is_localizer else "classifier")
+        return (
+            "pair detector"
+            if getattr(cls, "is_pair_detector", False)
+            else ("localizer" if cls.is_localizer else "classifier")
+        )
     return "localizer" if "image_score" in net else "classifier"
 
 
@@ -95,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     updated = replace_between_markers(text, render_table(args.configs), str(args.readme))
     if args.check:
         if updated != text:
-            print(f"{args.readme}: the detector table is stale; run python -m tools.readme_table",
-                  file=sys.stderr)
+            print(f"{args.readme}: the detector table is stale; run python -m tools.readme_table", file=sys.stderr)
             return 1
         return 0
     if updated != text:

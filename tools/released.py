@@ -13,6 +13,7 @@ checkpoint holds every weight and its backbones' architectures, so the machines 
 neither the released files nor the backbone caches or folders. The threshold defaults to 0.5, the
 authors' operating point.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,18 @@ def build_released(detector: str, overrides: Sequence[str] = (), threshold: floa
     return module.eval()
 
 
-HF_ARCHITECTURE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
-                        "patch_size", "projection_dim", "hidden_act", "layer_norm_eps", "num_channels")
+HF_ARCHITECTURE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "image_size",
+    "patch_size",
+    "projection_dim",
+    "hidden_act",
+    "layer_norm_eps",
+    "num_channels",
+)
 
 
 def self_contained_net_config(module: DetectorModule) -> dict:
@@ -82,8 +93,12 @@ def save_checkpoint(module: DetectorModule, output: str | Path) -> Path:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("detector", help="a config name of configs/detector/ (cospy, effort, ...)")
-    parser.add_argument("overrides", nargs="*", metavar="net.KEY=VALUE",
-                        help="network settings, such as net.pretrained=PATH (the released weights)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="net.KEY=VALUE",
+        help="network settings, such as net.pretrained=PATH (the released weights)",
+    )
     parser.add_argument("--output", type=Path, required=True, help="the .ckpt to write")
     parser.add_argument("--threshold", type=float, default=0.5, help="decision threshold (0.5, the authors')")
     return parser.parse_intermixed_args(argv)

@@ -17,6 +17,7 @@ everything would score (the reference any detector must beat). The table puts th
 beside ours: those were measured on THEMIS's academic panels, ours on whatever data you score, so
 the rows are the same protocol on different images, not a head-to-head comparison.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,9 +76,14 @@ def partition_for(shape: tuple[int, int], grid: tuple[int, int], partitions: Pat
     return grid_partition(shape, *grid)
 
 
-def score_images(items: Iterable[Mapping[str, Any]], grid: tuple[int, int] = (3, 3), threshold: float = 0.5,
-                 pred_coverage: float = 0.5, true_coverage: float = 0.0,
-                 partitions: Path | None = None) -> list[dict[str, Any]]:
+def score_images(
+    items: Iterable[Mapping[str, Any]],
+    grid: tuple[int, int] = (3, 3),
+    threshold: float = 0.5,
+    pred_coverage: float = 0.5,
+    true_coverage: float = 0.0,
+    partitions: Path | None = None,
+) -> list[dict[str, Any]]:
     """Block answers per image. Each item: `map` (H x W probabilities in [0, 1]), `truth` (H x W
     {0, 1}, None for genuine images), `task`, `path`. Returns one dict per image."""
     answers = []
@@ -100,10 +106,16 @@ def summarize(answers: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
     for task in sorted({a["task"] for a in answers}):
         chosen = [a for a in answers if a["task"] == task]
         if task == "genuine":
-            summary[task] = {"n": len(chosen), "flagged": 100.0 * float(np.mean([bool(a["predicted"]) for a in chosen]))}
+            summary[task] = {
+                "n": len(chosen),
+                "flagged": 100.0 * float(np.mean([bool(a["predicted"]) for a in chosen])),
+            }
         else:
-            summary[task] = {"n": len(chosen), "iou": 100.0 * float(np.mean([a["iou"] for a in chosen])),
-                             "f1": 100.0 * float(np.mean([a["f1"] for a in chosen]))}
+            summary[task] = {
+                "n": len(chosen),
+                "iou": 100.0 * float(np.mean([a["iou"] for a in chosen])),
+                "f1": 100.0 * float(np.mean([a["f1"] for a in chosen])),
+            }
     return summary
 
 
@@ -123,9 +135,11 @@ def table(ours: Mapping[str, Mapping[str, Mapping[str, float]]], tasks: Sequence
         cells = [f"{values[t][i]:.2f}" for t in tasks for i in (0, 1)]
         lines.append(f"| {model} | THEMIS | " + " | ".join(cells) + " | - |")
     lines.append("")
-    lines.append("Rows marked THEMIS: Ma et al., THEMIS (arXiv 2603.25089), Tables 9-11, MLLMs answering with region "
-                 "numbers on THEMIS's synthetic academic panels. Rows marked ours: the same block protocol on "
-                 "different images (the data scored here); compare protocols, not images.")
+    lines.append(
+        "Rows marked THEMIS: Ma et al., THEMIS (arXiv 2603.25089), Tables 9-11, MLLMs answering with region "
+        "numbers on THEMIS's synthetic academic panels. Rows marked ours: the same block protocol on "
+        "different images (the data scored here); compare protocols, not images."
+    )
     return "\n".join(lines)
 
 
@@ -195,15 +209,20 @@ def main(argv: list[str] | None = None) -> int:
         items = load_items(results, args.manifest, tasks)
         if not items:
             parser.error(f"{results}: no scored image with a saved map matches the manifest (save_masks=true?)")
-        ours[name] = summarize(score_images(items, args.grid, args.threshold, args.pred_coverage,
-                                            args.true_coverage, args.partitions))
+        ours[name] = summarize(
+            score_images(items, args.grid, args.threshold, args.pred_coverage, args.true_coverage, args.partitions)
+        )
     if not args.no_baseline:  # answering every block: what a map that flags everything would score
-        items = [{**item, "map": np.ones_like(item["map"])} for item in load_items(args.results[0], args.manifest, tasks)]
-        ours["(every block flagged)"] = summarize(score_images(items, args.grid, args.threshold, args.pred_coverage,
-                                                                args.true_coverage, args.partitions))
+        items = [
+            {**item, "map": np.ones_like(item["map"])} for item in load_items(args.results[0], args.manifest, tasks)
+        ]
+        ours["(every block flagged)"] = summarize(
+            score_images(items, args.grid, args.threshold, args.pred_coverage, args.true_coverage, args.partitions)
+        )
     text = table(ours)
-    settings = (f"Grid {args.grid[0]}x{args.grid[1]}" if not args.partitions else "Given partitions") + \
-        f"; pixel threshold {args.threshold}; a block is flagged at {args.pred_coverage:.0%} coverage."
+    settings = (
+        f"Grid {args.grid[0]}x{args.grid[1]}" if not args.partitions else "Given partitions"
+    ) + f"; pixel threshold {args.threshold}; a block is flagged at {args.pred_coverage:.0%} coverage."
     text = f"{text}\n{settings}\n"
     print(text)
     if args.output:

@@ -8,6 +8,7 @@ tag (`openai`, `webli`, ...), a path to a weights file, or None for random initi
 Only the image tower is kept: `visual(x)` is exactly `CLIP.encode_image(x)` (the projected CLS
 token, not L2-normalized), which is the feature UnivFD, CO-SPY and Effort put a linear head on.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from detectors.blocks.weights import (MissingWeightsError, hf_cache_lookup, missing_weights_message,
-                                      url_cache_lookup, weights_deferred)
+from detectors.blocks.weights import (
+    MissingWeightsError,
+    hf_cache_lookup,
+    missing_weights_message,
+    url_cache_lookup,
+    weights_deferred,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +74,9 @@ def _tag_config(model: str | Mapping[str, Any], pretrained: str | None) -> dict[
     return dict(get_pretrained_cfg(model, pretrained) or {})
 
 
-def clip_spec(model: str | Mapping[str, Any], pretrained: str | None = None, quick_gelu: bool | None = None) -> ClipSpec:
+def clip_spec(
+    model: str | Mapping[str, Any], pretrained: str | None = None, quick_gelu: bool | None = None
+) -> ClipSpec:
     """The preprocessing facts of a model + weights pair, read from configs without building it."""
     config = clip_model_config(model)
     tag = _tag_config(model, pretrained)
@@ -101,15 +109,18 @@ def resolve_clip_weights(model: str, pretrained: str, cache_dir: str | None = No
     if not tag:
         known = list_pretrained_tags_by_model(model)
         raise MissingWeightsError(
-            f"{pretrained!r} is neither a file nor a known open_clip tag for {model!r} (known tags: {known})")
+            f"{pretrained!r} is neither a file nor a known open_clip tag for {model!r} (known tags: {known})"
+        )
     looked: list[str] = []
     if tag.get("hf_hub"):
         # open_clip's convention: 'org/repo/' means the default file names, 'org/repo/file' one file.
         repo_id, filename = os.path.split(tag["hf_hub"])
         names = (filename,) if filename else OPEN_CLIP_HF_FILENAMES
         found = hf_cache_lookup(repo_id, names, cache_dir)
-        looked.append(f"Hugging Face cache ({cache_dir or os.environ.get('HF_HOME', '~/.cache/huggingface')}) "
-                      f"repo {repo_id} files {', '.join(names)}")
+        looked.append(
+            f"Hugging Face cache ({cache_dir or os.environ.get('HF_HOME', '~/.cache/huggingface')}) "
+            f"repo {repo_id} files {', '.join(names)}"
+        )
         if found:
             return found
     if tag.get("url"):
@@ -119,14 +130,20 @@ def resolve_clip_weights(model: str, pretrained: str, cache_dir: str | None = No
         if found:
             return found
     source = f"https://huggingface.co/{tag['hf_hub'].rstrip('/')}" if tag.get("hf_hub") else tag.get("url", "")
-    how = [f"with internet once: python -c \"import open_clip; open_clip.create_model('{model}', "
-           f"pretrained='{pretrained}')\", then copy ~/.cache/huggingface (or ~/.cache/clip) to this machine",
-           f"download the weights from {source} and pass the file as `pretrained: /path/to/file`"]
+    how = [
+        f"with internet once: python -c \"import open_clip; open_clip.create_model('{model}', "
+        f"pretrained='{pretrained}')\", then copy ~/.cache/huggingface (or ~/.cache/clip) to this machine",
+        f"download the weights from {source} and pass the file as `pretrained: /path/to/file`",
+    ]
     raise MissingWeightsError(missing_weights_message(f"open_clip {model!r} + {pretrained!r}", looked, how))
 
 
-def load_clip_visual(model: str | Mapping[str, Any], pretrained: str | None = None,
-                     cache_dir: str | None = None, quick_gelu: bool | None = None) -> tuple[nn.Module, ClipSpec]:
+def load_clip_visual(
+    model: str | Mapping[str, Any],
+    pretrained: str | None = None,
+    cache_dir: str | None = None,
+    quick_gelu: bool | None = None,
+) -> tuple[nn.Module, ClipSpec]:
     """The image tower of an open_clip model and its `ClipSpec`.
 
     Pretrained weights are read from a local file or the caches only (`resolve_clip_weights`); a
@@ -150,8 +167,9 @@ def load_clip_visual(model: str | Mapping[str, Any], pretrained: str | None = No
         return _custom_visual_from_file(model, pretrained, spec), spec
     path = resolve_clip_weights(model, pretrained, cache_dir)
     log.info("%s: loading pretrained %r weights from %s", model, pretrained, path)
-    clip = open_clip.create_model(model, pretrained=path, force_quick_gelu=spec.quick_gelu,
-                                  pretrained_image=False, pretrained_text=False)
+    clip = open_clip.create_model(
+        model, pretrained=path, force_quick_gelu=spec.quick_gelu, pretrained_image=False, pretrained_text=False
+    )
     visual = clip.visual
     del clip
     return visual, spec
@@ -166,7 +184,7 @@ def _custom_visual_from_file(config: Mapping[str, Any], path: str, spec: ClipSpe
     visual = _build_vision_tower(config["embed_dim"], config["vision_cfg"], quick_gelu=spec.quick_gelu)
     state = torch.load(path, map_location="cpu", weights_only=True)
     if any(key.startswith("visual.") for key in state):
-        state = {key[len("visual."):]: value for key, value in state.items() if key.startswith("visual.")}
+        state = {key[len("visual.") :]: value for key, value in state.items() if key.startswith("visual.")}
     visual.load_state_dict(state)
     log.info("custom CLIP config: image tower weights loaded from %s", path)
     return visual
@@ -176,10 +194,15 @@ def clip_preprocess(spec: ClipSpec, overrides: Mapping[str, Any] | None = None) 
     """The detector's `Preprocess` for a CLIP tower: its normalization always, size and mode
     overridable. The default (centre crop at the tower's size, no resizing) is UnivFD's; other
     sizes are resized to the tower's size inside the network (`ClipImageEncoder`)."""
-    config = {"size": spec.image_size, "mode": "center_crop", "interpolation": spec.interpolation,
-              **dict(overrides or {})}
-    config.update(mean=list(spec.mean), std=list(spec.std), clip_size=spec.image_size,
-                  clip_resize_mode=spec.resize_mode)
+    config = {
+        "size": spec.image_size,
+        "mode": "center_crop",
+        "interpolation": spec.interpolation,
+        **dict(overrides or {}),
+    }
+    config.update(
+        mean=list(spec.mean), std=list(spec.std), clip_size=spec.image_size, clip_resize_mode=spec.resize_mode
+    )
     return config
 
 
@@ -192,9 +215,16 @@ class ClipImageEncoder(nn.Module):
     would otherwise keep for a backward pass that never reaches it.
     """
 
-    def __init__(self, model: str | Mapping[str, Any], pretrained: str | None = None, adapter: str = "frozen",
-                 residual_rank: int = 1, cache_dir: str | None = None, quick_gelu: bool | None = None,
-                 interpolation: str = "bilinear") -> None:
+    def __init__(
+        self,
+        model: str | Mapping[str, Any],
+        pretrained: str | None = None,
+        adapter: str = "frozen",
+        residual_rank: int = 1,
+        cache_dir: str | None = None,
+        quick_gelu: bool | None = None,
+        interpolation: str = "bilinear",
+    ) -> None:
         super().__init__()
         from detectors.blocks.svd_adapter import apply_adapter
 

@@ -6,6 +6,7 @@ these helpers run its own submodules (`conv1`, `ln_pre`, each block's `ln_1`/`at
 `ln_2`/`mlp`/`ls_2`, `ln_post`, `proj`) in open_clip's order, with hooks where the detectors
 need them. Weights, names and state-dict keys stay open_clip's (which are OpenAI CLIP's).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,9 @@ def patch_tokens(visual: nn.Module, image: torch.Tensor) -> torch.Tensor:
     return torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
 
 
-def run_block(block: nn.Module, x: torch.Tensor, after_attention: TokenHook = None,
-              parallel: TokenHook = None) -> torch.Tensor:
+def run_block(
+    block: nn.Module, x: torch.Tensor, after_attention: TokenHook = None, parallel: TokenHook = None
+) -> torch.Tensor:
     """One open_clip `ResidualAttentionBlock` on batch-first tokens, with two insertion points.
 
     `after_attention(h)` returns what is added to the residual stream between attention and MLP
@@ -57,8 +59,11 @@ def check_plain_vit(visual: nn.Module) -> None:
         raise ValueError("this detector needs an open_clip VisionTransformer image tower")
     if not transformer.batch_first:
         raise ValueError("this detector needs an open_clip build with batch-first transformers (open_clip >= 2.24)")
-    if getattr(visual, "attn_pool", None) is not None or getattr(visual, "pool_type", "tok") != "tok" \
-            or getattr(visual, "final_ln_after_pool", False):
+    if (
+        getattr(visual, "attn_pool", None) is not None
+        or getattr(visual, "pool_type", "tok") != "tok"
+        or getattr(visual, "final_ln_after_pool", False)
+    ):
         raise ValueError("this detector needs a CLIP ViT pooled on the class token (OpenAI CLIP layout)")
 
 

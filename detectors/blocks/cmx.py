@@ -7,6 +7,7 @@ per channel and per pixel), continue separately to the next stage, and are *fuse
 feature map the decoders read. The MiT stages come from segmentation-models-pytorch, so ImageNet
 weights load by their usual names.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -16,12 +17,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MIT_B2 = {"embed_dims": (64, 128, 320, 512), "depths": (3, 4, 6, 3), "num_heads": (1, 2, 5, 8),
-          "sr_ratios": (8, 4, 2, 1)}
+MIT_B2 = {
+    "embed_dims": (64, 128, 320, 512),
+    "depths": (3, 4, 6, 3),
+    "num_heads": (1, 2, 5, 8),
+    "sr_ratios": (8, 4, 2, 1),
+}
 
 
-def build_mit(embed_dims: Sequence[int], depths: Sequence[int], num_heads: Sequence[int],
-              sr_ratios: Sequence[int], drop_path_rate: float = 0.1, stem_width: int | None = None) -> nn.Module:
+def build_mit(
+    embed_dims: Sequence[int],
+    depths: Sequence[int],
+    num_heads: Sequence[int],
+    sr_ratios: Sequence[int],
+    drop_path_rate: float = 0.1,
+    stem_width: int | None = None,
+) -> nn.Module:
     """A MiT encoder of segmentation-models-pytorch with the SegFormer settings of every MiT size
     (patch 7/3, MLP ratio 4, qkv bias, LayerNorm eps 1e-6); the widths and depths pick the size.
 
@@ -30,14 +41,22 @@ def build_mit(embed_dims: Sequence[int], depths: Sequence[int], num_heads: Seque
     """
     from segmentation_models_pytorch.encoders.mix_transformer import LayerNorm, MixVisionTransformer
 
-    mit = MixVisionTransformer(embed_dims=list(embed_dims), depths=list(depths), num_heads=list(num_heads),
-                               sr_ratios=list(sr_ratios), mlp_ratios=[4, 4, 4, 4], qkv_bias=True,
-                               norm_layer=partial(LayerNorm, eps=1e-6), drop_path_rate=drop_path_rate)
+    mit = MixVisionTransformer(
+        embed_dims=list(embed_dims),
+        depths=list(depths),
+        num_heads=list(num_heads),
+        sr_ratios=list(sr_ratios),
+        mlp_ratios=[4, 4, 4, 4],
+        qkv_bias=True,
+        norm_layer=partial(LayerNorm, eps=1e-6),
+        drop_path_rate=drop_path_rate,
+    )
     if stem_width:
         embed, width = mit.patch_embed1.proj, int(stem_width)
-        mit.patch_embed1.proj = nn.Sequential(ConvStem(embed.in_channels, width),
-                                              nn.Conv2d(width, embed.out_channels, embed.kernel_size, embed.stride,
-                                                        embed.padding))
+        mit.patch_embed1.proj = nn.Sequential(
+            ConvStem(embed.in_channels, width),
+            nn.Conv2d(width, embed.out_channels, embed.kernel_size, embed.stride, embed.padding),
+        )
     return mit
 
 
@@ -54,9 +73,14 @@ class ConvStem(nn.Sequential):
     """
 
     def __init__(self, in_channels: int, width: int) -> None:
-        super().__init__(nn.Conv2d(in_channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
-                         nn.ReLU(inplace=True), nn.Conv2d(width, width, 3, padding=1, bias=False),
-                         nn.BatchNorm2d(width), nn.ReLU(inplace=True))
+        super().__init__(
+            nn.Conv2d(in_channels, width, 3, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+        )
 
 
 class Rectify(nn.Module):
@@ -67,10 +91,18 @@ class Rectify(nn.Module):
     def __init__(self, dim: int, reduction: int = 1, channel_scale: float = 0.5, spatial_scale: float = 0.5) -> None:
         super().__init__()
         self.channel_scale, self.spatial_scale = channel_scale, spatial_scale
-        self.channel_mlp = nn.Sequential(nn.Linear(4 * dim, 4 * dim // reduction), nn.ReLU(inplace=True),
-                                         nn.Linear(4 * dim // reduction, 2 * dim), nn.Sigmoid())
-        self.spatial_mlp = nn.Sequential(nn.Conv2d(2 * dim, dim // reduction, 1), nn.ReLU(inplace=True),
-                                         nn.Conv2d(dim // reduction, 2, 1), nn.Sigmoid())
+        self.channel_mlp = nn.Sequential(
+            nn.Linear(4 * dim, 4 * dim // reduction),
+            nn.ReLU(inplace=True),
+            nn.Linear(4 * dim // reduction, 2 * dim),
+            nn.Sigmoid(),
+        )
+        self.spatial_mlp = nn.Sequential(
+            nn.Conv2d(2 * dim, dim // reduction, 1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(dim // reduction, 2, 1),
+            nn.Sigmoid(),
+        )
 
     def forward(self, rgb: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         both = torch.cat((rgb, noise), dim=1)
@@ -124,8 +156,13 @@ class Fuse(nn.Module):
         self.out_rgb, self.out_noise = nn.Linear(2 * dim, dim), nn.Linear(2 * dim, dim)
         self.norm_rgb, self.norm_noise = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.embed_residual = nn.Conv2d(2 * dim, dim, 1, bias=False)
-        self.embed = nn.Sequential(nn.Conv2d(2 * dim, dim, 1), nn.Conv2d(dim, dim, 3, padding=1, groups=dim),
-                                   nn.ReLU(inplace=True), nn.Conv2d(dim, dim, 1), nn.BatchNorm2d(dim))
+        self.embed = nn.Sequential(
+            nn.Conv2d(2 * dim, dim, 1),
+            nn.Conv2d(dim, dim, 3, padding=1, groups=dim),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(dim, dim, 1),
+            nn.BatchNorm2d(dim),
+        )
         self.embed_norm = nn.BatchNorm2d(dim)
 
     def forward(self, rgb: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -171,19 +208,30 @@ class MLPDecoder(nn.Module):
     linear layer), upsampled to stride 4, concatenated deepest first, fused (1x1, BN, ReLU),
     dropout, 1x1 prediction at stride 4."""
 
-    def __init__(self, in_channels: Sequence[int], num_classes: int, embed_dim: int = 512,
-                 bn_eps: float = 1e-5, dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        in_channels: Sequence[int],
+        num_classes: int,
+        embed_dim: int = 512,
+        bn_eps: float = 1e-5,
+        dropout: float = 0.1,
+    ) -> None:
         super().__init__()
         self.project = nn.ModuleList(nn.Conv2d(channels, embed_dim, 1) for channels in in_channels)
-        self.fuse = nn.Sequential(nn.Conv2d(embed_dim * len(in_channels), embed_dim, 1),
-                                  nn.BatchNorm2d(embed_dim, eps=bn_eps), nn.ReLU(inplace=True))
+        self.fuse = nn.Sequential(
+            nn.Conv2d(embed_dim * len(in_channels), embed_dim, 1),
+            nn.BatchNorm2d(embed_dim, eps=bn_eps),
+            nn.ReLU(inplace=True),
+        )
         self.dropout = nn.Dropout2d(dropout)
         self.predict = nn.Conv2d(embed_dim, num_classes, 1)
 
     def forward(self, features: Sequence[torch.Tensor]) -> torch.Tensor:
         size = features[0].shape[-2:]
-        projected = [F.interpolate(project(x), size=size, mode="bilinear", align_corners=False) if i else project(x)
-                     for i, (project, x) in enumerate(zip(self.project, features))]
+        projected = [
+            F.interpolate(project(x), size=size, mode="bilinear", align_corners=False) if i else project(x)
+            for i, (project, x) in enumerate(zip(self.project, features))
+        ]
         return self.predict(self.dropout(self.fuse(torch.cat(projected[::-1], dim=1))))
 
 

@@ -4,6 +4,7 @@ Position attention lets every location borrow evidence from every other location
 it (a copied region finds its source); channel attention re-weighs feature channels by their
 mutual correlation. Both start as identities (`gamma` = 0) and learn how much to mix in.
 """
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,11 @@ from torch import nn
 
 
 def conv_bn_relu(in_channels: int, out_channels: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
-                         nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
+        nn.BatchNorm2d(out_channels),
+        nn.ReLU(inplace=True),
+    )
 
 
 class PositionAttention(nn.Module):
@@ -63,8 +67,14 @@ class DualAttentionHead(nn.Module):
     """Two branches (3x3 conv -> position or channel attention -> 3x3 conv) summed, dropout, 1x1
     conv to `out_channels` logits. `inner_channels` defaults to a quarter of the input's."""
 
-    def __init__(self, in_channels: int, out_channels: int = 1, inner_channels: int | None = None,
-                 dropout: float = 0.1, reduction: int = 8) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int = 1,
+        inner_channels: int | None = None,
+        dropout: float = 0.1,
+        reduction: int = 8,
+    ) -> None:
         super().__init__()
         inner = inner_channels or in_channels // 4
         self.position_in = conv_bn_relu(in_channels, inner)

@@ -5,6 +5,7 @@ computed from the free parameters on every forward (never written back into `.da
 torch's ONNX exporter and lets an optimizer step leave the kernel unconstrained until the next
 forward), and the Sobel kernels are non-persistent buffers.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,11 @@ def luminance(image: torch.Tensor, channel_order: str = "rgb") -> torch.Tensor:
     after it subtracts nearly equal numbers, so float rounding must match the reference exactly.
     """
     red, green, blue = (0, 1, 2) if channel_order == "rgb" else (2, 1, 0)
-    return (LUMA_RGB[0] * image[:, red:red + 1] + LUMA_RGB[1] * image[:, green:green + 1]
-            + LUMA_RGB[2] * image[:, blue:blue + 1])
+    return (
+        LUMA_RGB[0] * image[:, red : red + 1]
+        + LUMA_RGB[1] * image[:, green : green + 1]
+        + LUMA_RGB[2] * image[:, blue : blue + 1]
+    )
 
 
 class BayarConv2d(nn.Module):

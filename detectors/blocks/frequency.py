@@ -4,6 +4,7 @@
 own height and width is applied as two matrix products: any size works, odd ones included, and
 the exported graph (fixed height and width, dynamic batch) contains only MatMul with constants.
 """
+
 from __future__ import annotations
 
 import functools

@@ -7,6 +7,7 @@ a local folder written by `save_pretrained` (a full CLIP model folder works too)
 `CLIPVisionConfig` dict for a randomly initialized tower (tests, CPU runs). Nothing is downloaded.
 `transformers` is an optional dependency: `pip install forensic-detectors[transformers]`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,9 +24,16 @@ log = logging.getLogger(__name__)
 # a trained checkpoint can rebuild the network without the original CLIP files.
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
     "openai/clip-vit-large-patch14": {
-        "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
-        "image_size": 224, "patch_size": 14, "projection_dim": 768, "hidden_act": "quick_gelu",
-        "layer_norm_eps": 1e-5},
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "image_size": 224,
+        "patch_size": 14,
+        "projection_dim": 768,
+        "hidden_act": "quick_gelu",
+        "layer_norm_eps": 1e-5,
+    },
 }
 
 
@@ -33,8 +41,10 @@ def _transformers():
     try:
         import transformers
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError("this detector needs the Hugging Face CLIP tower: pip install "
-                          "'forensic-detectors[transformers]' (or pip install transformers)") from error
+        raise ImportError(
+            "this detector needs the Hugging Face CLIP tower: pip install "
+            "'forensic-detectors[transformers]' (or pip install transformers)"
+        ) from error
     return transformers
 
 
@@ -48,12 +58,15 @@ def vision_config(model: str | Mapping[str, Any], cache_dir: str | None = None):
     except (OSError, ValueError):
         if model in KNOWN_CONFIGS:
             return transformers.CLIPVisionConfig(**KNOWN_CONFIGS[model])
-        raise MissingWeightsError(f"no CLIP config for {model!r}: not a local folder, not in the Hugging Face "
-                                  f"cache, and not one of {sorted(KNOWN_CONFIGS)}")
+        raise MissingWeightsError(
+            f"no CLIP config for {model!r}: not a local folder, not in the Hugging Face "
+            f"cache, and not one of {sorted(KNOWN_CONFIGS)}"
+        )
 
 
-def load_hf_clip_vision(model: str | Mapping[str, Any], projection: bool = False,
-                        cache_dir: str | None = None) -> nn.Module:
+def load_hf_clip_vision(
+    model: str | Mapping[str, Any], projection: bool = False, cache_dir: str | None = None
+) -> nn.Module:
     """`CLIPVisionModel` (or `CLIPVisionModelWithProjection` when `projection`) with local weights.
 
     A config dict gives random initialization (logged); inside `architecture_only()` the
@@ -69,11 +82,16 @@ def load_hf_clip_vision(model: str | Mapping[str, Any], projection: bool = False
     try:
         tower = cls.from_pretrained(model, cache_dir=cache_dir, local_files_only=True)
     except OSError as error:
-        where = model if os.path.isdir(model) else (
-            f"Hugging Face cache ({cache_dir or os.environ.get('HF_HOME', '~/.cache/huggingface')}) repo {model}")
-        how = [f"with internet once: python -c \"import transformers; transformers.CLIPModel.from_pretrained('{model}')\", "
-               "then copy ~/.cache/huggingface to this machine",
-               "or pass a local folder written by `save_pretrained` (config.json + weights) as the model"]
+        where = (
+            model
+            if os.path.isdir(model)
+            else (f"Hugging Face cache ({cache_dir or os.environ.get('HF_HOME', '~/.cache/huggingface')}) repo {model}")
+        )
+        how = [
+            f"with internet once: python -c \"import transformers; transformers.CLIPModel.from_pretrained('{model}')\", "
+            "then copy ~/.cache/huggingface to this machine",
+            "or pass a local folder written by `save_pretrained` (config.json + weights) as the model",
+        ]
         raise MissingWeightsError(missing_weights_message(f"Hugging Face CLIP {model!r}", [where], how)) from error
     log.info("%s: loaded Hugging Face CLIP vision weights", name)
     return tower

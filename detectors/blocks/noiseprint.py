@@ -6,6 +6,7 @@ pixel sees a `(2 * depth + 1)`-pixel square of the input. It is trained (phase 1
 that patches which went through the same capture and processing chain give similar residuals;
 a region pasted from another chain then stands out in the fingerprint.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ class NoiseFingerprint(nn.Module):
     Noiseprint++ weights map onto it index by index.
     """
 
-    def __init__(self, depth: int = 17, width: int = 64, in_channels: int = 3, out_channels: int = 1,
-                 bn_momentum: float = 0.1) -> None:
+    def __init__(
+        self, depth: int = 17, width: int = 64, in_channels: int = 3, out_channels: int = 1, bn_momentum: float = 0.1
+    ) -> None:
         super().__init__()
         if depth < 2:
             raise ValueError(f"the fingerprint extractor needs depth >= 2, got {depth}")
@@ -33,8 +35,9 @@ class NoiseFingerprint(nn.Module):
         for index in range(depth):
             first, last = index == 0, index == depth - 1
             normalized = not first and not last
-            conv = nn.Conv2d(in_channels if first else width, out_channels if last else width, 3,
-                             padding=1, bias=not normalized)
+            conv = nn.Conv2d(
+                in_channels if first else width, out_channels if last else width, 3, padding=1, bias=not normalized
+            )
             # DnCNN's initialization: He-normal over the output fan.
             nn.init.normal_(conv.weight, 0.0, math.sqrt(2.0 / (9 * conv.out_channels)))
             if conv.bias is not None:
@@ -57,7 +60,9 @@ class NoiseFingerprint(nn.Module):
         return self.layers(image)
 
 
-def tile_spectra(fingerprint: torch.Tensor, patch: int = 32, margin: int = 0, stride: int | None = None) -> torch.Tensor:
+def tile_spectra(
+    fingerprint: torch.Tensor, patch: int = 32, margin: int = 0, stride: int | None = None
+) -> torch.Tensor:
     """Each `patch` x `patch` tile of the fingerprint (every `stride` pixels; default: tiles side by
     side) as the shape of its power spectrum: (N, tiles per image, C * (w * (w // 2 + 1) - 1)) with
     `w = patch // 2`.
@@ -94,8 +99,14 @@ def tile_spectra(fingerprint: torch.Tensor, patch: int = 32, margin: int = 0, st
     return F.normalize(log_power - log_power.mean(dim=-1, keepdim=True), dim=-1)
 
 
-def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, photo: torch.Tensor | None = None,
-                           patch: int = 32, temperature: float = 0.1, margin: int = 0) -> torch.Tensor:
+def patch_contrastive_loss(
+    fingerprint: torch.Tensor,
+    chain: torch.Tensor,
+    photo: torch.Tensor | None = None,
+    patch: int = 32,
+    temperature: float = 0.1,
+    margin: int = 0,
+) -> torch.Tensor:
     """Noiseprint's patch-level objective over processing chains, as supervised contrastive
     learning (Khosla et al. 2020) over tiles.
 
@@ -115,7 +126,9 @@ def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, photo
     per_image = embeddings.shape[1]
     tiles = embeddings.reshape(n * per_image, -1)
     labels = chain.reshape(n).repeat_interleave(per_image)
-    photos = (photo.reshape(n) if photo is not None else torch.arange(n, device=chain.device)).repeat_interleave(per_image)
+    photos = (photo.reshape(n) if photo is not None else torch.arange(n, device=chain.device)).repeat_interleave(
+        per_image
+    )
     image = torch.arange(n, device=chain.device).repeat_interleave(per_image)
     same_chain = labels[:, None] == labels[None, :]
     same_photo = photos[:, None] == photos[None, :]
@@ -132,8 +145,9 @@ def patch_contrastive_loss(fingerprint: torch.Tensor, chain: torch.Tensor, photo
     return -mean_positive[has_positive].mean()
 
 
-def chain_separation_auroc(fingerprint: torch.Tensor, chain: torch.Tensor, photo: torch.Tensor | None = None,
-                           patch: int = 32, margin: int = 0) -> float:
+def chain_separation_auroc(
+    fingerprint: torch.Tensor, chain: torch.Tensor, photo: torch.Tensor | None = None, patch: int = 32, margin: int = 0
+) -> float:
     """How well fingerprint similarity tells same-chain from different-chain tile pairs: the AUROC
     of the cosine similarity of `tile_spectra` over pairs of tiles from *different photos*,
     positives being pairs whose images went through the same chain. Pairs within one photo are
@@ -169,6 +183,7 @@ def splice_anomaly_map(fingerprint: torch.Tensor, patch: int = 32, stride: int =
     spread = F.fold(distance[:, None, :].expand(n, patch * patch, -1), inner, patch, stride=stride)
     cover = F.fold(torch.ones_like(distance)[:, None, :].expand(n, patch * patch, -1), inner, patch, stride=stride)
     anomaly = torch.full((n, height, width), float("nan"), device=fingerprint.device)
-    anomaly[:, margin:height - margin, margin:width - margin] = torch.where(cover[:, 0] > 0, spread[:, 0] / cover[:, 0],
-                                                                           torch.nan)
+    anomaly[:, margin : height - margin, margin : width - margin] = torch.where(
+        cover[:, 0] > 0, spread[:, 0] / cover[:, 0], torch.nan
+    )
     return anomaly

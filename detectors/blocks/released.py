@@ -6,6 +6,7 @@ keys onto its own modules (its `authors_key_map`); this module only gets the ten
 `torch.load(weights_only=True)`, with `argparse.Namespace` allowed because training scripts
 pickle their command-line arguments next to the weights (a plain attribute bag, no code).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,14 +49,15 @@ def read_state_dict(path: str | os.PathLike, entries: Iterable[str]) -> tuple[st
             return entry, strip_prefix(dict(loaded[entry]), "module.")
     if loaded and all(isinstance(v, torch.Tensor) for v in loaded.values()):
         return "", strip_prefix(dict(loaded), "module.")
-    raise IncompatibleWeightsError(f"{path}: no weights under {', '.join(entries)} (top-level keys: "
-                                   f"{', '.join(map(str, list(loaded)[:10]))})")
+    raise IncompatibleWeightsError(
+        f"{path}: no weights under {', '.join(entries)} (top-level keys: {', '.join(map(str, list(loaded)[:10]))})"
+    )
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """DataParallel checkpoints prefix every key with `module.`; drop it when all keys have it."""
     if state and all(k.startswith(prefix) for k in state):
-        return {k[len(prefix):]: v for k, v in state.items()}
+        return {k[len(prefix) :]: v for k, v in state.items()}
     return state
 
 
@@ -69,8 +71,8 @@ def regex_key_map(rules: Iterable[tuple[str, Any]]) -> KeyMap:
         for pattern, replacement in compiled:
             if pattern.fullmatch(key):
                 return None if replacement is None else pattern.sub(replacement, key)
-        raise IncompatibleWeightsError(f"unexpected key {key!r}: not part of the released model this "
-                                       "detector reads")
+        raise IncompatibleWeightsError(f"unexpected key {key!r}: not part of the released model this detector reads")
+
     return mapped
 
 
@@ -88,8 +90,9 @@ def map_state_dict(state: Mapping[str, torch.Tensor], key_map: KeyMap) -> dict[s
     return mapped
 
 
-def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], optional: Iterable[str] = (),
-                source: str = "weights") -> list[str]:
+def load_mapped(
+    module: torch.nn.Module, state: Mapping[str, torch.Tensor], optional: Iterable[str] = (), source: str = "weights"
+) -> list[str]:
     """Load `state` (our names) into `module`; every parameter and persistent buffer must be given
     except those under an `optional` prefix, and shapes must agree. Returns the optional keys that
     the file did not provide, so callers can log what kept its initial value."""
@@ -104,8 +107,10 @@ def load_mapped(module: torch.nn.Module, state: Mapping[str, torch.Tensor], opti
             if keys:
                 details.append(f"{label} ({len(keys)}): {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}")
         if wrong:
-            details.append("shape mismatches: " + ", ".join(
-                f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:8]))
+            details.append(
+                "shape mismatches: "
+                + ", ".join(f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:8])
+            )
         raise IncompatibleWeightsError(f"{source} does not fit this detector: " + "; ".join(details))
     module.load_state_dict(state, strict=False)
     return sorted(k for k in set(own) - set(state))

@@ -1,4 +1,5 @@
 """Low-level residuals that expose generator up-sampling traces."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Shallow ResNet trunks for artifact branches (NPR, DCT, the artifact half of clip_freq)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,7 +10,9 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-def truncated_resnet(in_channels: int, width: int, layers: Sequence[int], block: str = "bottleneck") -> tuple[nn.Sequential, int]:
+def truncated_resnet(
+    in_channels: int, width: int, layers: Sequence[int], block: str = "bottleneck"
+) -> tuple[nn.Sequential, int]:
     """Stem (conv 3x3 stride 2, BN, ReLU, max-pool) and the first len(layers) ResNet stages.
 
     Returns the network and its output channel count. Shallow on purpose: artifact detectors need

@@ -7,6 +7,7 @@ parameters for ViT-L/14, so the detector learns forgery cues without overwriting
 
 `apply_adapter(module, "frozen" | "svd" | "full")` is the one entry point detectors use.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,7 +56,9 @@ class SVDResidualLinear(nn.Module):
     Effort does with separate q, k and v projections).
     """
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], residual_rank: int = 1, chunks: int = 1) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: Optional[torch.Tensor], residual_rank: int = 1, chunks: int = 1
+    ) -> None:
         super().__init__()
         out_features, in_features = weight.shape
         if out_features % chunks:
@@ -69,9 +72,11 @@ class SVDResidualLinear(nn.Module):
         with torch.no_grad():
             for part in weight.detach().chunk(chunks, dim=0):
                 if weights_deferred():  # a checkpoint overwrites every factor: skip the decomposition
-                    u, s, vh = (torch.zeros(rows, residual_rank, dtype=torch.float64),
-                                torch.zeros(residual_rank, dtype=torch.float64),
-                                torch.zeros(residual_rank, in_features, dtype=torch.float64))
+                    u, s, vh = (
+                        torch.zeros(rows, residual_rank, dtype=torch.float64),
+                        torch.zeros(residual_rank, dtype=torch.float64),
+                        torch.zeros(residual_rank, in_features, dtype=torch.float64),
+                    )
                 else:
                     u, s, vh = smallest_singular_triplets(part, residual_rank)
                 us.append(u), ss.append(s), vs.append(vh)
@@ -87,8 +92,9 @@ class SVDResidualLinear(nn.Module):
         # they are recomputed from the pretrained weights whenever training can start.
         self.register_buffer("U_initial", self.U_residual.detach().clone(), persistent=False)
         self.register_buffer("V_initial", self.V_residual.detach().clone(), persistent=False)
-        self.register_buffer("weight_norm_squared", weight.detach().double().square().sum().to(weight.dtype),
-                             persistent=False)
+        self.register_buffer(
+            "weight_norm_squared", weight.detach().double().square().sum().to(weight.dtype), persistent=False
+        )
 
     @property
     def weight(self) -> torch.Tensor:
@@ -131,7 +137,9 @@ class SVDResidualLinear(nn.Module):
         return cls(linear.weight, linear.bias, residual_rank, chunks)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, residual_rank={self.residual_rank}, chunks={self.chunks}"
+        return (
+            f"in={self.in_features}, out={self.out_features}, residual_rank={self.residual_rank}, chunks={self.chunks}"
+        )
 
 
 class SVDMultiheadAttention(nn.Module):
@@ -151,18 +159,40 @@ class SVDMultiheadAttention(nn.Module):
         self.in_proj = SVDResidualLinear(attention.in_proj_weight, attention.in_proj_bias, residual_rank, chunks=3)
         self.out_proj = SVDResidualLinear.from_linear(attention.out_proj, residual_rank)
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                key_padding_mask: Optional[torch.Tensor] = None, need_weights: bool = True,
-                attn_mask: Optional[torch.Tensor] = None, average_attn_weights: bool = True,
-                is_causal: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_padding_mask: Optional[torch.Tensor] = None,
+        need_weights: bool = True,
+        attn_mask: Optional[torch.Tensor] = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         if self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         output, weights = F.multi_head_attention_forward(
-            query, key, value, self.embed_dim, self.num_heads,
-            self.in_proj.weight, self.in_proj.bias, None, None, False, self.dropout,
-            self.out_proj.weight, self.out_proj.bias, training=self.training,
-            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
-            average_attn_weights=average_attn_weights, is_causal=is_causal)
+            query,
+            key,
+            value,
+            self.embed_dim,
+            self.num_heads,
+            self.in_proj.weight,
+            self.in_proj.bias,
+            None,
+            None,
+            False,
+            self.dropout,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            training=self.training,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+        )
         if self.batch_first:
             output = output.transpose(0, 1)
         return output, weights
@@ -212,8 +242,13 @@ def apply_adapter(module: nn.Module, adapter: str = "frozen", residual_rank: int
         adapted = apply_svd_adapter(module, residual_rank)
     counts = parameter_counts(module)
     counts["adapted_projections"] = adapted
-    log.info("backbone adapter %s: %s trainable of %s parameters%s", adapter, f"{counts['trainable']:,}",
-             f"{counts['total']:,}", f" ({adapted} projections, residual rank {residual_rank})" if adapted else "")
+    log.info(
+        "backbone adapter %s: %s trainable of %s parameters%s",
+        adapter,
+        f"{counts['trainable']:,}",
+        f"{counts['total']:,}",
+        f" ({adapted} projections, residual rank {residual_rank})" if adapted else "",
+    )
     return counts
 
 
@@ -229,5 +264,4 @@ def svd_regularization(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
 
 def parameter_counts(module: nn.Module) -> dict[str, int]:
     params = list(module.parameters())
-    return {"trainable": sum(p.numel() for p in params if p.requires_grad),
-            "total": sum(p.numel() for p in params)}
+    return {"trainable": sum(p.numel() for p in params if p.requires_grad), "total": sum(p.numel() for p in params)}

@@ -7,6 +7,7 @@ folder with a `vae/` subfolder), a Hugging Face repo id in the local cache
 (`CompVis/stable-diffusion-v1-4`, its `vae` subfolder), or a config dict for a randomly initialized
 VAE (tests, CPU runs). `diffusers` is optional: `pip install forensic-detectors[diffusers]`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,9 +23,16 @@ log = logging.getLogger(__name__)
 
 # Stable Diffusion v1.x's VAE, so a machine holding only a trained checkpoint can rebuild it.
 SD_V1_VAE_CONFIG: dict[str, Any] = {
-    "in_channels": 3, "out_channels": 3, "latent_channels": 4, "layers_per_block": 2, "norm_num_groups": 32,
-    "block_out_channels": [128, 256, 512, 512], "act_fn": "silu", "sample_size": 512,
-    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": 4,
+    "layers_per_block": 2,
+    "norm_num_groups": 32,
+    "block_out_channels": [128, 256, 512, 512],
+    "act_fn": "silu",
+    "sample_size": 512,
+    "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4,
 }
 KNOWN_VAES = {"CompVis/stable-diffusion-v1-4": SD_V1_VAE_CONFIG}
 
@@ -33,8 +41,9 @@ def _autoencoder_kl():
     try:
         from diffusers import AutoencoderKL
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError("the VAE residual needs diffusers: pip install 'forensic-detectors[diffusers]' "
-                          "(or pip install diffusers)") from error
+        raise ImportError(
+            "the VAE residual needs diffusers: pip install 'forensic-detectors[diffusers]' (or pip install diffusers)"
+        ) from error
     return AutoencoderKL
 
 
@@ -54,24 +63,33 @@ def load_vae(vae: str | Mapping[str, Any], cache_dir: str | None = None) -> nn.M
         else:
             reason = "weights come from the checkpoint"
             try:
-                config = dict(autoencoder_kl.load_config(vae, subfolder=_subfolder(vae), cache_dir=cache_dir,
-                                                         local_files_only=True))
+                config = dict(
+                    autoencoder_kl.load_config(
+                        vae, subfolder=_subfolder(vae), cache_dir=cache_dir, local_files_only=True
+                    )
+                )
             except (OSError, ValueError):
                 if vae not in KNOWN_VAES:
-                    raise MissingWeightsError(f"no VAE config for {vae!r}: not a local folder, not in the cache, "
-                                              f"not one of {sorted(KNOWN_VAES)}") from None
+                    raise MissingWeightsError(
+                        f"no VAE config for {vae!r}: not a local folder, not in the cache, "
+                        f"not one of {sorted(KNOWN_VAES)}"
+                    ) from None
                 config = KNOWN_VAES[vae]
-        log.warning("%s: VAE randomly initialized (%s)", "custom VAE config" if isinstance(vae, Mapping) else vae,
-                    reason)
+        log.warning(
+            "%s: VAE randomly initialized (%s)", "custom VAE config" if isinstance(vae, Mapping) else vae, reason
+        )
         model = autoencoder_kl.from_config(config)
     else:
         try:
-            model = autoencoder_kl.from_pretrained(vae, subfolder=_subfolder(vae), cache_dir=cache_dir,
-                                                   local_files_only=True)
+            model = autoencoder_kl.from_pretrained(
+                vae, subfolder=_subfolder(vae), cache_dir=cache_dir, local_files_only=True
+            )
         except (OSError, ValueError) as error:
-            how = [f"with internet once: python -c \"import diffusers; diffusers.AutoencoderKL.from_pretrained("
-                   f"'{vae}', subfolder='vae')\", then copy ~/.cache/huggingface to this machine",
-                   "or pass a local AutoencoderKL folder (config.json + weights) as `vae`"]
+            how = [
+                f'with internet once: python -c "import diffusers; diffusers.AutoencoderKL.from_pretrained('
+                f"'{vae}', subfolder='vae')\", then copy ~/.cache/huggingface to this machine",
+                "or pass a local AutoencoderKL folder (config.json + weights) as `vae`",
+            ]
             raise MissingWeightsError(missing_weights_message(f"VAE {vae!r}", [str(vae)], how)) from error
         log.info("%s: loaded VAE weights", vae)
     model.requires_grad_(False)

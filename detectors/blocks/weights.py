@@ -6,6 +6,7 @@ open_clip's URL cache) and loaded from that file, so nothing is downloaded when 
 When they do not, one `MissingWeightsError` says where we looked and how to provide them; we never
 fall back silently to random weights (docs/architecture.md, "Detectors").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,10 +74,14 @@ def url_cache_lookup(url: str, folders: Sequence[str | Path]) -> str | None:
 
 
 def missing_weights_message(what: str, looked: Sequence[str], how: Sequence[str]) -> str:
-    lines = [f"pretrained weights for {what} are not on this machine (no download is attempted).",
-             "Looked in:", *[f"  - {place}" for place in looked], "Provide them by one of:",
-             *[f"  - {step}" for step in how],
-             "Or set `pretrained: null` to train from random initialization (logged as such)."]
+    lines = [
+        f"pretrained weights for {what} are not on this machine (no download is attempted).",
+        "Looked in:",
+        *[f"  - {place}" for place in looked],
+        "Provide them by one of:",
+        *[f"  - {step}" for step in how],
+        "Or set `pretrained: null` to train from random initialization (logged as such).",
+    ]
     return "\n".join(lines)
 
 
@@ -108,14 +113,17 @@ def resolve_timm_weights(name: str, pretrained: bool | str, cache_dir: str | Non
     looked.append(f"torch hub cache {hub_dir}")
     if found:
         return found
-    how = [f"with internet once: python -c \"import timm; timm.create_model('{name}', pretrained=True)\" "
-           "(fills the cache), then copy the cache to this machine",
-           f"download {cfg.hf_hub_id or cfg.url} yourself and pass the file path as `pretrained: /path/to/file`"]
+    how = [
+        f"with internet once: python -c \"import timm; timm.create_model('{name}', pretrained=True)\" "
+        "(fills the cache), then copy the cache to this machine",
+        f"download {cfg.hf_hub_id or cfg.url} yourself and pass the file path as `pretrained: /path/to/file`",
+    ]
     raise MissingWeightsError(missing_weights_message(f"timm model {name!r}", looked, how))
 
 
-def load_timm_encoder(name: str, pretrained: bool | str | None = None, cache_dir: str | None = None,
-                      **kwargs: Any) -> nn.Module:
+def load_timm_encoder(
+    name: str, pretrained: bool | str | None = None, cache_dir: str | None = None, **kwargs: Any
+) -> nn.Module:
     """A timm model, with ImageNet (or other tagged) weights read from a local file only.
 
     `pretrained`: None/False random init (logged), True the default tag's weights from the cache,
@@ -144,21 +152,36 @@ def resolve_smp_weights(name: str, pretrained: str, cache_dir: str | None = None
         raise MissingWeightsError(f"segmentation-models-pytorch has no encoder named {name!r}")
     settings = encoders[name]["pretrained_settings"]
     if pretrained not in settings:
-        raise MissingWeightsError(f"encoder {name!r} has no weights tagged {pretrained!r} and no such file exists "
-                                  f"(tags: {', '.join(settings)})")
+        raise MissingWeightsError(
+            f"encoder {name!r} has no weights tagged {pretrained!r} and no such file exists "
+            f"(tags: {', '.join(settings)})"
+        )
     repo_id = settings[pretrained]["repo_id"]
     found = hf_cache_lookup(repo_id, ("model.safetensors",), cache_dir)
     if found:
         return found
-    how = [f"with internet once: python -c \"import segmentation_models_pytorch as smp; "
-           f"smp.encoders.get_encoder('{name}', weights='{pretrained}')\" (fills the cache), then copy it here",
-           f"download {repo_id}/model.safetensors yourself and pass the file path as `pretrained: /path/to/file`"]
-    raise MissingWeightsError(missing_weights_message(
-        f"smp encoder {name!r} ({pretrained})", [f"Hugging Face cache ({cache_dir or 'HF_HOME'}) repo {repo_id}"], how))
+    how = [
+        f'with internet once: python -c "import segmentation_models_pytorch as smp; '
+        f"smp.encoders.get_encoder('{name}', weights='{pretrained}')\" (fills the cache), then copy it here",
+        f"download {repo_id}/model.safetensors yourself and pass the file path as `pretrained: /path/to/file`",
+    ]
+    raise MissingWeightsError(
+        missing_weights_message(
+            f"smp encoder {name!r} ({pretrained})",
+            [f"Hugging Face cache ({cache_dir or 'HF_HOME'}) repo {repo_id}"],
+            how,
+        )
+    )
 
 
-def load_smp_encoder(name: str, pretrained: str | None = None, in_channels: int = 3, depth: int = 5,
-                     output_stride: int = 32, cache_dir: str | None = None) -> nn.Module:
+def load_smp_encoder(
+    name: str,
+    pretrained: str | None = None,
+    in_channels: int = 3,
+    depth: int = 5,
+    output_stride: int = 32,
+    cache_dir: str | None = None,
+) -> nn.Module:
     """A segmentation-models-pytorch encoder, with weights read from a local file or the cache only.
 
     `pretrained`: None random init (logged), a tag such as `imagenet`, or a path to a state dict

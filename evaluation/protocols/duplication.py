@@ -103,16 +103,10 @@ def duplication_metrics(
     scores = np.asarray([float(r["score"]) for r in rows])
     out: dict[str, Any] = {"n_pairs": len(rows), "threshold": float(threshold)}
     if len(rows) and 0 < labels.sum() < len(rows):
-        out.update(
-            {f"pair_{k}": v for k, v in image_metrics(labels, scores, threshold=threshold).items()}
-        )
+        out.update({f"pair_{k}": v for k, v in image_metrics(labels, scores, threshold=threshold).items()})
     decided = scores >= threshold
-    out["pair_mcc"] = (
-        f1_mcc(*_counts(labels.astype(bool), decided))[1] if len(rows) else float("nan")
-    )
-    out["pair_f1"] = (
-        f1_mcc(*_counts(labels.astype(bool), decided))[0] if len(rows) else float("nan")
-    )
+    out["pair_mcc"] = f1_mcc(*_counts(labels.astype(bool), decided))[1] if len(rows) else float("nan")
+    out["pair_f1"] = f1_mcc(*_counts(labels.astype(bool), decided))[0] if len(rows) else float("nan")
     known = [r for r in rows if r.get("truth") is not None]
     positives = [r for r in known if int(r["label"]) == 1]
     if positives:
@@ -145,14 +139,10 @@ def duplication_metrics(
                 )
         out["by_operation"] = per
     if pixel_counts is not None and any(c is not None for c in pixel_counts):
-        per_pair = [
-            f1_mcc(*c) for c, r in zip(pixel_counts, rows) if c is not None and int(r["label"]) == 1
-        ]
+        per_pair = [f1_mcc(*c) for c, r in zip(pixel_counts, rows) if c is not None and int(r["label"]) == 1]
         pooled = np.sum([c for c in pixel_counts if c is not None], axis=0)
         out["pixel_f1"] = float(np.nanmean([f for f, _ in per_pair])) if per_pair else float("nan")
-        defined = [
-            m for _, m in per_pair if np.isfinite(m)
-        ]  # undefined where a true mask fills both panels
+        defined = [m for _, m in per_pair if np.isfinite(m)]  # undefined where a true mask fills both panels
         out["pixel_mcc"] = float(np.mean(defined)) if defined else float("nan")
         out["pixel_f1_pooled"], out["pixel_mcc_pooled"] = f1_mcc(*(int(v) for v in pooled))
         out["n_mask_pairs"] = len(per_pair)

@@ -51,11 +51,7 @@ def fraudbench_protocol(
         if category is not None and category in cols
         else np.full(y.size, "all", dtype=object)
     )
-    conf = (
-        as_scores(numeric(cols, confidence), "confidence")
-        if confidence
-        else np.where(pred, s, 1.0 - s)
-    )
+    conf = as_scores(numeric(cols, confidence), "confidence") if confidence else np.where(pred, s, 1.0 - s)
     generators = sorted(set(gen[y].tolist()))
     per_category: dict[str, dict] = {}
     with warnings.catch_warnings():
@@ -89,9 +85,7 @@ def fraudbench_protocol(
         "tnr": _nanmean(c["tnr"] for c in cats),
         "balanced_accuracy": _nanmean(c["balanced_accuracy"] for c in cats),
         "f1": _nanmean(c["f1"] for c in cats),
-        "confidence_correct_by_generator": {
-            g: _nanmean(conf[correct & y & (gen == g)]) for g in generators
-        },
+        "confidence_correct_by_generator": {g: _nanmean(conf[correct & y & (gen == g)]) for g in generators},
         "confidence_correct_genuine": _nanmean(conf[correct & ~y]),
         "pooled": image_metrics(y, s, threshold=threshold),
         "by_category": per_category,
@@ -131,11 +125,20 @@ def fraudbench_table(
         for kind, value, n_genuine in thresholds:
             result = fraudbench_protocol(records, threshold=value)
             generators.update(result["tpr_by_generator"])
-            rows.append({"detector": name, "threshold_kind": kind, "threshold": value,
-                         "n_calibration_genuine": n_genuine, "target_fpr": target_fpr if n_genuine else None,
-                         "tpr_by_generator": result["tpr_by_generator"], "tnr": result["tnr"],
-                         "balanced_accuracy": result["balanced_accuracy"], "f1": result["f1"],
-                         "n_categories": result["n_categories"]})
+            rows.append(
+                {
+                    "detector": name,
+                    "threshold_kind": kind,
+                    "threshold": value,
+                    "n_calibration_genuine": n_genuine,
+                    "target_fpr": target_fpr if n_genuine else None,
+                    "tpr_by_generator": result["tpr_by_generator"],
+                    "tnr": result["tnr"],
+                    "balanced_accuracy": result["balanced_accuracy"],
+                    "f1": result["f1"],
+                    "n_categories": result["n_categories"],
+                }
+            )
     return {"generators": sorted(generators), "rows": rows}
 
 
@@ -152,11 +155,26 @@ def fraudbench_table_markdown(table: dict) -> str:
         if row["threshold_kind"] == "fixed":
             threshold = f"{row['threshold']:g} (fixed)"
         else:
-            threshold = (f"{row['threshold']:.4g} (FPR <= {row['target_fpr']:g} on "
-                         f"{row['n_calibration_genuine']} genuine)")
+            threshold = (
+                f"{row['threshold']:.4g} (FPR <= {row['target_fpr']:g} on {row['n_calibration_genuine']} genuine)"
+            )
         values = [row["tpr_by_generator"].get(g) for g in generators]
-        lines.append("| " + " | ".join([row["detector"], threshold, *map(cell, values), cell(row["tnr"]),
-                                        cell(row["balanced_accuracy"]), cell(row["f1"])]) + " |")
-    note = ("TPR per generator and genuine TNR are averaged over the categories where they occur; "
-            "balanced accuracy (mean of TPR and TNR) and F1 are computed per category, then averaged.")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    row["detector"],
+                    threshold,
+                    *map(cell, values),
+                    cell(row["tnr"]),
+                    cell(row["balanced_accuracy"]),
+                    cell(row["f1"]),
+                ]
+            )
+            + " |"
+        )
+    note = (
+        "TPR per generator and genuine TNR are averaged over the categories where they occur; "
+        "balanced accuracy (mean of TPR and TNR) and F1 are computed per category, then averaged."
+    )
     return "\n".join(lines) + "\n\n" + note + "\n"

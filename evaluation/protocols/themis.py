@@ -37,9 +37,7 @@ def subset_partial_credit(predicted: Iterable, truth: Iterable) -> float:
     return len(p & t) / len(t) if p <= t else 0.0
 
 
-def multilabel_set_metrics(
-    predicted: Sequence[Iterable], truth: Sequence[Iterable]
-) -> dict[str, float]:
+def multilabel_set_metrics(predicted: Sequence[Iterable], truth: Sequence[Iterable]) -> dict[str, float]:
     """Mean set-F1, exact match and subset partial credit over samples (THEMIS Table 12)."""
     if len(predicted) != len(truth):
         raise ValueError(f"{len(predicted)} predictions for {len(truth)} truths")
@@ -106,9 +104,7 @@ def block_localization(
     }
 
 
-def balanced_robustness_index(
-    results: Mapping[str, Sequence[float]], lam: float = 0.25
-) -> dict[str, float]:
+def balanced_robustness_index(results: Mapping[str, Sequence[float]], lam: float = 0.25) -> dict[str, float]:
     """BRI_i = mean_j(s_ij) - lam * (max_j s_ij - min_j s_ij), s min-max normalized per task over
     the models compared. Rewards models that are good on every task, not excellent on one.
 

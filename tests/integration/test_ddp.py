@@ -1,4 +1,5 @@
 """Two CPU processes (trainer=ddp_cpu) score the whole validation and test splits exactly like one process."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,16 @@ from tests.helpers import ROOT, small_train_overrides
 def test_ddp_validation_and_test_metrics_equal_single_process(tmp_path, small_dataset):
     run = tmp_path / "ddp"
     overrides = [o for o in small_train_overrides(small_dataset) if not o.startswith("trainer=")]
-    command = [sys.executable, str(ROOT / "train.py"), "trainer=ddp_cpu", *overrides, "data.batch_size=7",
-               "test=true", f"hydra.run.dir={run}", f"paths.root_dir={tmp_path}"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "trainer=ddp_cpu",
+        *overrides,
+        "data.batch_size=7",
+        "test=true",
+        f"hydra.run.dir={run}",
+        f"paths.root_dir={tmp_path}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Starting with 2 processes" in done.stdout + done.stderr
@@ -25,10 +34,10 @@ def test_ddp_validation_and_test_metrics_equal_single_process(tmp_path, small_da
     ddp_val = written["val"]
 
     module = load_checkpoint(run / "checkpoints" / "last.ckpt")
-    datamodule = ManifestDataModule(str(small_dataset), preprocess=module.net.preprocess, batch_size=16,
-                                    num_workers=0)
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                        enable_checkpointing=False)
+    datamodule = ManifestDataModule(str(small_dataset), preprocess=module.net.preprocess, batch_size=16, num_workers=0)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_checkpointing=False
+    )
     threshold = float(module.threshold)
     trainer.validate(module, datamodule=datamodule)
     single = module.stage_metrics["val"]

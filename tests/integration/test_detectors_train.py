@@ -16,6 +16,7 @@ decreases" holds, and the test asserts what does: the run trains, calibrates and
 training is stable (the training-split loss does not rise above its starting value, which a wrong
 loss sign or a diverging step would do).
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +75,12 @@ def test_short_training_beats_chance_on_generated_data(detector, small_dataset, 
 @torch.no_grad()
 def train_split_loss(module: DetectorModule, cfg) -> float:
     """Mean BCE of the image logit over the training split, without augmentation."""
-    datamodule = ManifestDataModule(manifest=cfg.data.manifest, split_fractions=cfg.data.split_fractions,
-                                    seed=cfg.data.seed, preprocess=module.net.preprocess.to_dict())
+    datamodule = ManifestDataModule(
+        manifest=cfg.data.manifest,
+        split_fractions=cfg.data.split_fractions,
+        seed=cfg.data.seed,
+        preprocess=module.net.preprocess.to_dict(),
+    )
     datamodule.setup("fit")
     dataset = ImageDataset(datamodule.splits["train"], build_transform(module.net.preprocess, False, {}))
     module.eval()

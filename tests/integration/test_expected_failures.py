@@ -4,12 +4,12 @@ exits with status 2, without a traceback; `debug=true` or `HYDRA_FULL_ERROR=1` s
 Each case is a real command in a new process (the exit status and the printed text are the
 contract), so the cases run together, several processes at a time.
 """
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,12 +23,20 @@ CASES = {
     "bad_manifest_row": ("infer.py", ["model=model.ckpt", "input=bad/manifest.csv"], "label must be 0", {}),
     "unknown_layout": ("infer.py", ["model=model.ckpt", "input=bad", "layout=nonsense"], "unknown layout", {}),
     "refused_checkpoint": ("infer.py", ["model=evil.ckpt", "input=bad"], "refusing to load", {}),
-    "refused_checkpoint_full_error": ("infer.py", ["model=evil.ckpt", "input=bad"], "refusing to load",
-                                      {"HYDRA_FULL_ERROR": "1"}),
+    "refused_checkpoint_full_error": (
+        "infer.py",
+        ["model=evil.ckpt", "input=bad"],
+        "refusing to load",
+        {"HYDRA_FULL_ERROR": "1"},
+    ),
     "export_missing_model": ("export.py", ["model=nope.ckpt", "output=out.onnx"], "does not exist", {}),
     "generate_empty_source": ("generate.py", ["source=empty", "output=generated"], "no images found", {}),
-    "calibrate_missing_model": ("calibrate.py", ["model=nope.ckpt", "input=bad", "output=out.ckpt"],
-                                "does not exist", {}),
+    "calibrate_missing_model": (
+        "calibrate.py",
+        ["model=nope.ckpt", "input=bad", "output=out.ckpt"],
+        "does not exist",
+        {},
+    ),
 }
 TRACED = {"missing_weights_debug", "refused_checkpoint_full_error"}
 
@@ -55,8 +63,9 @@ def outcomes(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     running = {}
     for name, (script, args, _, extra) in CASES.items():
         command = [sys.executable, str(ROOT / script), *args, f"hydra.run.dir={work / 'runs' / name}"]
-        running[name] = subprocess.Popen(command, cwd=work, env={**env, **extra}, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True)
+        running[name] = subprocess.Popen(
+            command, cwd=work, env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         if len(running) % 3 == 0:  # a few at a time: each imports torch
             for process in running.values():
                 process.wait(timeout=900)

@@ -1,5 +1,6 @@
 """generate_dataset end to end on a few bundled photos: every operation, honest masks, leak-free
 splits, byte-identical results per seed whatever the worker count, and resumption without rework."""
+
 from __future__ import annotations
 
 import csv
@@ -14,28 +15,47 @@ from datamodules.io import read_image, read_mask
 from datamodules.records import read_manifest
 from synthesis.common import changed_pixels
 from synthesis.dataset import OPERATIONS, DatasetSpec, GeneratorOptions, make_generated_manifest
-from synthesis.families import DiffusionOptions
 from synthesis.duplication import CMO_CATEGORIES, cmo_categories
 from synthesis.embedded import bundled_photo_paths
+from synthesis.families import DiffusionOptions
 
 PHOTOS = [p for p in bundled_photo_paths() if p.stem in ("astronaut", "coffee", "chelsea", "coins", "ihc")]
-SPEC = DatasetSpec(kind="all", ops={op: 1.0 for op in OPERATIONS}, seed=3, max_side=160, crops_per_photo=1,
-                   crop_size=96, local_min_side=120,
-                   generator=GeneratorOptions(steps=8, width=8, crop=32, batch_size=4),
-                   diffusion=DiffusionOptions(
-                       strengths=(0.3, 0.6), sample_steps=4,
-                       latent={"steps": 4, "width": 8, "crop": 64, "batch_size": 2},
-                       ddpm={"steps": 4, "width": 8, "mults": [1, 2], "crop": 16, "batch_size": 4},
-                       latent_ddpm={"steps": 4, "width": 8, "mults": [1], "crop": 4, "batch_size": 4}))
-FAMILY_GROUPS = {"latent_ae", "ddpm_pixel_sdedit_0.3", "ddpm_pixel_sdedit_0.6", "ddpm_latent_sdedit_0.3",
-                 "ddpm_latent_sdedit_0.6", "ddpm_pixel_inpaint", "ddpm_latent_inpaint"}
+SPEC = DatasetSpec(
+    kind="all",
+    ops={op: 1.0 for op in OPERATIONS},
+    seed=3,
+    max_side=160,
+    crops_per_photo=1,
+    crop_size=96,
+    local_min_side=120,
+    generator=GeneratorOptions(steps=8, width=8, crop=32, batch_size=4),
+    diffusion=DiffusionOptions(
+        strengths=(0.3, 0.6),
+        sample_steps=4,
+        latent={"steps": 4, "width": 8, "crop": 64, "batch_size": 2},
+        ddpm={"steps": 4, "width": 8, "mults": [1, 2], "crop": 16, "batch_size": 4},
+        latent_ddpm={"steps": 4, "width": 8, "mults": [1], "crop": 4, "batch_size": 4},
+    ),
+)
+FAMILY_GROUPS = {
+    "latent_ae",
+    "ddpm_pixel_sdedit_0.3",
+    "ddpm_pixel_sdedit_0.6",
+    "ddpm_latent_sdedit_0.3",
+    "ddpm_latent_sdedit_0.6",
+    "ddpm_pixel_inpaint",
+    "ddpm_latent_inpaint",
+}
 KNOWN_MASK_GROUPS = ("splicing", "copy_move", "inpainting")
 
 
 def _files(root: Path) -> dict[str, bytes]:
     """Every file of a dataset except the generators' timing sidecars."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not (p.parent.name == "generators" and p.suffix == ".json")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not (p.parent.name == "generators" and p.suffix == ".json")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +69,15 @@ def test_every_operation_is_in_the_manifest_with_its_files(serial):
     out, manifest, summary = serial
     records = read_manifest(manifest)
     groups = {r.group for r in records}
-    assert {"genuine", "splicing", "copy_move", "inpainting", "duplication_global", "duplication_local",
-            "damage"} <= groups
+    assert {
+        "genuine",
+        "splicing",
+        "copy_move",
+        "inpainting",
+        "duplication_global",
+        "duplication_local",
+        "damage",
+    } <= groups
     assert {g for g in groups if g.startswith("ae_") and not g.endswith("_region")}, groups  # re-renders
     assert {g for g in groups if g.endswith("_region")}, groups  # region edits
     for r in records:
@@ -148,8 +175,10 @@ def test_same_seed_gives_identical_bytes_with_any_worker_count_and_resumes(seria
     assert _files(parallel) == _files(out)
 
     # an interrupted run: some items never finished (no fragment, partial files), the manifest is missing
-    fragments = sorted((parallel / ".items" / "copy_move").glob("*.json")) + \
-        sorted((parallel / ".items" / "damage").glob("*.json"))[:1]
+    fragments = (
+        sorted((parallel / ".items" / "copy_move").glob("*.json"))
+        + sorted((parallel / ".items" / "damage").glob("*.json"))[:1]
+    )
     for fragment in fragments:
         for row in json.loads(fragment.read_text())["rows"]:
             (parallel / row["path"]).unlink()

@@ -37,9 +37,7 @@ def dataset_files(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes().replace(str(root).encode(), b"<root>")
         for p in sorted(root.rglob("*"))
-        if p.is_file()
-        and not (p.parent.name == "generators" and p.suffix == ".json")
-        and ".items/shards" not in str(p)
+        if p.is_file() and not (p.parent.name == "generators" and p.suffix == ".json") and ".items/shards" not in str(p)
     }
 
 
@@ -64,15 +62,10 @@ def test_merged_shards_equal_a_single_run_and_a_killed_shard_resumes(tmp_path):
     fragment.unlink()
     with pytest.raises(ValueError, match=r"rerun shard=\d/2"):
         make_generated_manifest(sharded, SPEC, photos=PHOTOS, progress=False, merge=True)
-    reruns = [
-        generate_dataset(sharded, SPEC, photos=PHOTOS, progress=False, shard=(i, 2))["summary"]
-        for i in (0, 1)
-    ]
+    reruns = [generate_dataset(sharded, SPEC, photos=PHOTOS, progress=False, shard=(i, 2))["summary"] for i in (0, 1)]
     assert sum(r["made"] for r in reruns) == 1
     _, summary = make_generated_manifest(sharded, SPEC, photos=PHOTOS, progress=False, merge=True)
-    assert (
-        summary["made"] == 0 and summary["items"] == len(PHOTOS) + first["items"] + second["items"]
-    )
+    assert summary["made"] == 0 and summary["items"] == len(PHOTOS) + first["items"] + second["items"]
     assert dataset_files(sharded) == dataset_files(single)
 
 

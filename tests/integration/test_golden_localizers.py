@@ -8,6 +8,7 @@ PNG, and the map and score must be the authors'. A mapping that loads every tens
 the same shape but the wrong one (two `kv` projections traded, say) changes the outputs, which a
 round trip of names cannot see.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,18 +20,28 @@ from PIL import Image
 
 from datamodules.geometry import to_network_input
 from datamodules.io import read_image
-from tools.released import build_released, save_checkpoint
 from inference.runtime import load_runtime
 from inference.writer import read_results
 from tests.integration.test_infer import run_infer
+from tools.released import build_released, save_checkpoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 # The small configurations the golden networks were built with (README of each family).
-TRUFOR_SMALL = ["net.encoder.embed_dims=[8,8,16,16]", "net.encoder.depths=[1,1,1,1]",
-                "net.encoder.num_heads=[1,1,2,2]", "net.encoder_weights=null",
-                "net.fingerprint.depth=4", "net.fingerprint.width=8", "net.decoder_embed_dim=16"]
-MVSS_SMALL = ["net.channel_order=bgr", "net.backbone_kwargs.layers=[2,1,1,3]",
-              "net.backbone_kwargs.channels=[2,4,8,16]", "net.head_channels=8"]
+TRUFOR_SMALL = [
+    "net.encoder.embed_dims=[8,8,16,16]",
+    "net.encoder.depths=[1,1,1,1]",
+    "net.encoder.num_heads=[1,1,2,2]",
+    "net.encoder_weights=null",
+    "net.fingerprint.depth=4",
+    "net.fingerprint.width=8",
+    "net.decoder_embed_dim=16",
+]
+MVSS_SMALL = [
+    "net.channel_order=bgr",
+    "net.backbone_kwargs.layers=[2,1,1,3]",
+    "net.backbone_kwargs.channels=[2,4,8,16]",
+    "net.head_channels=8",
+]
 # float32 summation order: measured 7.7e-7 (TruFor), 8e-8 (MVSS-Net) on one thread
 FLOAT_TOLERANCE = 1e-5
 HALF_LEVEL = 0.5 / 255  # infer.py writes maps as round(255 p)
@@ -64,9 +75,12 @@ def trufor(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("trufor_golden")
     data = GOLDEN / "trufor"
     checkpoint = released_checkpoint("trufor", data / "trufor_small.pth.tar", TRUFOR_SMALL, folder)
-    return {"checkpoint": checkpoint,
-            "image": data / "input.png", "authors": dict(np.load(data / "authors_outputs.npz")),
-            "folder": folder}
+    return {
+        "checkpoint": checkpoint,
+        "image": data / "input.png",
+        "authors": dict(np.load(data / "authors_outputs.npz")),
+        "folder": folder,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +88,12 @@ def mvss(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("mvss_golden")
     data = GOLDEN / "mvss"
     checkpoint = released_checkpoint("mvss", data / "mvss_small.pt", MVSS_SMALL, folder)
-    return {"checkpoint": checkpoint,
-            "image": data / "input.png", "authors": dict(np.load(data / "authors_outputs.npz")),
-            "folder": folder}
+    return {
+        "checkpoint": checkpoint,
+        "image": data / "input.png",
+        "authors": dict(np.load(data / "authors_outputs.npz")),
+        "folder": folder,
+    }
 
 
 def test_trufor_released_weights_give_the_authors_map_confidence_and_score(trufor):

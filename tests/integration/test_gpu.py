@@ -3,6 +3,7 @@
 Each test is the GPU counterpart of a CPU test and checks values, not just that the run finished.
 Without a CUDA device (or with one GPU, for DDP) they skip with the reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,7 @@ from inference.writer import read_results
 from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
 from train import train
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
 def gpu_overrides(manifest: Path) -> list[str]:
@@ -36,8 +36,9 @@ def gpu_overrides(manifest: Path) -> list[str]:
 def gpu_run(tmp_path_factory, small_dataset) -> tuple[Path, dict]:
     """Two epochs of the tiny NPR with `trainer=gpu` (16-bit mixed precision)."""
     run = tmp_path_factory.mktemp("gpu_run")
-    cfg = prepare_train_config([*gpu_overrides(small_dataset), "trainer.max_epochs=2", "detector.optimizer.lr=2e-3"],
-                               run)
+    cfg = prepare_train_config(
+        [*gpu_overrides(small_dataset), "trainer.max_epochs=2", "detector.optimizer.lr=2e-3"], run
+    )
     assert cfg.trainer.precision == "16-mixed" and cfg.trainer.accelerator == "gpu"
     return run, train(cfg)
 
@@ -58,8 +59,20 @@ def test_cuda_scoring_matches_cpu_scoring(gpu_run, small_dataset, tmp_path):
     best = run / "checkpoints" / "best.ckpt"
     results = {}
     for device in ("cpu", "cuda"):
-        infer(compose_config("infer", [f"model={best}", f"input={small_dataset}", f"output={tmp_path / device}.csv",
-                                       f"device={device}", "num_workers=0", "progress=false", "batch_size=16"]))
+        infer(
+            compose_config(
+                "infer",
+                [
+                    f"model={best}",
+                    f"input={small_dataset}",
+                    f"output={tmp_path / device}.csv",
+                    f"device={device}",
+                    "num_workers=0",
+                    "progress=false",
+                    "batch_size=16",
+                ],
+            )
+        )
         results[device] = {r["path"]: r for r in read_results(tmp_path / f"{device}.csv")}
     assert set(results["cpu"]) == set(results["cuda"]) and results["cpu"]
     differences = [abs(results["cpu"][p]["score"] - results["cuda"][p]["score"]) for p in results["cpu"]]
@@ -74,17 +87,31 @@ def test_cuda_scoring_matches_cpu_scoring(gpu_run, small_dataset, tmp_path):
 def test_two_gpu_ddp_scores_the_whole_validation_split_like_one_process(tmp_path, small_dataset):
     run = tmp_path / "ddp"
     overrides = [o for o in small_train_overrides(small_dataset) if not o.startswith("trainer=")]
-    command = [sys.executable, str(ROOT / "train.py"), "trainer=ddp", "trainer.devices=2", *overrides,
-               "data.batch_size=7", "test=false", f"hydra.run.dir={run}", f"paths.root_dir={tmp_path}"]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "trainer=ddp",
+        "trainer.devices=2",
+        *overrides,
+        "data.batch_size=7",
+        "test=false",
+        f"hydra.run.dir={run}",
+        f"paths.root_dir={tmp_path}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     ddp_val = json.loads((run / "metrics.json").read_text())["val"]
 
     module = load_checkpoint(run / "checkpoints" / "last.ckpt")
-    datamodule = ManifestDataModule(str(small_dataset), preprocess=module.net.preprocess, batch_size=16,
-                                    num_workers=0)
-    trainer = L.Trainer(accelerator="gpu", devices=1, precision="16-mixed", logger=False,
-                        enable_progress_bar=False, enable_checkpointing=False)
+    datamodule = ManifestDataModule(str(small_dataset), preprocess=module.net.preprocess, batch_size=16, num_workers=0)
+    trainer = L.Trainer(
+        accelerator="gpu",
+        devices=1,
+        precision="16-mixed",
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
     trainer.validate(module, datamodule=datamodule)
     single = module.stage_metrics["val"]
     assert single["n_pos"] + single["n_neg"] == ddp_val["n_pos"] + ddp_val["n_neg"]  # each image once

@@ -1,4 +1,5 @@
 """infer.py on real-world folders: bad files become error rows, runs resume, exit codes mean something."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,9 @@ from PIL import Image
 from datamodules.records import read_manifest
 from evaluation import image_metrics
 from evaluation.report import to_jsonable
+from infer import InferenceFailed, infer
 from inference.runtime import load_runtime
 from inference.writer import read_results
-from infer import InferenceFailed, infer
 from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
 from train import train
 
@@ -23,8 +24,11 @@ from train import train
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, small_dataset) -> Path:
     run = tmp_path_factory.mktemp("infer_run")
-    train(prepare_train_config([*small_train_overrides(small_dataset), "+trainer.limit_train_batches=2",
-                                "test=false"], run))
+    train(
+        prepare_train_config(
+            [*small_train_overrides(small_dataset), "+trainer.limit_train_batches=2", "test=false"], run
+        )
+    )
     return run / "checkpoints" / "last.ckpt"
 
 
@@ -33,8 +37,9 @@ def mixed_folder(tmp_path) -> Path:
     """Good images of several sizes and formats, next to files no decoder can read."""
     folder = tmp_path / "uploads"
     rng = np.random.default_rng(0)
-    for i, (size, suffix) in enumerate([((40, 50), ".png"), ((64, 64), ".jpg"), ((100, 31), ".webp"),
-                                        ((80, 90), ".png")]):
+    for i, (size, suffix) in enumerate(
+        [((40, 50), ".png"), ((64, 64), ".jpg"), ((100, 31), ".webp"), ((80, 90), ".png")]
+    ):
         (folder / "sub" / str(i)).mkdir(parents=True)
         Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(folder / "sub" / str(i) / f"img{suffix}")
     (folder / "broken.png").write_bytes(b"these bytes are no image")
@@ -45,14 +50,27 @@ def mixed_folder(tmp_path) -> Path:
 
 
 def run_infer(model: Path, input: Path, output: Path, *extra: str) -> dict:
-    return infer(compose_config("infer", [f"model={model}", f"input={input}", f"output={output}",
-                                          "num_workers=0", "progress=false", "batch_size=2", *extra]))
+    return infer(
+        compose_config(
+            "infer",
+            [
+                f"model={model}",
+                f"input={input}",
+                f"output={output}",
+                "num_workers=0",
+                "progress=false",
+                "batch_size=2",
+                *extra,
+            ],
+        )
+    )
 
 
 def test_unreadable_files_become_error_rows_and_never_stop_the_run(checkpoint, mixed_folder, tmp_path):
     result = run_infer(checkpoint, mixed_folder, tmp_path / "scores.csv", "num_workers=2")
-    rows = {Path(r["path"]).name if "sub" not in r["path"] else r["path"]: r
-            for r in read_results(tmp_path / "scores.csv")}
+    rows = {
+        Path(r["path"]).name if "sub" not in r["path"] else r["path"]: r for r in read_results(tmp_path / "scores.csv")
+    }
     assert result["counts"] == {"ok": 4, "error": 2, "skipped": 0}
     assert rows["broken.png"]["status"] == "error" and "recognised" in rows["broken.png"]["error"]
     assert rows["truncated.png"]["status"] == "error" and "truncated" in rows["truncated.png"]["error"]
@@ -69,7 +87,7 @@ def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, 
     complete = read_results(output)
     lines = output.read_text().splitlines(keepends=True)
     header = 1 if suffix == ".csv" else 0
-    output.write_text("".join(lines[:header + 2]) + lines[header + 2][:15])  # interrupted mid-line
+    output.write_text("".join(lines[: header + 2]) + lines[header + 2][:15])  # interrupted mid-line
     result = run_infer(checkpoint, mixed_folder, output, "resume=true")
     assert result["counts"]["skipped"] == 2 and result["counts"]["ok"] + result["counts"]["error"] == 4
     resumed = read_results(output)
@@ -124,8 +142,13 @@ def test_nothing_scorable_or_unusable_model_is_a_clear_failure(checkpoint, tmp_p
 
 def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(ROOT / "infer.py"), *args, "num_workers=0", "progress=false"],
-                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        return subprocess.run(
+            [sys.executable, str(ROOT / "infer.py"), *args, "num_workers=0", "progress=false"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
 
     ok = run(f"model={checkpoint}", f"input={mixed_folder}", "output=out.csv")
     assert ok.returncode == 0, ok.stderr
@@ -136,8 +159,9 @@ def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
 
 
 def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_dataset, tmp_path):
-    result = run_infer(checkpoint, small_dataset, tmp_path / "scores.csv", "robustness=true",
-                       "robustness_max_images=12")
+    result = run_infer(
+        checkpoint, small_dataset, tmp_path / "scores.csv", "robustness=true", "robustness_max_images=12"
+    )
     report = tmp_path / "scores_report"
     for name in ("report.md", "metrics.json", "roc.png", "score_histogram.png", "robustness.png"):
         assert (report / name).is_file(), name

@@ -1,5 +1,6 @@
 """infer.py with TruFor: `save_confidence=true` writes the reliability map beside the mask, at the
 original size, from the .ckpt and from the exported .onnx alike."""
+
 from __future__ import annotations
 
 from pathlib import Path

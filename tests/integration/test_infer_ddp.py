@@ -1,5 +1,6 @@
 """`infer.py devices=2` (two CPU processes under Lightning Fabric) writes exactly what one process
 writes, rows and metrics, and a rank killed mid-run loses nothing on resume."""
+
 from __future__ import annotations
 
 import csv
@@ -38,8 +39,16 @@ def labelled_manifest(folder: Path, count: int) -> Path:
 
 
 def infer_command(model: Path, manifest: Path, output: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "infer.py"), f"model={model}", f"input={manifest}", f"output={output}",
-            "progress=false", "num_workers=1", *extra]
+    return [
+        sys.executable,
+        str(ROOT / "infer.py"),
+        f"model={model}",
+        f"input={manifest}",
+        f"output={output}",
+        "progress=false",
+        "num_workers=1",
+        *extra,
+    ]
 
 
 def one_process(model: Path, manifest: Path, output: Path, *extra: str) -> None:

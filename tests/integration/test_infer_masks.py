@@ -1,5 +1,6 @@
 """infer.py with a localizer: maps at the original size, inside masks_dir whatever the input path,
 a `mask` column, overlays, and pixel metrics with a contact sheet when the input has true masks."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,7 @@ def manifest(tmp_path) -> Path:
         folder = elsewhere if i == 0 else data
         Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / name)
         mask = np.zeros((h, w), np.uint8)
-        mask[h // 4: h // 2, w // 4: w // 2] = 255
+        mask[h // 4 : h // 2, w // 4 : w // 2] = 255
         Image.fromarray(mask).save(data / "masks" / name)
         path = f"../elsewhere/{name}" if i == 0 else str((data / name).resolve()) if i == 1 else name
         label = 0 if name == "tall.png" else 1
@@ -55,12 +56,23 @@ def test_maps_are_written_at_the_original_size_inside_masks_dir_only(localizer, 
     checkpoint, module = localizer
     before = files_under(tmp_path)
     masks_dir = tmp_path / "out" / "maps"
-    result = run_infer(checkpoint, manifest, tmp_path / "out" / "scores.csv", "save_masks=true",
-                       f"masks_dir={masks_dir}", "overlays=true")
+    result = run_infer(
+        checkpoint,
+        manifest,
+        tmp_path / "out" / "scores.csv",
+        "save_masks=true",
+        f"masks_dir={masks_dir}",
+        "overlays=true",
+    )
     assert result["counts"] == {"ok": 3, "error": 1, "skipped": 0}
     new = files_under(tmp_path) - before
-    outside = [p for p in new if masks_dir not in p.parents and p.parent != tmp_path / "out"
-               and (tmp_path / "out" / "scores_report") not in p.parents]
+    outside = [
+        p
+        for p in new
+        if masks_dir not in p.parents
+        and p.parent != tmp_path / "out"
+        and (tmp_path / "out" / "scores_report") not in p.parents
+    ]
     assert not outside, f"files written outside masks_dir: {outside}"
     rows = {Path(r["path"]).name: r for r in read_results(tmp_path / "out" / "scores.csv")}
     assert rows["broken.png"]["status"] == "error" and not rows["broken.png"].get("mask")

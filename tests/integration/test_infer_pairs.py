@@ -10,8 +10,8 @@ import pytest
 
 from datamodules.io import read_image, read_mask, write_image
 from detectors.training_free import save_checkpoint
-from inference.writer import read_results
 from infer import InferenceFailed, infer
+from inference.writer import read_results
 from synthesis.duplication import global_duplication, local_duplication
 from synthesis.figure_panels import chart_panel
 from tests.duplication_helpers import hand_set_pair_module
@@ -20,9 +20,7 @@ from tests.helpers import compose_config
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    return save_checkpoint(
-        hand_set_pair_module(), tmp_path_factory.mktemp("dup") / "best.ckpt", None
-    )
+    return save_checkpoint(hand_set_pair_module(), tmp_path_factory.mktemp("dup") / "best.ckpt", None)
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +30,7 @@ def panels(tmp_path_factory) -> Path:
     from synthesis.embedded import bundled_photo_paths
 
     folder = tmp_path_factory.mktemp("figure")
-    photos = {
-        p.name: read_image(p)
-        for p in bundled_photo_paths()
-        if p.name in ("coffee.png", "astronaut.png")
-    }
+    photos = {p.name: read_image(p) for p in bundled_photo_paths() if p.name in ("coffee.png", "astronaut.png")}
     rng = np.random.default_rng(0)
     coffee = photos["coffee.png"][:240, :320]
     copy = global_duplication(coffee, rng, geometric="hflip", parameters=[])
@@ -47,9 +41,7 @@ def panels(tmp_path_factory) -> Path:
     write_image(folder / "fig" / "chart2.png", chart_panel(rng))
     write_image(folder / "fig" / "flat.png", np.full((80, 80, 3), 200, np.uint8))
     (folder / "fig" / "broken.png").write_bytes(b"no image here")
-    local = local_duplication(
-        photos["astronaut.png"], rng, geometric=["rotate180"], parameters=["brightness"]
-    )
+    local = local_duplication(photos["astronaut.png"], rng, geometric=["rotate180"], parameters=["brightness"])
     write_image(folder / "pairs" / "la.png", local.panel_a)
     write_image(folder / "pairs" / "lb.png", local.panel_b)
     write_image(folder / "pairs" / "la_mask.png", local.mask_a.astype(np.uint8) * 255)
@@ -74,14 +66,9 @@ def run(model: Path, input: Path, output: Path, *extra: str) -> dict:
 
 def test_every_pair_of_a_folder_is_scored_and_bad_panels_are_error_rows(model, panels, tmp_path):
     result = run(model, panels / "fig", tmp_path / "pairs.csv")
-    rows = {
-        (Path(r["path_a"]).name, Path(r["path_b"]).name): r
-        for r in read_results(tmp_path / "pairs.csv")
-    }
+    rows = {(Path(r["path_a"]).name, Path(r["path_b"]).name): r for r in read_results(tmp_path / "pairs.csv")}
     assert len(rows) == 21 and result["counts"]["error"] == 6
-    assert (
-        rows[("a.png", "b.png")]["label"] == 1 and rows[("a.png", "b.png")]["operations"] == "flip"
-    )
+    assert rows[("a.png", "b.png")]["label"] == 1 and rows[("a.png", "b.png")]["operations"] == "flip"
     assert "recognised" in rows[("a.png", "broken.png")]["error"]
     assert rows[("chart1.png", "chart2.png")]["label"] == 0  # shared axes and labels are not reuse
     assert rows[("a.png", "flat.png")]["reason"] == "no keypoints in panel B"

@@ -9,6 +9,7 @@ code that alters any score, label, metric, file name or map fails here; a delibe
 regenerates the file with `PYTHONPATH=. python tests/integration/test_infer_pinned.py` and says why
 in its commit.
 """
+
 from __future__ import annotations
 
 import csv
@@ -48,7 +49,10 @@ def make_photo_set(folder: Path) -> Path:
         write_image(folder / f"{photo.stem}.png", image)
         write_image(folder / f"{photo.stem}_moved.png", fake)
         write_image(folder / "masks" / f"{photo.stem}_moved.png", mask)
-        rows += [f"{photo.stem}.png,0,,{photo.stem}", f"{photo.stem}_moved.png,1,masks/{photo.stem}_moved.png,{photo.stem}"]
+        rows += [
+            f"{photo.stem}.png,0,,{photo.stem}",
+            f"{photo.stem}_moved.png,1,masks/{photo.stem}_moved.png,{photo.stem}",
+        ]
     (folder / "broken.png").write_bytes(b"not an image")
     rows.append("broken.png,0,,broken")
     (folder / "manifest.csv").write_text("\n".join(rows) + "\n")
@@ -69,8 +73,20 @@ def run(model: Path, manifest: Path, output: Path, extra: list[str]) -> None:
     from infer import infer
     from tests.helpers import compose_config
 
-    infer(compose_config("infer", [f"model={model}", f"input={manifest}", f"output={output}",
-                                   "num_workers=0", "progress=false", "batch_size=4", *extra]))
+    infer(
+        compose_config(
+            "infer",
+            [
+                f"model={model}",
+                f"input={manifest}",
+                f"output={output}",
+                "num_workers=0",
+                "progress=false",
+                "batch_size=4",
+                *extra,
+            ],
+        )
+    )
 
 
 def relative(text: str, roots: list[Path]) -> str:
@@ -93,7 +109,11 @@ def outcome(folder: Path, roots: list[Path]) -> dict[str, Any]:
             found[name] = relative(path.read_text(encoding="utf-8"), roots)
         elif path.suffix == ".png" and "_masks" in name:
             pixels = cv2.imread(str(path), cv2.IMREAD_UNCHANGED).astype(np.int64)
-            found[name] = {"shape": list(pixels.shape), "sum": int(pixels.sum()), "positive": int((pixels >= 128).sum())}
+            found[name] = {
+                "shape": list(pixels.shape),
+                "sum": int(pixels.sum()),
+                "positive": int((pixels >= 128).sum()),
+            }
         else:
             found[name] = "file"  # figures and overlays: that they are written, under this name
     return found
@@ -124,8 +144,9 @@ def assert_same(actual: Any, expected: Any, where: str = "") -> None:
         for i, (a, e) in enumerate(zip(actual, expected)):
             assert_same(a, e, f"{where}[{i}]")
     elif isinstance(expected, float):
-        assert isinstance(actual, (int, float)) and math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-6), \
+        assert isinstance(actual, (int, float)) and math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-6), (
             f"{where}: {actual} != {expected}"
+        )
     elif isinstance(expected, str) and NUMBER.search(expected):
         assert NUMBER.sub("#", actual) == NUMBER.sub("#", expected), f"{where}: text differs"
         for a, e in zip(NUMBER.findall(actual), NUMBER.findall(expected)):

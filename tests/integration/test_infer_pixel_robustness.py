@@ -1,5 +1,6 @@
 """`infer.py robustness=true` with a localizer on input with true masks: pixel F1 / IoU / AUROC curves
 through the scoring run's own path, maps compared with the masks at the images' original size."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def manifest(tmp_path_factory) -> Path:
         Image.fromarray(image).save(data / f"{i}.png")
         if i < 4:
             mask = np.zeros((h, w), np.uint8)
-            mask[h // 4: 3 * h // 4, w // 3: 2 * w // 3] = 255
+            mask[h // 4 : 3 * h // 4, w // 3 : 2 * w // 3] = 255
             Image.fromarray(mask).save(data / "masks" / f"{i}.png")
             rows.append(f"{i}.png,1,masks/{i}.png")
         else:
@@ -55,8 +56,14 @@ def test_identity_perturbation_reproduces_the_pixel_metrics_of_the_scoring_run(c
     output = tmp_path / "scores.csv"
     result = run_infer(checkpoint, manifest, output)
     reported = json.loads(output.with_suffix(".metrics.json").read_text())
-    records = [Record(path=str(manifest.parent / f"{i}.png"), label=int(i < 4),
-                      mask=str(manifest.parent / "masks" / f"{i}.png") if i < 4 else None) for i in range(6)]
+    records = [
+        Record(
+            path=str(manifest.parent / f"{i}.png"),
+            label=int(i < 4),
+            mask=str(manifest.parent / "masks" / f"{i}.png") if i < 4 else None,
+        )
+        for i in range(6)
+    ]
     score = score_perturbed_maps_fn(load_runtime(checkpoint, "cpu"), records, batch_size=2)
     identity = score(lambda image: rescale(image, 1.0))
     assert identity["pixel"]["n_masks"] == reported["n_masks"] == 4
@@ -110,8 +117,9 @@ def test_rescaled_maps_are_compared_at_the_original_size(tmp_path):
     mask = np.zeros((40, 40), np.uint8)
     mask[:20, :20] = 255
     Image.fromarray(mask).save(tmp_path / "mask.png")
-    score = score_perturbed_maps_fn(TopLeftLocalizer(), [Record(str(tmp_path / "image.png"), 1,
-                                                                str(tmp_path / "mask.png"))])
+    score = score_perturbed_maps_fn(
+        TopLeftLocalizer(), [Record(str(tmp_path / "image.png"), 1, str(tmp_path / "mask.png"))]
+    )
     for factor, f1 in ((0.5, 1.0), (1.0, 0.4), (2.0, 50 / 425)):
         assert score(lambda image: rescale(image, factor))["pixel"]["pixel_f1"] == pytest.approx(f1), factor
 

@@ -1,5 +1,6 @@
 """Localizers export with a dynamic batch, height and width; infer.py gives the same rows and maps
 with the .ckpt and the .onnx; an export whose map drifts from PyTorch is refused."""
+
 from __future__ import annotations
 
 from pathlib import Path

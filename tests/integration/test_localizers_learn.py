@@ -42,6 +42,7 @@ map (pixel F1 2a / (1 + a) for a region covering a fraction a of the frame). Pix
 manipulated image at probability 0.5, averaged (the toolkit's `pixel_f1`). Localizers are the
 registry's tiny variants (`list_detectors(tiny=True, localizer=True)`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,21 +51,32 @@ import numpy as np
 import pytest
 import torch
 
-from detectors.module import warmup_cosine
-from evaluation import pixel_metrics
 from datamodules.chains import DEFAULT_CHAINS
+from detectors.module import warmup_cosine
 from detectors.registry import create_detector, detector_class, detector_config, list_detectors
+from evaluation import pixel_metrics
 from synthesis.embedded import bundled_photo_paths
 from tests.localization_helpers import SquaresDataset, generated_forgeries
 
 # the training-free localizers learn nothing by gradient steps (tests/unit/detectors/test_training_free.py)
-LOCALIZERS = [name for name in list_detectors(tiny=True, localizer=True)
-              if not getattr(detector_class(name), "fit_without_gradients", False)]
+LOCALIZERS = [
+    name
+    for name in list_detectors(tiny=True, localizer=True)
+    if not getattr(detector_class(name), "fit_without_gradients", False)
+]
 MARGIN = 0.10  # pixel F1 above the better of the two trivial maps
 
 
-def train_briefly(name: str, samples: list[dict], steps: int, batch_size: int, lr: float,
-                  seed: int = 0, cosine: bool = False, warmup: float = 0.0) -> torch.nn.Module:
+def train_briefly(
+    name: str,
+    samples: list[dict],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int = 0,
+    cosine: bool = False,
+    warmup: float = 0.0,
+) -> torch.nn.Module:
     """`steps` of Adam on random batches of `samples`; `seed` fixes the initialization and the batches;
     `cosine` decays the learning rate to 0 over the run (a steadier end point than a constant rate),
     after a linear warm-up over the first `warmup` fraction of the steps."""
@@ -77,8 +89,10 @@ def train_briefly(name: str, samples: list[dict], steps: int, batch_size: int, l
     net.train()
     for _ in range(steps):
         chosen = rng.choice(len(samples), batch_size, replace=False)
-        batch = {key: torch.stack([torch.as_tensor(samples[i][key]) for i in chosen])
-                 for key in ("image", "mask", "edge", "label")}
+        batch = {
+            key: torch.stack([torch.as_tensor(samples[i][key]) for i in chosen])
+            for key in ("image", "mask", "edge", "label")
+        }
         loss = net.loss(net(batch["image"]), batch)
         optimizer.zero_grad()
         loss.backward()
@@ -103,8 +117,7 @@ def test_a_few_steps_find_pasted_bright_regions(name):
     size = int(detector_config(name).net.preprocess.size)  # the crop size the tiny variant trains on
     train = SquaresDataset(48, size=size, seed=0).samples
     held_out = SquaresDataset(18, size=size, seed=1).samples
-    model, zero, whole = f1_against_trivial_maps(train_briefly(name, train, steps=30, batch_size=8, lr=3e-3),
-                                                 held_out)
+    model, zero, whole = f1_against_trivial_maps(train_briefly(name, train, steps=30, batch_size=8, lr=3e-3), held_out)
     assert zero == 0.0
     assert model >= max(zero, whole) + MARGIN, f"{name}: pixel F1 {model:.3f} vs whole-image {whole:.3f}"
 
@@ -127,16 +140,25 @@ def generated_split() -> tuple[dict, dict]:
     training_photos = [photo for photo in photos if photo not in held_out_photos]
     assert held_out_photos and not set(held_out_photos) & set(training_photos)
     traces = {"copy_move_options": COPY_MOVE_TRACES, "splice_options": SPLICE_TRACES}
-    return (generated_forgeries(training_photos, panels_per_photo=32, size=GENERATED_SIZE, seed=0, **traces),
-            generated_forgeries(held_out_photos, panels_per_photo=24, size=GENERATED_SIZE, seed=1, **traces))
+    return (
+        generated_forgeries(training_photos, panels_per_photo=32, size=GENERATED_SIZE, seed=0, **traces),
+        generated_forgeries(held_out_photos, panels_per_photo=24, size=GENERATED_SIZE, seed=1, **traces),
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def trained_on_generated(name: str) -> torch.nn.Module:
     """One training run per localizer on both operations mixed, shared by the per-operation checks."""
     train, _ = generated_split()
-    return train_briefly(name, train["copy_move"] + train["splicing"], steps=GENERATED_STEPS, batch_size=16,
-                         lr=3e-3, cosine=True, warmup=GENERATED_WARMUP.get(name, 0.0))
+    return train_briefly(
+        name,
+        train["copy_move"] + train["splicing"],
+        steps=GENERATED_STEPS,
+        batch_size=16,
+        lr=3e-3,
+        cosine=True,
+        warmup=GENERATED_WARMUP.get(name, 0.0),
+    )
 
 
 @pytest.mark.slow  # minutes of CPU per localizer (600 steps at 64 px)
@@ -150,5 +172,6 @@ def test_short_training_localizes_held_out_generated_forgeries(name, operation, 
     model, zero, whole = f1_against_trivial_maps(trained_on_generated(name), samples)
     print(f"{name} {operation}: pixel F1 {model:.3f}, all-zero {zero:.3f}, whole-image {whole:.3f}")
     assert zero == 0.0
-    assert model >= max(zero, whole) + GENERATED_MARGIN, \
+    assert model >= max(zero, whole) + GENERATED_MARGIN, (
         f"{name} on {operation}: pixel F1 {model:.3f} vs whole-image {whole:.3f}"
+    )

@@ -1,5 +1,6 @@
 """`logger=mlflow`: a training run is recorded offline in a SQLite store inside its run directory,
 and its parameters and metrics read back through MLflow's own client."""
+
 from __future__ import annotations
 
 import pytest

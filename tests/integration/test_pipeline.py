@@ -1,4 +1,5 @@
 """End to end on tiny data: generate -> train -> infer (.ckpt) -> export -> infer (.onnx); resume."""
+
 from __future__ import annotations
 
 import json
@@ -13,40 +14,76 @@ import torch
 
 from datamodules.records import read_manifest
 from exporting.onnx_export import ExportError, export_onnx
+from infer import infer
 from inference.runtime import ModelLoadError, load_checkpoint
 from inference.writer import read_results
-from infer import infer
 from tests.helpers import ROOT, compose_config, prepare_train_config, small_train_overrides
 from train import train
 
-METRIC_KEYS = {"auroc", "pauroc@0.1", "ap", "tpr@fpr=0.001", "tpr@fpr=0.01", "tpr@fpr=0.05", "tpr@fpr=0.1",
-               "tpr", "tnr", "balanced_accuracy", "f1", "n_pos", "n_neg"}
+METRIC_KEYS = {
+    "auroc",
+    "pauroc@0.1",
+    "ap",
+    "tpr@fpr=0.001",
+    "tpr@fpr=0.01",
+    "tpr@fpr=0.05",
+    "tpr@fpr=0.1",
+    "tpr",
+    "tnr",
+    "balanced_accuracy",
+    "f1",
+    "n_pos",
+    "n_neg",
+}
 
 
 def infer_config(model: Path, input: Path, output: Path, *extra: str):
-    return compose_config("infer", [f"model={model}", f"input={input}", f"output={output}", "num_workers=0",
-                                    "progress=false", "batch_size=16", *extra])
+    return compose_config(
+        "infer",
+        [
+            f"model={model}",
+            f"input={input}",
+            f"output={output}",
+            "num_workers=0",
+            "progress=false",
+            "batch_size=16",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, small_dataset):
     """One short training run shared by the tests of this module."""
     run = tmp_path_factory.mktemp("run")
-    cfg = prepare_train_config([*small_train_overrides(small_dataset), "trainer.max_epochs=2",
-                                "detector.optimizer.lr=2e-3"], run)
+    cfg = prepare_train_config(
+        [*small_train_overrides(small_dataset), "trainer.max_epochs=2", "detector.optimizer.lr=2e-3"], run
+    )
     return run, train(cfg), cfg
 
 
 def test_training_writes_checkpoints_metrics_and_resolved_config(trained_run):
     run, metrics, _ = trained_run
-    for name in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "metrics.json", "config.yaml", "report.md",
-                 "roc.png", "score_histogram.png"):
+    for name in (
+        "checkpoints/best.ckpt",
+        "checkpoints/last.ckpt",
+        "metrics.json",
+        "config.yaml",
+        "report.md",
+        "roc.png",
+        "score_histogram.png",
+    ):
         assert (run / name).is_file(), name
     written = json.loads((run / "metrics.json").read_text())
     assert METRIC_KEYS <= set(written) and METRIC_KEYS <= set(written["val"])
     assert written["n_pos"] > 0 and written["n_neg"] > 0
     generators = set(written["by_group"])
-    assert generators and generators <= {"rerender_nearest", "rerender_bilinear", "rerender_bicubic", "rerender_lanczos"}
+    assert generators and generators <= {
+        "rerender_nearest",
+        "rerender_bilinear",
+        "rerender_bicubic",
+        "rerender_lanczos",
+    }
     assert written["intervals"]["auroc"][0] <= written["auroc"] <= written["intervals"]["auroc"][1]
     assert 0.0 < written["threshold"] < 1.0
     assert "${" not in (run / "config.yaml").read_text()  # resolved
@@ -114,8 +151,9 @@ def test_export_command_line_and_exit_codes(trained_run, tmp_path):
     last = run / "checkpoints" / "last.ckpt"
 
     def export(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(ROOT / "export.py"), *args], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=600)
+        return subprocess.run(
+            [sys.executable, str(ROOT / "export.py"), *args], capture_output=True, text=True, cwd=tmp_path, timeout=600
+        )
 
     done = export(f"model={last}", "output=shipped/model.onnx")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -144,8 +182,10 @@ def test_untrusted_checkpoints_do_not_run_code(tmp_path):
     torch.save({"state_dict": {}, "hyper_parameters": {"net": Payload()}}, tmp_path / "evil.ckpt")
     with pytest.raises(ModelLoadError, match="refusing to load"):
         load_checkpoint(tmp_path / "evil.ckpt")
-    torch.save({"state_dict": {}, "hyper_parameters": {"net": {"_target_": "os.system", "command": "true"}}},
-               tmp_path / "target.ckpt")
+    torch.save(
+        {"state_dict": {}, "hyper_parameters": {"net": {"_target_": "os.system", "command": "true"}}},
+        tmp_path / "target.ckpt",
+    )
     with pytest.raises(ModelLoadError, match="refusing to build"):
         load_checkpoint(tmp_path / "target.ckpt")
 

@@ -1,4 +1,5 @@
 """The README's quickstart, exactly as a new user runs it (minutes: marked slow)."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,13 @@ from tests.helpers import ROOT
 
 @pytest.mark.slow
 def test_python_train_py_with_no_arguments_reaches_auroc_0_9(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), f"paths.root_dir={tmp_path}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), f"paths.root_dir={tmp_path}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = list((tmp_path / "outputs" / "train" / "runs").iterdir())
     assert len(runs) == 1
@@ -32,9 +38,20 @@ def test_python_train_py_with_a_localizer_and_no_data_trains_on_the_embedded_loc
     """`python train.py detector=seg_tiny`: forgeries with masks are generated, a localizer is trained
     and tested, and the report carries pixel metrics and a contact sheet. (One epoch, to keep the
     test short; the set is the real default.)"""
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "detector=seg_tiny", f"paths.root_dir={tmp_path}",
-                           "trainer.max_epochs=1", "trainer.enable_progress_bar=false"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "detector=seg_tiny",
+            f"paths.root_dir={tmp_path}",
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = list((tmp_path / "outputs" / "train" / "runs").iterdir())
     metrics = json.loads((run / "metrics.json").read_text())

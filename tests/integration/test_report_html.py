@@ -1,4 +1,5 @@
 """report=html end to end: a training run's test report is a page a reviewer can open."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,9 @@ def test_a_test_run_with_report_html_writes_a_page_of_every_test_image(train_con
     text = page.read_text(encoding="utf-8")
     n_test = metrics["n_pos"] + metrics["n_neg"]
     shown = len(re.findall(r'<tr data-decision="', text)) + sum(
-        len(re.findall(r'<tr data-decision="', p.read_text())) for p in (tmp_path / "run" / "report_files" / "pages").glob("*.html"))
+        len(re.findall(r'<tr data-decision="', p.read_text()))
+        for p in (tmp_path / "run" / "report_files" / "pages").glob("*.html")
+    )
     assert shown == n_test
     assert "flags for a person to check" in text and "Against the known truth" in text
     assert re.search(r"[0-9a-f]{64}", text)  # the checkpoint's SHA-256
@@ -35,8 +38,12 @@ def test_infer_with_report_html_writes_the_page_beside_the_rows_and_names_the_mo
         write_image(folder / name, rng.integers(0, 256, (40, 56, 3), dtype=np.uint8))
     (folder / "broken.png").write_bytes(b"no image")
     output = tmp_path / "out" / "scores.csv"
-    infer(compose_config("infer", [f"model={model}", f"input={folder}", f"output={output}", "report=html",
-                                   "num_workers=0", "progress=false"]))
+    infer(
+        compose_config(
+            "infer",
+            [f"model={model}", f"input={folder}", f"output={output}", "report=html", "num_workers=0", "progress=false"],
+        )
+    )
     page = output.with_name("scores_report.html").read_text(encoding="utf-8")
     assert hashlib.sha256(model.read_bytes()).hexdigest() in page
     assert "&lt;img src=x onerror=alert(1)&gt;.png" in page and "<img src=x" not in page

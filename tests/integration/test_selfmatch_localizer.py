@@ -1,5 +1,6 @@
 """The self-matching copy-move localizer goes where every localizer goes: checkpoint, infer.py maps,
 pixel metrics."""
+
 from __future__ import annotations
 
 import json
@@ -32,13 +33,21 @@ def test_infer_saves_copy_move_maps_and_scores_them(tmp_path):
     write_image(tmp_path / "genuine.png", genuine)
     write_image(tmp_path / "forged.png", forged.image)
     write_image(tmp_path / "forged_mask.png", forged.mask.astype(np.uint8) * 255)
-    (tmp_path / "manifest.csv").write_text(
-        "path,label,mask\ngenuine.png,0,\nforged.png,1,forged_mask.png\n"
-    )
+    (tmp_path / "manifest.csv").write_text("path,label,mask\ngenuine.png,0,\nforged.png,1,forged_mask.png\n")
     output = tmp_path / "scores.csv"
-    infer(compose_config("infer", [f"model={model}", f"input={tmp_path / 'manifest.csv'}",
-                                   f"output={output}", "save_masks=true", "num_workers=0",
-                                   "progress=false"]))
+    infer(
+        compose_config(
+            "infer",
+            [
+                f"model={model}",
+                f"input={tmp_path / 'manifest.csv'}",
+                f"output={output}",
+                "save_masks=true",
+                "num_workers=0",
+                "progress=false",
+            ],
+        )
+    )
     rows = {row["path"].rsplit("/", 1)[-1]: row for row in read_results(output)}
     assert rows["forged.png"]["label"] == 1 and rows["genuine.png"]["label"] == 0
     assert read_image(rows["forged.png"]["mask"]).shape[:2] == (256, 256)

@@ -3,6 +3,7 @@
 Each test compares weights or calibration, not counters that a run ignoring the setting would
 reach as well.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,14 @@ from train import train
 
 # one batch per epoch (the whole train split), no random flips, a constant learning rate: the
 # outcome of an epoch does not depend on the order of the images or on the number of epochs planned
-ORDER_FREE = ["data.batch_size=1000", "+data.augment.hflip=0", "detector.scheduler.warmup_fraction=0",
-              "detector.scheduler.min_lr_ratio=1.0", "detector.optimizer.lr=2e-3", "test=false"]
+ORDER_FREE = [
+    "data.batch_size=1000",
+    "+data.augment.hflip=0",
+    "detector.scheduler.warmup_fraction=0",
+    "detector.scheduler.min_lr_ratio=1.0",
+    "detector.optimizer.lr=2e-3",
+    "test=false",
+]
 
 
 def last_checkpoint(run) -> dict:
@@ -31,8 +38,9 @@ def assert_same_state(actual: dict, expected: dict, atol: float = 1e-5) -> None:
         assert got["state"].keys() == want["state"].keys()
         for index, state in want["state"].items():
             for name, value in state.items():
-                torch.testing.assert_close(got["state"][index][name], value, atol=atol, rtol=0,
-                                           msg=f"optimizer {index}.{name}")
+                torch.testing.assert_close(
+                    got["state"][index][name], value, atol=atol, rtol=0, msg=f"optimizer {index}.{name}"
+                )
 
 
 def test_resume_ends_where_the_uninterrupted_run_ends(small_dataset, tmp_path):
@@ -43,14 +51,25 @@ def test_resume_ends_where_the_uninterrupted_run_ends(small_dataset, tmp_path):
     train(prepare_train_config([*common, "trainer.max_epochs=3"], tmp_path / "straight"))
     train(prepare_train_config([*common, "trainer.max_epochs=2"], tmp_path / "first"))
     first = last_checkpoint(tmp_path / "first")
-    train(prepare_train_config([*common, "trainer.max_epochs=3", "seed=1",
-                                f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}"], tmp_path / "resumed"))
+    train(
+        prepare_train_config(
+            [
+                *common,
+                "trainer.max_epochs=3",
+                "seed=1",
+                f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}",
+            ],
+            tmp_path / "resumed",
+        )
+    )
     straight, resumed = last_checkpoint(tmp_path / "straight"), last_checkpoint(tmp_path / "resumed")
     assert (first["epoch"], resumed["epoch"]) == (1, straight["epoch"]) == (1, 2)
     assert resumed["global_step"] == straight["global_step"] == first["global_step"] * 3 // 2
     assert_same_state(resumed, straight)
-    moved = max((resumed["state_dict"][k].float() - first["state_dict"][k].float()).abs().max().item()
-                for k in first["state_dict"])
+    moved = max(
+        (resumed["state_dict"][k].float() - first["state_dict"][k].float()).abs().max().item()
+        for k in first["state_dict"]
+    )
     assert moved > 1e-4  # the third epoch did train
 
 

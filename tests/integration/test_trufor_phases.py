@@ -1,5 +1,6 @@
 """The three trufor phases through train.py as the README chains them: the fingerprint on chain
 data, localization from its checkpoint, confidence and detection from that one."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,24 +33,55 @@ def data(tmp_path_factory):
 @pytest.mark.slow  # three train.py runs of the tiny network: about a minute on an idle core
 def test_three_phases_each_start_from_the_previous_checkpoint(data, tmp_path, one_thread):
     chains, forgeries = data
-    first = train(prepare_train_config(["experiment=trufor_fingerprint", *TINY, f"data.manifest={chains}",
-                                        "data.create=null", "data.chains=[genuine,jpeg60,blur1.0]",
-                                        "detector.net.preprocess.size=96", "trainer.max_epochs=2"], tmp_path / "p1"))
+    first = train(
+        prepare_train_config(
+            [
+                "experiment=trufor_fingerprint",
+                *TINY,
+                f"data.manifest={chains}",
+                "data.create=null",
+                "data.chains=[genuine,jpeg60,blur1.0]",
+                "detector.net.preprocess.size=96",
+                "trainer.max_epochs=2",
+            ],
+            tmp_path / "p1",
+        )
+    )
     assert 0.0 <= first["val"]["chain_auroc"] <= 1.0 and 0.0 <= first["chain_auroc"] <= 1.0
     fingerprint = load_checkpoint(tmp_path / "p1" / "checkpoints" / "last.ckpt").net
 
-    small = [*TINY, f"data.root={forgeries}", "data.batch_size=4", "detector.net.preprocess.size=64",
-             "trainer.max_epochs=1", "+trainer.limit_train_batches=3"]
-    second = train(prepare_train_config(["experiment=trufor_localize", *small,
-                                         f"detector.net.init_from={tmp_path / 'p1' / 'checkpoints' / 'last.ckpt'}"],
-                                        tmp_path / "p2"))
+    small = [
+        *TINY,
+        f"data.root={forgeries}",
+        "data.batch_size=4",
+        "detector.net.preprocess.size=64",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=3",
+    ]
+    second = train(
+        prepare_train_config(
+            [
+                "experiment=trufor_localize",
+                *small,
+                f"detector.net.init_from={tmp_path / 'p1' / 'checkpoints' / 'last.ckpt'}",
+            ],
+            tmp_path / "p2",
+        )
+    )
     assert 0.0 <= second["pixel_f1"] <= 1.0
     localizer = load_checkpoint(tmp_path / "p2" / "checkpoints" / "last.ckpt").net
     assert localizer.phase == "localize" and same(localizer.fingerprint, fingerprint.fingerprint)
 
-    third = train(prepare_train_config(["experiment=trufor_detect", *small,
-                                        f"detector.net.init_from={tmp_path / 'p2' / 'checkpoints' / 'best.ckpt'}"],
-                                       tmp_path / "p3"))
+    third = train(
+        prepare_train_config(
+            [
+                "experiment=trufor_detect",
+                *small,
+                f"detector.net.init_from={tmp_path / 'p2' / 'checkpoints' / 'best.ckpt'}",
+            ],
+            tmp_path / "p3",
+        )
+    )
     assert 0.0 <= third["auroc"] <= 1.0
     detector = load_checkpoint(tmp_path / "p3" / "checkpoints" / "last.ckpt").net
     best_localizer = load_checkpoint(tmp_path / "p2" / "checkpoints" / "best.ckpt").net

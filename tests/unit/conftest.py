@@ -1,4 +1,5 @@
 """A tiny untrained NPR as .ckpt and .onnx, shared by the scoring and export tests (exporting takes seconds)."""
+
 from __future__ import annotations
 
 import pytest

@@ -3,6 +3,7 @@
 Every `import` in every module of a package is read with `ast` (imports inside functions included),
 so a lazy import cannot slip a backward dependency past the rule.
 """
+
 from __future__ import annotations
 
 import ast
@@ -39,7 +40,7 @@ def imported_modules(path: Path) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: inside the file's own package
-                base = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-node.level])
+                base = ".".join(path.relative_to(ROOT).with_suffix("").parts[: -node.level])
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
@@ -87,11 +88,15 @@ def test_the_checker_sees_backward_and_lazy_imports(tmp_path, monkeypatch):
     assert violations("evaluation") == ["evaluation/bad.py imports train"]
 
 
-
 def python_files(root: Path) -> list[Path]:
     """The repository's Python files, tests and scripts included (git's view: ignored data is not)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-                            cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return [root / name for name in listed if (root / name).is_file()]
 
 
@@ -106,8 +111,12 @@ def sys_path_edits(root: Path, paths: list[Path]) -> list[str]:
                 target = node.targets[0]
             else:
                 continue
-            if (isinstance(target, ast.Attribute) and target.attr == "path"
-                    and isinstance(target.value, ast.Name) and target.value.id == "sys"):
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr == "path"
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "sys"
+            ):
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
     return sorted(found)
 

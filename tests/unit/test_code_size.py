@@ -1,5 +1,6 @@
 """Files stay focused: none over 400 lines, and no function over 60 lines unless its docstring says
 why it is kept in one piece (docs/architecture.md, "Adding things")."""
+
 from __future__ import annotations
 
 import ast
@@ -13,14 +14,22 @@ REASON = "Kept in one piece:"
 
 
 def source_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return [ROOT / name for name in listed if not name.startswith("tests/") and (ROOT / name).is_file()]
 
 
 def test_no_file_is_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in source_files()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in source_files()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES
+    }
     assert long == {}
 
 

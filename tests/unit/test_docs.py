@@ -1,5 +1,6 @@
 """The README and the docs say only what is true of the repository: every command composes, every
 config they name exists, every link resolves, and the detector table is the one the configs give."""
+
 from __future__ import annotations
 
 import re
@@ -43,13 +44,13 @@ def command_lines(text: str) -> list[str]:
 
 def shell_words(arguments: str) -> list[str]:
     """The arguments as the shell passes them: placeholders filled, quotes and comments removed."""
-    arguments = re.sub(r"<[^<>]*>", "placeholder", arguments)        # <run>, <phase-1 run>
-    arguments = re.sub(r"\$\{?\w+\}?", "0", arguments)                # $test, ${SLURM_...}
+    arguments = re.sub(r"<[^<>]*>", "placeholder", arguments)  # <run>, <phase-1 run>
+    arguments = re.sub(r"\$\{?\w+\}?", "0", arguments)  # $test, ${SLURM_...}
     lexer = shlex.shlex(arguments, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split, lexer.commenters = True, "#"
     words = []
     for word in lexer:
-        if set(word) <= set(";&|"):                          # the next shell command starts
+        if set(word) <= set(";&|"):  # the next shell command starts
             break
         words.append(word)
     return words
@@ -65,8 +66,11 @@ def commands(pattern: re.Pattern) -> list:
                 if key in seen:
                     continue
                 seen.add(key)
-                found.append(pytest.param(match.group(1), shell_words(match.group(2)),
-                                          id=f"{relative(page)}: {match.group(0)[:60]}"))
+                found.append(
+                    pytest.param(
+                        match.group(1), shell_words(match.group(2)), id=f"{relative(page)}: {match.group(0)[:60]}"
+                    )
+                )
     return found
 
 
@@ -84,8 +88,11 @@ def test_every_command_line_of_the_docs_composes(entry_point, overrides):
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         compose(config_name=entry_point, overrides=overrides)
     choices = [CONFIG_CHOICE.fullmatch(word.lstrip("+")) for word in overrides]
-    assert [match.group(0) for match in choices if match and not
-            (ROOT / "configs" / match.group(1) / f"{match.group(2)}.yaml").is_file()] == []
+    assert [
+        match.group(0)
+        for match in choices
+        if match and not (ROOT / "configs" / match.group(1) / f"{match.group(2)}.yaml").is_file()
+    ] == []
 
 
 @pytest.mark.parametrize(("module", "arguments"), commands(MODULE_COMMAND))
@@ -102,10 +109,12 @@ def test_every_script_the_docs_run_exists_and_takes_its_options(script, argument
 
 
 def test_every_config_named_in_the_docs_exists():
-    missing = [f"{relative(page)}: {group}={name}" for page in PAGES
-               for group, name in CONFIG_CHOICE.findall(page.read_text(encoding="utf-8"))
-               if not (ROOT / "configs" / group / f"{name}.yaml").is_file()
-               and (group, name) not in MISTYPED_ON_PURPOSE]
+    missing = [
+        f"{relative(page)}: {group}={name}"
+        for page in PAGES
+        for group, name in CONFIG_CHOICE.findall(page.read_text(encoding="utf-8"))
+        if not (ROOT / "configs" / group / f"{name}.yaml").is_file() and (group, name) not in MISTYPED_ON_PURPOSE
+    ]
     assert missing == []
 
 
@@ -121,8 +130,11 @@ def test_the_training_guide_lists_every_option_of_each_config_group():
 @pytest.mark.parametrize("page", PAGES, ids=relative)
 def test_every_relative_link_resolves_in_the_repository(page):
     """As GitHub shows the files; the site's links are checked by `mkdocs build --strict`."""
-    targets = [target.split("#")[0] for target in LINK.findall(page.read_text(encoding="utf-8"))
-               if "://" not in target and not target.startswith(("#", "mailto:"))]
+    targets = [
+        target.split("#")[0]
+        for target in LINK.findall(page.read_text(encoding="utf-8"))
+        if "://" not in target and not target.startswith(("#", "mailto:"))
+    ]
     assert [target for target in targets if not (page.parent / target).exists()] == []
 
 
@@ -132,6 +144,7 @@ def test_every_docs_page_is_in_the_site_navigation():
             return {node}
         items = node.values() if isinstance(node, dict) else node
         return set().union(*(pages(item) for item in items))
+
     navigation = pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
     docs = ROOT / "docs"
     assert {str(path.relative_to(docs)) for path in docs.rglob("*.md")} == navigation
@@ -151,6 +164,7 @@ def test_the_readme_shows_the_test_commands_ci_runs():
 
 # --- the detector table ------------------------------------------------------------------------
 
+
 def test_the_readmes_detector_table_is_the_one_the_configs_give():
     """Stale? Run `python -m tools.readme_table`."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -167,12 +181,11 @@ def test_a_new_detector_config_gets_its_row_and_a_localizer_is_told_apart(tmp_pa
     configs = tmp_path / "detector"
     shutil.copytree(ROOT / "configs" / "detector", configs)
     (configs / "blob.yaml").write_text(
-        "name: blob\nsummary: a throw-away localizer\n"
-        "net:\n  image_score: max\n  preprocess: {size: 96, mode: pad}\n")
+        "name: blob\nsummary: a throw-away localizer\nnet:\n  image_score: max\n  preprocess: {size: 96, mode: pad}\n"
+    )
     (configs / "blob_tiny.yaml").write_text("name: blob_tiny\nnet: {image_score: max}\n")
     rows = {row[0]: row for row in readme_table.detector_rows(configs)}
-    assert rows["`blob`"] == ["`blob`", "localizer", "a throw-away localizer", "96 px, pad",
-                              "`blob_tiny`"]
+    assert rows["`blob`"] == ["`blob`", "localizer", "a throw-away localizer", "96 px, pad", "`blob_tiny`"]
     assert "`blob_tiny`" not in rows and rows["`npr`"][1] == "classifier"
 
 
@@ -195,15 +208,20 @@ def test_the_table_script_rewrites_only_between_its_markers(tmp_path):
 
 # --- the site's home page is the README -----------------------------------------------------------
 
+
 def test_the_home_page_links_the_docs_pages_from_inside_the_docs_folder():
     text = "[training](docs/guides/training.md) ![x](docs/a.jpg) [site](https://x.org/docs/y.md)"
-    assert mkdocs_readme.readme_as_home(text) == \
-        "[training](guides/training.md) ![x](a.jpg) [site](https://x.org/docs/y.md)"
+    assert (
+        mkdocs_readme.readme_as_home(text)
+        == "[training](guides/training.md) ![x](a.jpg) [site](https://x.org/docs/y.md)"
+    )
 
 
 def test_a_pages_link_to_the_readme_becomes_the_home_page():
     text = "[table](../../README.md#detectors) [other](../data.md) [up](../README.md)"
-    assert mkdocs_readme.readme_links_to_home(text, "guides/training.md") == \
-        "[table](../index.md#detectors) [other](../data.md) [up](../README.md)"
+    assert (
+        mkdocs_readme.readme_links_to_home(text, "guides/training.md")
+        == "[table](../index.md#detectors) [other](../data.md) [up](../README.md)"
+    )
     top_level = mkdocs_readme.readme_links_to_home("[r](../README.md)", "architecture.md")
     assert top_level == "[r](index.md)"

@@ -1,5 +1,6 @@
 """The cross-generator split (`datamodules.splits`): unseen generators and unseen sources in test,
 never shared."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,9 @@ def manifest() -> list[Record]:
 def test_test_split_holds_only_held_out_generators_and_no_source_is_shared():
     out, summary = cross_generator_split(manifest(), ["g_nearest", "g_bilinear"], ["g_bicubic", "g_lanczos"], seed=1)
     sources = {split: {r.source for r in out if r.split == split} for split in ("train", "val", "test")}
-    assert not (sources["train"] & sources["test"] or sources["val"] & sources["test"]
-                or sources["train"] & sources["val"])
+    assert not (
+        sources["train"] & sources["test"] or sources["val"] & sources["test"] or sources["train"] & sources["val"]
+    )
     test_groups = {r.group for r in out if r.split == "test" and r.label == 1}
     train_groups = {r.group for r in out if r.split in ("train", "val") and r.label == 1}
     assert test_groups == {"g_bicubic", "g_lanczos"} and train_groups == {"g_nearest", "g_bilinear"}

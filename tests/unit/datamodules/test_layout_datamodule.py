@@ -1,4 +1,5 @@
 """Training on a public layout through config: GenImage and IMDL trees made in tmp_path."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,10 @@ def _genimage(root):
         for split in ("train", "val"):
             for label in ("ai", "nature"):
                 for i in range(4 if split == "train" else 2):
-                    write_image(root / generator / "imagenet_ai" / split / label / f"{generator}_{label}_{i}.png",
-                                rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
+                    write_image(
+                        root / generator / "imagenet_ai" / split / label / f"{generator}_{label}_{i}.png",
+                        rng.integers(0, 256, (40, 40, 3), dtype=np.uint8),
+                    )
     return root
 
 
@@ -73,8 +76,15 @@ def test_cross_generator_split_and_excluded_groups(tmp_path):
             write_image(tmp_path / f"{group}{i}.png", rng.integers(0, 256, (36, 36, 3), dtype=np.uint8))
             lines.append(f"{group}{i}.png,1,{group},s{i}")
     (tmp_path / "manifest.csv").write_text("\n".join(lines) + "\n")
-    module = _data(["data=layout", f"data.root={tmp_path}", "data.exclude_groups=[duplication_global]",
-                    "data.test_groups=[ae_pixel_shuffle]", "data.split_fractions=[0.6,0.2,0.2]"])
+    module = _data(
+        [
+            "data=layout",
+            f"data.root={tmp_path}",
+            "data.exclude_groups=[duplication_global]",
+            "data.test_groups=[ae_pixel_shuffle]",
+            "data.split_fractions=[0.6,0.2,0.2]",
+        ]
+    )
     module.setup()
     fakes = {name: {r.group for r in split if r.label == 1} for name, split in module.splits.items()}
     assert fakes == {"train": {"ae_transposed"}, "val": {"ae_transposed"}, "test": {"ae_pixel_shuffle"}}

@@ -1,12 +1,20 @@
 """Every published layout read from a small tree in tmp_path, plus detection and its errors."""
+
 import json
 from pathlib import Path
 
 import pytest
 
 from datamodules.layouts import (
-    detect_layout, fraudbench_metadata, read_casia_list, read_fraudbench, read_genimage, read_imdl,
-    read_imdl_json, read_layout, read_themis,
+    detect_layout,
+    fraudbench_metadata,
+    read_casia_list,
+    read_fraudbench,
+    read_genimage,
+    read_imdl,
+    read_imdl_json,
+    read_layout,
+    read_themis,
 )
 from datamodules.records import LayoutError
 
@@ -19,8 +27,14 @@ def _touch(root: Path, *names: str) -> None:
 
 
 def test_genimage(tmp_path):
-    _touch(tmp_path, "sdv4/imagenet_ai_0419_sdv4/train/ai/a.png", "sdv4/imagenet_ai_0419_sdv4/train/nature/b.JPEG",
-           "midjourney/val/ai/c.png", "midjourney/val/nature/d.png", "midjourney/val/nature/notes.txt")
+    _touch(
+        tmp_path,
+        "sdv4/imagenet_ai_0419_sdv4/train/ai/a.png",
+        "sdv4/imagenet_ai_0419_sdv4/train/nature/b.JPEG",
+        "midjourney/val/ai/c.png",
+        "midjourney/val/nature/d.png",
+        "midjourney/val/nature/notes.txt",
+    )
     records = read_genimage(tmp_path)
     by_name = {Path(r.path).name: r for r in records}
     assert set(by_name) == {"a.png", "b.JPEG", "c.png", "d.png"}
@@ -30,17 +44,24 @@ def test_genimage(tmp_path):
 
 
 def _fraudbench_tree(root: Path) -> None:
-    _touch(root, "Electronics/Positive/Review_001/Image_001_01.jpg",
-           "Electronics/Negative/Review_002/Image_002_01.jpg", "Electronics/Negative/Review_002/Image_002_02.jpg",
-           "Electronics/DeepFake/gpt-image-1/Review_001/Image_001_01.jpg",
-           "Electronics/DeepFake/flux-kontext/Review_001/Image_001_01.jpg",
-           "Hotels/Negative/Review_010/Image_010_01.jpg", "Hotels/DeepFake/gpt-image-1/Review_011/Image_011_01.jpg",
-           "Hotels/Positive/Review_011/Image_011_01.jpg")
+    _touch(
+        root,
+        "Electronics/Positive/Review_001/Image_001_01.jpg",
+        "Electronics/Negative/Review_002/Image_002_01.jpg",
+        "Electronics/Negative/Review_002/Image_002_02.jpg",
+        "Electronics/DeepFake/gpt-image-1/Review_001/Image_001_01.jpg",
+        "Electronics/DeepFake/flux-kontext/Review_001/Image_001_01.jpg",
+        "Hotels/Negative/Review_010/Image_010_01.jpg",
+        "Hotels/DeepFake/gpt-image-1/Review_011/Image_011_01.jpg",
+        "Hotels/Positive/Review_011/Image_011_01.jpg",
+    )
     (root / "Electronics/Negative/Review_002/MetaReview_002.json").write_text(
-        json.dumps({"review_id": "002", "text": "arrived cracked", "category": "Electronics"}))
+        json.dumps({"review_id": "002", "text": "arrived cracked", "category": "Electronics"})
+    )
     (root / "Electronics/DeepFake/Metadata").mkdir(parents=True)
     (root / "Electronics/DeepFake/Metadata/Edit_001.json").write_text(
-        json.dumps({"damage_type": "crack", "target": "screen", "review": "screen came cracked"}))
+        json.dumps({"damage_type": "crack", "target": "screen", "review": "screen came cracked"})
+    )
 
 
 def test_fraudbench(tmp_path):
@@ -64,12 +85,14 @@ def test_fraudbench(tmp_path):
 
 
 def test_imdl_folders_pair_masks_by_name(tmp_path):
-    _touch(tmp_path, "Tp/Tp_D_001.jpg", "Tp/Tp_S_002.tif", "Gt/Tp_D_001_gt.png", "Gt/Tp_S_002.png",
-           "Au/Au_003.jpg")
+    _touch(tmp_path, "Tp/Tp_D_001.jpg", "Tp/Tp_S_002.tif", "Gt/Tp_D_001_gt.png", "Gt/Tp_S_002.png", "Au/Au_003.jpg")
     records = read_imdl(tmp_path)
     masks = {Path(r.path).name: (r.label, r.mask and Path(r.mask).name) for r in records}
-    assert masks == {"Tp_D_001.jpg": (1, "Tp_D_001_gt.png"), "Tp_S_002.tif": (1, "Tp_S_002.png"),
-                     "Au_003.jpg": (0, None)}
+    assert masks == {
+        "Tp_D_001.jpg": (1, "Tp_D_001_gt.png"),
+        "Tp_S_002.tif": (1, "Tp_S_002.png"),
+        "Au_003.jpg": (0, None),
+    }
     assert detect_layout(tmp_path) == "imdl"
     _touch(tmp_path, "Tp/Tp_D_999.jpg")
     with pytest.raises(LayoutError, match="no mask in Gt/.*Tp_D_999.jpg"):
@@ -89,7 +112,9 @@ def test_imdl_json_and_casia_lists(tmp_path):
     (tmp_path / "casia.txt").write_text("tp/x.jpg gt/x.png 1\n\nau/y.jpg None 0\n")
     records = read_casia_list(tmp_path / "casia.txt")
     assert [(Path(r.path).name, r.mask and Path(r.mask).name, r.label) for r in records] == [
-        ("x.jpg", "x.png", 1), ("y.jpg", None, 0)]
+        ("x.jpg", "x.png", 1),
+        ("y.jpg", None, 0),
+    ]
     assert read_layout(tmp_path / "casia.txt") == records
     (tmp_path / "broken.txt").write_text("tp/x.jpg 1\n")
     with pytest.raises(LayoutError, match=r"broken.txt:1: expected `image mask label`.*found 'tp/x.jpg 1'"):
@@ -153,8 +178,10 @@ def test_infer_input_reads_every_layout_training_reads_and_scores_no_fraudbench_
     imdl = records_from_input(tmp_path / "imdl")
     assert imdl == read_imdl(tmp_path / "imdl") and any(r.mask for r in imdl)
     _touch(tmp_path / "plain", "holiday/a.png", "b.jpg")  # no layout: unlabelled images, recursively
-    assert [(Path(r.path).name, r.label) for r in records_from_input(tmp_path / "plain")] == [("b.jpg", None),
-                                                                                            ("a.png", None)]
+    assert [(Path(r.path).name, r.label) for r in records_from_input(tmp_path / "plain")] == [
+        ("b.jpg", None),
+        ("a.png", None),
+    ]
     assert records_from_input(tmp_path / "plain" / "b.jpg")[0].path == str(tmp_path / "plain" / "b.jpg")
     assert records_from_input(tmp_path / "fb", layout="fraudbench") == scored
     with pytest.raises(LayoutError, match="does not exist"):

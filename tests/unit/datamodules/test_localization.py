@@ -1,4 +1,5 @@
 """Localization batches: image, mask, edge band and label; masks follow the image through augmentation."""
+
 from __future__ import annotations
 
 import cv2
@@ -23,7 +24,7 @@ def _dataset(root, with_unmasked=False):
         if i % 2:
             mask = np.zeros((48, 56), np.uint8)
             y, x = rng.integers(4, 24), rng.integers(4, 30)
-            mask[y:y + 18, x:x + 20] = 255
+            mask[y : y + 18, x : x + 20] = 255
             image[mask > 0] = 250
             write_image(root / f"m{i}.png", mask)
             lines.append(f"f{i}.png,1,m{i}.png,splicing,s{i},{split}")
@@ -39,8 +40,9 @@ def _dataset(root, with_unmasked=False):
 
 
 def _module(root, **kwargs):
-    options = dict(root=str(root), preprocess={"size": SIZE, "mode": "center_crop"}, batch_size=4,
-                   num_workers=0, edge_width=2)
+    options = dict(
+        root=str(root), preprocess={"size": SIZE, "mode": "center_crop"}, batch_size=4, num_workers=0, edge_width=2
+    )
     return LocalizationDataModule(**{**options, **kwargs})
 
 
@@ -64,14 +66,15 @@ def test_batches_carry_image_mask_edge_label_and_group(tmp_path):
     for mask, edge, label in zip(batch["mask"], batch["edge"], batch["label"]):
         assert (mask.sum() > 0) == bool(label) and (edge.sum() > 0) == bool(label)
         m, e = mask[0].numpy().astype(np.uint8), edge[0].numpy().astype(bool)
-        near = cv2.dilate(m, np.ones((5, 5), np.uint8)).astype(bool) & ~cv2.erode(m, np.ones((7, 7), np.uint8)).astype(bool)
+        near = cv2.dilate(m, np.ones((5, 5), np.uint8)).astype(bool) & ~cv2.erode(m, np.ones((7, 7), np.uint8)).astype(
+            bool
+        )
         assert not (e & ~near).any()  # the band hugs the mask boundary
 
 
 def test_training_transforms_move_masks_with_their_images(tmp_path):
     # flips, rescale and random crops on every sample; JPEG/blur off so "bright" still means "manipulated"
-    module = _module(_dataset(tmp_path), augment={"hflip": 0.5, "vflip": 0.5, "rescale": 1.0, "jpeg": 0.0,
-                                                  "blur": 0.0})
+    module = _module(_dataset(tmp_path), augment={"hflip": 0.5, "vflip": 0.5, "rescale": 1.0, "jpeg": 0.0, "blur": 0.0})
     module.setup()
     agreement = []
     for _ in range(3):

@@ -1,5 +1,6 @@
 """Levers against a detector's reliance on one generator trace: noise re-injection (as an
 augmentation and as pseudo-fakes), resampling, and sampling balanced per generator group."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -44,8 +45,12 @@ def test_noise_reinjection_roughens_a_smooth_image_by_the_configured_amount():
 
 def test_resampling_leaves_an_up_sampling_trace_of_the_configured_factor():
     noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
-    half = build_transform({"size": 64, "mode": "center_crop"}, train=True,
-                           augment={"hflip": 0, "resample": 1.0, "resample_scale": (0.5, 0.5)}, seed=0)
+    half = build_transform(
+        {"size": 64, "mode": "center_crop"},
+        train=True,
+        augment={"hflip": 0, "resample": 1.0, "resample_scale": (0.5, 0.5)},
+        seed=0,
+    )
     out = half(image=noise)["image"].astype(np.float32)
     assert out.shape == noise.shape
     # shrunk by 2 with area averaging, then enlarged bilinearly: the image is the bilinear
@@ -61,9 +66,11 @@ def test_noise_is_a_training_step_only():
     np.testing.assert_array_equal(evaluation(image=_smooth_image())["image"], _smooth_image())
 
 
-RECORDS = ([Record(f"g{i}.png", 0, group="genuine") for i in range(60)]
-           + [Record(f"a{i}.png", 1, group="ae") for i in range(30)]
-           + [Record(f"d{i}.png", 1, group="ddpm") for i in range(6)])
+RECORDS = (
+    [Record(f"g{i}.png", 0, group="genuine") for i in range(60)]
+    + [Record(f"a{i}.png", 1, group="ae") for i in range(30)]
+    + [Record(f"d{i}.png", 1, group="ddpm") for i in range(6)]
+)
 
 
 def test_label_balance_gives_each_class_half_the_mass():
@@ -74,15 +81,20 @@ def test_label_balance_gives_each_class_half_the_mass():
 
 def test_group_balance_gives_each_group_of_a_class_an_equal_share_of_draws():
     weights = balanced_weights(RECORDS, "group")
-    draws = list(WeightedRandomSampler(weights, num_samples=20_000, replacement=True,
-                                       generator=torch.Generator().manual_seed(0)))
+    draws = list(
+        WeightedRandomSampler(weights, num_samples=20_000, replacement=True, generator=torch.Generator().manual_seed(0))
+    )
     counts = Counter(RECORDS[i].group for i in draws)
     # genuine half the time, each of the two fake groups a quarter, though ddpm has 5x fewer images
     assert counts["genuine"] / 20_000 == pytest.approx(0.5, abs=0.02)
     assert counts["ae"] / 20_000 == pytest.approx(0.25, abs=0.02)
     assert counts["ddpm"] / 20_000 == pytest.approx(0.25, abs=0.02)
-    label_only = Counter(RECORDS[i].group for i in WeightedRandomSampler(
-        balanced_weights(RECORDS, "label"), 20_000, generator=torch.Generator().manual_seed(0)))
+    label_only = Counter(
+        RECORDS[i].group
+        for i in WeightedRandomSampler(
+            balanced_weights(RECORDS, "label"), 20_000, generator=torch.Generator().manual_seed(0)
+        )
+    )
     assert label_only["ddpm"] / 20_000 == pytest.approx(0.5 * 6 / 36, abs=0.02)  # per-image share
 
 
@@ -100,11 +112,19 @@ def test_the_training_loader_draws_groups_evenly(tmp_path):
     for record in RECORDS:
         write_image(tmp_path / record.path, np.full((8, 8, 3), 100 if record.label else 50, np.uint8))
     split = [Record(str(tmp_path / r.path), r.label, group=r.group, source=r.path, split="train") for r in RECORDS]
-    split += [Record(str(tmp_path / RECORDS[i].path), RECORDS[i].label, source=f"v{i}", split=s)
-              for i, s in [(0, "val"), (60, "val"), (1, "test"), (61, "test")]]
+    split += [
+        Record(str(tmp_path / RECORDS[i].path), RECORDS[i].label, source=f"v{i}", split=s)
+        for i, s in [(0, "val"), (60, "val"), (1, "test"), (61, "test")]
+    ]
     write_manifest(split, tmp_path / "m.csv")
-    module = ManifestDataModule(manifest=str(tmp_path / "m.csv"), preprocess={"size": 8, "mode": "center_crop"},
-                                batch_size=96, num_workers=0, balanced="group", with_groups=True)
+    module = ManifestDataModule(
+        manifest=str(tmp_path / "m.csv"),
+        preprocess={"size": 8, "mode": "center_crop"},
+        batch_size=96,
+        num_workers=0,
+        balanced="group",
+        with_groups=True,
+    )
     module.setup()
     torch.manual_seed(0)
     groups = Counter(g for _ in range(40) for batch in module.train_dataloader() for g in batch["group"])
@@ -140,8 +160,9 @@ def test_pseudo_fakes_turn_genuine_draws_into_noisy_fakes_at_the_rate():
 def test_pseudo_fakes_leave_real_fakes_alone_and_rate_zero_changes_nothing():
     torch.manual_seed(0)
     always = NoiseReinjectedFakes(_Samples(), rate=1.0)
-    assert all(torch.equal(always[1]["image"], _Samples()[1]["image"]) and always[1]["group"] == "ae"
-               for _ in range(20))
+    assert all(
+        torch.equal(always[1]["image"], _Samples()[1]["image"]) and always[1]["group"] == "ae" for _ in range(20)
+    )
     never = NoiseReinjectedFakes(_Samples(), rate=0.0)
     assert all(never[0]["label"] == 0 for _ in range(200))
     with pytest.raises(ValueError, match="rate must lie in"):
@@ -149,13 +170,21 @@ def test_pseudo_fakes_leave_real_fakes_alone_and_rate_zero_changes_nothing():
 
 
 def test_pseudo_fakes_are_made_in_training_only(tmp_path):
-    rows = [Record(str(tmp_path / f"{s}{i}.png"), i % 2, source=f"{s}{i}", split=s, group=["genuine", "ae"][i % 2])
-            for s in ("train", "val", "test") for i in range(8)]
+    rows = [
+        Record(str(tmp_path / f"{s}{i}.png"), i % 2, source=f"{s}{i}", split=s, group=["genuine", "ae"][i % 2])
+        for s in ("train", "val", "test")
+        for i in range(8)
+    ]
     for row in rows:
         write_image(row.path, np.full((16, 16, 3), 120, np.uint8))
     write_manifest(rows, tmp_path / "m.csv")
-    module = ManifestDataModule(manifest=str(tmp_path / "m.csv"), preprocess={"size": 16, "mode": "center_crop"},
-                                batch_size=8, num_workers=0, pseudo_fakes=1.0)
+    module = ManifestDataModule(
+        manifest=str(tmp_path / "m.csv"),
+        preprocess={"size": 16, "mode": "center_crop"},
+        batch_size=8,
+        num_workers=0,
+        pseudo_fakes=1.0,
+    )
     module.setup()
     train = next(iter(module.train_dataloader()))
     assert int(train["label"].sum()) == 8  # every genuine draw became a fake
@@ -184,10 +213,7 @@ class _Kinds(torch.utils.data.Dataset):
 def test_grainy_categories_can_be_kept_out_of_the_pseudo_fakes():
     torch.manual_seed(0)
     fakes = NoiseReinjectedFakes(_Kinds(), rate=0.5, skip_categories=["fluorescence"])
-    assert all(
-        fakes[0]["label"] == 0 and torch.equal(fakes[0]["image"], _Kinds()[0]["image"])
-        for _ in range(200)
-    )
+    assert all(fakes[0]["label"] == 0 and torch.equal(fakes[0]["image"], _Kinds()[0]["image"]) for _ in range(200))
     assert sum(fakes[1]["label"] for _ in range(2000)) / 2000 == pytest.approx(0.5, abs=0.04)
 
 
@@ -198,9 +224,7 @@ def test_genuine_noise_roughens_genuine_draws_that_stay_genuine():
     assert all(d["label"] == 0 and d["group"] == "genuine" for d in draws)
     changed = [d for d in draws if not torch.equal(d["image"], _Kinds()[1]["image"])]
     assert len(changed) / 2000 == pytest.approx(0.4, abs=0.04)
-    assert float((torch.stack([d["image"] for d in changed]) - 0.5).std()) == pytest.approx(
-        0.05, rel=0.05
-    )
+    assert float((torch.stack([d["image"] for d in changed]) - 0.5).std()) == pytest.approx(0.05, rel=0.05)
     with pytest.raises(ValueError, match="genuine noise rate must lie in"):
         NoiseReinjectedFakes(_Kinds(), rate=0.0, genuine_noise=2.0)
 
@@ -213,9 +237,9 @@ def test_balanced_by_category_gives_every_kind_of_a_class_an_equal_share():
     )
     assert balanced_by("category") == "category"
     weights = balanced_weights(records, "category")
-    share = lambda name, label: (
-        sum(w for w, r in zip(weights, records) if r.category == name and r.label == label)
-        / sum(weights)
-    )
+
+    def share(name: str, label: int) -> float:
+        return sum(w for w, r in zip(weights, records) if r.category == name and r.label == label) / sum(weights)
+
     assert share("gel", 0) == pytest.approx(0.25) and share("photo", 0) == pytest.approx(0.25)
     assert share("photo", 1) == pytest.approx(0.5)

@@ -1,14 +1,15 @@
 """AI-generated-image detectors built from their real configs: contract, odd sizes, branch dropout."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
+from detectors import registry
 from detectors.base import Detector
-from detectors.blocks.frequency import dct2, dct_highpass_residual, idct2, SpectrumStandardizer
+from detectors.blocks.frequency import SpectrumStandardizer, dct2, dct_highpass_residual, idct2
 from detectors.build import build_detector
 from detectors.clip_freq import ClipFreq
-from detectors import registry
 
 TINY = ["clip_linear_tiny", "dct_tiny", "clip_freq_tiny"]
 
@@ -76,7 +77,8 @@ def test_clip_freq_fusions_and_auxiliary_losses(fusion):
     batch = {"label": torch.tensor([0.0, 1.0])}
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     expected = bce(outputs["logit"], batch["label"]) + 0.5 * (
-        bce(outputs["logit_semantic"], batch["label"]) + bce(outputs["logit_artifact"], batch["label"]))
+        bce(outputs["logit_semantic"], batch["label"]) + bce(outputs["logit_artifact"], batch["label"])
+    )
     torch.testing.assert_close(net.loss(outputs, batch), expected)
 
 

@@ -1,4 +1,5 @@
 """Pretrained backbone loading: offline from local files, one clear error when missing, random init said."""
+
 from __future__ import annotations
 
 import logging
@@ -10,8 +11,11 @@ import torch
 from detectors.blocks.clip import ClipImageEncoder, clip_preprocess, clip_spec, load_clip_visual
 from detectors.blocks.weights import MissingWeightsError, architecture_only, load_timm_encoder
 
-TINY = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
-        "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 16, "heads": 1, "layers": 1}}
+TINY = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
+    "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 16, "heads": 1, "layers": 1},
+}
 
 
 @pytest.fixture()

@@ -1,4 +1,5 @@
 """CO-SPY: the VAE residual, staged training, and the authors' weights folder loading."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,14 @@ from detectors.build import build_detector
 from detectors.cospy import CoSpy, cospy_state_dict
 from detectors.registry import net_config
 
-TINY_VAE = dict(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
-                up_block_types=["UpDecoderBlock2D"] * 2, layers_per_block=1, latent_channels=4, norm_num_groups=4)
+TINY_VAE = dict(
+    block_out_channels=[8, 16],
+    down_block_types=["DownEncoderBlock2D"] * 2,
+    up_block_types=["UpDecoderBlock2D"] * 2,
+    layers_per_block=1,
+    latent_channels=4,
+    norm_num_groups=4,
+)
 
 
 def tiny(name: str, **overrides) -> dict:
@@ -27,14 +34,19 @@ def authors_folder(folder: Path, semantic_dim: int, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
     resnet = torchvision.models.resnet50().state_dict()
     resnet["conv1.weight"] = torch.zeros(64, 3, 3, 3)  # their stem convolution is 3 x 3, stride 2
-    artifact = {f"artifact_encoder.{k}": v + torch.rand(v.shape, generator=g) if v.is_floating_point() else v
-                for k, v in resnet.items() if k.startswith(("conv1.", "bn1.", "layer1.", "layer2."))}
+    artifact = {
+        f"artifact_encoder.{k}": v + torch.rand(v.shape, generator=g) if v.is_floating_point() else v
+        for k, v in resnet.items()
+        if k.startswith(("conv1.", "bn1.", "layer1.", "layer2."))
+    }
     artifact["artifact_encoder.vae.encoder.conv_in.weight"] = torch.zeros(8, 3, 3, 3)
     artifact["artifact_encoder.fc1.weight"] = torch.zeros(1, 512)
     artifact["fc.weight"], artifact["fc.bias"] = torch.randn(1, 512, generator=g), torch.randn(1, generator=g)
-    files = {"semantic": {"fc.weight": torch.randn(1, semantic_dim, generator=g), "fc.bias": torch.randn(1, generator=g)},
-             "artifact": artifact,
-             "fusion": {"fc.weight": torch.randn(1, 2, generator=g), "fc.bias": torch.randn(1, generator=g)}}
+    files = {
+        "semantic": {"fc.weight": torch.randn(1, semantic_dim, generator=g), "fc.bias": torch.randn(1, generator=g)},
+        "artifact": artifact,
+        "fusion": {"fc.weight": torch.randn(1, 2, generator=g), "fc.bias": torch.randn(1, generator=g)},
+    }
     folder.mkdir(parents=True, exist_ok=True)
     for part, state in files.items():
         torch.save(state, folder / f"{part}_weights.pth")
@@ -46,10 +58,15 @@ def authors_folder(folder: Path, semantic_dim: int, seed: int = 0) -> dict:
 def test_each_stage_trains_only_its_own_parameters(name, stage):
     torch.manual_seed(0)
     net = build_detector(tiny(name, stage=stage)).train()
-    trainable = {n.split(".")[0] + ("." + n.split(".")[1] if n.startswith("artifact.") else "")
-                 for n, p in net.named_parameters() if p.requires_grad}
-    assert trainable == {"semantic": {"semantic_head"}, "artifact": {"artifact.trunk", "artifact_head"},
-                         "fusion": {"fusion"}}[stage]
+    trainable = {
+        n.split(".")[0] + ("." + n.split(".")[1] if n.startswith("artifact.") else "")
+        for n, p in net.named_parameters()
+        if p.requires_grad
+    }
+    assert (
+        trainable
+        == {"semantic": {"semantic_head"}, "artifact": {"artifact.trunk", "artifact_head"}, "fusion": {"fusion"}}[stage]
+    )
     size = net.preprocess.size
     out = net(torch.rand(4, 3, size, size))
     assert out["logit"].shape == (4,)
@@ -60,8 +77,15 @@ def test_each_stage_trains_only_its_own_parameters(name, stage):
 
 def test_vae_residual_is_the_scaled_reconstruction_error_of_the_resized_input():
     torch.manual_seed(0)
-    net = CoSpy(variant="sd-v1.4", clip=tiny("cospy_tiny")["clip"], clip_pretrained=None, vae=TINY_VAE,
-                artifact_size=32, artifact_width=8, artifact_layers=[1, 1]).eval()
+    net = CoSpy(
+        variant="sd-v1.4",
+        clip=tiny("cospy_tiny")["clip"],
+        clip_pretrained=None,
+        vae=TINY_VAE,
+        artifact_size=32,
+        artifact_width=8,
+        artifact_layers=[1, 1],
+    ).eval()
     vae = AutoencoderKL(**TINY_VAE).eval()
     vae.load_state_dict(net.artifact.reconstruction.vae.state_dict())
     image = torch.rand(2, 3, 48, 48)
@@ -114,10 +138,13 @@ def test_authors_weights_folder_lands_on_the_right_tensors(name, tmp_path):
     torch.testing.assert_close(state["fusion.bias"], files["fusion"]["fc.bias"])
     torch.testing.assert_close(state["artifact_head.weight"], files["artifact"]["fc.weight"])
     art = files["artifact"]
-    for theirs, ours in [("conv1.weight", "0.weight"), ("bn1.running_var", "1.running_var"),
-                         ("layer1.2.conv3.weight", "4.2.conv3.weight"),
-                         ("layer2.0.downsample.1.running_mean", "5.0.downsample.1.running_mean"),
-                         ("layer2.3.bn2.weight", "5.3.bn2.weight")]:
+    for theirs, ours in [
+        ("conv1.weight", "0.weight"),
+        ("bn1.running_var", "1.running_var"),
+        ("layer1.2.conv3.weight", "4.2.conv3.weight"),
+        ("layer2.0.downsample.1.running_mean", "5.0.downsample.1.running_mean"),
+        ("layer2.3.bn2.weight", "5.3.bn2.weight"),
+    ]:
         torch.testing.assert_close(state[f"artifact.trunk.{ours}"], art[f"artifact_encoder.{theirs}"])
     mapped = cospy_state_dict("artifact", art)
     assert not any("vae" in k or "fc1" in k for k in mapped)

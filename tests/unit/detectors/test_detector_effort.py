@@ -1,4 +1,5 @@
 """Effort: exact at initialization, only the residual trains, the authors' checkpoints load."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,16 @@ from detectors.blocks.svd_adapter import SVDResidualLinear, svd_regularization
 from detectors.blocks.weights import MissingWeightsError
 from detectors.effort import Effort, effort_state_dict
 
-TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
-            patch_size=8, projection_dim=16, hidden_act="quick_gelu")
+TINY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    image_size=32,
+    patch_size=8,
+    projection_dim=16,
+    hidden_act="quick_gelu",
+)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
@@ -25,7 +34,7 @@ def clip_folder(tmp_path):
 
 
 def _strip(key: str) -> str:
-    return key[len("vision_model."):] if key.startswith("vision_model.") else key
+    return key[len("vision_model.") :] if key.startswith("vision_model.") else key
 
 
 def authors_checkpoint(original: dict, frozen_copies: bool = True, seed: int = 1) -> dict:
@@ -66,7 +75,9 @@ def reference_score(state: dict, original: dict, image: torch.Tensor) -> torch.T
             if main is None:  # top n-1 reconstruction of the original weight
                 u, s, vh = torch.linalg.svd(original.get(key, original.get("vision_model." + key)), full_matrices=False)
                 main = u[:, :-1] @ torch.diag(s[:-1]) @ vh[:-1]
-            weights[key] = main + state[p + "U_residual"] @ torch.diag(state[p + "S_residual"]) @ state[p + "V_residual"]
+            weights[key] = (
+                main + state[p + "U_residual"] @ torch.diag(state[p + "S_residual"]) @ state[p + "V_residual"]
+            )
         else:
             weights[key] = state[f"module.backbone.{key}"]
     target = getattr(tower, "vision_model", tower)
@@ -90,7 +101,9 @@ def test_adapted_weights_equal_the_original_at_init_and_only_the_residual_and_he
         assert not layer.weight_main.requires_grad and not layer.bias.requires_grad
     trainable = {n for n, p in net.named_parameters() if p.requires_grad}
     assert trainable == {f"backbone.{n}.{f}" for n in adapted for f in ("U_residual", "S_residual", "V_residual")} | {
-        "head.weight", "head.bias"}
+        "head.weight",
+        "head.bias",
+    }
     net.train()
     out = net(torch.rand(2, 3, 40, 40))  # resized to 32 inside
     net.loss(out, {"label": torch.tensor([0, 1])}).backward()
@@ -112,18 +125,21 @@ def test_authors_checkpoint_gives_their_scores(clip_folder, tmp_path, frozen_cop
 
 
 def test_mapping_reshapes_factors_and_drops_frozen_copies():
-    state = {"module.backbone.encoder.layers.0.self_attn.q_proj.U_residual": torch.zeros(8, 1),
-             "module.backbone.encoder.layers.0.self_attn.q_proj.S_residual": torch.zeros(1),
-             "module.backbone.encoder.layers.0.self_attn.q_proj.V_residual": torch.zeros(1, 8),
-             "module.backbone.encoder.layers.0.self_attn.q_proj.U_r": torch.zeros(8, 7),
-             "module.backbone.embeddings.position_ids": torch.zeros(1, 5),
-             "module.head.weight": torch.zeros(2, 8)}
+    state = {
+        "module.backbone.encoder.layers.0.self_attn.q_proj.U_residual": torch.zeros(8, 1),
+        "module.backbone.encoder.layers.0.self_attn.q_proj.S_residual": torch.zeros(1),
+        "module.backbone.encoder.layers.0.self_attn.q_proj.V_residual": torch.zeros(1, 8),
+        "module.backbone.encoder.layers.0.self_attn.q_proj.U_r": torch.zeros(8, 7),
+        "module.backbone.embeddings.position_ids": torch.zeros(1, 5),
+        "module.head.weight": torch.zeros(2, 8),
+    }
     ours = effort_state_dict({"state_dict": state})
     assert {k: tuple(v.shape) for k, v in ours.items()} == {
         "backbone.encoder.layers.0.self_attn.q_proj.U_residual": (1, 8, 1),
         "backbone.encoder.layers.0.self_attn.q_proj.S_residual": (1, 1),
         "backbone.encoder.layers.0.self_attn.q_proj.V_residual": (1, 1, 8),
-        "head.weight": (2, 8)}
+        "head.weight": (2, 8),
+    }
 
 
 def test_checkpoint_without_the_trained_head_or_file_is_refused(clip_folder, tmp_path):
@@ -178,7 +194,9 @@ def test_regularizer_weights_enter_the_training_loss(clip_folder):
     image, batch = torch.rand(2, 3, 32, 32), {"label": torch.tensor([0, 1])}
     out = regularized(image)
     orthogonality, keep = svd_regularization(regularized.backbone)
-    expected = nn.functional.binary_cross_entropy_with_logits(out["logit"], batch["label"].float()) + orthogonality + keep
+    expected = (
+        nn.functional.binary_cross_entropy_with_logits(out["logit"], batch["label"].float()) + orthogonality + keep
+    )
     assert float(keep) > 0
     torch.testing.assert_close(regularized.loss(out, batch), expected)
 
@@ -191,9 +209,13 @@ def test_mapping_check_tool_reports_agreement_with_an_independent_reference(clip
     _, original = clip_folder
     state = authors_checkpoint(original, seed=4)
     image = torch.rand(2, 3, 32, 32)
-    dump = {"state_dict": state, "clip_config": TINY, "input": image,
-            "clip_state_dict": {_strip(k): v for k, v in original.items()},
-            "outputs": reference_score(state, original, image)}
+    dump = {
+        "state_dict": state,
+        "clip_config": TINY,
+        "input": image,
+        "clip_state_dict": {_strip(k): v for k, v in original.items()},
+        "outputs": reference_score(state, original, image),
+    }
     torch.save(dump, tmp_path / "good.pt")
     torch.save({**dump, "outputs": dump["outputs"] + 0.1}, tmp_path / "wrong.pt")
     assert main(["effort", str(tmp_path / "good.pt")]) == 0  # both the full and the slim file agree

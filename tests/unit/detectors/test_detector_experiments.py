@@ -1,4 +1,5 @@
 """The recipes in configs/experiment compose with train.yaml and build their (tiny) networks."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,6 +7,7 @@ from omegaconf import OmegaConf
 
 from detectors.build import build_detector
 from tests.helpers import CONFIGS, compose_config
+
 RECIPES = {  # recipe: (detector, data override, GPU precision, a tiny detector to build on CPU)
     "univfd": ("clip_linear", "data.root=/data/tree", "16-mixed", "clip_linear_tiny"),
     "npr": ("npr", "data.root=/data/tree", "16-mixed", None),
@@ -15,8 +17,12 @@ RECIPES = {  # recipe: (detector, data override, GPU precision, a tiny detector 
     "cospy_artifact": ("cospy", "data.manifest=/data/manifest.csv", "bf16-mixed", "cospy_tiny"),
     "cospy_fusion": ("cospy", "data.manifest=/data/manifest.csv", "bf16-mixed", "cospy_tiny"),
 }
-PREPROCESS_MODE = {"effort": "resize", "cospy_semantic": "resize_crop", "cospy_artifact": "resize_crop",
-                   "cospy_fusion": "resize_crop"}
+PREPROCESS_MODE = {
+    "effort": "resize",
+    "cospy_semantic": "resize_crop",
+    "cospy_artifact": "resize_crop",
+    "cospy_fusion": "resize_crop",
+}
 
 
 def compose_train(overrides: list[str]):
@@ -61,7 +67,13 @@ def test_authors_recipes_build_their_tiny_detector_on_cpu(recipe):
     assert net.preprocess.size == cfg.detector.net.preprocess.size
     if recipe.startswith("cospy_"):
         trainable = {n.split(".")[0] for n, p in net.named_parameters() if p.requires_grad}
-        assert trainable == {"cospy_semantic": {"semantic_head"}, "cospy_artifact": {"artifact", "artifact_head"},
-                             "cospy_fusion": {"fusion"}}[recipe]
+        assert (
+            trainable
+            == {
+                "cospy_semantic": {"semantic_head"},
+                "cospy_artifact": {"artifact", "artifact_head"},
+                "cospy_fusion": {"fusion"},
+            }[recipe]
+        )
     else:
         assert net.parameter_counts["adapted_projections"] == 8

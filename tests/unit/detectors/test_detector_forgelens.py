@@ -1,4 +1,5 @@
 """ForgeLens: stages train what the authors train, modules are shared as theirs, released files load."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -23,16 +24,19 @@ def tiny(**overrides):
 
 
 def deep_tower(layers: int) -> dict:
-    return {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": layers, "width": 64, "patch_size": 16,
-                                             "head_width": 32}}
+    return {
+        "embed_dim": 32,
+        "vision_cfg": {"image_size": 32, "layers": layers, "width": 64, "patch_size": 16, "head_width": 32},
+    }
 
 
 def trained_names(net) -> set[str]:
     return {name.split(".")[0] for name, p in net.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
 
 
-@pytest.mark.parametrize("stage, trained", [(1, {"wsgm", "stage1_head"}),
-                                            (2, {"faformer", "faformer_norm", "cls_token", "head"})])
+@pytest.mark.parametrize(
+    "stage, trained", [(1, {"wsgm", "stage1_head"}), (2, {"faformer", "faformer_norm", "cls_token", "head"})]
+)
 def test_each_stage_trains_only_its_own_parts(stage, trained):
     net = tiny(stage=stage).train()
     logit = net(torch.rand(3, 3, 32, 32))["logit"]
@@ -79,32 +83,63 @@ def authors_state_dict(net, wsgm: int, layers: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(3)
     rand = lambda *shape: torch.randn(*shape, generator=generator)  # noqa: E731
     width, embed, depth = 64, 32, len(net.tower.transformer.resblocks)
-    state = {f"backbone.backbone.visual.{k}": rand(*v.shape).half() if v.dim() > 1 else rand(*v.shape)
-             for k, v in net.tower.state_dict().items()}
-    modules = {j: {"down": (rand(16, width), rand(16)), "middle": (rand(16, 16), rand(16)),
-                   "up": (rand(width, 16), rand(width))} for j in range(wsgm)}
+    state = {
+        f"backbone.backbone.visual.{k}": rand(*v.shape).half() if v.dim() > 1 else rand(*v.shape)
+        for k, v in net.tower.state_dict().items()
+    }
+    modules = {
+        j: {
+            "down": (rand(16, width), rand(16)),
+            "middle": (rand(16, 16), rand(16)),
+            "up": (rand(width, 16), rand(width)),
+        }
+        for j in range(wsgm)
+    }
     for j, parts in modules.items():
         for part, (weight, bias) in parts.items():
             state[f"backbone.backbone.visual.transformer.WSGM_modules.{j}.{part}.weight"] = weight.half()
             state[f"backbone.backbone.visual.transformer.WSGM_modules.{j}.{part}.bias"] = bias.half()
             for i in range(depth):  # every block's alias of the module it shares
                 if i * wsgm // depth == j:
-                    state[f"backbone.backbone.visual.transformer.resblocks.{i}.wsgm_module.{part}.weight"] = weight.half()
-    state.update({"backbone.backbone.transformer.resblocks.0.attn.in_proj_weight": rand(3 * 16, 16),
-                  "backbone.backbone.token_embedding.weight": rand(10, 16), "backbone.backbone.logit_scale": rand(()),
-                  "backbone.backbone.ln_final.weight": rand(16), "backbone.backbone.text_projection": rand(16, embed),
-                  "backbone.ln_post.weight": rand(embed), "backbone.ln_post.bias": rand(embed),
-                  "backbone.fc.1.weight": rand(1, embed), "backbone.fc.1.bias": rand(1),
-                  "cls_token": rand(embed), "ln_post.weight": rand(embed), "ln_post.bias": rand(embed),
-                  "fc.1.weight": rand(1, embed), "fc.1.bias": rand(1)})
+                    state[f"backbone.backbone.visual.transformer.resblocks.{i}.wsgm_module.{part}.weight"] = (
+                        weight.half()
+                    )
+    state.update(
+        {
+            "backbone.backbone.transformer.resblocks.0.attn.in_proj_weight": rand(3 * 16, 16),
+            "backbone.backbone.token_embedding.weight": rand(10, 16),
+            "backbone.backbone.logit_scale": rand(()),
+            "backbone.backbone.ln_final.weight": rand(16),
+            "backbone.backbone.text_projection": rand(16, embed),
+            "backbone.ln_post.weight": rand(embed),
+            "backbone.ln_post.bias": rand(embed),
+            "backbone.fc.1.weight": rand(1, embed),
+            "backbone.fc.1.bias": rand(1),
+            "cls_token": rand(embed),
+            "ln_post.weight": rand(embed),
+            "ln_post.bias": rand(embed),
+            "fc.1.weight": rand(1, embed),
+            "fc.1.bias": rand(1),
+        }
+    )
     for k in range(layers):
         block = f"transformer.resblocks.{k}."
-        state.update({block + "attn.in_proj_weight": rand(3 * embed, embed), block + "attn.in_proj_bias": rand(3 * embed),
-                      block + "attn.out_proj.weight": rand(embed, embed), block + "attn.out_proj.bias": rand(embed),
-                      block + "ln_1.weight": rand(embed), block + "ln_1.bias": rand(embed),
-                      block + "ln_2.weight": rand(embed), block + "ln_2.bias": rand(embed),
-                      block + "mlp.0.weight": rand(embed, embed), block + "mlp.0.bias": rand(embed),
-                      block + "mlp.3.weight": rand(embed, embed), block + "mlp.3.bias": rand(embed)})
+        state.update(
+            {
+                block + "attn.in_proj_weight": rand(3 * embed, embed),
+                block + "attn.in_proj_bias": rand(3 * embed),
+                block + "attn.out_proj.weight": rand(embed, embed),
+                block + "attn.out_proj.bias": rand(embed),
+                block + "ln_1.weight": rand(embed),
+                block + "ln_1.bias": rand(embed),
+                block + "ln_2.weight": rand(embed),
+                block + "ln_2.bias": rand(embed),
+                block + "mlp.0.weight": rand(embed, embed),
+                block + "mlp.0.bias": rand(embed),
+                block + "mlp.3.weight": rand(embed, embed),
+                block + "mlp.3.bias": rand(embed),
+            }
+        )
     return state
 
 
@@ -114,12 +149,17 @@ def test_released_file_loads_with_counts_read_from_the_weights(tmp_path):
     torch.save({"epoch": 4, "model_state_dict": state, "optimizer_state_dict": {}, "loss": 0.1}, path)
     net = tiny(pretrained=str(path), wsgm_count=1, faformer_layers=5)  # the configured counts are overridden
     assert len(net.wsgm) == 3 and len(net.faformer) == 2
-    pairs = {"wsgm.2.hidden.weight": "backbone.backbone.visual.transformer.WSGM_modules.2.middle.weight",
-             "tower.conv1.weight": "backbone.backbone.visual.conv1.weight",
-             "tower.transformer.resblocks.3.mlp.c_fc.weight": "backbone.backbone.visual.transformer.resblocks.3.mlp.c_fc.weight",
-             "stage1_head.weight": "backbone.fc.1.weight", "faformer.1.fc2.weight": "transformer.resblocks.1.mlp.3.weight",
-             "faformer.0.norm2.bias": "transformer.resblocks.0.ln_2.bias", "faformer_norm.weight": "ln_post.weight",
-             "head.bias": "fc.1.bias", "cls_token": "cls_token"}
+    pairs = {
+        "wsgm.2.hidden.weight": "backbone.backbone.visual.transformer.WSGM_modules.2.middle.weight",
+        "tower.conv1.weight": "backbone.backbone.visual.conv1.weight",
+        "tower.transformer.resblocks.3.mlp.c_fc.weight": "backbone.backbone.visual.transformer.resblocks.3.mlp.c_fc.weight",
+        "stage1_head.weight": "backbone.fc.1.weight",
+        "faformer.1.fc2.weight": "transformer.resblocks.1.mlp.3.weight",
+        "faformer.0.norm2.bias": "transformer.resblocks.0.ln_2.bias",
+        "faformer_norm.weight": "ln_post.weight",
+        "head.bias": "fc.1.bias",
+        "cls_token": "cls_token",
+    }
     ours = net.state_dict()
     for mine, theirs in pairs.items():
         assert ours[mine].dtype == torch.float32 and torch.equal(ours[mine], state[theirs].float()), mine
@@ -138,7 +178,7 @@ def test_released_file_with_a_foreign_or_missing_key_is_refused(tmp_path):
 
 def test_stage_one_file_starts_stage_two_with_a_fresh_faformer(tmp_path):
     state = authors_state_dict(tiny(), wsgm=2, layers=1)
-    stage1 = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+    stage1 = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
     stage1["ln_post.weight"] = torch.ones(32)  # net_stage1's own unused LayerNorm
     torch.save({"model_state_dict": stage1}, tmp_path / "intermediate_model_best.pth")
     net = tiny(pretrained=str(tmp_path / "intermediate_model_best.pth"), stage=2)
@@ -160,7 +200,7 @@ def test_tile_preprocessing_repeats_small_images_instead_of_resizing():
     out = build_transform(Preprocess(size=32, mode="tile"), train=False)(image=image)["image"]
     tiled = np.tile(image, (2, 1, 1))  # 40 x 50: rows repeated once, the long side left as it is
     top, left = (40 - 32) // 2, (50 - 32) // 2
-    assert np.array_equal(out, tiled[top:top + 32, left:left + 32])
+    assert np.array_equal(out, tiled[top : top + 32, left : left + 32])
     big = np.random.default_rng(1).integers(0, 256, (40, 40, 3), dtype=np.uint8)
     assert np.array_equal(build_transform(Preprocess(size=32, mode="tile"))(image=big)["image"], big[4:36, 4:36])
 
@@ -186,8 +226,11 @@ def test_checkpoint_made_from_a_released_file_rebuilds_without_it(tmp_path):
 def test_step_schedule_decays_per_epoch_and_optimises_trainable_parameters_only():
     from detectors.module import DetectorModule
 
-    module = DetectorModule(net={**TINY, "stage": 1}, optimizer={"name": "Adam", "lr": 5e-5},
-                            scheduler={"name": "step", "step_size": 2, "gamma": 0.7})
+    module = DetectorModule(
+        net={**TINY, "stage": 1},
+        optimizer={"name": "Adam", "lr": 5e-5},
+        scheduler={"name": "step", "step_size": 2, "gamma": 0.7},
+    )
     configured = module.configure_optimizers()
     scheduler = configured["lr_scheduler"]["scheduler"]
     assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and configured["lr_scheduler"]["interval"] == "epoch"
@@ -203,7 +246,11 @@ def test_training_recipes_compose_with_the_authors_settings(recipe, stage, lr):
     cfg = compose_config("train", overrides)
     assert cfg.detector.net._target_ == "detectors.forgelens.ForgeLens" and cfg.detector.net.stage == stage
     assert cfg.detector.optimizer.name == "Adam" and cfg.detector.optimizer.lr == lr
-    assert (cfg.detector.scheduler.name, cfg.detector.scheduler.step_size, cfg.detector.scheduler.gamma) == ("step", 2, 0.7)
+    assert (cfg.detector.scheduler.name, cfg.detector.scheduler.step_size, cfg.detector.scheduler.gamma) == (
+        "step",
+        2,
+        0.7,
+    )
     assert cfg.detector.net.preprocess.mode == "tile" and cfg.data.batch_size == 16
 
 

@@ -1,18 +1,18 @@
 """ForgeLens (both stages) and IAPL (without adaptation) export to ONNX with score parity."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from detectors.module import DetectorModule
-from exporting.onnx_export import export_onnx
 from detectors.registry import create_module
-
+from exporting.onnx_export import export_onnx
 
 
 @pytest.mark.slow  # the dynamo exporter takes 30-40 s per model on a shared CPU
-@pytest.mark.parametrize("name, overrides", [("forgelens_tiny", {"stage": 1}), ("forgelens_tiny", {"stage": 2}),
-                                             ("iapl_tiny", {})])
+@pytest.mark.parametrize(
+    "name, overrides", [("forgelens_tiny", {"stage": 1}), ("forgelens_tiny", {"stage": 2}), ("iapl_tiny", {})]
+)
 def test_export_matches_pytorch(tmp_path, name, overrides):
     torch.manual_seed(0)
     module = create_module(name, [f"net.{key}={value}" for key, value in overrides.items()])

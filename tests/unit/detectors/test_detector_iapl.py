@@ -1,4 +1,5 @@
 """IAPL: what trains, gates that start closed, the DCT condition, released files, test-time adaptation."""
+
 from __future__ import annotations
 
 import argparse
@@ -74,31 +75,49 @@ def authors_checkpoint(net) -> dict:
     g = torch.Generator().manual_seed(5)
     rand = lambda shape: torch.randn(*shape, generator=g)  # noqa: E731
     own = net.state_dict()
-    state = {"prompt_learner.ctx": rand(own["context"].shape), "fc_binary.weight": rand((1, 32)),
-             "fc_binary.bias": rand((1,))}
+    state = {
+        "prompt_learner.ctx": rand(own["context"].shape),
+        "fc_binary.weight": rand((1, 32)),
+        "fc_binary.bias": rand((1,)),
+    }
     state.update({f"prompt_learner.compound_prompts_vision.{k}": rand(p.shape) for k, p in enumerate(net.deep_prompts)})
     state.update({f"image_encoder.{k}": rand(v.shape) for k, v in net.tower.state_dict().items()})
-    state.update({f"image_encoder.transformer.resblocks.{k + 1}.gamma": rand(g_.shape) for k, g_ in enumerate(net.gates)})
+    state.update(
+        {f"image_encoder.transformer.resblocks.{k + 1}.gamma": rand(g_.shape) for k, g_ in enumerate(net.gates)}
+    )
     for i in net.adapters:
         for part in ("down", "up"):
             for kind in ("weight", "bias"):
                 state[f"image_encoder.transformer.resblocks.{i}.adapter.{part}_proj.{kind}"] = rand(
-                    own[f"adapters.{i}.{part}.{kind}"].shape)
+                    own[f"adapters.{i}.{part}.{kind}"].shape
+                )
     theirs_part = {v: k for k, v in BRANCH_PARTS.items()}
     theirs_stage = {v: k for k, v in BRANCH_STAGES.items()}
     for key, value in own.items():
         if key.startswith("condition.branch_"):
             side, _, stage, *part, kind = key.split(".")[1:]
-            name = f"conditional_ctx.model_{side[len('branch_'):]}.{theirs_stage[int(stage)]}.{theirs_part['.'.join(part)]}.{kind}"
-            state[name] = value.clone() if kind == "num_batches_tracked" else rand(value.shape).abs() + 0.5 \
-                if kind == "running_var" else rand(value.shape)
-    state.update({"conditional_ctx.gamma": rand((64,)), "conditional_ctx.gamma_2": rand((64,)),
-                  "conditional_ctx.sup.weight": rand((1, 64)), "conditional_ctx.sup.bias": rand((1,)),
-                  "conditional_ctx.hpf.hpf.weight": rand((30, 3, 5, 5)),
-                  "conditional_ctx._DCT_patch": dct_matrix(32), "conditional_ctx._DCT_patch_T": dct_matrix(32).T,
-                  "conditional_ctx.level_filters.0.base": torch.ones(32, 32),
-                  **{f"conditional_ctx.grade_filters.{k}.{n}": torch.ones(32, 32) for k in range(6) for n in ("base",)},
-                  **{f"conditional_ctx.grade_filters.{k}.ft_num": torch.tensor(1.0) for k in range(6)}})
+            name = f"conditional_ctx.model_{side[len('branch_') :]}.{theirs_stage[int(stage)]}.{theirs_part['.'.join(part)]}.{kind}"
+            state[name] = (
+                value.clone()
+                if kind == "num_batches_tracked"
+                else rand(value.shape).abs() + 0.5
+                if kind == "running_var"
+                else rand(value.shape)
+            )
+    state.update(
+        {
+            "conditional_ctx.gamma": rand((64,)),
+            "conditional_ctx.gamma_2": rand((64,)),
+            "conditional_ctx.sup.weight": rand((1, 64)),
+            "conditional_ctx.sup.bias": rand((1,)),
+            "conditional_ctx.hpf.hpf.weight": rand((30, 3, 5, 5)),
+            "conditional_ctx._DCT_patch": dct_matrix(32),
+            "conditional_ctx._DCT_patch_T": dct_matrix(32).T,
+            "conditional_ctx.level_filters.0.base": torch.ones(32, 32),
+            **{f"conditional_ctx.grade_filters.{k}.{n}": torch.ones(32, 32) for k in range(6) for n in ("base",)},
+            **{f"conditional_ctx.grade_filters.{k}.ft_num": torch.tensor(1.0) for k in range(6)},
+        }
+    )
     return state
 
 
@@ -107,15 +126,20 @@ def test_released_checkpoint_loads_through_the_documented_mapping(tmp_path):
     path = tmp_path / "checkpoint_best_acc.pth"
     torch.save({"model": state, "optimizer": {}, "epoch": 4, "args": argparse.Namespace(lr=5e-5, n_ctx=2)}, path)
     ours = tiny(pretrained=str(path)).state_dict()
-    pairs = {"context": "prompt_learner.ctx", "deep_prompts.1": "prompt_learner.compound_prompts_vision.1",
-             "gates.0": "image_encoder.transformer.resblocks.1.gamma",
-             "adapters.3.up.weight": "image_encoder.transformer.resblocks.3.adapter.up_proj.weight",
-             "tower.transformer.resblocks.2.attn.in_proj_weight": "image_encoder.transformer.resblocks.2.attn.in_proj_weight",
-             "tower.proj": "image_encoder.proj",
-             "condition.branch_max.blocks.3.shortcut.1.running_var": "conditional_ctx.model_max.conv60.conv1x1.1.running_var",
-             "condition.branch_min.blocks.0.conv1.weight": "conditional_ctx.model_min.conv00.conv.weight",
-             "condition.gate_max": "conditional_ctx.gamma_2", "condition.aux_head.weight": "conditional_ctx.sup.weight",
-             "condition.hpf_weight": "conditional_ctx.hpf.hpf.weight", "head.bias": "fc_binary.bias"}
+    pairs = {
+        "context": "prompt_learner.ctx",
+        "deep_prompts.1": "prompt_learner.compound_prompts_vision.1",
+        "gates.0": "image_encoder.transformer.resblocks.1.gamma",
+        "adapters.3.up.weight": "image_encoder.transformer.resblocks.3.adapter.up_proj.weight",
+        "tower.transformer.resblocks.2.attn.in_proj_weight": "image_encoder.transformer.resblocks.2.attn.in_proj_weight",
+        "tower.proj": "image_encoder.proj",
+        "condition.branch_max.blocks.3.shortcut.1.running_var": "conditional_ctx.model_max.conv60.conv1x1.1.running_var",
+        "condition.branch_min.blocks.0.conv1.weight": "conditional_ctx.model_min.conv00.conv.weight",
+        "condition.gate_max": "conditional_ctx.gamma_2",
+        "condition.aux_head.weight": "conditional_ctx.sup.weight",
+        "condition.hpf_weight": "conditional_ctx.hpf.hpf.weight",
+        "head.bias": "fc_binary.bias",
+    }
     for mine, theirs in pairs.items():
         assert torch.equal(ours[mine], state[theirs]), mine
     del state["conditional_ctx.gamma"]
@@ -156,7 +180,10 @@ def write_checkpoint(tmp_path, name: str) -> Path:
 def test_ckpt_runtime_adapts_per_image_and_onnx_refuses(tmp_path):
     runtime = TorchRuntime(write_checkpoint(tmp_path, "iapl_tiny"), device="cpu", tta=True)
     assert (runtime.preprocess.mode, runtime.preprocess.size, runtime.preprocess.interpolation) == (
-        "resize", 256, "bilinear")  # views are cut from this resize, as the authors' are
+        "resize",
+        256,
+        "bilinear",
+    )  # views are cut from this resize, as the authors' are
     runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=4, steps=1, load_size=80))
     scores = runtime.predict(torch.rand(2, 3, 80, 80))["score"]
     assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
@@ -176,8 +203,19 @@ def test_infer_with_tta_scores_every_image(tmp_path):
 
     model = write_checkpoint(tmp_path, "iapl_tiny")
     images = write_images(tmp_path / "images", [(300, 260), (40, 90)])
-    cfg = compose_config("infer", [f"model={model}", f"input={tmp_path / 'images'}", f"output={tmp_path / 's.csv'}",
-                                   "tta=true", "device=cpu", "num_workers=0", "progress=false", "batch_size=2"])
+    cfg = compose_config(
+        "infer",
+        [
+            f"model={model}",
+            f"input={tmp_path / 'images'}",
+            f"output={tmp_path / 's.csv'}",
+            "tta=true",
+            "device=cpu",
+            "num_workers=0",
+            "progress=false",
+            "batch_size=2",
+        ],
+    )
     infer(cfg)
     rows = read_results(tmp_path / "s.csv")
     assert sorted(Path(r["path"]).name for r in rows) == sorted(p.name for p in images)
@@ -189,6 +227,12 @@ def test_iapl_recipe_composes_with_the_authors_settings():
 
     cfg = compose_config("train", ["experiment=iapl", "data.manifest=/data/m.csv"])
     assert cfg.detector.net._target_ == "detectors.iapl.IAPL" and list(cfg.detector.net.adapter_layers) == [
-        3, 7, 11, 15, 19, 23]
+        3,
+        7,
+        11,
+        15,
+        19,
+        23,
+    ]
     assert (cfg.detector.optimizer.name, cfg.detector.optimizer.lr, cfg.data.batch_size) == ("Adam", 5e-5, 32)
     assert cfg.detector.net.label_smoothing == 0.1 and cfg.trainer.max_epochs == 5

@@ -1,4 +1,5 @@
 """smp encoders load ImageNet-style weights from local files only, and say how to provide them."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """Effort-style SVD adapter: exact at initialization, only the residual trains, counts reported."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,11 +8,18 @@ import torch
 from torch import nn
 
 from detectors.blocks.clip import load_clip_visual
+from detectors.blocks.svd_adapter import (
+    SVDMultiheadAttention,
+    SVDResidualLinear,
+    apply_adapter,
+    smallest_singular_triplets,
+)
 from detectors.blocks.weights import architecture_only
-from detectors.blocks.svd_adapter import (SVDMultiheadAttention, SVDResidualLinear, apply_adapter,
-                                          smallest_singular_triplets)
 
-TINY_VIT = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 16}}
+TINY_VIT = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 16},
+}
 
 
 def test_residual_is_the_smallest_singular_directions_and_reconstructs_the_weight():
@@ -45,7 +53,9 @@ def test_open_clip_tower_is_unchanged_at_init_and_only_residuals_get_gradients()
     torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
     after.square().sum().backward()
     with_grad = {name for name, p in visual.named_parameters() if p.grad is not None}
-    assert with_grad and all(name.rsplit(".", 1)[-1] in {"U_residual", "S_residual", "V_residual"} for name in with_grad)
+    assert with_grad and all(
+        name.rsplit(".", 1)[-1] in {"U_residual", "S_residual", "V_residual"} for name in with_grad
+    )
     assert all(not p.requires_grad for name, p in visual.named_parameters() if name not in with_grad)
 
 

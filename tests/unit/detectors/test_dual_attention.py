@@ -1,4 +1,5 @@
 """Dual attention: identities until trained, then positions and channels exchange evidence."""
+
 from __future__ import annotations
 
 import torch

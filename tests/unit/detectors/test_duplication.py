@@ -30,9 +30,7 @@ def test_the_logistic_score_reproduces_scikit_learn():
     model = LogisticScore(3)
     model.fit(features, labels)
     mean, scale = features.mean(0), features.std(0)
-    reference = LogisticRegression(class_weight="balanced", max_iter=1000).fit(
-        (features - mean) / scale, labels
-    )
+    reference = LogisticRegression(class_weight="balanced", max_iter=1000).fit((features - mean) / scale, labels)
     expected = reference.decision_function((features - mean) / scale)
     assert np.allclose(model.logit(features), expected, atol=1e-6)
 
@@ -44,12 +42,8 @@ def test_an_unfitted_score_model_refuses_to_score():
 
 def test_a_flipped_brightened_copy_is_a_flip_with_changed_parameters(coffee):
     detector = hand_set_pair_module().net
-    pair = global_duplication(
-        coffee, np.random.default_rng(0), geometric="hflip", parameters=["brightness"]
-    )
-    found = detector.predict_pair(
-        detector.describe(pair.panel_a), detector.describe(pair.panel_b), 0.5
-    )
+    pair = global_duplication(coffee, np.random.default_rng(0), geometric="hflip", parameters=["brightness"])
+    found = detector.predict_pair(detector.describe(pair.panel_a), detector.describe(pair.panel_b), 0.5)
     assert found.duplicated and found.operations == ["flip", "parameter"]
     assert found.transform["flipped"] and found.mask_a.mean() > 0.8 and found.mask_b.mean() > 0.8
 
@@ -63,16 +57,9 @@ def test_a_direct_copy_is_direct_reuse(coffee):
 
 def test_a_pair_under_the_threshold_has_no_operations_and_empty_masks(coffee):
     detector = hand_set_pair_module().net
-    other = np.ascontiguousarray(
-        np.random.default_rng(1).integers(0, 255, coffee.shape, dtype=np.uint8)
-    )
+    other = np.ascontiguousarray(np.random.default_rng(1).integers(0, 255, coffee.shape, dtype=np.uint8))
     found = detector.predict_pair(detector.describe(coffee), detector.describe(other), 0.5)
-    assert (
-        not found.duplicated
-        and found.operations == []
-        and not found.mask_a.any()
-        and not found.mask_b.any()
-    )
+    assert not found.duplicated and found.operations == [] and not found.mask_a.any() and not found.mask_b.any()
 
 
 def test_the_pair_forward_takes_two_batches_of_tensors(coffee):
@@ -92,12 +79,11 @@ def test_the_checkpoint_loads_weights_only_with_its_models_and_threshold(tmp_pat
 
 
 def test_self_matching_marks_a_rotated_copy_and_not_its_source():
-    from synthesis.copy_move import copy_move
+    import cv2
 
     from datamodules.io import read_image
+    from synthesis.copy_move import copy_move
     from synthesis.embedded import bundled_photo_paths
-
-    import cv2
 
     image = next(read_image(p) for p in bundled_photo_paths() if p.name == "astronaut.png")
     image = cv2.resize(image, (256, 256), interpolation=cv2.INTER_AREA)

@@ -6,6 +6,7 @@ takes part in it. A parameter whose gradient is exactly zero at initialization b
 zero-initialized gate shields it (the last batch-norm scale of timm's residual blocks, DANet's
 attention scale, an adapter's up-projection) must receive a non-zero gradient after one step.
 """
+
 from __future__ import annotations
 
 import re

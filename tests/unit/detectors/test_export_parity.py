@@ -2,11 +2,13 @@
 
 Detectors are the registry's tiny variants (`list_detectors(tiny=True)`), so a new detector is
 covered as soon as its configs exist (one that is no fixed graph says why in `onnx_export_refusal`
-and is refused, tests/unit/detectors/test_training_free.py); those whose config says `cpu_checks.slow` (their export takes
+and is refused, tests/unit/detectors/test_training_free.py); those whose config says `cpu_checks.slow`
+(their export takes
 minutes on a busy 2-core machine) run with `pytest -m slow`. Each export must pass the exporter's
 own parity check at the default tolerance, and the written file must reproduce PyTorch on a batch
 size it was not traced with.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,18 +19,22 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from detectors.module import DetectorModule
-from exporting.onnx_export import PARITY_TOLERANCE, export_onnx
 from detectors.registry import create_module, detector_class, detector_config, list_detectors
+from exporting.onnx_export import export_onnx
 
 # variants of a tiny config that change the exported graph (adapter, fusion, artifact branch)
-VARIANTS = {"clip_linear_tiny+svd": ("clip_linear_tiny", ["net.adapter=svd"]),
-            "clip_freq_tiny+late_dct": ("clip_freq_tiny", ["net.fusion=late", "net.artifact=dct"])}
+VARIANTS = {
+    "clip_linear_tiny+svd": ("clip_linear_tiny", ["net.adapter=svd"]),
+    "clip_freq_tiny+late_dct": ("clip_freq_tiny", ["net.fusion=late", "net.artifact=dct"]),
+}
 
 
 def cases() -> list:
-    out = [pytest.param(name, [], id=name, marks=[pytest.mark.slow] if detector_config(name).cpu_checks.slow else [])
-           for name in list_detectors(tiny=True) if not getattr(detector_class(name), "onnx_export_refusal", None)]
+    out = [
+        pytest.param(name, [], id=name, marks=[pytest.mark.slow] if detector_config(name).cpu_checks.slow else [])
+        for name in list_detectors(tiny=True)
+        if not getattr(detector_class(name), "onnx_export_refusal", None)
+    ]
     out += [pytest.param(base, overrides, id=case) for case, (base, overrides) in VARIANTS.items()]
     return out
 
@@ -51,7 +57,7 @@ def test_shipped_export_reproduces_pytorch(name, overrides, tmp_path):
     assert json.loads(meta["preprocess"]) == module.net.preprocess.to_dict()
     expected_outputs = ["score", "mask"] if module.net.is_localizer else ["score"]
     assert json.loads(meta["outputs"]) == report.outputs == [o.name for o in model.graph.output]
-    assert report.outputs[:len(expected_outputs)] == expected_outputs  # extra maps (confidence) may follow
+    assert report.outputs[: len(expected_outputs)] == expected_outputs  # extra maps (confidence) may follow
 
     session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
     image = torch.rand(5, 3, size, size, generator=torch.Generator().manual_seed(1))

@@ -1,4 +1,5 @@
 """The forensic filters: Bayar's constrained convolution, the Sobel gate, luma for RGB and BGR."""
+
 from __future__ import annotations
 
 import torch

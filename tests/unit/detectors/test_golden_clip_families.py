@@ -8,6 +8,7 @@ through the toolkit's own reading and preprocessing (`read_image`, the detector'
 and must give the authors' outputs. A mapping that swaps two tensors of one shape, a channel order,
 a scale or a crop offset changes those outputs.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def authors_file(arrays: dict[str, np.ndarray], name: str) -> dict[str, torch.Te
     for key, value in arrays.items():
         if key.startswith(name + "|"):
             tensor = torch.from_numpy(value)
-            state[key[len(name) + 1:]] = tensor.float() if tensor.is_floating_point() else tensor
+            state[key[len(name) + 1 :]] = tensor.float() if tensor.is_floating_point() else tensor
     assert state, f"no tensors stored for {name}"
     return state
 
@@ -47,8 +48,7 @@ def images(arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 @torch.no_grad()
-def score_from_pixels(net: torch.nn.Module, pixels: list[np.ndarray],
-                      folder: Path) -> dict[str, torch.Tensor]:
+def score_from_pixels(net: torch.nn.Module, pixels: list[np.ndarray], folder: Path) -> dict[str, torch.Tensor]:
     """The path `infer.py` takes: an RGB image file, read, brought to the input size by the
     detector's preprocessing, scaled to [0, 1], normalized inside the network."""
     geometry = eval_geometry(net.preprocess)
@@ -65,8 +65,7 @@ def assert_close(ours: torch.Tensor, authors: np.ndarray) -> None:
     torch.testing.assert_close(ours.float(), expected, rtol=5e-5, atol=2e-6)
 
 
-def save_hf_clip(config: dict, state: dict[str, torch.Tensor], folder: Path,
-                 projection: bool) -> str:
+def save_hf_clip(config: dict, state: dict[str, torch.Tensor], folder: Path, projection: bool) -> str:
     """A Hugging Face CLIP vision folder (`save_pretrained`), as users pass the original CLIP."""
     import transformers
 
@@ -104,11 +103,16 @@ def test_cospy_sd14_released_folder_gives_the_authors_logits_from_pixels(tmp_pat
     artifact = authors_file(arrays, "artifact_weights.pth")
     vae = diffusers.AutoencoderKL.from_config(meta["vae_config"])
     prefix = "artifact_encoder.vae."
-    vae.load_state_dict({k[len(prefix):]: v for k, v in artifact.items() if k.startswith(prefix)})
+    vae.load_state_dict({k[len(prefix) :]: v for k, v in artifact.items() if k.startswith(prefix)})
     vae.save_pretrained(tmp_path / "vae")
-    net = CoSpy(variant="sd-v1.4", clip=meta["clip_config"], clip_pretrained=str(clip_file),
-                vae=str(tmp_path / "vae"), artifact_width=8,
-                pretrained=cospy_weights_folder(arrays, tmp_path / "sd-v1_4"))
+    net = CoSpy(
+        variant="sd-v1.4",
+        clip=meta["clip_config"],
+        clip_pretrained=str(clip_file),
+        vae=str(tmp_path / "vae"),
+        artifact_width=8,
+        pretrained=cospy_weights_folder(arrays, tmp_path / "sd-v1_4"),
+    )
     out = score_from_pixels(net, images(arrays), tmp_path)
     branches = torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1)
     assert_close(branches, arrays["branch_logits"])
@@ -121,10 +125,15 @@ def test_cospy_progan_released_folder_gives_the_authors_logits_from_pixels(tmp_p
     from detectors.cospy import CoSpy
 
     arrays, meta = load_golden("cospy", "progan")
-    clip = save_hf_clip(meta["clip_config"], authors_file(arrays, "clip"), tmp_path / "clip",
-                        projection=True)
-    net = CoSpy(variant="progan", clip=clip, clip_pretrained=None, vae=None,
-                pretrained=cospy_weights_folder(arrays, tmp_path / "progan"), artifact_width=8)
+    clip = save_hf_clip(meta["clip_config"], authors_file(arrays, "clip"), tmp_path / "clip", projection=True)
+    net = CoSpy(
+        variant="progan",
+        clip=clip,
+        clip_pretrained=None,
+        vae=None,
+        pretrained=cospy_weights_folder(arrays, tmp_path / "progan"),
+        artifact_width=8,
+    )
     out = score_from_pixels(net, images(arrays), tmp_path)
     branches = torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1)
     assert_close(branches, arrays["branch_logits"])
@@ -155,11 +164,16 @@ def test_forgelens_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_
     arrays, meta = load_golden("forgelens", "forgelens")
     state = authors_file(arrays, "model_state_dict")
     if stage == 1:
-        state = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+        state = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
     checkpoint = tmp_path / "forgelens.pth"
     torch.save({"model_state_dict": state, "epoch": 0}, checkpoint)
-    net = ForgeLens(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint),
-                    stage=stage, faformer_heads=meta["faformer_heads"])
+    net = ForgeLens(
+        model=meta["clip_config"],
+        clip_pretrained=None,
+        pretrained=str(checkpoint),
+        stage=stage,
+        faformer_heads=meta["faformer_heads"],
+    )
     out = score_from_pixels(net, images(arrays), tmp_path)
     assert_close(out["logit"], arrays[f"outputs_stage{stage}"])
 
@@ -173,10 +187,15 @@ def test_iapl_released_checkpoint_gives_the_authors_logits_from_pixels(tmp_path)
     arrays, meta = load_golden("iapl", "iapl")
     checkpoint = tmp_path / "checkpoint.pth"
     torch.save({"model": authors_file(arrays, "model"), "epoch": 0}, checkpoint)
-    net = IAPL(model=meta["clip_config"], clip_pretrained=None, pretrained=str(checkpoint),
-               n_ctx=meta["n_ctx"], prompt_depth=meta["prompt_depth"],
-               adapter_layers=meta["adapter_layers"],
-               preprocess={"size": 224, "mode": "tile", "mean": meta["mean"], "std": meta["std"]})
+    net = IAPL(
+        model=meta["clip_config"],
+        clip_pretrained=None,
+        pretrained=str(checkpoint),
+        n_ctx=meta["n_ctx"],
+        prompt_depth=meta["prompt_depth"],
+        adapter_layers=meta["adapter_layers"],
+        preprocess={"size": 224, "mode": "tile", "mean": meta["mean"], "std": meta["std"]},
+    )
     out = score_from_pixels(net, images(arrays), tmp_path)
     assert_close(out["aux_logit"], arrays["aux_outputs"])
     assert_close(out["logit"], arrays["outputs"])

@@ -1,4 +1,5 @@
 """The localizer contract on hand-made maps: losses, image score from the map, padding to stride."""
+
 from __future__ import annotations
 
 import math
@@ -88,11 +89,14 @@ def test_default_loss_is_dice_plus_bce_and_weights_come_from_config():
     default = Constant(logits)
     outputs = default(torch.zeros(1, 3, 8, 8))
     assert default.loss(outputs, batch).item() == pytest.approx(
-        (dice_loss(logits, mask) + bce_loss(logits, mask)).item(), rel=1e-6)
-    weighted = Constant(logits, loss_weights={"mask_dice": 0.16, "mask_bce": 0.0, "edge_dice": 0.8,
-                                              "image_bce": 0.04})
-    expected = (0.16 * dice_loss(logits, mask) + 0.8 * dice_loss(logits, batch["edge"])
-                + 0.04 * bce_loss(logits.amax().view(1), torch.ones(1)))
+        (dice_loss(logits, mask) + bce_loss(logits, mask)).item(), rel=1e-6
+    )
+    weighted = Constant(logits, loss_weights={"mask_dice": 0.16, "mask_bce": 0.0, "edge_dice": 0.8, "image_bce": 0.04})
+    expected = (
+        0.16 * dice_loss(logits, mask)
+        + 0.8 * dice_loss(logits, batch["edge"])
+        + 0.04 * bce_loss(logits.amax().view(1), torch.ones(1))
+    )
     assert weighted.loss(outputs, batch).item() == pytest.approx(expected.item(), rel=1e-6)
 
 

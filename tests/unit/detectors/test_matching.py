@@ -1,4 +1,5 @@
-"""The matching core (detectors.matching, detectors.pair_matching): mirrored descriptors, geometry names, pairs found with their masks, fallbacks."""
+"""The matching core (detectors.matching, detectors.pair_matching): mirrored descriptors, geometry
+names, pairs found with their masks, fallbacks."""
 
 from __future__ import annotations
 
@@ -23,11 +24,7 @@ def photos() -> dict[str, np.ndarray]:
     from datamodules.io import read_image
     from synthesis.embedded import bundled_photo_paths
 
-    return {
-        p.name: read_image(p)
-        for p in bundled_photo_paths()
-        if p.name in ("astronaut.png", "coffee.png")
-    }
+    return {p.name: read_image(p) for p in bundled_photo_paths() if p.name in ("astronaut.png", "coffee.png")}
 
 
 def iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -39,8 +36,7 @@ def test_mirrored_descriptors_are_those_computed_on_the_mirrored_image(photos):
     sift = cv2.SIFT_create(nfeatures=300)
     keypoints, descriptors = sift.detectAndCompute(gray, None)
     mirrored = [
-        cv2.KeyPoint(255 - k.pt[0], k.pt[1], k.size, (180 - k.angle) % 360, k.response, k.octave)
-        for k in keypoints
+        cv2.KeyPoint(255 - k.pt[0], k.pt[1], k.size, (180 - k.angle) % 360, k.response, k.octave) for k in keypoints
     ]
     _, on_mirror = sift.compute(np.ascontiguousarray(gray[:, ::-1]), mirrored)
     error = np.abs(descriptors[:, MIRROR_ORDER] - on_mirror).mean()
@@ -70,9 +66,7 @@ def test_a_mirrored_brightened_copy_is_found_with_both_masks(photos):
         geometric="hflip",
         parameters=["brightness"],
     )
-    found = match_pair(
-        describe_panel(pair.panel_a, max_side=256), describe_panel(pair.panel_b, max_side=256)
-    )
+    found = match_pair(describe_panel(pair.panel_a, max_side=256), describe_panel(pair.panel_b, max_side=256))
     assert found.method == "sift" and found.geometry.operations() == ["hflip"]
     assert iou(found.mask_a, pair.mask_a) > 0.85 and iou(found.mask_b, pair.mask_b) > 0.85
     assert found.photometric["bias"] > 15  # the brightness change shows in the colour fit
@@ -86,9 +80,7 @@ def test_a_scaled_overlapping_crop_maps_its_shared_region(photos):
         parameters=[],
         scale=1.3,
     )
-    found = match_pair(
-        describe_panel(pair.panel_a, max_side=256), describe_panel(pair.panel_b, max_side=256)
-    )
+    found = match_pair(describe_panel(pair.panel_a, max_side=256), describe_panel(pair.panel_b, max_side=256))
     assert found.geometry.scale == pytest.approx(1.3, rel=0.05)
     assert iou(found.mask_a, pair.mask_a) > 0.8 and iou(found.mask_b, pair.mask_b) > 0.8
 

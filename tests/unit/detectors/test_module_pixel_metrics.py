@@ -1,4 +1,5 @@
 """DetectorModule scores localizers with pixel metrics equal to the one-shot evaluation functions."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -14,8 +15,14 @@ from tests.localization_helpers import SEG_TINY, SquaresDataset, squares_loader
 
 
 def trainer() -> L.Trainer:
-    return L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                     enable_checkpointing=False, enable_model_summary=False)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
 
 
 def test_module_pixel_metrics_equal_the_one_shot_functions():
@@ -51,8 +58,12 @@ def test_contact_cases_are_the_worst_and_best_images_with_their_maps():
 
 def test_a_manipulated_crop_without_manipulated_pixels_counts_neither_as_mask_nor_as_genuine():
     split = SplitPixelMetrics()
-    batch = {"index": torch.tensor([0, 1, 2]), "label": torch.tensor([1, 1, 0]),
-             "mask": torch.zeros(3, 1, 4, 4), "image": torch.zeros(3, 3, 4, 4)}
+    batch = {
+        "index": torch.tensor([0, 1, 2]),
+        "label": torch.tensor([1, 1, 0]),
+        "mask": torch.zeros(3, 1, 4, 4),
+        "image": torch.zeros(3, 3, 4, 4),
+    }
     batch["mask"][0, 0, :2, :2] = 1
     split.update(batch, torch.full((3, 1, 4, 4), 10.0))
     metrics, _ = split.compute()
@@ -66,10 +77,14 @@ def test_repeated_images_count_once():
     mask = torch.zeros(1, 1, 4, 4)
     mask[..., :2, :2] = 1
     for prediction in (mask * 20 - 10, mask * 20 - 10):  # the sampler's padding repeats index 7
-        split.update({"index": torch.tensor([7]), "label": torch.tensor([1]), "mask": mask,
-                      "image": torch.zeros(1, 3, 4, 4)}, prediction)
-    split.update({"index": torch.tensor([8]), "label": torch.tensor([1]), "mask": mask,
-                  "image": torch.zeros(1, 3, 4, 4)}, torch.full((1, 1, 4, 4), -10.0))
+        split.update(
+            {"index": torch.tensor([7]), "label": torch.tensor([1]), "mask": mask, "image": torch.zeros(1, 3, 4, 4)},
+            prediction,
+        )
+    split.update(
+        {"index": torch.tensor([8]), "label": torch.tensor([1]), "mask": mask, "image": torch.zeros(1, 3, 4, 4)},
+        torch.full((1, 1, 4, 4), -10.0),
+    )
     metrics, _ = split.compute()
     assert metrics["n_masks"] == 2 and metrics["pixel_f1"] == pytest.approx(0.5)
 

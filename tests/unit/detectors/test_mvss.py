@@ -1,5 +1,6 @@
 """MVSS-Net: every branch computes and learns, the Bayar constraint and the Sobel gate behave as
 specified, and the exported graph reproduces the mask at two sizes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +59,17 @@ def test_every_branch_receives_finite_nonzero_gradients():
     batch = square_batch()
     loss = model.loss(model(batch["image"]), batch)
     loss.backward()
-    branches = ["rgb_backbone.", "noise_backbone.", "bayar.", "edge_gates.", "edge_stage_blocks.",
-                "edge_merge_blocks.", "head.position.", "head.channel.", "head.classifier."]
+    branches = [
+        "rgb_backbone.",
+        "noise_backbone.",
+        "bayar.",
+        "edge_gates.",
+        "edge_stage_blocks.",
+        "edge_merge_blocks.",
+        "head.position.",
+        "head.channel.",
+        "head.classifier.",
+    ]
     for branch in branches:
         grads = [p.grad for name, p in model.named_parameters() if name.startswith(branch)]
         assert grads and all(g is not None for g in grads), branch
@@ -74,9 +84,11 @@ def test_loss_is_the_mvss_weighting_of_mask_dice_image_bce_and_edge_dice():
     batch = square_batch()
     with torch.no_grad():
         outputs = model(batch["image"])
-        expected = (0.16 * dice_loss(outputs["mask_logit"], batch["mask"])
-                    + 0.04 * bce_loss(outputs["logit"], batch["label"])
-                    + 0.80 * dice_loss(outputs["edge_logit"], batch["edge"]))
+        expected = (
+            0.16 * dice_loss(outputs["mask_logit"], batch["mask"])
+            + 0.04 * bce_loss(outputs["logit"], batch["label"])
+            + 0.80 * dice_loss(outputs["edge_logit"], batch["edge"])
+        )
         assert torch.allclose(model.loss(outputs, batch), expected, atol=1e-6)
 
 
@@ -103,9 +115,8 @@ def test_bad_settings_are_refused_with_a_clear_message():
 @pytest.mark.slow  # the dynamo ONNX export of two ResNets takes minutes on a shared CPU
 def test_export_reproduces_the_mask_at_two_sizes(tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    from exporting.onnx_export import export_onnx
-    from detectors.module import DetectorModule
     from detectors.registry import create_module
+    from exporting.onnx_export import export_onnx
 
     torch.manual_seed(0)
     module = create_module("mvss_tiny").eval()
@@ -135,8 +146,13 @@ def test_a_few_steps_on_one_batch_fit_the_mask_and_start_on_the_edges():
         loss = model.loss(outputs, batch)
         loss.backward()
         optimizer.step()
-        history.append((loss.item(), dice_loss(outputs["mask_logit"], batch["mask"]).item(),
-                        dice_loss(outputs["edge_logit"], batch["edge"]).item()))
+        history.append(
+            (
+                loss.item(),
+                dice_loss(outputs["mask_logit"], batch["mask"]).item(),
+                dice_loss(outputs["edge_logit"], batch["edge"]).item(),
+            )
+        )
     (loss_0, mask_0, edge_0), (loss_n, mask_n, edge_n) = history[0], history[-1]
     assert loss_n < 0.92 * loss_0
     assert mask_n < mask_0 - 0.15

@@ -3,6 +3,7 @@
 The authors' layout (github.com/dong03/MVSS-Net, models/mvssnet.py, `get_mvss(sobel=True,
 constrain=True)`) is written out here from its structure, names and shapes, without their code.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,9 +24,16 @@ def authors_layout(stem: int = 64, planes=(64, 128, 256, 512), blocks=(3, 4, 6, 
         shapes[f"{prefix}.num_batches_tracked"] = ()
 
     def edge_block(prefix: str, channels: int) -> None:
-        shapes.update({f"{prefix}.conv1.weight": (1, channels, 1, 1), f"{prefix}.conv1.bias": (1,),
-                       f"{prefix}.conv2.weight": (1, 1, 3, 3), f"{prefix}.conv2.bias": (1,),
-                       f"{prefix}.conv3.weight": (1, 1, 3, 3), f"{prefix}.conv3.bias": (1,)})
+        shapes.update(
+            {
+                f"{prefix}.conv1.weight": (1, channels, 1, 1),
+                f"{prefix}.conv1.bias": (1,),
+                f"{prefix}.conv2.weight": (1, 1, 3, 3),
+                f"{prefix}.conv2.bias": (1,),
+                f"{prefix}.conv3.weight": (1, 1, 3, 3),
+                f"{prefix}.conv3.bias": (1,),
+            }
+        )
         batch_norm(f"{prefix}.bn", 1)
 
     for stream in ("model", "noise_extractor.model"):
@@ -91,8 +99,12 @@ SMALL = {"stem": 64, "planes": (8, 16, 32, 64), "blocks": (1, 1, 1, 1)}
 
 def small_mvss(**overrides) -> MVSSNet:
     """Our network shaped like `SMALL`: bottleneck stages, so the authors' layout applies."""
-    options = {"backbone": "resnet50", "backbone_kwargs": {"layers": [1, 1, 1, 1], "channels": [8, 16, 32, 64]},
-               "layer4_dilations": [1], "preprocess": {"size": 64, "mode": "center_crop"}}
+    options = {
+        "backbone": "resnet50",
+        "backbone_kwargs": {"layers": [1, 1, 1, 1], "channels": [8, 16, 32, 64]},
+        "layer4_dilations": [1],
+        "preprocess": {"size": 64, "mode": "center_crop"},
+    }
     return MVSSNet(**{**options, **overrides})
 
 
@@ -106,8 +118,12 @@ def test_full_size_authors_layout_maps_onto_our_resnet50_names_and_shapes():
 
 def test_dropped_keys_are_the_unused_classifiers_and_the_fixed_sobel_filters():
     dropped = {k for k in authors_layout() if authors_key_to_ours(k) is None}
-    assert dropped == {"model.fc.weight", "model.fc.bias", "noise_extractor.model.fc.weight",
-                       "noise_extractor.model.fc.bias"} | {f"sobel_{a}{s}.0.weight" for a in "xy" for s in range(1, 5)}
+    assert dropped == {
+        "model.fc.weight",
+        "model.fc.bias",
+        "noise_extractor.model.fc.weight",
+        "noise_extractor.model.fc.bias",
+    } | {f"sobel_{a}{s}.0.weight" for a in "xy" for s in range(1, 5)}
 
 
 def test_values_land_where_they_belong():

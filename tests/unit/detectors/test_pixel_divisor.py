@@ -4,6 +4,7 @@ Loaders always give 8-bit / 255; TruFor's published weights were trained and are
 authors on 8-bit / 256. The golden test (tests/integration/test_golden_localizers.py) checks the
 published layout end to end; these pin the contract itself.
 """
+
 from __future__ import annotations
 
 import pytest

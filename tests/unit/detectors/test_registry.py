@@ -4,6 +4,7 @@ Adding a detector is one module and two configs, nothing else: a copy of the pac
 temporary folder gains a throw-away detector that way, and the registry there finds it, builds it,
 and trains it a step as train.py would.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -81,7 +82,7 @@ def toy_config(name: str, width: int, size: int) -> str:
         """)
 
 
-TRAIN_ONE_STEP = '''
+TRAIN_ONE_STEP = """
 import sys
 from pathlib import Path
 
@@ -108,7 +109,7 @@ loss.backward()
 optimizer.step()
 changed = [name for name, p in module.named_parameters() if not torch.equal(p, before[name])]
 print("trained", module.hparams.name, sorted(changed), float(loss))
-'''
+"""
 
 
 @pytest.mark.slow  # a fresh interpreter imports torch and Lightning: 10-30 s on a shared CPU
@@ -120,9 +121,14 @@ def test_a_new_detector_is_one_module_and_two_configs(tmp_path):
     (copy / "configs" / "detector" / "toy.yaml").write_text(toy_config("toy", 16, 64))
     (copy / "configs" / "detector" / "toy_tiny.yaml").write_text(toy_config("toy_tiny", 4, 32))
 
-    result = subprocess.run([sys.executable, "-c", TRAIN_ONE_STEP, str(copy)], cwd=copy, capture_output=True,
-                            text=True, timeout=600, env={"PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1",
-                                                         "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_ONE_STEP, str(copy)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     trained = result.stdout.strip().splitlines()[-1].split(" ", 2)
     assert trained[:2] == ["trained", "toy_tiny"]

@@ -1,4 +1,5 @@
 """`seg`: smp architectures and encoders as localizers, at any input size, with weights from files only."""
+
 from __future__ import annotations
 
 import logging
@@ -16,8 +17,11 @@ from detectors.seg import SegmentationLocalizer
 SMALL = {
     "Unet": {"encoder": "resnet18", "encoder_depth": 3, "arch_kwargs": {"decoder_channels": [16, 8, 8]}},
     "UnetPlusPlus": {"encoder": "resnet18", "encoder_depth": 3, "arch_kwargs": {"decoder_channels": [16, 8, 8]}},
-    "FPN": {"encoder": "efficientnet-b0", "encoder_depth": 3,
-            "arch_kwargs": {"decoder_pyramid_channels": 32, "decoder_segmentation_channels": 32}},
+    "FPN": {
+        "encoder": "efficientnet-b0",
+        "encoder_depth": 3,
+        "arch_kwargs": {"decoder_pyramid_channels": 32, "decoder_segmentation_channels": 32},
+    },
     "DeepLabV3Plus": {"encoder": "resnet18", "encoder_depth": 4, "arch_kwargs": {"decoder_channels": 32}},
     "Segformer": {"encoder": "mit_b0", "arch_kwargs": {"decoder_segmentation_channels": 32}},
 }
@@ -41,8 +45,14 @@ def test_every_architecture_maps_any_size_to_a_same_size_map_with_gradients(arch
 
 def test_aux_head_gives_the_image_score_and_is_trained_by_the_image_term():
     torch.manual_seed(0)
-    net = SegmentationLocalizer(arch="Unet", pretrained=None, aux_head=True, image_score="head",
-                                loss_weights={"image_bce": 1.0}, **{k: v for k, v in SMALL["Unet"].items()})
+    net = SegmentationLocalizer(
+        arch="Unet",
+        pretrained=None,
+        aux_head=True,
+        image_score="head",
+        loss_weights={"image_bce": 1.0},
+        **{k: v for k, v in SMALL["Unet"].items()},
+    )
     outputs = net(torch.rand(3, 3, 32, 32))
     assert outputs["logit"].shape == (3,)
     assert not torch.allclose(outputs["logit"], outputs["mask_logit"].flatten(1).amax(1))

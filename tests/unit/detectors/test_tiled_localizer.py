@@ -1,4 +1,5 @@
 """Tiled localization: overlapping tiles cover the image and blend back into one seamless map."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,7 @@ def test_positions_cover_the_length_with_the_requested_overlap():
         assert all(b - a <= size - overlap for a, b in zip(starts, starts[1:]))
         covered = np.zeros(length, bool)
         for start in starts:
-            covered[start:start + size] = True
+            covered[start : start + size] = True
         assert covered.all()
 
 
@@ -67,12 +68,20 @@ def test_whole_image_localizers_batch_images_of_one_size_and_score_mixed_sizes_o
 
     runtime = PixelwiseLocalizer()
     assert effective_batch_size(runtime, 8) == 8
-    same = collate_samples([{"index": i, "path": f"{i}.png", "image": np.full((20, 30, 3), 10 * i, np.uint8),
-                             "size": (20, 30)} for i in range(3)])
+    same = collate_samples(
+        [
+            {"index": i, "path": f"{i}.png", "image": np.full((20, 30, 3), 10 * i, np.uint8), "size": (20, 30)}
+            for i in range(3)
+        ]
+    )
     out = predict_batch(runtime, same["image"])
     assert runtime.tile_shapes == [(3, 3, 20, 30)] and out["mask"].shape == (3, 1, 20, 30)
-    mixed = collate_samples([{"index": i, "path": f"{i}.png", "image": np.zeros((20 + i, 30, 3), np.uint8),
-                              "size": (20 + i, 30)} for i in range(2)])
+    mixed = collate_samples(
+        [
+            {"index": i, "path": f"{i}.png", "image": np.zeros((20 + i, 30, 3), np.uint8), "size": (20 + i, 30)}
+            for i in range(2)
+        ]
+    )
     out = predict_batch(runtime, mixed["image"])
     assert runtime.tile_shapes[1:] == [(1, 3, 20, 30), (1, 3, 21, 30)]
     assert out["score"].shape == (2,) and [m.shape for m in out["mask"]] == [(1, 20, 30), (1, 21, 30)]

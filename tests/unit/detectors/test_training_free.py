@@ -38,9 +38,7 @@ def as_input(pixels: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(eight_bit).permute(2, 0, 1).unsqueeze(0)
 
 
-def region_with_other_noise(
-    sigma_outside: float, sigma_inside: float, seed: int = 0
-) -> torch.Tensor:
+def region_with_other_noise(sigma_outside: float, sigma_inside: float, seed: int = 0) -> torch.Tensor:
     """A scene with Gaussian noise `sigma_outside`, and `sigma_inside` in REGION (a splice from a
     camera with another noise level, or an inpainted / smoothed region when lower)."""
     rng = np.random.default_rng(seed)
@@ -64,16 +62,12 @@ def inside_and_outside(mask_logit: torch.Tensor) -> tuple[float, float]:
     [(2.0, 8.0), (6.0, 1.0)],
     ids=["noisier_splice", "smoothed_region"],
 )
-def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(
-    name, sigma_outside, sigma_inside
-):
+def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(name, sigma_outside, sigma_inside):
     net = create_detector(name).eval()
     with torch.no_grad():
         outputs = net(region_with_other_noise(sigma_outside, sigma_inside))
     inside, outside = inside_and_outside(outputs["mask_logit"])
-    assert inside > 0.5 > outside and inside - outside > 0.4, (
-        f"inside {inside:.3f}, outside {outside:.3f}"
-    )
+    assert inside > 0.5 > outside and inside - outside > 0.4, f"inside {inside:.3f}, outside {outside:.3f}"
 
 
 def region_from_a_processed_donor(processing: str) -> torch.Tensor:
@@ -83,13 +77,9 @@ def region_from_a_processed_donor(processing: str) -> torch.Tensor:
 
     rng = np.random.default_rng(0)
     pixels = smooth_scene(0) + rng.normal(0, 3, size=(HEIGHT, WIDTH, 3))
-    donor = np.clip(np.round(smooth_scene(1) + rng.normal(0, 3, size=pixels.shape)), 0, 255).astype(
-        np.uint8
-    )
+    donor = np.clip(np.round(smooth_scene(1) + rng.normal(0, 3, size=pixels.shape)), 0, 255).astype(np.uint8)
     if processing == "jpeg70":
-        donor = cv2.imdecode(
-            cv2.imencode(".jpg", donor, [cv2.IMWRITE_JPEG_QUALITY, 70])[1], cv2.IMREAD_COLOR
-        )
+        donor = cv2.imdecode(cv2.imencode(".jpg", donor, [cv2.IMWRITE_JPEG_QUALITY, 70])[1], cv2.IMREAD_COLOR)
     else:
         donor = cv2.resize(donor, None, fx=1.5, fy=1.5, interpolation=cv2.INTER_LINEAR)
     pixels[REGION] = donor[REGION]
@@ -103,9 +93,7 @@ def test_a_region_spliced_from_a_differently_processed_donor_scores_higher_insid
     with torch.no_grad():
         outputs = net(region_from_a_processed_donor(processing))
     inside, outside = inside_and_outside(outputs["mask_logit"])
-    assert inside > 0.5 > outside and inside - outside > 0.4, (
-        f"inside {inside:.3f}, outside {outside:.3f}"
-    )
+    assert inside > 0.5 > outside and inside - outside > 0.4, f"inside {inside:.3f}, outside {outside:.3f}"
 
 
 @pytest.mark.parametrize("name", TRAINING_FREE)
@@ -168,9 +156,7 @@ def test_infer_scores_and_maps_images_from_a_saved_checkpoint(name, tmp_path: Pa
     )
     row = read_results(output)[0]
     assert row["status"] == "ok" and 0.0 <= row["score"] <= 1.0, row
-    mask_path = (
-        Path(row["mask"]) if Path(row["mask"]).is_absolute() else output.parent / row["mask"]
-    )
+    mask_path = Path(row["mask"]) if Path(row["mask"]).is_absolute() else output.parent / row["mask"]
     mask = np.asarray(Image.open(mask_path), dtype=np.float64) / 255
     assert mask.shape == (HEIGHT, WIDTH)
     assert mask[48:112, 72:152].mean() > mask[:24].mean() + 0.4
@@ -210,8 +196,6 @@ def test_a_region_first_compressed_at_a_lower_jpeg_quality_scores_higher_inside(
         spliced = net(double_compressed(60))
         single = net(double_compressed(90))  # the donor at the image's own quality: no ghost
     inside, outside = inside_and_outside(spliced["mask_logit"])
-    assert inside > 0.5 > outside and inside - outside > 0.4, (
-        f"inside {inside:.3f}, outside {outside:.3f}"
-    )
+    assert inside > 0.5 > outside and inside - outside > 0.4, f"inside {inside:.3f}, outside {outside:.3f}"
     assert spliced["logit"].item() > single["logit"].item()
     assert max(inside_and_outside(single["mask_logit"])) < 0.5

@@ -1,5 +1,6 @@
 """trufor: the fingerprint extractor, CMX fusion, the detection head's statistics, phases, and the
 published-weight mapping (on a synthetic state dict carrying the published names and shapes)."""
+
 from __future__ import annotations
 
 import math
@@ -84,7 +85,12 @@ def test_fuse_output_depends_on_both_streams():
 
 def test_dual_encoder_stage_outputs_and_noise_stream_reaches_every_stage():
     torch.manual_seed(0)
-    sizes = {"embed_dims": (8, 16, 24, 32), "depths": (1, 1, 1, 1), "num_heads": (1, 2, 2, 4), "sr_ratios": (8, 4, 2, 1)}
+    sizes = {
+        "embed_dims": (8, 16, 24, 32),
+        "depths": (1, 1, 1, 1),
+        "num_heads": (1, 2, 2, 4),
+        "sr_ratios": (8, 4, 2, 1),
+    }
     encoder = DualMiTEncoder(build_mit(**sizes), build_mit(**sizes), sizes["embed_dims"], sizes["num_heads"]).eval()
     rgb, noise = torch.rand(1, 3, 64, 96), torch.rand(1, 3, 64, 96)
     features = encoder(rgb, noise)
@@ -107,7 +113,7 @@ def test_statistics_of_one_hot_pixel():
     assert soft_max == pytest.approx(math.log((pixels - 1 + math.exp(value)) / pixels), abs=1e-5)
     assert soft_min == pytest.approx(-math.log((pixels - 1 + math.exp(-value)) / pixels), abs=1e-5)
     assert mean == pytest.approx(value / pixels, abs=1e-6)
-    assert mean_square == pytest.approx(value ** 2 / pixels, abs=1e-6)
+    assert mean_square == pytest.approx(value**2 / pixels, abs=1e-6)
     assert 0 < soft_min < mean < soft_max < value  # the hot pixel lifts the soft-max most
 
 
@@ -128,8 +134,9 @@ def test_tiny_trufor_outputs_at_any_size_and_score_from_its_head():
         assert outputs[key].shape == (2, 1, 45, 70)
     assert outputs["logit"].shape == (2,)
     confidence, mask = outputs["confidence_logit"], outputs["mask_logit"]
-    statistics = torch.cat((weighted_statistics(confidence),
-                            weighted_statistics(mask, torch.nn.functional.logsigmoid(confidence))), 1)
+    statistics = torch.cat(
+        (weighted_statistics(confidence), weighted_statistics(mask, torch.nn.functional.logsigmoid(confidence))), 1
+    )
     assert torch.allclose(outputs["logit"], net.detection_head(statistics).reshape(-1), atol=1e-6)
 
 
@@ -184,12 +191,14 @@ def test_unknown_phase_is_refused():
 
 # ------------------------------------------------------------------ published weights
 PUBLISHED_SHAPES = {  # from the authors' released model (MiT-B2, 17-layer DnCNN, decoder 512)
-    "dncnn.0.weight": (64, 3, 3, 3), "dncnn.47.bias": (1,),
+    "dncnn.0.weight": (64, 3, 3, 3),
+    "dncnn.47.bias": (1,),
     "backbone.extra_block3.5.attn.sr.weight": (320, 320, 2, 2),
     "backbone.FRMs.0.channel_weights.mlp.0.weight": (256, 256),
     "backbone.FFMs.2.cross.cross_attn.kv2.weight": (640, 320),
     "backbone.FFMs.3.channel_emb.channel_embed.4.running_var": (512,),
-    "decode_head.linear_c4.proj.weight": (512, 512), "decode_head_conf.linear_pred.weight": (1, 512, 1, 1),
+    "decode_head.linear_c4.proj.weight": (512, 512),
+    "decode_head_conf.linear_pred.weight": (1, 512, 1, 1),
     "detection.3.weight": (1, 128),
 }
 PUBLISHED_KEY_COUNT = 952
@@ -243,9 +252,9 @@ def test_a_convolutional_stem_cannot_take_published_weights():
 @pytest.mark.slow  # the dynamo ONNX export of two MiT streams takes about a minute on a shared CPU
 def test_export_reproduces_score_mask_and_confidence_at_two_sizes(tmp_path):
     import numpy as np
+
     ort = pytest.importorskip("onnxruntime")
     from exporting.onnx_export import export_onnx
-    from detectors.module import DetectorModule
 
     torch.manual_seed(0)
     module = create_module("trufor_tiny").eval()
@@ -287,8 +296,10 @@ def test_each_phase_takes_what_earlier_phases_trained_from_the_previous_checkpoi
     assert not same(third.confidence_decoder, second.confidence_decoder)
 
 
-@pytest.mark.parametrize("recipe,phase", [("trufor_fingerprint", "fingerprint"), ("trufor_localize", "localize"),
-                                          ("trufor_detect", "detect")])
+@pytest.mark.parametrize(
+    "recipe,phase",
+    [("trufor_fingerprint", "fingerprint"), ("trufor_localize", "localize"), ("trufor_detect", "detect")],
+)
 def test_phase_recipes_compose_and_build_the_tiny_network(recipe, phase, tmp_path):
     torch.manual_seed(0)
     save_phase(tiny_net(), tmp_path / "previous.ckpt")
@@ -301,7 +312,9 @@ def test_phase_recipes_compose_and_build_the_tiny_network(recipe, phase, tmp_pat
     assert count(net, trainable_only=True) == sum(count(getattr(net, p)) for p in TRAINED_PARTS[phase])
     if phase == "fingerprint":
         assert cfg.data._target_.endswith("ChainPatchDataModule")
-        assert cfg.callbacks.model_checkpoint.monitor == "val/chain_auroc" and cfg.callbacks.model_checkpoint.mode == "max"
+        assert (
+            cfg.callbacks.model_checkpoint.monitor == "val/chain_auroc" and cfg.callbacks.model_checkpoint.mode == "max"
+        )
     else:
         assert cfg.detector.optimizer.name == "SGD" and cfg.detector.optimizer.lr == 0.005
         assert cfg.detector.optimizer.momentum == 0.9 and cfg.detector.optimizer.weight_decay == 5e-4

@@ -1,5 +1,6 @@
 """Phase 1 of trufor: the chain-contrastive objective teaches a tiny extractor to tell chains apart,
 its measurement compares only different photos, and the chain data gives what the objective needs."""
+
 from __future__ import annotations
 
 import cv2
@@ -10,8 +11,13 @@ import torch.nn.functional as F
 
 from datamodules.chains import DEFAULT_CHAINS, ChainPatchDataset, apply_chain, collate_views
 from datamodules.records import Record, read_manifest
-from detectors.blocks.noiseprint import (NoiseFingerprint, chain_separation_auroc, patch_contrastive_loss,
-                                         splice_anomaly_map, tile_spectra)
+from detectors.blocks.noiseprint import (
+    NoiseFingerprint,
+    chain_separation_auroc,
+    patch_contrastive_loss,
+    splice_anomaly_map,
+    tile_spectra,
+)
 
 CHAINS = ("genuine", "jpeg60")
 
@@ -141,7 +147,9 @@ def write_photos(tmp_path, count: int) -> list[Record]:
     for i in range(count):
         path = tmp_path / f"photo{i}.png"
         coarse = np.random.default_rng(i).uniform(0, 255, (8, 9, 3)).astype(np.float32)
-        cv2.imwrite(str(path), cv2.resize(coarse, (90, 80), interpolation=cv2.INTER_CUBIC).clip(0, 255).astype(np.uint8))
+        cv2.imwrite(
+            str(path), cv2.resize(coarse, (90, 80), interpolation=cv2.INTER_CUBIC).clip(0, 255).astype(np.uint8)
+        )
         records.append(Record(path=str(path), label=0))
     return records
 
@@ -150,8 +158,9 @@ def test_evaluation_items_are_one_crop_through_every_chain(tmp_path):
     rerendered = tmp_path / "rerender.png"
     cv2.imwrite(str(rerendered), np.zeros((50, 50, 3), np.uint8))
     records = write_photos(tmp_path, 2) + [Record(path=str(rerendered), label=1, group="rerender_bicubic")]
-    dataset = ChainPatchDataset(records, ["genuine", "jpeg75", "blur1.0"], size=32, train=False,
-                                rerender_groups=("rerender",))
+    dataset = ChainPatchDataset(
+        records, ["genuine", "jpeg75", "blur1.0"], size=32, train=False, rerender_groups=("rerender",)
+    )
     batch = collate_views([dataset[i] for i in range(len(dataset))])
     assert batch["image"].shape == (7, 3, 32, 32)
     assert batch["chain"].tolist() == [0, 1, 2, 0, 1, 2, 3]  # every chain per photo, re-render its own
@@ -179,5 +188,7 @@ def test_photo_manifest_copies_the_photos_and_splits_by_photo(tmp_path):
     records = read_manifest(manifest)
     assert sorted(r.source for r in records) == [f"photo{i}" for i in range(6)]
     assert {r.split for r in records} == {"train", "val", "test"} and all(r.label == 0 for r in records)
-    assert all(open(r.path, "rb").read() == open(p, "rb").read()
-               for r, p in zip(sorted(records, key=lambda r: r.source), photos))
+    assert all(
+        open(r.path, "rb").read() == open(p, "rb").read()
+        for r, p in zip(sorted(records, key=lambda r: r.source), photos)
+    )

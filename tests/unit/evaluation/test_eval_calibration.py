@@ -80,9 +80,9 @@ def test_edges():
 
 
 # ---------------------------------------------------------------- how far a calibration can be trusted
-from scipy.stats import binomtest  # noqa: E402
+from scipy.stats import binomtest  # noqa: E402 - after the exact binomial reference above, which it checks against
 
-from evaluation import calibration_check, clopper_pearson, genuine_needed  # noqa: E402
+from evaluation import calibration_check, clopper_pearson, genuine_needed  # noqa: E402 - after the exact binomial reference above, which it checks against
 
 
 @pytest.mark.parametrize("k, n", [(0, 20), (1, 20), (3, 100), (7, 7), (0, 300)])

@@ -9,8 +9,19 @@ from sklearn import metrics as skm
 from evaluation import UndefinedMetricWarning, image_metrics, roc_points
 
 KEYS = [
-    "auroc", "pauroc@0.1", "ap", "tpr@fpr=0.001", "tpr@fpr=0.01", "tpr@fpr=0.05",
-    "tpr@fpr=0.1", "tpr", "tnr", "balanced_accuracy", "f1", "n_pos", "n_neg",
+    "auroc",
+    "pauroc@0.1",
+    "ap",
+    "tpr@fpr=0.001",
+    "tpr@fpr=0.01",
+    "tpr@fpr=0.05",
+    "tpr@fpr=0.1",
+    "tpr",
+    "tnr",
+    "balanced_accuracy",
+    "f1",
+    "n_pos",
+    "n_neg",
 ]
 
 

@@ -35,10 +35,14 @@ def sk_reference(masks, probs, threshold=0.5):
         fp += np.sum(pred & (1 - y))
         fn += np.sum((1 - pred) & y)
     return {
-        "pixel_f1": np.mean(f1), "pixel_iou": np.mean(iou), "pixel_auroc": np.nanmean(auc),
-        "pixel_f1_best": np.mean(best), "pixel_f1_pooled": 2 * tp / (2 * tp + fp + fn),
+        "pixel_f1": np.mean(f1),
+        "pixel_iou": np.mean(iou),
+        "pixel_auroc": np.nanmean(auc),
+        "pixel_f1_best": np.mean(best),
+        "pixel_f1_pooled": 2 * tp / (2 * tp + fp + fn),
         "pixel_iou_pooled": tp / (tp + fp + fn),
-        "pixel_fpr_genuine": np.mean(fpr_g) if fpr_g else np.nan, "n_masks": len(f1),
+        "pixel_fpr_genuine": np.mean(fpr_g) if fpr_g else np.nan,
+        "n_masks": len(f1),
     }
 
 

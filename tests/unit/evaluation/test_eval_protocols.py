@@ -25,11 +25,20 @@ from evaluation.protocols import (
 
 FRAUDBENCH_ROWS = [
     # category A: g1 fakes (1 of 2 caught), g2 fake (caught), genuines (1 of 4 flagged)
-    ("A", "g1", 1, 0.9), ("A", "g1", 1, 0.2), ("A", "g2", 1, 0.8),
-    ("A", "", 0, 0.1), ("A", "", 0, 0.6), ("A", "", 0, 0.3), ("A", "", 0, 0.4),
+    ("A", "g1", 1, 0.9),
+    ("A", "g1", 1, 0.2),
+    ("A", "g2", 1, 0.8),
+    ("A", "", 0, 0.1),
+    ("A", "", 0, 0.6),
+    ("A", "", 0, 0.3),
+    ("A", "", 0, 0.4),
     # category B: only g1 fakes (2 of 4 caught), genuines (1 of 2 flagged)
-    ("B", "g1", 1, 0.7), ("B", "g1", 1, 0.95), ("B", "g1", 1, 0.1), ("B", "g1", 1, 0.3),
-    ("B", "", 0, 0.2), ("B", "", 0, 0.55),
+    ("B", "g1", 1, 0.7),
+    ("B", "g1", 1, 0.95),
+    ("B", "g1", 1, 0.1),
+    ("B", "g1", 1, 0.3),
+    ("B", "", 0, 0.2),
+    ("B", "", 0, 0.55),
 ]
 
 
@@ -90,9 +99,7 @@ def test_mfcbench_matches_sklearn_and_bias():
     tn, fp, fn, tp = skm.confusion_matrix(y, pred).ravel()
     assert got["fpr"] == pytest.approx(fp / (fp + tn)) and got["fnr"] == pytest.approx(fn / (fn + tp))
     face = (types == "face_swap") | (y == 0)
-    assert got["by_group"]["face_swap"]["macro_f1"] == pytest.approx(
-        skm.f1_score(y[face], pred[face], average="macro")
-    )
+    assert got["by_group"]["face_swap"]["macro_f1"] == pytest.approx(skm.f1_score(y[face], pred[face], average="macro"))
     assert set(got["by_group"]) == {"face_swap", "photoshop"}
 
 
@@ -139,8 +146,7 @@ def test_set_metrics_hand_computed():
     assert subset_partial_credit({"a", "c"}, {"a", "b"}) == 0.0  # a false positive forfeits credit
     assert subset_partial_credit(set(), {"a"}) == 0.0
     got = multilabel_set_metrics([{"a"}, {"a", "b"}, {"c"}], [{"a", "b"}, {"a", "b"}, {"a"}])
-    assert got == pytest.approx({"set_f1": (2 / 3 + 1 + 0) / 3, "exact_match": 1 / 3,
-                                 "spc": (0.5 + 1 + 0) / 3, "n": 3})
+    assert got == pytest.approx({"set_f1": (2 / 3 + 1 + 0) / 3, "exact_match": 1 / 3, "spc": (0.5 + 1 + 0) / 3, "n": 3})
 
 
 def test_block_localization_on_a_grid():
@@ -190,10 +196,13 @@ def test_bri_reproduces_themis_table2():
     assert 100 * got["Qwen-VL-Max"] == pytest.approx(49.83, abs=0.01)
 
 
-@pytest.mark.parametrize("lam,expected", [
-    (0.10, {"GPT-5": 64.56, "Qwen-VL-Max": 57.31, "Gemma 3 27B": 17.37}),
-    (0.40, {"GPT-5": 47.75, "Qwen-VL-Max": 42.35, "Gemma 3 27B": 1.81}),
-])
+@pytest.mark.parametrize(
+    "lam,expected",
+    [
+        (0.10, {"GPT-5": 64.56, "Qwen-VL-Max": 57.31, "Gemma 3 27B": 17.37}),
+        (0.40, {"GPT-5": 47.75, "Qwen-VL-Max": 42.35, "Gemma 3 27B": 1.81}),
+    ],
+)
 def test_bri_lambda_sensitivity_table8(lam, expected):
     got = balanced_robustness_index({m: r for m, (r, _) in THEMIS_TABLE2.items()}, lam=lam)
     for model, published in expected.items():

@@ -51,8 +51,12 @@ def test_records_in_any_tabular_shape(kind):
 
 def test_missing_group_values_group_together():
     got = by_group(
-        [{"label": 1, "score": 0.9, "group": None}, {"label": 1, "score": 0.2, "group": float("nan")},
-         {"label": 0, "score": 0.1, "group": "x"}, {"label": 0, "score": 0.6, "group": "x"}],
+        [
+            {"label": 1, "score": 0.9, "group": None},
+            {"label": 1, "score": 0.2, "group": float("nan")},
+            {"label": 0, "score": 0.1, "group": "x"},
+            {"label": 0, "score": 0.6, "group": "x"},
+        ],
         "group",
     )
     assert list(got) == ["(none)"] and got["(none)"]["n_pos"] == 2 and got["(none)"]["n_neg"] == 2

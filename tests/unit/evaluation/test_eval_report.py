@@ -23,8 +23,12 @@ def evaluation_inputs():
     n = 400
     y = rng.integers(0, 2, n)
     s = np.clip(rng.random(n) * 0.7 + 0.3 * y, 0, 1)
-    table = {"label": y, "score": s, "group": np.where(y == 1, rng.choice(["sd", "gan"], n), "real"),
-             "category": rng.choice(["a", "b"], n)}
+    table = {
+        "label": y,
+        "score": s,
+        "group": np.where(y == 1, rng.choice(["sd", "gan"], n), "real"),
+        "category": rng.choice(["a", "b"], n),
+    }
     return y, s, table
 
 
@@ -35,14 +39,27 @@ def test_full_report(tmp_path, evaluation_inputs):
     probs = [np.pad(np.full((8, 8), 0.8, np.float32), 4), np.zeros((16, 16), np.float32)]
     metrics.update(pixel_metrics(masks, probs))
     calibrated = calibrate_threshold(s[y == 0], 0.05)
-    robustness = {"clean": metrics, "curves": {"jpeg": {"levels": [95.0, 30.0], "metrics": {
-        "auroc": [0.9, 0.7], "tpr@fpr=0.05": [0.5, float("nan")], "balanced_accuracy": [0.8, 0.6]}}}}
+    robustness = {
+        "clean": metrics,
+        "curves": {
+            "jpeg": {
+                "levels": [95.0, 30.0],
+                "metrics": {"auroc": [0.9, 0.7], "tpr@fpr=0.05": [0.5, float("nan")], "balanced_accuracy": [0.8, 0.6]},
+            }
+        },
+    }
     image = np.zeros((16, 16, 3), np.uint8)
     written = write_report(
-        tmp_path / "run", metrics, labels=y, scores=s, threshold=0.5, calibrated_threshold=calibrated,
+        tmp_path / "run",
+        metrics,
+        labels=y,
+        scores=s,
+        threshold=0.5,
+        calibrated_threshold=calibrated,
         intervals=bootstrap_image_ci(y, s, n_resamples=50),
         groups={"by_group": by_group(table), "by_category": by_category(table)},
-        robustness=robustness, contact_sheet=[(image, masks[0], probs[0], "fake 1"), (image, None, probs[1])],
+        robustness=robustness,
+        contact_sheet=[(image, masks[0], probs[0], "fake 1"), (image, None, probs[1])],
     )
     assert set(written) == {"roc", "histogram", "robustness_plot", "contact_sheet", "metrics", "report"}
     data = strict_load(written["metrics"])

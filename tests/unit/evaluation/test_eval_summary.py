@@ -16,8 +16,15 @@ def rows():
     out = []
     for i in range(120):
         y = int(i % 3 == 0)
-        out.append({"path": f"{i}.png", "label": y, "score": float(rng.random() * 0.6 + 0.4 * y),
-                    "group": "sd" if y else "", "category": "ab"[i % 2]})
+        out.append(
+            {
+                "path": f"{i}.png",
+                "label": y,
+                "score": float(rng.random() * 0.6 + 0.4 * y),
+                "group": "sd" if y else "",
+                "category": "ab"[i % 2],
+            }
+        )
     # infer.py rows: a failed read (empty score) and an unlabelled image must be left out.
     out.append({"path": "bad.png", "label": 1, "score": "", "group": "sd", "category": "a"})
     out.append({"path": "new.png", "label": None, "score": 0.9, "group": "", "category": "a"})
@@ -38,8 +45,9 @@ def test_evaluate_records_skips_unusable_rows():
 
 
 def test_report_records_writes_everything(tmp_path):
-    report = report_records(tmp_path, rows(), threshold=0.5, calibrated_threshold=0.7, n_resamples=20,
-                            extra={"detector": "d"})
+    report = report_records(
+        tmp_path, rows(), threshold=0.5, calibrated_threshold=0.7, n_resamples=20, extra={"detector": "d"}
+    )
     data = json.loads(report.files["metrics"].read_text())
     assert data["n_pos"] + data["n_neg"] == 120 and data["calibrated_threshold"] == 0.7
     assert "by_category" in data and (tmp_path / "roc.png").exists()

@@ -1,15 +1,20 @@
 """The HTML report as a reviewer sees it, in a real browser (headless Chromium)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from datamodules.io import write_image
-from evaluation.html_report import (ReportHeader, decision_of, mask_at_threshold, ordered, transform_in_words,
-                                    write_html_report)
-from tests.browser_helpers import browser  # noqa: F401 - a fixture
+from evaluation.html_report import (
+    ReportHeader,
+    decision_of,
+    mask_at_threshold,
+    ordered,
+    transform_in_words,
+    write_html_report,
+)
 
 HOSTILE = "<img src=x onerror=alert(1)>.png"
 
@@ -22,8 +27,14 @@ def make_rows(folder: Path, n: int = 7, localizer: bool = False) -> list[dict]:
         name = HOSTILE if i == 2 else f"image_{i}.png"
         path = folder / "images" / name
         write_image(path, rng.integers(0, 256, (37 + 5 * i, 61, 3), dtype=np.uint8))
-        row = {"path": str(path), "score": round(0.1 + 0.12 * i, 3), "label": i % 2, "status": "ok", "error": "",
-               "group": f"review-{i % 3}"}
+        row = {
+            "path": str(path),
+            "score": round(0.1 + 0.12 * i, 3),
+            "label": i % 2,
+            "status": "ok",
+            "error": "",
+            "group": f"review-{i % 3}",
+        }
         if localizer:
             probability = np.zeros((37 + 5 * i, 61), np.uint8)
             probability[:, : 6 * i] = 255
@@ -38,8 +49,15 @@ def make_rows(folder: Path, n: int = 7, localizer: bool = False) -> list[dict]:
 
 
 def header(threshold: float = 0.5) -> ReportHeader:
-    return ReportHeader(title="seg_tiny on images/", model="model.ckpt", detector="seg_tiny", threshold=threshold,
-                        threshold_note="0.5, calibrated", model_sha256="ab" * 32, version="0.1.0")
+    return ReportHeader(
+        title="seg_tiny on images/",
+        model="model.ckpt",
+        detector="seg_tiny",
+        threshold=threshold,
+        threshold_note="0.5, calibrated",
+        model_sha256="ab" * 32,
+        version="0.1.0",
+    )
 
 
 def open_page(browser, page_path: Path, javascript: bool = True):
@@ -56,8 +74,12 @@ def open_page(browser, page_path: Path, javascript: bool = True):
 
 
 def test_rows_are_sorted_most_suspicious_first_with_errors_last():
-    rows = [{"path": "a", "score": 0.2, "status": "ok"}, {"path": "b", "score": None, "status": "error"},
-            {"path": "c", "score": 0.9, "status": "ok"}, {"path": "d", "score": 0.5, "status": "ok"}]
+    rows = [
+        {"path": "a", "score": 0.2, "status": "ok"},
+        {"path": "b", "score": None, "status": "error"},
+        {"path": "c", "score": 0.9, "status": "ok"},
+        {"path": "d", "score": 0.5, "status": "ok"},
+    ]
     assert [r["path"] for r in ordered(rows, blinded=False)] == ["c", "d", "a", "b"]
     assert ordered(rows, blinded=True)[-1]["path"] == "b"
 
@@ -78,8 +100,13 @@ def test_the_transform_reads_as_a_sentence():
 
 def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_the_folder(tmp_path, browser):
     rows = make_rows(tmp_path, localizer=True)
-    report = write_html_report(tmp_path / "out" / "scores_report.html", rows, header(), is_localizer=True,
-                               metrics={"auroc": 0.75, "by_group": {"review-0": {"auroc": 0.5, "n_pos": 1}}})
+    report = write_html_report(
+        tmp_path / "out" / "scores_report.html",
+        rows,
+        header(),
+        is_localizer=True,
+        metrics={"auroc": 0.75, "by_group": {"review-0": {"auroc": 0.5, "n_pos": 1}}},
+    )
     context, page, seen = open_page(browser, report)
     names = page.locator("#rows-body td.name").all_inner_texts()
     scores = [float(s) for s in page.locator("#rows-body td.score").all_inner_texts() if s]
@@ -103,7 +130,10 @@ def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_
 def test_filters_and_search_change_the_visible_rows(tmp_path, browser):
     report = write_html_report(tmp_path / "scores_report.html", make_rows(tmp_path), header())
     context, page, seen = open_page(browser, report)
-    visible = lambda: page.locator("#rows-body tr").count()  # noqa: E731
+
+    def visible() -> int:
+        return page.locator("#rows-body tr").count()
+
     assert visible() == 8
     page.select_option("#f-decision", "flagged")
     flagged = page.locator("#rows-body td.decision").all_inner_texts()
@@ -153,8 +183,9 @@ def test_paging_keeps_a_large_report_usable_and_the_page_small(tmp_path, browser
 
 def test_blinded_mode_hides_scores_decisions_and_maps(tmp_path, browser):
     rows = make_rows(tmp_path, localizer=True)
-    report = write_html_report(tmp_path / "blind_report.html", rows, header(), is_localizer=True, blinded=True,
-                               metrics={"auroc": 0.75})
+    report = write_html_report(
+        tmp_path / "blind_report.html", rows, header(), is_localizer=True, blinded=True, metrics={"auroc": 0.75}
+    )
     context, page, seen = open_page(browser, report)
     text = page.inner_text("body")
     assert "score" not in page.inner_text("thead") and "decision" not in page.inner_text("thead")

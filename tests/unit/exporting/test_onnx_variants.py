@@ -1,5 +1,6 @@
 """Deployment variants: preprocessing inside the graph (crop, pad, tile, resize) matching infer.py,
 fp16 / int8 exports within their bounds, refusal beyond the AUROC budget, and the JSON sidecar."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ from inference.writer import read_results
 from tests.helpers import compose_config, write_images
 
 SHAPES = [(45, 71), (32, 32), (31, 33), (100, 20), (7, 9), (64, 64), (300, 200), (17, 40)]
-EXACT = [("center_crop", "bilinear"), ("pad", "bilinear"), ("tile", "bilinear"), ("resize", "nearest"),
-         ("none", "bilinear")]
+EXACT = [
+    ("center_crop", "bilinear"),
+    ("pad", "bilinear"),
+    ("tile", "bilinear"),
+    ("resize", "nearest"),
+    ("none", "bilinear"),
+]
 RESAMPLED = [("resize", "bilinear"), ("resize", "bicubic"), ("resize_crop", "bilinear"), ("resize_crop", "bicubic")]
 
 
@@ -71,11 +77,14 @@ def with_preprocess(model_path, folder, preprocess: dict):
     return path
 
 
-@pytest.mark.parametrize("mode, interpolation", [("center_crop", "bilinear"), ("pad", "bilinear"),
-                                                 ("resize", "bilinear"), ("resize_crop", "bicubic")])
+@pytest.mark.parametrize(
+    "mode, interpolation",
+    [("center_crop", "bilinear"), ("pad", "bilinear"), ("resize", "bilinear"), ("resize_crop", "bicubic")],
+)
 def test_graph_preprocess_model_scores_files_as_infer_does(tiny_model, tmp_path, mode, interpolation):
-    fp32 = with_preprocess(tiny_model["onnx"], tmp_path, {"mode": mode, "interpolation": interpolation,
-                                                          "load_size": 40})
+    fp32 = with_preprocess(
+        tiny_model["onnx"], tmp_path, {"mode": mode, "interpolation": interpolation, "load_size": 40}
+    )
     output = tmp_path / "u8.onnx"
     report = build_variant(fp32, output, graph_preprocess=True, images=smooth_images(8))
     parity = report["graph_parity"]
@@ -87,21 +96,40 @@ def test_graph_preprocess_model_scores_files_as_infer_does(tiny_model, tmp_path,
     folder = tmp_path / "files"
     write_images(folder, [(40, 50), (33, 31), (70, 21), (32, 32)])
     for name, model in (("plain", fp32), ("u8", output)):
-        infer(compose_config("infer", [f"model={model}", f"input={folder}", f"output={tmp_path / name}.csv",
-                                       "progress=false", "batch_size=2"]))
+        infer(
+            compose_config(
+                "infer",
+                [
+                    f"model={model}",
+                    f"input={folder}",
+                    f"output={tmp_path / name}.csv",
+                    "progress=false",
+                    "batch_size=2",
+                ],
+            )
+        )
     plain, u8 = read_results(tmp_path / "plain.csv"), read_results(tmp_path / "u8.csv")
     assert [r["path"] for r in plain] == [r["path"] for r in u8]
     assert max(abs(a["score"] - b["score"]) for a, b in zip(plain, u8)) <= parity["bound"]
 
 
-@pytest.mark.parametrize("precision, mode, bound", [("fp16", "static", 5e-3), ("int8", "static", 0.05),
-                                                    ("int8", "dynamic", 0.05)])
+@pytest.mark.parametrize(
+    "precision, mode, bound", [("fp16", "static", 5e-3), ("int8", "static", 0.05), ("int8", "dynamic", 0.05)]
+)
 def test_reduced_precision_exports_report_their_deviation_and_auroc(tiny_model, tmp_path, precision, mode, bound):
     images = smooth_images(8) + smooth_images(8, seed=1)
     labels = np.asarray([0, 1] * 8)
     output = tmp_path / f"{precision}.onnx"
-    report = build_variant(tiny_model["onnx"], output, precision=precision, int8_mode=mode, images=images,
-                           labels=labels, calibration=images, max_auroc_drop=1.0)
+    report = build_variant(
+        tiny_model["onnx"],
+        output,
+        precision=precision,
+        int8_mode=mode,
+        images=images,
+        labels=labels,
+        calibration=images,
+        max_auroc_drop=1.0,
+    )
     quality = report["quality"]
     assert 0 < quality["max_score_deviation"] <= bound and quality["images"] == 16
     assert {"auroc", "auroc_fp32", "auroc_drop", "tpr@fpr=0.01", "tpr@fpr=0.01_fp32"} <= set(quality)
@@ -113,8 +141,15 @@ def test_reduced_precision_exports_report_their_deviation_and_auroc(tiny_model, 
 def test_a_variant_beyond_the_auroc_budget_is_refused_and_not_written(tiny_model, tmp_path):
     images = smooth_images(8)
     with pytest.raises(VariantRefused, match="loses .* AUROC"):
-        build_variant(tiny_model["onnx"], tmp_path / "int8.onnx", precision="int8", int8_mode="dynamic",
-                      images=images, labels=np.asarray([0, 1] * 4), max_auroc_drop=-1.0)
+        build_variant(
+            tiny_model["onnx"],
+            tmp_path / "int8.onnx",
+            precision="int8",
+            int8_mode="dynamic",
+            images=images,
+            labels=np.asarray([0, 1] * 4),
+            max_auroc_drop=-1.0,
+        )
     assert not (tmp_path / "int8.onnx").exists()
     with pytest.raises(VariantRefused, match="calibration"):
         build_variant(tiny_model["onnx"], tmp_path / "int8.onnx", precision="int8", images=images)
@@ -130,9 +165,19 @@ def test_export_entry_point_writes_an_int8_image_u8_model_with_its_report(tiny_m
     with manifest.open("w", newline="") as handle:
         csv.writer(handle).writerows([["path", "label"]] + [[p.name, i % 2] for i, p in enumerate(paths)])
     output = tmp_path / "model_int8_u8.onnx"
-    report = export(compose_config("export", [f"model={tiny_model['ckpt']}", f"output={output}", "precision=int8",
-                                              "graph_preprocess=true", f"eval_input={manifest}",
-                                              "max_auroc_drop=1.0"]))
+    report = export(
+        compose_config(
+            "export",
+            [
+                f"model={tiny_model['ckpt']}",
+                f"output={output}",
+                "precision=int8",
+                "graph_preprocess=true",
+                f"eval_input={manifest}",
+                "max_auroc_drop=1.0",
+            ],
+        )
+    )
     assert report["quality"]["images"] == 10 and "auroc_drop" in report["quality"]  # calibrated on eval_input
     assert report["graph_parity"]["max_score_difference"] <= 1e-4  # center_crop: exact in the graph
     sidecar = json.loads(output.with_suffix(".json").read_text())

@@ -1,5 +1,6 @@
 """Every config composes; mistyped names fail with Hydra's list of valid options; every detector
 is a full config and a tiny one, each named as its file."""
+
 from __future__ import annotations
 
 import pytest
@@ -69,6 +70,7 @@ def test_a_detector_config_is_named_as_its_file(name):
 def test_every_detector_has_a_full_and_a_tiny_config():
     full = set(list_detectors(tiny=False))
     tiny = {name.removesuffix(TINY_SUFFIX) for name in list_detectors(tiny=True)}
-    assert full and full == tiny, f"without a tiny config: {sorted(full - tiny)}; without a full one: " \
-                                  f"{sorted(tiny - full)}"
+    assert full and full == tiny, (
+        f"without a tiny config: {sorted(full - tiny)}; without a full one: {sorted(tiny - full)}"
+    )
     assert all("slow" in detector_config(name).cpu_checks for name in list_detectors(tiny=True))

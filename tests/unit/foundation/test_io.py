@@ -1,4 +1,5 @@
 """read_image: every odd file kind becomes upright 8-bit RGB, or an ImageReadError with a reason."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,9 +12,16 @@ RNG = np.random.default_rng(0)
 RGB = RNG.integers(0, 256, (20, 30, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("suffix,options", [
-    (".png", {}), (".jpg", {"quality": 95}), (".webp", {"lossless": True}), (".bmp", {}), (".tiff", {}),
-])
+@pytest.mark.parametrize(
+    "suffix,options",
+    [
+        (".png", {}),
+        (".jpg", {"quality": 95}),
+        (".webp", {"lossless": True}),
+        (".bmp", {}),
+        (".tiff", {}),
+    ],
+)
 def test_common_formats_decode_to_rgb(tmp_path, suffix, options):
     path = tmp_path / f"image{suffix}"
     Image.fromarray(RGB).save(path, **options)

@@ -20,11 +20,7 @@ def manifest() -> list[Record]:
         for s in range(10):
             source = f"{kind}{s}"
             for p in range(2):
-                records.append(
-                    Record(
-                        f"real/{source}_{p}.png", 0, group="genuine", category=kind, source=source
-                    )
-                )
+                records.append(Record(f"real/{source}_{p}.png", 0, group="genuine", category=kind, source=source))
             records.append(
                 Record(
                     f"fake/latent_ae/{source}.png",
@@ -44,14 +40,8 @@ def manifest() -> list[Record]:
                 )
             )
     for s in range(4):
-        records.append(
-            Record(f"real/photo{s}.png", 0, group="genuine", category="photo", source=f"photo{s}")
-        )
-        records.append(
-            Record(
-                f"real/phone{s}.png", 0, group="genuine", category="phone_photo", source=f"photo{s}"
-            )
-        )
+        records.append(Record(f"real/photo{s}.png", 0, group="genuine", category="photo", source=f"photo{s}"))
+        records.append(Record(f"real/phone{s}.png", 0, group="genuine", category="phone_photo", source=f"photo{s}"))
         records.append(
             Record(
                 f"fake/ddpm/photo{s}.png",
@@ -73,9 +63,7 @@ def test_the_held_out_category_is_only_in_test_and_no_photo_straddles_splits(hel
     split_of: dict = {}
     for r in out:
         assert split_of.setdefault(r.source, r.split) == r.split
-    assert not any(
-        r.group == "ae_transposed_region" for r in out
-    )  # region edits: a localization task
+    assert not any(r.group == "ae_transposed_region" for r in out)  # region edits: a localization task
     assert {r.group for r in out if r.label == 1} <= {"latent_ae", "ddpm_pixel"}
     assert summary["counts"]["val"]["genuine"] and summary["counts"]["train"]["fake"]
 

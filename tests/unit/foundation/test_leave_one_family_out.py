@@ -1,4 +1,5 @@
 """Leave-one-family-out splits: the held-out family and its test photos are never seen in training."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,16 @@ from benchmarks.leave_one_family_out import main
 from datamodules.records import Record, read_manifest
 from datamodules.splits import DEFAULT_FAMILIES, SplitError, all_families_split, family_of, family_split
 
-GROUPS = ("ae_transposed", "ae_pixel_shuffle", "ae_transposed_region", "latent_ae", "ddpm_pixel_sdedit_0.3",
-          "ddpm_pixel_sdedit_0.6", "ddpm_latent_sdedit_0.3", "ddpm_pixel_inpaint")
+GROUPS = (
+    "ae_transposed",
+    "ae_pixel_shuffle",
+    "ae_transposed_region",
+    "latent_ae",
+    "ddpm_pixel_sdedit_0.3",
+    "ddpm_pixel_sdedit_0.6",
+    "ddpm_latent_sdedit_0.3",
+    "ddpm_pixel_inpaint",
+)
 
 
 def manifest() -> list[Record]:
@@ -63,8 +72,19 @@ def test_split_only_writes_one_manifest_per_held_out_family(tmp_path):
     from datamodules.records import write_manifest
 
     write_manifest(manifest(), tmp_path / "manifest.csv")
-    code = main(["--manifest", str(tmp_path / "manifest.csv"), "--output-dir", str(tmp_path / "out"), "--split-only",
-                 "--families", "ae=ae_transposed,ae_pixel_shuffle", "ddpm=ddpm_*_sdedit_*", "latent=latent_ae"])
+    code = main(
+        [
+            "--manifest",
+            str(tmp_path / "manifest.csv"),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--split-only",
+            "--families",
+            "ae=ae_transposed,ae_pixel_shuffle",
+            "ddpm=ddpm_*_sdedit_*",
+            "latent=latent_ae",
+        ]
+    )
     assert code == 0
     for family in ("ae", "ddpm", "latent"):
         records = read_manifest(tmp_path / "out" / f"holdout_{family}" / "manifest.csv")

@@ -1,4 +1,5 @@
 """`python train.py detector=<a localizer>` with no data argument gets the embedded localization set."""
+
 from __future__ import annotations
 
 import csv
@@ -35,8 +36,13 @@ def write_tiny_localization_set(folder: Path, seed: int, split_fractions) -> Pat
     rows = []
     for i in range(12):
         Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-        row = {"path": f"{i}.png", "label": i % 2, "mask": "", "source": f"photo{i // 2}",
-               "split": ("train", "val", "test")[i % 3]}
+        row = {
+            "path": f"{i}.png",
+            "label": i % 2,
+            "mask": "",
+            "source": f"photo{i // 2}",
+            "split": ("train", "val", "test")[i % 3],
+        }
         if i % 2:
             mask = np.zeros((40, 40), np.uint8)
             mask[5:15, 5:15] = 255
@@ -58,8 +64,14 @@ def test_the_datamodule_makes_a_missing_dataset_once_with_the_maker_it_is_handed
         return write_tiny_localization_set(Path(folder), seed, split_fractions)
 
     root = tmp_path / "embedded_localization"
-    module = LocalizationDataModule(root=str(root), create=maker, batch_size=4, num_workers=0, seed=3,
-                                    preprocess={"size": 32, "mode": "center_crop"})
+    module = LocalizationDataModule(
+        root=str(root),
+        create=maker,
+        batch_size=4,
+        num_workers=0,
+        seed=3,
+        preprocess={"size": 32, "mode": "center_crop"},
+    )
     module.prepare_data()
     module.prepare_data()  # the manifest exists now: nothing is made again
     assert calls == [(root, 3, (0.8, 0.1, 0.1))]

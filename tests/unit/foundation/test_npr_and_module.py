@@ -1,4 +1,5 @@
 """NPR forward/backward, the safe detector builder, and DetectorModule's calibration and gathering."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,13 @@ from detectors.build import build_detector
 from detectors.module import DetectorModule
 from detectors.npr import NPR
 
-TINY = {"_target_": "detectors.npr.NPR", "width": 8, "layers": [1, 1], "block": "basic",
-        "preprocess": {"size": 32, "mode": "center_crop"}}
+TINY = {
+    "_target_": "detectors.npr.NPR",
+    "width": 8,
+    "layers": [1, 1],
+    "block": "basic",
+    "preprocess": {"size": 32, "mode": "center_crop"},
+}
 
 
 @pytest.mark.parametrize("height,width", [(32, 32), (33, 47), (17, 64)])
@@ -71,8 +77,9 @@ def test_gather_counts_each_image_once_even_when_padded_with_repeats(monkeypatch
 
 
 def test_cosine_schedule_warms_up_then_decays():
-    module = DetectorModule(net=TINY, optimizer={"name": "Adam", "lr": 1.0},
-                            scheduler={"warmup_fraction": 0.1, "min_lr_ratio": 0.0})
+    module = DetectorModule(
+        net=TINY, optimizer={"name": "Adam", "lr": 1.0}, scheduler={"warmup_fraction": 0.1, "min_lr_ratio": 0.0}
+    )
     module.__dict__["_trainer"] = type("T", (), {"estimated_stepping_batches": 100})()
     config = module.configure_optimizers()
     optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]

@@ -1,4 +1,5 @@
 """Layouts -> records: manifests, labelled folder trees, and leakage-free splits."""
+
 from __future__ import annotations
 
 import json
@@ -20,26 +21,32 @@ def test_csv_manifest_resolves_relative_paths_and_reads_every_column(tmp_path):
     (tmp_path / "m.csv").write_text(
         "path,label,mask,group,category,source,split,review\n"
         "a.png,1,a_mask.png,sdxl,shoes,src1,train,r1\n"
-        "/abs/b.png,0,,,,,,\n")
+        "/abs/b.png,0,,,,,,\n"
+    )
     first, second = read_manifest(tmp_path / "m.csv")
-    assert first == Record(str(tmp_path / "a.png"), 1, str(tmp_path / "a_mask.png"), "sdxl", "shoes", "src1",
-                           "train", "r1")
+    assert first == Record(
+        str(tmp_path / "a.png"), 1, str(tmp_path / "a_mask.png"), "sdxl", "shoes", "src1", "train", "r1"
+    )
     assert second == Record("/abs/b.png", 0)
 
 
 def test_jsonl_manifest_is_read_like_csv(tmp_path):
-    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in [{"path": "x.png", "label": 0},
-                                                                       {"path": "y.png", "label": 1}]))
+    (tmp_path / "m.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in [{"path": "x.png", "label": 0}, {"path": "y.png", "label": 1}])
+    )
     assert [r.label for r in read_manifest(tmp_path / "m.jsonl")] == [0, 1]
 
 
-@pytest.mark.parametrize("content,message", [
-    ("file,label\na.png,1\n", "m.csv has no `path` column"),
-    ("path,label\na.png,0\nb.png,1\nc.png,2\n", r"m.csv:4: label must be 0"),
-    ("path,label\na.png,0\nb.png,fake\n", r"m.csv:3: label must be 0 .* got 'fake'"),
-    ("path,split\na.png,train\nb.png,holdout\n", r"m.csv:3: split must be one of"),
-    ("path,label\na.png,0\n,1\n", r"m.csv:3: empty path"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("file,label\na.png,1\n", "m.csv has no `path` column"),
+        ("path,label\na.png,0\nb.png,1\nc.png,2\n", r"m.csv:4: label must be 0"),
+        ("path,label\na.png,0\nb.png,fake\n", r"m.csv:3: label must be 0 .* got 'fake'"),
+        ("path,split\na.png,train\nb.png,holdout\n", r"m.csv:3: split must be one of"),
+        ("path,label\na.png,0\n,1\n", r"m.csv:3: empty path"),
+    ],
+)
 def test_bad_manifests_say_what_is_wrong_and_where(tmp_path, content, message):
     """The message names the file and the line of the bad row (the header is line 1)."""
     (tmp_path / "m.csv").write_text(content)
@@ -96,7 +103,9 @@ def test_the_default_split_is_80_10_10_by_source_through_the_manifest_config(tmp
     datamodule.setup("fit")
     sources = {name: {r.source for r in split} for name, split in datamodule.splits.items()}
     assert {name: len(found) for name, found in sources.items()} == {"train": 160, "val": 20, "test": 20}
-    assert not (sources["train"] & sources["val"] or sources["train"] & sources["test"] or sources["val"] & sources["test"])
+    assert not (
+        sources["train"] & sources["val"] or sources["train"] & sources["test"] or sources["val"] & sources["test"]
+    )
 
 
 def test_splits_keep_every_image_of_a_source_together_and_are_deterministic():

@@ -1,4 +1,5 @@
 """Preprocessing modes give the network input the detector asked for; evaluation is deterministic."""
+
 from __future__ import annotations
 
 import numpy as np

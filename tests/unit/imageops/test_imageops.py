@@ -45,9 +45,7 @@ def test_training_chains_generation_and_robustness_apply_the_same_jpeg():
     image = photo()
     expected = imageops.jpeg(image, 70)
     augment = {"hflip": 0.0, "jpeg": 1.0, "jpeg_quality": (70, 70)}
-    trained_on = build_transform(NO_GEOMETRY, train=True, augment=augment, seed=0)(image=image)[
-        "image"
-    ]
+    trained_on = build_transform(NO_GEOMETRY, train=True, augment=augment, seed=0)(image=image)["image"]
     np.testing.assert_array_equal(trained_on, expected)
     np.testing.assert_array_equal(apply_chain(image, "jpeg70"), expected)
     np.testing.assert_array_equal(PERTURBATIONS["jpeg"](image, 70), expected)
@@ -56,9 +54,7 @@ def test_training_chains_generation_and_robustness_apply_the_same_jpeg():
 def test_generated_rerenders_are_compressed_by_the_shared_jpeg(monkeypatch):
     calls = []
     original = imageops.jpeg
-    monkeypatch.setattr(
-        imageops, "jpeg", lambda image, quality: calls.append(quality) or original(image, quality)
-    )
+    monkeypatch.setattr(imageops, "jpeg", lambda image, quality: calls.append(quality) or original(image, quality))
     _, params = rerender(photo(), np.random.default_rng(0))
     assert calls == [params["jpeg_quality"]]
 
@@ -67,9 +63,7 @@ def test_blur_is_the_same_in_training_chains_and_robustness():
     image = photo()
     expected = imageops.gaussian_blur(image, 1.5)
     augment = {"hflip": 0.0, "blur": 1.0, "blur_sigma": (1.5, 1.5)}
-    trained_on = build_transform(NO_GEOMETRY, train=True, augment=augment, seed=0)(image=image)[
-        "image"
-    ]
+    trained_on = build_transform(NO_GEOMETRY, train=True, augment=augment, seed=0)(image=image)["image"]
     np.testing.assert_array_equal(trained_on, expected)
     np.testing.assert_array_equal(apply_chain(image, "blur1.5"), expected)
     np.testing.assert_array_equal(PERTURBATIONS["blur"](image, 1.5), expected)
@@ -79,15 +73,9 @@ def test_blur_is_the_same_in_training_chains_and_robustness():
 def test_rescale_shrinks_by_area_and_enlarges_bilinearly_and_chains_name_the_kernel():
     image = photo()
     assert imageops.rescale(image, 0.5).shape == (80, 90, 3)
-    np.testing.assert_array_equal(
-        imageops.rescale(image, 0.5), imageops.resize(image, (90, 80), "area")
-    )
-    np.testing.assert_array_equal(
-        imageops.rescale(image, 1.5), imageops.resize(image, (270, 240), "bilinear")
-    )
-    np.testing.assert_array_equal(
-        apply_chain(image, "resize0.75_bicubic"), imageops.rescale(image, 0.75, "bicubic")
-    )
+    np.testing.assert_array_equal(imageops.rescale(image, 0.5), imageops.resize(image, (90, 80), "area"))
+    np.testing.assert_array_equal(imageops.rescale(image, 1.5), imageops.resize(image, (270, 240), "bilinear"))
+    np.testing.assert_array_equal(apply_chain(image, "resize0.75_bicubic"), imageops.rescale(image, 0.75, "bicubic"))
     with pytest.raises(ValueError, match="unknown resampling kernel"):
         imageops.resize(image, (10, 10), "sinc")
 
@@ -96,13 +84,9 @@ def test_noise_has_the_asked_spread_and_follows_its_generator():
     grey = np.full((200, 200, 3), 128, np.uint8)
     noisy = imageops.gaussian_noise(grey, 0.05, np.random.default_rng(3))
     assert np.std(noisy.astype(float) - 128) == pytest.approx(0.05 * 255, rel=0.03)
-    np.testing.assert_array_equal(
-        noisy, imageops.gaussian_noise(grey, 0.05, np.random.default_rng(3))
-    )
+    np.testing.assert_array_equal(noisy, imageops.gaussian_noise(grey, 0.05, np.random.default_rng(3)))
     augment = {"hflip": 0.0, "noise": 1.0, "noise_std": (0.05, 0.05)}
-    trained_on = build_transform(NO_GEOMETRY, train=True, augment=augment, seed=0)(image=grey)[
-        "image"
-    ]
+    trained_on = build_transform(NO_GEOMETRY, train=True, augment=augment, seed=0)(image=grey)["image"]
     assert np.std(trained_on.astype(float) - 128) == pytest.approx(0.05 * 255, rel=0.03)
 
 

@@ -24,9 +24,7 @@ from tests.helpers import compose_config, write_images
 def test_each_category_gets_the_threshold_of_its_own_genuine_scores():
     grainy = np.linspace(0.5, 1.0, 100)  # a kind the detector scores high, e.g. micrographs
     smooth = np.linspace(0.0, 0.5, 100)
-    result = calibrate_by_category(
-        np.concatenate([grainy, smooth]), ["grainy"] * 100 + ["smooth"] * 100, 0.1
-    )
+    result = calibrate_by_category(np.concatenate([grainy, smooth]), ["grainy"] * 100 + ["smooth"] * 100, 0.1)
     assert set(result["thresholds"]) == {"grainy", "smooth"} and result["too_few"] == {}
     for name, scores in (("grainy", grainy), ("smooth", smooth)):
         flagged = int(np.sum(scores >= result["thresholds"][name]))
@@ -63,10 +61,7 @@ def test_report_names_the_category_that_misses_the_target_instead_of_averaging_i
     assert report.metrics["tnr"] == pytest.approx(106 / 108)
     assert report.metrics["by_category"]["gel"]["tnr"] == pytest.approx(0.8)
     assert report.metrics["genuine_tnr_below_target"] == {"gel": pytest.approx(0.8)}
-    assert (
-        "Genuine TNR below the target 0.99 in categories: gel 0.8000"
-        in (tmp_path / "report.md").read_text()
-    )
+    assert "Genuine TNR below the target 0.99 in categories: gel 0.8000" in (tmp_path / "report.md").read_text()
     # with a threshold of its own above its genuine scores, gel meets the target and nothing is named
     fixed = report_records(
         tmp_path / "fixed",
@@ -78,10 +73,7 @@ def test_report_names_the_category_that_misses_the_target_instead_of_averaging_i
     )
     assert fixed.metrics["genuine_tnr_below_target"] == {} and fixed.metrics["tnr"] == 1.0
     assert fixed.metrics["category_thresholds"] == {"gel": 0.85}
-    assert (
-        json.loads((tmp_path / "fixed" / "metrics.json").read_text())["by_category"]["gel"]["tnr"]
-        == 1.0
-    )
+    assert json.loads((tmp_path / "fixed" / "metrics.json").read_text())["by_category"]["gel"]["tnr"] == 1.0
 
 
 @pytest.fixture
@@ -97,9 +89,7 @@ def two_kinds(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["onnx", "ckpt"])
-def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(
-    tiny_model, two_kinds, tmp_path, kind
-):
+def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_model, two_kinds, tmp_path, kind):
     output = tmp_path / f"calibrated.{kind}"
     record = calibrate_model(
         str(tiny_model[kind]),
@@ -111,10 +101,7 @@ def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(
         by="category",
     )
     assert set(record["by_category"]) == {"chart", "gel"}
-    assert (
-        record["by_category"]["gel"]["n_genuine"] == 35
-        and record["by_category"]["gel"]["n_fake"] == 4
-    )
+    assert record["by_category"]["gel"]["n_genuine"] == 35 and record["by_category"]["gel"]["n_fake"] == 4
     runtime = (OnnxRuntime if kind == "onnx" else TorchRuntime)(output, "cpu")
     assert runtime.category_thresholds == pytest.approx(record["category_thresholds"], rel=1e-7)
     assert runtime.target_fpr == pytest.approx(0.1)
@@ -140,19 +127,12 @@ def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(
     metrics = result["metrics"]
     assert metrics["category_thresholds"] == pytest.approx(record["category_thresholds"])
     for name in ("chart", "gel"):  # each category's genuine TNR at its own threshold, as calibrated
-        assert metrics["by_category"][name]["tnr"] == pytest.approx(
-            record["by_category"][name]["tnr"]
-        )
-        assert (
-            metrics["by_category"][name]["n_neg"] == 35
-            and metrics["by_category"][name]["n_pos"] == 4
-        )
+        assert metrics["by_category"][name]["tnr"] == pytest.approx(record["by_category"][name]["tnr"])
+        assert metrics["by_category"][name]["n_neg"] == 35 and metrics["by_category"][name]["n_pos"] == 4
     assert metrics["target_tnr"] == pytest.approx(0.9)
 
 
-def test_command_line_by_category_refuses_a_category_with_too_few_genuines(
-    tiny_model, two_kinds, tmp_path
-):
+def test_command_line_by_category_refuses_a_category_with_too_few_genuines(tiny_model, two_kinds, tmp_path):
     with pytest.raises(CalibrationRefused, match=r"chart \(35 of 59\), gel \(35 of 59\)"):
         calibrate_model(
             str(tiny_model["onnx"]),
@@ -184,9 +164,7 @@ def test_training_calibrates_each_validation_category_with_enough_genuines(monke
     trainer = type("T", (), {"sanity_checking": False, "datamodule": datamodule})()
     monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
     monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)
-    scores = torch.cat(
-        [torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)]
-    )
+    scores = torch.cat([torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)])
     module._scores["val"] = [(torch.arange(215), scores, torch.zeros(215, dtype=torch.long))]
     module.on_validation_epoch_end()
     assert set(module.category_thresholds) == {"micrograph", "photo"}

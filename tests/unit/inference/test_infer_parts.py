@@ -1,4 +1,5 @@
 """Runs split into shards or processes: part files, resume from what is on disk, merge in input order."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import inference.writer as writer_module
 from datamodules.preprocess import Preprocess
 from datamodules.records import Record
 from inference.parts import Shard, done_paths, merge_parts, part_files, part_path
 from inference.runs import Processes, score_to_output
-import inference.writer as writer_module
 from inference.writer import COLUMNS, read_results, read_rows
 from tests.helpers import write_images
 
@@ -37,8 +38,18 @@ def run(records, output, shard="", resume=False, batch_size=3):
 
 
 def run_scored(records, output, shard="", resume=False, batch_size=3):
-    return score_to_output(MeanBrightness(), records, output, COLUMNS, Processes(device="cpu"), Shard.parse(shard),
-                           resume=resume, batch_size=batch_size, num_workers=2, progress=False)
+    return score_to_output(
+        MeanBrightness(),
+        records,
+        output,
+        COLUMNS,
+        Processes(device="cpu"),
+        Shard.parse(shard),
+        resume=resume,
+        batch_size=batch_size,
+        num_workers=2,
+        progress=False,
+    )
 
 
 def test_shard_parsing_and_selection():

@@ -6,6 +6,7 @@ the scores they gave on a fixed input. A checkpoint names its network's class by
 (`detectors.npr.NPR`), so moving a detector class, renaming a parameter or changing the ONNX
 reading would break users' files: this test fails first.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,17 @@ def test_scoring_a_checkpoint_does_not_import_lightning():
     import subprocess
     import sys
 
-    code = ("import sys; from inference.runtime import load_runtime; "
-            f"load_runtime({str(LEGACY / 'npr_legacy.ckpt')!r}, 'cpu'); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torchmetrics')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parents[3], check=True)
+    code = (
+        "import sys; from inference.runtime import load_runtime; "
+        f"load_runtime({str(LEGACY / 'npr_legacy.ckpt')!r}, 'cpu'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torchmetrics')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[3],
+        check=True,
+    )
     assert done.stdout.strip() == "[]"

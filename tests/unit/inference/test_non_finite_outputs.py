@@ -1,5 +1,6 @@
 """A model whose outputs are not finite (broken weights, overflow) gives error rows, never `ok` rows
 holding NaN: a NaN score compares false with every threshold and would pass as genuine."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from infer import InferenceFailed, infer
 from inference.scoring import non_finite_output
 from inference.writer import read_results
-from infer import InferenceFailed, infer
 from tests.helpers import compose_config, write_images, write_tiny_model
 
 
@@ -39,8 +40,18 @@ def broken_models(tmp_path_factory):
 def test_broken_weights_give_error_rows_with_the_reason(broken_models, tmp_path, kind):
     images = write_images(tmp_path / "in", [(40, 40), (36, 44), (50, 32)])
     with pytest.raises(InferenceFailed, match="nothing could be scored"):  # no usable score: the run fails
-        infer(compose_config("infer", [f"model={broken_models[kind]}", f"input={tmp_path / 'in'}",
-                                       f"output={tmp_path / 'scores.csv'}", "progress=false", "batch_size=2"]))
+        infer(
+            compose_config(
+                "infer",
+                [
+                    f"model={broken_models[kind]}",
+                    f"input={tmp_path / 'in'}",
+                    f"output={tmp_path / 'scores.csv'}",
+                    "progress=false",
+                    "batch_size=2",
+                ],
+            )
+        )
     rows = read_results(tmp_path / "scores.csv")
     assert sorted(Path(row["path"]).name for row in rows) == [path.name for path in images]
     for row in rows:

@@ -1,5 +1,6 @@
 """The `.onnx` scoring path: torch-free preprocessing identical to the training pipeline's, threaded
 batches in input order, and an `infer.py` run that never imports torch or Lightning."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,9 +11,9 @@ import pytest
 
 from datamodules.geometry import eval_geometry, to_network_input
 from datamodules.transforms import build_transform, to_tensor
+from infer import infer
 from inference.batches import iter_batches
 from inference.writer import read_results
-from infer import infer
 from tests.helpers import ROOT, compose_config, write_images, write_tiny_model
 
 SHAPES = [(45, 71), (32, 32), (31, 33), (100, 20), (7, 9), (64, 64)]
@@ -58,13 +59,25 @@ def tiny_model(tmp_path_factory):
 
 
 def test_onnx_run_imports_neither_torch_nor_lightning_and_matches_the_checkpoint(tiny_model, tmp_path):
-    images = write_images(tmp_path / "in", [(40, 50), (32, 32), (70, 21)])
+    write_images(tmp_path / "in", [(40, 50), (32, 32), (70, 21)])
     (tmp_path / "in" / "broken.jpg").write_bytes(b"nope")
 
     arguments = [f"input={tmp_path / 'in'}", "progress=false", "batch_size=2"]
-    done = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "infer.py"), f"model={tiny_model['onnx']}",
-                           f"output={tmp_path / 'onnx.csv'}", *arguments],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            str(ROOT / "infer.py"),
+            f"model={tiny_model['onnx']}",
+            f"output={tmp_path / 'onnx.csv'}",
+            *arguments,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "onnxruntime" in imported and "numpy" in imported  # the import log is what we think it is

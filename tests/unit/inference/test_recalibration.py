@@ -1,5 +1,6 @@
 """calibrate.py: the threshold for a target FPR on the user's genuine images, exact intervals, a
 refusal that says how many images are needed, and calibrated .onnx / .ckpt files that carry it."""
+
 from __future__ import annotations
 
 import csv
@@ -17,7 +18,7 @@ from tests.helpers import ROOT, write_images
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
-    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
 
 
 def bisect(f, low=0.0, high=1.0) -> float:
@@ -65,8 +66,9 @@ def manifest(tmp_path):
 @pytest.mark.parametrize("kind", ["onnx", "ckpt"])
 def test_calibrated_model_carries_the_threshold_and_its_provenance(tiny_model, manifest, tmp_path, kind):
     output = tmp_path / f"calibrated.{kind}"
-    record = calibrate_model(str(tiny_model[kind]), str(manifest), output, target_fpr=0.1, num_workers=0,
-                             progress=False)
+    record = calibrate_model(
+        str(tiny_model[kind]), str(manifest), output, target_fpr=0.1, num_workers=0, progress=False
+    )
     assert record["n_genuine"] == 35 and record["n_fake"] == 6 and record["false_positives"] <= 3
     assert record["input"] == str(manifest) and record["previous_threshold"] == 0.5 and record["date"]
     runtime = (OnnxRuntime if kind == "onnx" else TorchRuntime)(output, "cpu")
@@ -81,9 +83,21 @@ def test_calibrated_model_carries_the_threshold_and_its_provenance(tiny_model, m
 
 
 def test_command_line_refuses_too_few_images_and_writes_nothing(tiny_model, manifest, tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "calibrate.py"), f"model={tiny_model['onnx']}",
-                           f"input={manifest}", "target_fpr=0.01", f"output={tmp_path / 'out.onnx'}",
-                           "progress=false"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "calibrate.py"),
+            f"model={tiny_model['onnx']}",
+            f"input={manifest}",
+            "target_fpr=0.01",
+            f"output={tmp_path / 'out.onnx'}",
+            "progress=false",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
     assert "35 genuine images were scored; target_fpr=0.01 needs at least 299" in done.stdout + done.stderr
     assert not (tmp_path / "out.onnx").exists()

@@ -1,5 +1,6 @@
 """Verdicts per review: max / mean / noisy_or of the images' scores, written beside the image rows,
 with review-level metrics when labels are known, and the same file after a resumed run."""
+
 from __future__ import annotations
 
 import csv
@@ -23,14 +24,22 @@ RESULTS = [
 IDS = {"a/1.png": "A", "a/2.png": "A", "b/1.png": "B", "b/2.png": "B", "b/3.png": "B", "c/1.png": ""}
 
 
-@pytest.mark.parametrize("method, expected", [
-    ("max", {"A": 0.9, "B": 0.5}),
-    ("mean", {"A": 0.55, "B": 0.5}),
-    ("noisy_or", {"A": 1 - 0.8 * 0.1, "B": 1 - 0.5 * 0.5}),
-])
+@pytest.mark.parametrize(
+    "method, expected",
+    [
+        ("max", {"A": 0.9, "B": 0.5}),
+        ("mean", {"A": 0.55, "B": 0.5}),
+        ("noisy_or", {"A": 1 - 0.8 * 0.1, "B": 1 - 0.5 * 0.5}),
+    ],
+)
 def test_review_scores_from_a_hand_made_table(method, expected):
-    rows = review_rows(RESULTS, IDS, method, threshold=0.6, labels={"a/1.png": 0, "a/2.png": 1, "b/1.png": 0,
-                                                                    "b/2.png": 0, "c/1.png": 0})
+    rows = review_rows(
+        RESULTS,
+        IDS,
+        method,
+        threshold=0.6,
+        labels={"a/1.png": 0, "a/2.png": 1, "b/1.png": 0, "b/2.png": 0, "c/1.png": 0},
+    )
     by_id = {r["review"]: r for r in rows}
     assert [r["review"] for r in rows] == ["A", "B", "<no review> c/1.png"]  # order of first appearance
     for review, score in expected.items():
@@ -56,10 +65,18 @@ def test_infer_writes_reviews_and_their_metrics_and_a_resume_rewrites_the_same_f
     paths = write_images(tmp_path / "in", [(30, 30 + i) for i in range(12)])
     manifest = tmp_path / "in" / "manifest.csv"
     with manifest.open("w", newline="") as handle:
-        csv.writer(handle).writerows([["path", "label", "review"]] +
-                                     [[p.name, int(i % 4 == 3), f"listing-{i // 3}"] for i, p in enumerate(paths)])
-    overrides = [f"model={tiny_model['onnx']}", f"input={manifest}", "progress=false", "batch_size=4",
-                 "group_by=review", "review_aggregation=noisy_or"]
+        csv.writer(handle).writerows(
+            [["path", "label", "review"]]
+            + [[p.name, int(i % 4 == 3), f"listing-{i // 3}"] for i, p in enumerate(paths)]
+        )
+    overrides = [
+        f"model={tiny_model['onnx']}",
+        f"input={manifest}",
+        "progress=false",
+        "batch_size=4",
+        "group_by=review",
+        "review_aggregation=noisy_or",
+    ]
     result = infer(compose_config("infer", [*overrides, f"output={tmp_path / 'scores.csv'}"]))
     reviews = list(csv.DictReader(open(tmp_path / "scores.reviews.csv")))
     assert [r["review"] for r in reviews] == ["listing-0", "listing-1", "listing-2", "listing-3"]

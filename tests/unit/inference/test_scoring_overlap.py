@@ -1,6 +1,7 @@
 """The scoring loop keeps the model busy: batches are converted to network input on the decoding
 threads, and maps are encoded on a background thread while the next batch is scored, without a
 row ever naming a map that is not on disk yet."""
+
 from __future__ import annotations
 
 import threading
@@ -65,13 +66,20 @@ def test_maps_are_written_off_the_scoring_thread_and_before_their_rows(tmp_path,
 
     monkeypatch.setattr(masks_module, "save_mask", recording)
     with CheckingWriter(tmp_path / "scores.csv", [*COLUMNS, "mask"]) as writer:
-        counts = score_items(SquareLocalizer(), list(enumerate(map(str, paths))), writer, batch_size=3,
-                             num_workers=2, masks_dir=tmp_path / "masks", progress=False)
+        counts = score_items(
+            SquareLocalizer(),
+            list(enumerate(map(str, paths))),
+            writer,
+            batch_size=3,
+            num_workers=2,
+            masks_dir=tmp_path / "masks",
+            progress=False,
+        )
     assert counts == {"ok": 7, "error": 0}
     assert threads and all(name.startswith("maps") for name in threads)
     rows = read_results(tmp_path / "scores.csv")
     assert [row["path"] for row in rows] == list(map(str, paths))  # input order, every image once
     for path, row in zip(paths, rows):
         red = read_image(path)[..., 0].astype(np.float32) / 255
-        np.testing.assert_array_equal(read_image(row["mask"])[..., 0], np.rint(red ** 2 * 255).astype(np.uint8))
-        assert row["score"] == float((red ** 2).max())
+        np.testing.assert_array_equal(read_image(row["mask"])[..., 0], np.rint(red**2 * 255).astype(np.uint8))
+        assert row["score"] == float((red**2).max())

@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from tools.fraudbench_table import genuine_records, main
 from tests.helpers import write_images, write_tiny_model
+from tools.fraudbench_table import genuine_records, main
 
 
 def labelled_manifest(folder, genuine: int, fake: int):
@@ -40,9 +40,7 @@ def test_a_real_fake_tree_gives_its_real_folder_only(tmp_path):
 
 def test_an_unlabelled_folder_counts_every_image(tmp_path):
     paths = write_images(tmp_path / "photos", [(33, 21), (20, 35), (17, 29)])
-    assert sorted(r.path for r in genuine_records(str(tmp_path / "photos"))) == sorted(
-        map(str, paths)
-    )
+    assert sorted(r.path for r in genuine_records(str(tmp_path / "photos"))) == sorted(map(str, paths))
 
 
 def test_the_table_calibrates_on_the_genuine_images_of_a_labelled_input(tmp_path):
@@ -75,9 +73,7 @@ def test_the_table_calibrates_on_the_genuine_images_of_a_labelled_input(tmp_path
         scores = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}
     assert set(scores) == genuine  # no fake image was scored for calibration
     assert np.mean(np.asarray(list(scores.values())) >= calibrated["threshold"]) <= 0.2
-    assert (
-        json.loads(output.with_suffix(".json").read_text())["rows"][1]["n_calibration_genuine"] == 6
-    )
+    assert json.loads(output.with_suffix(".json").read_text())["rows"][1]["n_calibration_genuine"] == 6
 
 
 def test_images_without_a_score_are_counted_in_a_warning_and_only_then(tmp_path, caplog):
@@ -85,9 +81,7 @@ def test_images_without_a_score_are_counted_in_a_warning_and_only_then(tmp_path,
     paths = sorted(str(p) for p in (tmp_path / "data").glob("*.png"))
     for name, scored in (("all", paths), ("some", paths[1:])):
         scores = tmp_path / f"{name}.csv"
-        scores.write_text(
-            "path,score,label,status,error\n" + "".join(f"{p},0.7,1,ok,\n" for p in scored)
-        )
+        scores.write_text("path,score,label,status,error\n" + "".join(f"{p},0.7,1,ok,\n" for p in scored))
         caplog.clear()
         with caplog.at_level("WARNING", logger="tools.fraudbench_table"):
             main(

@@ -22,9 +22,7 @@ class RepaintEverything:
 
     def __call__(self, **kwargs):
         self.calls.append(kwargs)
-        images = [
-            np.full((image.height, image.width, 3), 0.5, np.float32) for image in kwargs["image"]
-        ]
+        images = [np.full((image.height, image.width, 3), 0.5, np.float32) for image in kwargs["image"]]
         return type("Output", (), {"images": images})()
 
 
@@ -59,10 +57,7 @@ def test_inpainting_changes_no_pixel_outside_the_mask(no_diffusers):
     )
     fakes = list(generate_fakes(PANELS, options, pipelines=(None, inpaint, info)))
     assert sorted(f.key for f in fakes) == ["odd", "odd", "tall", "tall"]
-    assert all(
-        call["image"][0].size[0] % 64 == 0 and call["image"][0].size[1] % 64 == 0
-        for call in inpaint.calls
-    )
+    assert all(call["image"][0].size[0] % 64 == 0 and call["image"][0].size[1] % 64 == 0 for call in inpaint.calls)
     panels = dict(PANELS)
     for fake in fakes:
         panel, mask = panels[fake.key], fake.mask.astype(bool)

@@ -11,8 +11,8 @@ from datamodules.io import read_image, write_image
 from datamodules.records import Record
 from inference.masks import (
     MapWriter,
-    heat_overlay,
     PixelReduction,
+    heat_overlay,
     save_mask,
     save_overlay,
     to_uint8_map,
@@ -34,17 +34,13 @@ def half_map(shape: tuple[int, int], axis: int) -> np.ndarray:
     return prob
 
 
-@pytest.mark.parametrize(
-    "network, image", [((8, 12), (37, 53)), ((12, 8), (53, 37)), ((16, 16), (23, 61))]
-)
+@pytest.mark.parametrize("network, image", [((8, 12), (37, 53)), ((12, 8), (53, 37)), ((16, 16), (23, 61))])
 @pytest.mark.parametrize("axis", [0, 1])
 def test_a_map_is_resized_to_the_image_height_and_width(network, image, axis):
     out = to_uint8_map(half_map(network, axis), image)
     assert out.shape == image and out.dtype == np.uint8
     expected = half_map(image, axis) * 255
-    interior = (
-        np.abs(np.arange(image[axis]) - image[axis] / 2) > image[axis] / 8
-    )  # away from the edge ramp
+    interior = np.abs(np.arange(image[axis]) - image[axis] / 2) > image[axis] / 8  # away from the edge ramp
     index = (interior, slice(None)) if axis == 0 else (slice(None), interior)
     np.testing.assert_array_equal(out[index], expected[index])
 
@@ -63,9 +59,7 @@ def test_an_overlay_is_drawn_over_a_non_square_picture_in_place(tmp_path):
     [written] = list(tmp_path.glob("*.jpg"))
     overlay = read_image(written)
     assert overlay.shape == (21, 34, 3)
-    assert (
-        overlay[:7, :, 0].mean() > 100 and overlay[14:, :, 0].mean() < 20
-    )  # red on the top half only
+    assert overlay[:7, :, 0].mean() > 100 and overlay[14:, :, 0].mean() < 20  # red on the top half only
 
 
 def test_probability_one_half_stays_positive_through_the_8_bit_map(tmp_path):
@@ -87,10 +81,7 @@ def test_overlay_blends_red_in_proportion_to_the_probability():
 
 def test_map_writer_hands_over_each_queued_write_once(tmp_path):
     writer = MapWriter()
-    paths = [
-        writer.mask(tmp_path, i, f"img{i}.png", np.full((3, 4), 0.5, np.float32), (7, 9))
-        for i in range(3)
-    ]
+    paths = [writer.mask(tmp_path, i, f"img{i}.png", np.full((3, 4), 0.5, np.float32), (7, 9)) for i in range(3)]
     queued = writer.take()
     assert len(queued) == 3 and writer.take() == []
     for future in queued:
@@ -122,9 +113,7 @@ def report_inputs(tmp_path):
         flagged = np.zeros((HEIGHT, WIDTH), np.uint8)
         flagged[:, : COLUMNS[k]] = 255
         records.append(Record(image, label=1, mask=mask))
-        rows.insert(
-            0, {"path": image, "status": "ok", "mask": write(tmp_path / f"m{k}_map.png", flagged)}
-        )
+        rows.insert(0, {"path": image, "status": "ok", "mask": write(tmp_path / f"m{k}_map.png", flagged)})
     genuine_map = np.zeros((HEIGHT, WIDTH), np.uint8)
     genuine_map[:3] = 255
     image = write(tmp_path / "g.png", np.zeros((HEIGHT, WIDTH, 3), np.uint8))

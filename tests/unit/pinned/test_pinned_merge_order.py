@@ -33,9 +33,7 @@ def test_parts_merge_in_input_order_with_every_input_once(tmp_path, suffix, capl
     with ResultWriter(output, COLUMNS) as writer:  # a run that stopped after two rows
         writer.write([row("sub/m.png", 0.3), row("zeta.png", 0.1)])
     write_part(output, Shard(1, 2), 0, [row("9.png", 0.6), row("alpha.png", 0.2)])
-    write_part(
-        output, Shard(0, 2), 1, [row("a b.png", 0.7), row("Beta.png", 0.4), row("zeta.png", 0.99)]
-    )
+    write_part(output, Shard(0, 2), 1, [row("a b.png", 0.7), row("Beta.png", 0.4), row("zeta.png", 0.99)])
     write_part(output, Shard(0, 2), 0, [row("10.png", 0.5), row("stray.png", 0.8)])
     with caplog.at_level("WARNING", logger="inference.parts"):
         assert merge_parts(output, records, COLUMNS) == {"rows": 8, "missing": 0}

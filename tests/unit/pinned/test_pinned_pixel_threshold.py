@@ -65,9 +65,7 @@ def test_mask_binarization_boundaries():
     assert binarize_mask(zero_one).tolist() == [[False, True, False, True]]
 
 
-@pytest.mark.parametrize(
-    "mask_shape, map_shape", [((5, 9), (9, 5)), ((6, 4), (13, 7)), ((7, 3), (7, 11))]
-)
+@pytest.mark.parametrize("mask_shape, map_shape", [((5, 9), (9, 5)), ((6, 4), (13, 7)), ((7, 3), (7, 11))])
 def test_a_mask_is_resized_to_the_map_keeping_rows_as_rows(mask_shape, map_shape):
     """The mask's top-left quarter stays top-left at the map's size, whatever the two aspects."""
     mask = np.zeros(mask_shape, bool)
@@ -76,9 +74,7 @@ def test_a_mask_is_resized_to_the_map_keeping_rows_as_rows(mask_shape, map_shape
     assert resized.shape == map_shape
     rows = ((np.arange(map_shape[0]) + 0.5) * mask_shape[0] / map_shape[0]).astype(int)
     cols = ((np.arange(map_shape[1]) + 0.5) * mask_shape[1] / map_shape[1]).astype(int)
-    expected = (rows[:, None] < (mask_shape[0] + 1) // 2) & (
-        cols[None, :] < (mask_shape[1] + 1) // 2
-    )
+    expected = (rows[:, None] < (mask_shape[0] + 1) // 2) & (cols[None, :] < (mask_shape[1] + 1) // 2)
     np.testing.assert_array_equal(resized, expected)
 
 

@@ -31,9 +31,7 @@ def bottom_right_block() -> np.ndarray:
 
 
 def test_grid_text_is_rows_by_columns():
-    assert (
-        parse_grid("2x3") == (2, 3) and parse_grid("5X1") == (5, 1) and parse_grid("1x4") == (1, 4)
-    )
+    assert parse_grid("2x3") == (2, 3) and parse_grid("5X1") == (5, 1) and parse_grid("1x4") == (1, 4)
 
 
 @pytest.mark.parametrize("text", ["0x3", "3x0", "3", "axb"])
@@ -114,13 +112,9 @@ def test_only_genuine_images_and_masked_fakes_of_a_task_are_scored(tmp_path):
     ]
     for name, label, masked, group in cases:
         Image.fromarray(np.zeros((HEIGHT, WIDTH, 3), np.uint8)).save(tmp_path / f"{name}.png")
-        Image.fromarray((bottom_right_block() * 255).astype(np.uint8)).save(
-            tmp_path / f"{name}_map.png"
-        )
+        Image.fromarray((bottom_right_block() * 255).astype(np.uint8)).save(tmp_path / f"{name}_map.png")
         if masked:
-            Image.fromarray((bottom_right_block() * 255).astype(np.uint8)).save(
-                tmp_path / f"{name}_m.png"
-            )
+            Image.fromarray((bottom_right_block() * 255).astype(np.uint8)).save(tmp_path / f"{name}_m.png")
         manifest.append(f"{name}.png,{label},{name + '_m.png' if masked else ''},{group}")
         results.append(f"{tmp_path / (name + '.png')},0.9,1,ok,,{tmp_path / (name + '_map.png')}")
     (tmp_path / "manifest.csv").write_text("\n".join(manifest) + "\n")

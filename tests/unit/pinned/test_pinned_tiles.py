@@ -27,9 +27,7 @@ class BrightestPixel:
     def __init__(self, localizer: bool, size: int = 32) -> None:
         self.is_localizer = localizer
         self.trained_preprocess = Preprocess(size=size, mode="center_crop")
-        self.preprocess = (
-            Preprocess(size=None, mode="none") if localizer else self.trained_preprocess
-        )
+        self.preprocess = Preprocess(size=None, mode="none") if localizer else self.trained_preprocess
         self.batches = 0
 
     def predict(self, images: np.ndarray) -> dict[str, np.ndarray]:
@@ -50,17 +48,13 @@ SPOTS = {"top left": (1, 2), "middle": (40, 50), "bottom right": (72, 98)}
 @pytest.mark.parametrize("spot", SPOTS, ids=list(SPOTS))
 def test_localizer_score_is_the_hot_tile_wherever_it_lies(spot):
     runtime = BrightestPixel(localizer=True)
-    image = image_with_hot_spot(
-        75, 101, *SPOTS[spot]
-    )  # odd, non-square: 3 x 4 tiles of 32 at 25 % overlap
+    image = image_with_hot_spot(75, 101, *SPOTS[spot])  # odd, non-square: 3 x 4 tiles of 32 at 25 % overlap
     out = TiledLocalizer(runtime, overlap=0.25, batch_size=2).predict(image[None])
     assert runtime.batches == 6  # the 12 tiles take several batches
     assert out["score"][0] == pytest.approx(HOT)
     y, x = SPOTS[spot]
     assert out["mask"].shape == (1, 1, 75, 101)
-    assert out["mask"][0, 0, y + 1, x + 1] == pytest.approx(HOT) and out["mask"][
-        0, 0
-    ].min() == pytest.approx(0.1)
+    assert out["mask"][0, 0, y + 1, x + 1] == pytest.approx(HOT) and out["mask"][0, 0].min() == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("spot", SPOTS, ids=list(SPOTS))

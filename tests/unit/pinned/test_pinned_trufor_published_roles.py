@@ -67,11 +67,7 @@ def key_value_context(tokens, state, name, heads):
     """softmax over keys of (K^T V) x scale, per head: a head_dim x head_dim context of one
     stream."""
     n, length, dim = tokens.shape
-    key, value = (
-        linear(tokens, state, name)
-        .reshape(n, length, 2, heads, dim // heads)
-        .permute(2, 0, 3, 1, 4)
-    )
+    key, value = linear(tokens, state, name).reshape(n, length, 2, heads, dim // heads).permute(2, 0, 3, 1, 4)
     return (key.transpose(-2, -1) @ value * (dim // heads) ** -0.5).softmax(dim=-2)
 
 
@@ -98,9 +94,7 @@ def reference_fusion(state, prefix, x1, x2, heads):
     merged = torch.cat((t1, t2), -1).transpose(1, 2).reshape(n, 2 * dim, height, width)
     emb = f"{prefix}.channel_emb"
     residual = F.conv2d(merged, state[f"{emb}.residual.weight"])
-    x = F.conv2d(
-        merged, state[f"{emb}.channel_embed.0.weight"], state[f"{emb}.channel_embed.0.bias"]
-    )
+    x = F.conv2d(merged, state[f"{emb}.channel_embed.0.weight"], state[f"{emb}.channel_embed.0.bias"])
     x = F.conv2d(
         x,
         state[f"{emb}.channel_embed.1.weight"],
@@ -108,9 +102,7 @@ def reference_fusion(state, prefix, x1, x2, heads):
         padding=1,
         groups=dim,
     )
-    x = F.conv2d(
-        F.relu(x), state[f"{emb}.channel_embed.3.weight"], state[f"{emb}.channel_embed.3.bias"]
-    )
+    x = F.conv2d(F.relu(x), state[f"{emb}.channel_embed.3.weight"], state[f"{emb}.channel_embed.3.bias"])
     x = batch_norm(x, state, f"{emb}.channel_embed.4")
     return batch_norm(residual + x, state, f"{emb}.norm")
 
@@ -128,9 +120,7 @@ def test_every_fusion_tensor_acts_on_its_own_stream(loaded, stage):
     state, net = loaded
     dim, heads = TINY["encoder"]["embed_dims"][stage], TINY["encoder"]["num_heads"][stage]
     generator = torch.Generator().manual_seed(stage)
-    rgb, noise = (
-        torch.randn(2, dim, 5, 7, generator=generator) for _ in range(2)
-    )  # odd, non-square
+    rgb, noise = (torch.randn(2, dim, 5, 7, generator=generator) for _ in range(2))  # odd, non-square
     with torch.no_grad():
         ours = net.encoder.fuse[stage](rgb, noise)
         reference = reference_fusion(state, f"backbone.FFMs.{stage}", rgb, noise, heads)

@@ -45,15 +45,10 @@ def two_weight_model(path, gain: float, cancel: float) -> None:
     onnx.save(model, str(path))
 
 
-def flat_images(
-    genuine_level: int, fake_level: int, count: int = 6
-) -> tuple[list[np.ndarray], np.ndarray]:
+def flat_images(genuine_level: int, fake_level: int, count: int = 6) -> tuple[list[np.ndarray], np.ndarray]:
     """Flat grey 19 x 23 images (odd, non-square: centre-cropped to 16), genuine and fake
     alternating, each a grey level or one above it."""
-    images = [
-        np.full((19, 23, 3), (fake_level if i % 2 else genuine_level) + i // 4, np.uint8)
-        for i in range(count)
-    ]
+    images = [np.full((19, 23, 3), (fake_level if i % 2 else genuine_level) + i // 4, np.uint8) for i in range(count)]
     return images, np.asarray([i % 2 for i in range(count)])
 
 

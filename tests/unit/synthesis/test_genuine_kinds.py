@@ -1,5 +1,6 @@
 """Genuine images of the users' kinds: seeded, varied, grainy where the kind is, and part of a
 generated dataset as categories that keep their photo's split and get fakes of every family."""
+
 from __future__ import annotations
 
 import csv
@@ -69,9 +70,16 @@ def test_sources_are_written_once_and_phone_photos_keep_their_photo_as_source(tm
 
 @pytest.mark.slow
 def test_a_generated_dataset_has_each_kind_as_a_category_with_fakes_made_from_it(tmp_path):
-    spec = DatasetSpec(kind="forgery", ops={"copy_move": 1.0, "inpainting": 1.0}, seed=0, max_side=128,
-                       crops_per_photo=1, crop_size=64, genuine_kinds={k: 2 for k in FAST_KINDS},
-                       generator=GeneratorOptions(steps=2, width=8, crop=32, batch_size=2))
+    spec = DatasetSpec(
+        kind="forgery",
+        ops={"copy_move": 1.0, "inpainting": 1.0},
+        seed=0,
+        max_side=128,
+        crops_per_photo=1,
+        crop_size=64,
+        genuine_kinds={k: 2 for k in FAST_KINDS},
+        generator=GeneratorOptions(steps=2, width=8, crop=32, batch_size=2),
+    )
     photos = bundled_photo_paths()[:2]
     manifest, _ = make_generated_manifest(tmp_path, spec, photos=photos, workers=1, progress=False)
     with open(manifest, newline="") as handle:

@@ -1,4 +1,5 @@
 """Damage edits + re-render: the C.4-derived mask recovers the drawn damage (IoU), masks are honest."""
+
 import numpy as np
 import pytest
 from skimage import data
@@ -7,8 +8,12 @@ from synthesis.common import changed_pixels
 from synthesis.damage import DAMAGE_KINDS, damage_edit, draw_damage, local_shading, rerender
 from synthesis.masks import half_difference_mask, mask_iou, region_masks_from_pair
 
-IMAGES = [data.astronaut()[::2, ::2].copy(), data.chelsea(), data.coffee()[::2, ::2].copy(),
-          data.immunohistochemistry()[::2, ::2].copy()]
+IMAGES = [
+    data.astronaut()[::2, ::2].copy(),
+    data.chelsea(),
+    data.coffee()[::2, ::2].copy(),
+    data.immunohistochemistry()[::2, ::2].copy(),
+]
 
 
 @pytest.mark.parametrize("kind", DAMAGE_KINDS)
@@ -51,7 +56,7 @@ def test_rerender_is_mild_and_whole_frame():
     out, params = rerender(image, np.random.default_rng(0))
     assert out.shape == image.shape
     mse = np.mean((out.astype(float) - image) ** 2)
-    psnr = 10 * np.log10(255 ** 2 / mse)
+    psnr = 10 * np.log10(255**2 / mse)
     assert 25 < psnr < 45, psnr  # visible to forensics, invisible to a casual eye
     assert changed_pixels(out, image, tolerance=1).mean() > 0.5  # it touches the whole frame
     assert set(params) == {"scale", "gain", "offset", "jpeg_quality"}
@@ -61,8 +66,9 @@ def test_damage_follows_the_lighting():
     ramp = np.tile(np.linspace(120, 195, 320, dtype=np.float32), (240, 1))
     dim = np.repeat(ramp[..., None], 3, axis=2)
     bright = dim * 1.2  # same relative shading, so the same damage is drawn on both
-    assert np.allclose(local_shading(dim.round().astype(np.uint8)),
-                       local_shading(bright.round().astype(np.uint8)), atol=0.02)
+    assert np.allclose(
+        local_shading(dim.round().astype(np.uint8)), local_shading(bright.round().astype(np.uint8)), atol=0.02
+    )
     out1, mask, _ = draw_damage(dim.round().astype(np.uint8), "stain", np.random.default_rng(2))
     out2, _, _ = draw_damage(bright.round().astype(np.uint8), "stain", np.random.default_rng(2))
     src1 = dim[..., 0].round()

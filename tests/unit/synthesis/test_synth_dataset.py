@@ -1,12 +1,12 @@
 """Dataset planning pieces: region records of known masks, leak-free splits, spec checks, contact sheet."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from datamodules.io import read_image, write_image
+from datamodules.io import read_image, split_keys, write_image
 from synthesis.contact_sheet import contact_sheet
-from datamodules.io import split_keys
 from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec, _photo_table
 from synthesis.operations import regions_from_mask
 
@@ -31,8 +31,12 @@ def test_splits_are_drawn_per_source_and_a_few_photos_still_fill_every_split():
 
 
 def test_photo_keys_are_unique_and_a_stereo_pair_is_one_source(tmp_path):
-    paths = [tmp_path / "shoes" / "a.png", tmp_path / "bags" / "a.png", tmp_path / "x_left.png",
-             tmp_path / "x_right.png"]
+    paths = [
+        tmp_path / "shoes" / "a.png",
+        tmp_path / "bags" / "a.png",
+        tmp_path / "x_left.png",
+        tmp_path / "x_right.png",
+    ]
     table = _photo_table(paths, tmp_path)
     assert len({t["key"] for t in table}) == 4
     assert {t["source"] for t in table} == {"bags__a", "shoes__a", "x"}
@@ -44,8 +48,13 @@ def test_spec_checks_names_and_kinds_select_operations():
         DatasetSpec(kind="everything")
     with pytest.raises(ValueError, match="unknown operations"):
         DatasetSpec(ops={"splice": 1.0})
-    assert set(DatasetSpec(kind="aigi").active) == {"rerender", "region_edit", "latent_rerender", "diffusion_sdedit",
-                                                    "diffusion_inpaint"}
+    assert set(DatasetSpec(kind="aigi").active) == {
+        "rerender",
+        "region_edit",
+        "latent_rerender",
+        "diffusion_sdedit",
+        "diffusion_inpaint",
+    }
     assert "rerender" not in DatasetSpec(kind="forgery").active
     assert set(DatasetSpec(kind="all", ops={op: 1.0 for op in OPERATIONS}).active) == set(KINDS["all"])
     assert DatasetSpec(seed=1).fingerprint() != DatasetSpec(seed=2).fingerprint()
@@ -79,7 +88,9 @@ def test_precomputed_similarity_equals_the_splicing_score():
     for a in images:
         for b in images:
             expected = pair_similarity(a, b)
-            assert feature_similarity(similarity_features(a), similarity_features(b)) == pytest.approx(expected, abs=1e-9)
+            assert feature_similarity(similarity_features(a), similarity_features(b)) == pytest.approx(
+                expected, abs=1e-9
+            )
 
 
 def test_forgery_options_mark_the_fingerprint_and_reach_the_generator(tmp_path):
@@ -104,10 +115,14 @@ def test_forgery_options_mark_the_fingerprint_and_reach_the_generator(tmp_path):
     cv2.circle(image, (50, 60), 25, (220, 200, 180), -1)
     write_image(tmp_path / "real/p.png", image)
     panel = {"path": "real/p.png", "height": 120, "width": 160, "split": "train", "source": "p", "category": None}
-    spec = DatasetSpec(kind="forgery", ops={"copy_move": 1.0},
-                       forgery_options={"copy_move": {"rotation": [20, 20], "interpolation": "bicubic"}})
+    spec = DatasetSpec(
+        kind="forgery",
+        ops={"copy_move": 1.0},
+        forgery_options={"copy_move": {"rotation": [20, 20], "interpolation": "bicubic"}},
+    )
     (item,) = plan_items(spec, tmp_path, [panel], generators={})
-    row = run_operation(item["op"], item["name"], tmp_path, item["panels"], np.random.default_rng(0),
-                        item["options"])["rows"][0]
+    row = run_operation(item["op"], item["name"], tmp_path, item["panels"], np.random.default_rng(0), item["options"])[
+        "rows"
+    ][0]
     meta = json.loads((tmp_path / row["mask"]).with_suffix(".json").read_text())["meta"]
     assert meta["rotation"] == 20.0 and meta["interpolation"] == "bicubic"

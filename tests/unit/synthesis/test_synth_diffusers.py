@@ -1,4 +1,5 @@
 """generator=diffusers on a tiny randomly initialized Stable Diffusion pipeline built here (no weight files)."""
+
 import json
 from pathlib import Path
 
@@ -7,10 +8,12 @@ import pytest
 import torch
 from skimage import data
 
-from synthesis.diffusers_backend import (DiffusersOptions, DiffusersUnavailable, generate_fakes, load_pipelines)
+from synthesis.diffusers_backend import DiffusersOptions, DiffusersUnavailable, generate_fakes, load_pipelines
 
-PANELS = [("astronaut", data.astronaut()[::16, ::16].copy()),  # 32 x 32
-          ("chelsea", data.chelsea()[::10, ::10].copy())]  # 30 x 46: padded to the pipeline's multiple inside
+PANELS = [
+    ("astronaut", data.astronaut()[::16, ::16].copy()),  # 32 x 32
+    ("chelsea", data.chelsea()[::10, ::10].copy()),
+]  # 30 x 46: padded to the pipeline's multiple inside
 
 
 def _tokenizer(folder: Path):
@@ -23,8 +26,9 @@ def _tokenizer(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(vocab_file=str(folder / "vocab.json"), merges_file=str(folder / "merges.txt"),
-                         model_max_length=8)
+    return CLIPTokenizer(
+        vocab_file=str(folder / "vocab.json"), merges_file=str(folder / "merges.txt"), model_max_length=8
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,33 +39,78 @@ def tiny_pipeline(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("pipeline")
     torch.manual_seed(0)
-    unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=4,
-                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
-                                attention_head_dim=2, norm_num_groups=4)
-    vae = AutoencoderKL(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
-                        up_block_types=["UpDecoderBlock2D"] * 2, latent_channels=4, norm_num_groups=4)
-    text = CLIPTextModel(CLIPTextConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_attention_heads=2,
-                                        num_hidden_layers=1, bos_token_id=0, eos_token_id=1, pad_token_id=1,
-                                        max_position_embeddings=8, projection_dim=16))
-    pipe = StableDiffusionImg2ImgPipeline(vae=vae, text_encoder=text, tokenizer=_tokenizer(root / "tok"), unet=unet,
-                                          scheduler=DDIMScheduler(), safety_checker=None, feature_extractor=None,
-                                          requires_safety_checker=False)
+    unet = UNet2DConditionModel(
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=16,
+        attention_head_dim=2,
+        norm_num_groups=4,
+    )
+    vae = AutoencoderKL(
+        block_out_channels=[8, 16],
+        down_block_types=["DownEncoderBlock2D"] * 2,
+        up_block_types=["UpDecoderBlock2D"] * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+    )
+    text = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+            max_position_embeddings=8,
+            projection_dim=16,
+        )
+    )
+    pipe = StableDiffusionImg2ImgPipeline(
+        vae=vae,
+        text_encoder=text,
+        tokenizer=_tokenizer(root / "tok"),
+        unet=unet,
+        scheduler=DDIMScheduler(),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipe.save_pretrained(root / "tiny-sd")
     return root / "tiny-sd"
 
 
 def _options(model: Path, **extra) -> DiffusersOptions:
-    return DiffusersOptions(model=str(model), strengths=(0.5,), img2img=1.0, inpaint=1.0, steps=2,
-                            guidance_scale=1.0, batch_size=2, device="cpu", seed=7, **extra)
+    return DiffusersOptions(
+        model=str(model),
+        strengths=(0.5,),
+        img2img=1.0,
+        inpaint=1.0,
+        steps=2,
+        guidance_scale=1.0,
+        batch_size=2,
+        device="cpu",
+        seed=7,
+        **extra,
+    )
 
 
 @pytest.mark.slow  # building and loading the pipeline imports diffusers and transformers (~20-60 s)
 def test_img2img_and_inpainting_make_images_with_their_records(tiny_pipeline):
     torch.set_num_threads(1)
     fakes = list(generate_fakes(PANELS, _options(tiny_pipeline)))
-    assert sorted((f.key, f.operation) for f in fakes) == [("astronaut", "img2img"), ("astronaut", "inpaint"),
-                                                           ("chelsea", "img2img"), ("chelsea", "inpaint")]
+    assert sorted((f.key, f.operation) for f in fakes) == [
+        ("astronaut", "img2img"),
+        ("astronaut", "inpaint"),
+        ("chelsea", "img2img"),
+        ("chelsea", "inpaint"),
+    ]
     source = dict(PANELS)
     for fake in fakes:
         original = source[fake.key]
@@ -90,12 +139,26 @@ def test_generate_py_with_the_diffusers_backend_writes_a_manifest(tiny_pipeline,
     source = tmp_path / "photos"
     source.mkdir()
     from datamodules.io import write_image
+
     for name in ("astronaut", "coffee", "chelsea"):
         write_image(source / f"{name}.png", getattr(data, name)()[::8, ::8].copy())
-    cfg = compose_config("generate", [f"source={source}", f"output={tmp_path / 'out'}", "generator=diffusers",
-                                      f"generator.model={tiny_pipeline}", "generator.steps=3", "generator.device=cpu",
-                                      "generator.strengths=[0.4]", "generator.guidance_scale=1.0", "workers=1",
-                                      "progress=false", "panels.crops_per_photo=0", "panels.min_panel_side=32"])
+    cfg = compose_config(
+        "generate",
+        [
+            f"source={source}",
+            f"output={tmp_path / 'out'}",
+            "generator=diffusers",
+            f"generator.model={tiny_pipeline}",
+            "generator.steps=3",
+            "generator.device=cpu",
+            "generator.strengths=[0.4]",
+            "generator.guidance_scale=1.0",
+            "workers=1",
+            "progress=false",
+            "panels.crops_per_photo=0",
+            "panels.min_panel_side=32",
+        ],
+    )
     records = read_manifest(generate(cfg))
     groups = {r.group for r in records}
     assert groups == {"genuine", "diffusers_img2img_0.4", "diffusers_inpaint"}
@@ -121,9 +184,16 @@ def test_missing_pipeline_parts_are_named(tmp_path, monkeypatch):
         load_pipelines(DiffusersOptions(model=str(tmp_path)))
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "model_index.json").write_text(json.dumps({
-        "_class_name": "StableDiffusionImg2ImgPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
-        "vae": ["diffusers", "AutoencoderKL"], "safety_checker": [None, None]}))
+    (broken / "model_index.json").write_text(
+        json.dumps(
+            {
+                "_class_name": "StableDiffusionImg2ImgPipeline",
+                "unet": ["diffusers", "UNet2DConditionModel"],
+                "vae": ["diffusers", "AutoencoderKL"],
+                "safety_checker": [None, None],
+            }
+        )
+    )
     (broken / "vae").mkdir()
     with pytest.raises(DiffusersUnavailable, match="unet"):
         load_pipelines(DiffusersOptions(model=str(broken)))

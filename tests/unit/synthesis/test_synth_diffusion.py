@@ -1,4 +1,5 @@
 """Diffusion-style generators trained here: the latent autoencoder and the small DDPM (SDEdit, inpainting)."""
+
 import numpy as np
 import pytest
 import torch
@@ -63,14 +64,19 @@ def test_sdedit_low_strength_stays_close_and_high_strength_changes_more(ddpm):
     assert psnr(low, IMAGE) > 28.0
     assert psnr(high, IMAGE) < psnr(low, IMAGE) - 8.0
     # deterministic per generator seed
-    assert np.array_equal(sdedit(ddpm, IMAGE, 0.3, np.random.default_rng(1), steps=5),
-                          sdedit(ddpm, IMAGE, 0.3, np.random.default_rng(1), steps=5))
+    assert np.array_equal(
+        sdedit(ddpm, IMAGE, 0.3, np.random.default_rng(1), steps=5),
+        sdedit(ddpm, IMAGE, 0.3, np.random.default_rng(1), steps=5),
+    )
 
 
 @pytest.mark.parametrize("space", ["pixel", "latent"])
 def test_inpainting_changes_only_the_masked_region(ddpm, latent, space):
-    model = ddpm if space == "pixel" else train_diffusion(TRAIN, steps=3, seed=0, latent=latent, width=8,
-                                                          mults=(1,), crop=4, batch_size=2)
+    model = (
+        ddpm
+        if space == "pixel"
+        else train_diffusion(TRAIN, steps=3, seed=0, latent=latent, width=8, mults=(1,), crop=4, batch_size=2)
+    )
     mask = np.zeros(IMAGE.shape[:2], bool)
     mask[20:50, 30:70] = True
     edit = inpaint(model, IMAGE, mask, np.random.default_rng(0), steps=4, latent=latent if space == "latent" else None)

@@ -1,4 +1,5 @@
 """Duplication pairs: operation sets match what was done, shared-content masks line up, per seed."""
+
 import itertools
 
 import cv2
@@ -7,7 +8,12 @@ import pytest
 from skimage import data
 
 from synthesis.duplication import (
-    GEOMETRIC, PARAMETERS, apply_geometric, apply_parameter, cmo_categories, global_duplication,
+    GEOMETRIC,
+    PARAMETERS,
+    apply_geometric,
+    apply_parameter,
+    cmo_categories,
+    global_duplication,
     local_duplication,
 )
 
@@ -23,8 +29,11 @@ def test_global_geometry_is_exact_and_labelled(geo):
 
 
 def test_global_parameters_recorded_and_applied():
-    for geo, params in [("hflip", ["brightness"]), ("direct_reuse", ["hue", "saturation"]),
-                        ("rotate180", ["contrast", "color_temperature"])]:
+    for geo, params in [
+        ("hflip", ["brightness"]),
+        ("direct_reuse", ["hue", "saturation"]),
+        ("rotate180", ["contrast", "color_temperature"]),
+    ]:
         pair = global_duplication(PANEL, np.random.default_rng(5), geometric=geo, parameters=params)
         assert set(pair.operations) == ({geo} - {"direct_reuse"}) | set(params)
         assert set(pair.meta["parameters"]) == set(params)
@@ -69,8 +78,10 @@ def test_each_parameter_change_moves_the_expected_statistic(op):
         assert np.sign((b[..., 0] - b[..., 2]).mean() - (a[..., 0] - a[..., 2]).mean()) == np.sign(value)
 
 
-@pytest.mark.parametrize("mode,geo", list(itertools.product(
-    ["diagonal", "vertical", "horizontal"], ["direct_reuse", "rotate180", "hflip", "vflip"])))
+@pytest.mark.parametrize(
+    "mode,geo",
+    list(itertools.product(["diagonal", "vertical", "horizontal"], ["direct_reuse", "rotate180", "hflip", "vflip"])),
+)
 def test_local_shared_content_lines_up(mode, geo):
     pair = local_duplication(PANEL, np.random.default_rng(7), mode=mode, geometric=[geo], parameters=[])
     assert pair.operations == (geo,) and pair.scope == "local"
@@ -85,15 +96,21 @@ def test_local_shared_content_lines_up(mode, geo):
 
 @pytest.mark.parametrize("scale", [0.8, 1.3])
 def test_local_scaling_by_reverse_cropping(scale):
-    pair = local_duplication(PANEL, np.random.default_rng(3), mode="diagonal",
-                             geometric=["scaling", "hflip"], parameters=["contrast"], scale=scale)
+    pair = local_duplication(
+        PANEL,
+        np.random.default_rng(3),
+        mode="diagonal",
+        geometric=["scaling", "hflip"],
+        parameters=["contrast"],
+        scale=scale,
+    )
     assert set(pair.operations) == {"scaling", "hflip", "contrast"}
     assert cmo_categories(pair.operations) == {"scaling", "flip", "parameter"}
     assert pair.panel_a.shape == pair.panel_b.shape  # reverse cropping keeps the sizes equal
     x0, y0, x1, y1 = pair.meta["rect_b"]
     h, w = pair.panel_a.shape[:2]
     assert (x1 - x0) == pytest.approx(w / scale, abs=1) and (y1 - y0) == pytest.approx(h / scale, abs=1)
-    assert pair.mask_b.sum() == pytest.approx(pair.mask_a.sum() * scale ** 2, rel=0.05)
+    assert pair.mask_b.sum() == pytest.approx(pair.mask_a.sum() * scale**2, rel=0.05)
 
 
 def test_local_random_choice_is_deterministic_and_refuses_small_panels():

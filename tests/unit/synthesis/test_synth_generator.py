@@ -1,4 +1,5 @@
 """The autoencoder "AI generator": variants, tiny training (PSNR), save/load, re-render, region edits."""
+
 import cv2
 import numpy as np
 import pytest
@@ -7,7 +8,13 @@ from skimage import data
 
 from synthesis.common import changed_pixels
 from synthesis.generator import (
-    VARIANTS, AutoencoderGenerator, edit_region, load_generator, psnr, rerender_image, save_generator,
+    VARIANTS,
+    AutoencoderGenerator,
+    edit_region,
+    load_generator,
+    psnr,
+    rerender_image,
+    save_generator,
     train_generator,
 )
 
@@ -34,7 +41,7 @@ def test_variants_keep_any_size(variant, depth):
         y = model(x)
         z = model.encode(torch.nn.functional.pad(x, (0, 3, 0, 3), mode="reflect"))
     assert y.shape == x.shape and 0 <= y.min() and y.max() <= 1
-    assert z.shape[-2:] == (40 // 2 ** depth, 56 // 2 ** depth)
+    assert z.shape[-2:] == (40 // 2**depth, 56 // 2**depth)
 
 
 def test_unknown_variant_is_refused():
@@ -47,17 +54,20 @@ def _thumbnail_psnr(image: np.ndarray, factor: int = 4) -> float:
     x = torch.from_numpy(image).permute(2, 0, 1).float()[None] / 255
     h, w = x.shape[-2:]
     x = torch.nn.functional.pad(x, (0, (-w) % factor, 0, (-h) % factor), mode="reflect")
-    up = torch.nn.functional.interpolate(torch.nn.functional.avg_pool2d(x, factor), scale_factor=factor,
-                                         mode="bilinear", align_corners=False)[..., :h, :w]
+    up = torch.nn.functional.interpolate(
+        torch.nn.functional.avg_pool2d(x, factor), scale_factor=factor, mode="bilinear", align_corners=False
+    )[..., :h, :w]
     return psnr((up[0].permute(1, 2, 0) * 255).round().byte().numpy(), image)
 
 
 def test_tiny_training_reconstructs_closely(trained):
     train_psnr = psnr(rerender_image(trained, TRAIN[0]), TRAIN[0])
     held_psnr = psnr(rerender_image(trained, HELD_OUT), HELD_OUT)
-    print(f"generator PSNR after 150 tiny steps: train {train_psnr:.1f} dB "
-          f"(thumbnail {_thumbnail_psnr(TRAIN[0]):.1f}), held-out {held_psnr:.1f} dB "
-          f"(thumbnail {_thumbnail_psnr(HELD_OUT):.1f})")
+    print(
+        f"generator PSNR after 150 tiny steps: train {train_psnr:.1f} dB "
+        f"(thumbnail {_thumbnail_psnr(TRAIN[0]):.1f}), held-out {held_psnr:.1f} dB "
+        f"(thumbnail {_thumbnail_psnr(HELD_OUT):.1f})"
+    )
     assert train_psnr >= 22.0 and held_psnr >= 27.0
     # the decoder synthesizes real detail beyond the colour thumbnail it is given
     assert train_psnr >= _thumbnail_psnr(TRAIN[0]) + 1.0
@@ -114,12 +124,13 @@ def _residual_features(image: np.ndarray, patch: int = 32) -> np.ndarray:
     """Per-patch log energy of the Laplacian and of the NPR residual (x - up(down(x)))."""
     grey = image.astype(np.float32).mean(axis=2)
     lap = np.abs(cv2.Laplacian(grey, cv2.CV_32F))
-    npr = np.abs(grey - np.repeat(np.repeat(grey[::2, ::2], 2, 0), 2, 1)[:grey.shape[0], :grey.shape[1]])
+    npr = np.abs(grey - np.repeat(np.repeat(grey[::2, ::2], 2, 0), 2, 1)[: grey.shape[0], : grey.shape[1]])
     feats = []
     for y in range(0, grey.shape[0] - patch + 1, patch):
         for x in range(0, grey.shape[1] - patch + 1, patch):
-            feats.append([np.log1p(lap[y:y + patch, x:x + patch].mean()),
-                          np.log1p(npr[y:y + patch, x:x + patch].mean())])
+            feats.append(
+                [np.log1p(lap[y : y + patch, x : x + patch].mean()), np.log1p(npr[y : y + patch, x : x + patch].mean())]
+            )
     return np.array(feats)
 
 

@@ -1,4 +1,5 @@
 """C.4 region masks and D.1.5 half-difference masks derived from (source, edited) pairs."""
+
 import json
 
 import cv2

@@ -1,4 +1,5 @@
 """Splicing, copy-move and inpainting: masks cover every changed pixel, results repeat per seed."""
+
 import cv2
 import numpy as np
 import pytest
@@ -122,8 +123,14 @@ def _textured_frame_with_bar() -> tuple[np.ndarray, np.ndarray]:
 
 def test_copy_move_quarter_turn_pastes_the_rotated_object():
     image, bar = _textured_frame_with_bar()
-    result = copy_move(image, np.random.default_rng(0), object_mask=bar, min_fraction=0.05,
-                       rotation=(90.0, 90.0), interpolation="nearest")
+    result = copy_move(
+        image,
+        np.random.default_rng(0),
+        object_mask=bar,
+        min_fraction=0.05,
+        rotation=(90.0, 90.0),
+        interpolation="nearest",
+    )
     assert not (changed_pixels(result.image, image) & ~result.mask).any()
     assert result.meta["rotation"] == 90.0 and result.meta["scale"] == 1.0
     tx, ty, tx1, ty1 = result.meta["target_bbox"]
@@ -132,26 +139,40 @@ def test_copy_move_quarter_turn_pastes_the_rotated_object():
     assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == (tx, ty, tx1, ty1)
     # away from the feathered seam, the pixels are the source turned counter-clockwise, exactly
     rotated = np.rot90(image[10:34, 8:68])
-    assert np.array_equal(result.image[ty + 5:ty1 - 5, tx + 5:tx1 - 5], rotated[5:-5, 5:-5])
+    assert np.array_equal(result.image[ty + 5 : ty1 - 5, tx + 5 : tx1 - 5], rotated[5:-5, 5:-5])
 
 
 @pytest.mark.parametrize(("scale", "rotation"), [((1.4, 1.4), (0.0, 0.0)), ((0.8, 1.25), (-30.0, 30.0))])
 def test_copy_move_scaled_copy_is_resampled_and_masked(scale, rotation):
     image, bar = _textured_frame_with_bar()
-    result = copy_move(image, np.random.default_rng(1), object_mask=bar, min_fraction=0.05, scale=scale,
-                       rotation=rotation, interpolation="bilinear")
+    result = copy_move(
+        image,
+        np.random.default_rng(1),
+        object_mask=bar,
+        min_fraction=0.05,
+        scale=scale,
+        rotation=rotation,
+        interpolation="bilinear",
+    )
     changed = changed_pixels(result.image, image)
     assert changed.any() and not (changed & ~result.mask).any()
     factor = result.meta["scale"]
     assert scale[0] <= factor <= scale[1] and rotation[0] <= result.meta["rotation"] <= rotation[1]
-    assert result.mask.sum() == pytest.approx(bar.sum() * factor ** 2, rel=0.08)
+    assert result.mask.sum() == pytest.approx(bar.sum() * factor**2, rel=0.08)
     tx, ty, tx1, ty1 = result.meta["target_bbox"]
     assert 0 <= tx and 0 <= ty and tx1 <= 160 and ty1 <= 120
     # interpolation smooths the noise texture: the copy is no exact duplicate of any source pixels
     core = cv2.erode(result.mask.astype(np.uint8), np.ones((11, 11), np.uint8)).astype(bool)
     assert result.image[core].std() < 0.9 * image[bar].std()
-    again = copy_move(image, np.random.default_rng(1), object_mask=bar, min_fraction=0.05, scale=scale,
-                      rotation=rotation, interpolation="bilinear")
+    again = copy_move(
+        image,
+        np.random.default_rng(1),
+        object_mask=bar,
+        min_fraction=0.05,
+        scale=scale,
+        rotation=rotation,
+        interpolation="bilinear",
+    )
     assert np.array_equal(again.image, result.image) and np.array_equal(again.mask, result.mask)
 
 
@@ -174,10 +195,13 @@ def test_splice_donor_chain_changes_the_donor_history_only():
 
     def detail(image):
         return np.abs(cv2.Laplacian(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY), cv2.CV_64F))[core].mean()
+
     assert detail(blurred.image) < 0.5 * detail(plain.image)
     chains = ("jpeg50", "resize0.5_area")
-    drawn = {splice(ASTRONAUT, COFFEE, np.random.default_rng(seed), donor_chains=chains).meta["donor_chain"]
-             for seed in range(8)}
+    drawn = {
+        splice(ASTRONAUT, COFFEE, np.random.default_rng(seed), donor_chains=chains).meta["donor_chain"]
+        for seed in range(8)
+    }
     assert drawn == set(chains)
     with pytest.raises(ValueError, match="unknown processing chain"):
         splice(ASTRONAUT, COFFEE, np.random.default_rng(0), donor_chains=["jpeg50", "sharpen"])

@@ -1,4 +1,5 @@
 """FraudBench's detector table from one command, on a hand-made tree with known counts."""
+
 from __future__ import annotations
 
 import csv
@@ -11,17 +12,24 @@ import torch
 from PIL import Image
 
 from detectors.module import DetectorModule
+from detectors.registry import net_config
 from exporting.onnx_export import export_onnx
 from tools.fraudbench_table import main
-from detectors.registry import net_config
 
 # category -> subset -> images with the score a detector gave them
 TREE = {
-    "Receipts": {"Negative/Review_001": {"a.png": 0.1, "b.png": 0.2}, "Negative/Review_002": {"c.png": 0.6, "d.png": 0.95},
-                 "DeepFake/GenA/Review_001": {"a.png": 0.7}, "DeepFake/GenA/Review_002": {"c.png": 0.4},
-                 "DeepFake/GenB/Review_001": {"a.png": 0.92}, "DeepFake/GenB/Review_002": {"c.png": 0.8}},
-    "Cars": {"Negative/Review_010": {"e.png": 0.3, "f.png": 0.55},
-             "DeepFake/GenA/Review_010": {"e.png": 0.99, "f.png": 0.6}},
+    "Receipts": {
+        "Negative/Review_001": {"a.png": 0.1, "b.png": 0.2},
+        "Negative/Review_002": {"c.png": 0.6, "d.png": 0.95},
+        "DeepFake/GenA/Review_001": {"a.png": 0.7},
+        "DeepFake/GenA/Review_002": {"c.png": 0.4},
+        "DeepFake/GenB/Review_001": {"a.png": 0.92},
+        "DeepFake/GenB/Review_002": {"c.png": 0.8},
+    },
+    "Cars": {
+        "Negative/Review_010": {"e.png": 0.3, "f.png": 0.55},
+        "DeepFake/GenA/Review_010": {"e.png": 0.99, "f.png": 0.6},
+    },
 }
 GENUINE = [0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95]  # FPR 0.1 -> threshold 0.9
 
@@ -53,8 +61,20 @@ def test_table_from_scores_has_the_hand_counted_figures_at_both_thresholds(tmp_p
     data = write_scores(tmp_path / "scores.csv", make_tree(tmp_path / "tree"))
     genuine = write_scores(tmp_path / "genuine.csv", {f"/g/{i}.png": s for i, s in enumerate(GENUINE)})
     output = tmp_path / "out" / "table.md"
-    main(["--data", str(tmp_path / "tree"), "--scores", f"det={data}", "--genuine-scores", f"det={genuine}",
-          "--target-fpr", "0.1", "--output", str(output)])
+    main(
+        [
+            "--data",
+            str(tmp_path / "tree"),
+            "--scores",
+            f"det={data}",
+            "--genuine-scores",
+            f"det={genuine}",
+            "--target-fpr",
+            "0.1",
+            "--output",
+            str(output),
+        ]
+    )
     table = json.loads(output.with_suffix(".json").read_text())
     assert table["generators"] == ["GenA", "GenB"]
     fixed, calibrated = table["rows"]
@@ -90,10 +110,26 @@ def test_table_scores_the_tree_with_a_model_and_calibrates_on_a_genuine_folder(t
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, checkpoint)
     export_onnx(module.eval(), tmp_path / "cospy.onnx")
     output = tmp_path / "table.md"
-    table = main(["--data", str(tmp_path / "tree"), "--model", f"cospy={checkpoint}",
-                  "--model", f"cospy_onnx={tmp_path / 'cospy.onnx'}", "--genuine",
-                  str(tmp_path / "genuine"), "--target-fpr", "0.1", "--output", str(output), "--workers", "0",
-                  "--device", "cpu"])
+    table = main(
+        [
+            "--data",
+            str(tmp_path / "tree"),
+            "--model",
+            f"cospy={checkpoint}",
+            "--model",
+            f"cospy_onnx={tmp_path / 'cospy.onnx'}",
+            "--genuine",
+            str(tmp_path / "genuine"),
+            "--target-fpr",
+            "0.1",
+            "--output",
+            str(output),
+            "--workers",
+            "0",
+            "--device",
+            "cpu",
+        ]
+    )
     with (tmp_path / "table_scores" / "cospy_onnx.csv").open() as handle:
         onnx_scores = {row["path"]: float(row["score"]) for row in csv.DictReader(handle)}
     with (tmp_path / "table_scores" / "cospy.csv").open() as handle:
@@ -113,7 +149,17 @@ def test_table_scores_the_tree_with_a_model_and_calibrates_on_a_genuine_folder(t
 def test_scores_without_genuine_scores_are_refused_when_calibration_is_asked(tmp_path):
     data = write_scores(tmp_path / "scores.csv", make_tree(tmp_path / "tree"))
     with pytest.raises(SystemExit, match="genuine-scores"):
-        main(["--data", str(tmp_path / "tree"), "--scores", f"det={data}", "--genuine", str(tmp_path / "tree"),
-              "--output", str(tmp_path / "t.md")])
+        main(
+            [
+                "--data",
+                str(tmp_path / "tree"),
+                "--scores",
+                f"det={data}",
+                "--genuine",
+                str(tmp_path / "tree"),
+                "--output",
+                str(tmp_path / "t.md"),
+            ]
+        )
     with pytest.raises(SystemExit, match="NAME=PATH"):
         main(["--data", str(tmp_path / "tree"), "--model", "no-name", "--output", str(tmp_path / "t.md")])

@@ -1,4 +1,5 @@
 """Released weights become a self-contained toolkit checkpoint (`python -m tools.released`)."""
+
 from __future__ import annotations
 
 import shutil
@@ -18,12 +19,14 @@ def write_authors_folder(net, folder):
     artifact = {"fc.weight": state["artifact_head.weight"], "fc.bias": state["artifact_head.bias"]}
     for key, value in state.items():
         if key.startswith("artifact.trunk."):
-            rest = key[len("artifact.trunk."):]
+            rest = key[len("artifact.trunk.") :]
             index = rest.split(".", 1)[0] + "."
-            artifact["artifact_encoder." + inverse[index] + rest[len(index):]] = value
+            artifact["artifact_encoder." + inverse[index] + rest[len(index) :]] = value
     folder.mkdir()
-    torch.save({"fc.weight": state["semantic_head.weight"], "fc.bias": state["semantic_head.bias"]},
-               folder / "semantic_weights.pth")
+    torch.save(
+        {"fc.weight": state["semantic_head.weight"], "fc.bias": state["semantic_head.bias"]},
+        folder / "semantic_weights.pth",
+    )
     torch.save(artifact, folder / "artifact_weights.pth")
     torch.save({"fc.weight": state["fusion.weight"], "fc.bias": state["fusion.bias"]}, folder / "fusion_weights.pth")
 
@@ -37,8 +40,9 @@ def test_released_weights_become_a_checkpoint_that_needs_no_released_files(tmp_p
                 parameter.normal_()
     write_authors_folder(source, tmp_path / "weights")
     torch.manual_seed(1)  # a different random tower: the one saved in the checkpoint must be used later
-    path = main(["cospy_progan_tiny", "--output", str(tmp_path / "cospy.ckpt"),
-                 f"net.pretrained={tmp_path / 'weights'}"])
+    path = main(
+        ["cospy_progan_tiny", "--output", str(tmp_path / "cospy.ckpt"), f"net.pretrained={tmp_path / 'weights'}"]
+    )
     built = build_released("cospy_progan_tiny", [f"net.pretrained={tmp_path / 'weights'}"])
     for key in ("semantic_head.weight", "artifact.trunk.4.0.conv1.weight", "fusion.bias"):
         torch.testing.assert_close(built.net.state_dict()[key], source.state_dict()[key])
@@ -68,11 +72,22 @@ def test_checkpoint_needs_none_of_the_backbone_folders_it_was_built_from(tmp_pat
     from diffusers import AutoencoderKL
 
     torch.manual_seed(0)
-    clip_config = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                   "image_size": 32, "patch_size": 8, "projection_dim": 16}
+    clip_config = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "image_size": 32,
+        "patch_size": 8,
+        "projection_dim": 16,
+    }
     transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**clip_config)).save_pretrained(tmp_path / "clip")
-    AutoencoderKL(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
-                  up_block_types=["UpDecoderBlock2D"] * 2, norm_num_groups=4).save_pretrained(tmp_path / "vae")
+    AutoencoderKL(
+        block_out_channels=[8, 16],
+        down_block_types=["DownEncoderBlock2D"] * 2,
+        up_block_types=["UpDecoderBlock2D"] * 2,
+        norm_num_groups=4,
+    ).save_pretrained(tmp_path / "vae")
     cases = {"effort_tiny": [f"net.clip={tmp_path / 'clip'}"], "cospy_tiny": [f"net.vae={tmp_path / 'vae'}"]}
     built = {name: build_released(name, overrides) for name, overrides in cases.items()}
     paths = {name: main([name, "--output", f"{tmp_path / name}.ckpt", *cases[name]]) for name in cases}
@@ -80,13 +95,18 @@ def test_checkpoint_needs_none_of_the_backbone_folders_it_was_built_from(tmp_pat
     for name, path in paths.items():
         module = load_checkpoint(path)
         reference = built[name].net.eval()
-        tower = "backbone.embeddings.patch_embedding.weight" if name == "effort_tiny" else \
-            "artifact.reconstruction.vae.encoder.conv_in.weight"
+        tower = (
+            "backbone.embeddings.patch_embedding.weight"
+            if name == "effort_tiny"
+            else "artifact.reconstruction.vae.encoder.conv_in.weight"
+        )
         torch.testing.assert_close(module.net.state_dict()[tower], reference.state_dict()[tower])  # the folder's
         reference.load_state_dict(module.net.state_dict())  # heads were drawn anew for each build
         size = module.net.preprocess.size
         image = torch.rand(2, 3, size, size)
         with torch.no_grad():
             torch.testing.assert_close(module.net(image)["logit"], reference(image)["logit"])
-        assert isinstance(torch.load(path, weights_only=True)["hyper_parameters"]["net"][
-            "clip" if name == "effort_tiny" else "vae"], dict)
+        assert isinstance(
+            torch.load(path, weights_only=True)["hyper_parameters"]["net"]["clip" if name == "effort_tiny" else "vae"],
+            dict,
+        )

@@ -1,4 +1,5 @@
 """THEMIS-style block scoring of localizer maps on hand-made maps with known answers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from tools.themis_blocks import THEMIS_MLLM, main, score_images, summarize, tabl
 
 def square(shape=(90, 90), top=0, left=0, side=30) -> np.ndarray:
     mask = np.zeros(shape, np.float32)
-    mask[top:top + side, left:left + side] = 1
+    mask[top : top + side, left : left + side] = 1
     return mask
 
 
@@ -47,18 +48,21 @@ def test_given_partition_replaces_the_grid(tmp_path):
     Image.fromarray(labels).save(tmp_path / "panel.png")
     truth = np.zeros((40, 60), np.float32)
     truth[:, 25:] = 1
-    [answer] = score_images([{"map": truth, "truth": truth, "task": "AIG", "path": "/data/panel.png"}],
-                            partitions=tmp_path)
+    [answer] = score_images(
+        [{"map": truth, "truth": truth, "task": "AIG", "path": "/data/panel.png"}], partitions=tmp_path
+    )
     assert answer["predicted"] == answer["true"] == [2]
 
 
 def test_summary_means_over_manipulated_images_and_counts_flagged_genuines():
-    answers = score_images([
-        {"map": square(), "truth": square(), "task": "SPL"},
-        {"map": np.zeros((90, 90)), "truth": square(), "task": "SPL"},
-        {"map": square(), "truth": None, "task": None},
-        {"map": np.zeros((90, 90)), "truth": None, "task": None},
-    ])
+    answers = score_images(
+        [
+            {"map": square(), "truth": square(), "task": "SPL"},
+            {"map": np.zeros((90, 90)), "truth": square(), "task": "SPL"},
+            {"map": square(), "truth": None, "task": None},
+            {"map": np.zeros((90, 90)), "truth": None, "task": None},
+        ]
+    )
     summary = summarize(answers)
     assert summary["SPL"] == {"n": 2, "iou": 50.0, "f1": 50.0}
     assert summary["genuine"] == {"n": 2, "flagged": 50.0}
@@ -85,8 +89,18 @@ def test_command_reads_infer_results_and_the_manifest(tmp_path):
         results.append(f"{tmp_path / (name + '.png')},0.9,1,ok,,{tmp_path / (name + '_map.png')}")
     (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
     (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
-    assert main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"),
-                 "--output", str(tmp_path / "table.md")]) == 0
+    assert (
+        main(
+            [
+                str(tmp_path / "scores.csv"),
+                "--manifest",
+                str(tmp_path / "manifest.csv"),
+                "--output",
+                str(tmp_path / "table.md"),
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "table.md").read_text()
     assert "| scores | ours | 100.00 (n=1) | 100.00 |" in text
     assert "| (every block flagged) | ours | 11.11 (n=1) | 20.00 |" in text  # 1 true block of 9
