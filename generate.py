@@ -93,7 +93,10 @@ def spec_from_config(cfg: DictConfig):
 
 
 def generate(cfg: DictConfig) -> Path:
-    """Run what `cfg` asks for; returns the manifest written."""
+    """Run what `cfg` asks for; returns the manifest written.
+
+    Kept in one piece: the entry point's branches (quick, diffusers, shards, merge) read in the order a user picks them.
+    """
     from synthesis.dataset import format_summary
 
     photos = find_photos(cfg.source)

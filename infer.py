@@ -26,7 +26,10 @@ __all__ = ["InferenceFailed", "infer", "main"]
 
 
 def infer(cfg: DictConfig) -> dict[str, Any]:
-    """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report."""
+    """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report.
+
+    Kept in one piece: the entry point's steps (load, plan the outputs, score, report) in the order the run does them.
+    """
     output = Path(cfg.output)
     try:
         shard = Shard.parse(cfg.shard)

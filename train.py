@@ -136,7 +136,7 @@ def write_test_report(
         markdown = report.files["report"]
         markdown.write_text(markdown.read_text() + "\n" + "\n\n".join(notes) + "\n")
     if html:
-        from evaluation.html_report import write_run_report
+        from inference.html_report import write_run_report
 
         # a record's `mask` is the true mask; the page's maps are predictions, which a test run does not save
         page_rows = [{k: v for k, v in row.items() if k != "mask"} for row in rows]

@@ -28,7 +28,6 @@ is timed with a default onnxruntime session and with the scoring runtime's own s
 sleep instead of spinning when idle); the faster of the two in each round is the reference.
 Untrained weights (speed does not depend on them); CPU only; one run gives all ratios.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -77,16 +76,8 @@ def write_pngs(folder: Path, count: int, size: int, seed: int = 0) -> list[Path]
 
 def run_infer(model: Path, images: Path, output: Path, *extra: str) -> tuple[float]:
     """Wall seconds of `python infer.py` in a fresh process."""
-    command = [
-        sys.executable,
-        str(ROOT / "infer.py"),
-        f"model={model}",
-        f"input={images}",
-        f"output={output}",
-        "progress=false",
-        "device=cpu",
-        *extra,
-    ]
+    command = [sys.executable, str(ROOT / "infer.py"), f"model={model}", f"input={images}", f"output={output}",
+               "progress=false", "device=cpu", *extra]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=output.parent)
     elapsed = time.perf_counter() - start
@@ -109,11 +100,8 @@ def startup(work: Path, repeats: int) -> dict:
     for kind, model in (("onnx", onnx), ("ckpt", ckpt)):
         one = best([run_infer(model, work / "one", work / "out.csv")[0] for _ in range(repeats)])
         long = best([run_infer(model, work / "many", work / "out.csv", "batch_size=32")[0] for _ in range(repeats)])
-        result[kind] = {
-            "one_image_s": round(one, 2),
-            f"{many}_images_s": round(long, 2),
-            "steady_images_per_s": round((many - 1) / max(long - one, 1e-9), 1),
-        }
+        result[kind] = {"one_image_s": round(one, 2), f"{many}_images_s": round(long, 2),
+                        "steady_images_per_s": round((many - 1) / max(long - one, 1e-9), 1)}
     result["onnx_vs_ckpt_startup"] = round(result["onnx"]["one_image_s"] / result["ckpt"]["one_image_s"], 3)
     return result
 
@@ -174,15 +162,8 @@ def score_loop(runtime, paths: list[Path], batch_size: int, folder: Path, save_m
     masks = folder / "masks" if save_masks else None
     shutil.rmtree(folder / "masks", ignore_errors=True)
     with ResultWriter(folder / "loop.csv", [*COLUMNS, "mask"]) as writer:
-        counts = score_items(
-            runtime,
-            list(enumerate(map(str, paths))),
-            writer,
-            batch_size=batch_size,
-            num_workers=workers,
-            progress=False,
-            masks_dir=masks,
-        )
+        counts = score_items(runtime, list(enumerate(map(str, paths))), writer, batch_size=batch_size,
+                             num_workers=workers, progress=False, masks_dir=masks)
     assert counts["ok"] == len(paths), counts
     if save_masks:
         assert len(list(masks.glob("*.png"))) == len(paths)
@@ -209,7 +190,7 @@ def interleaved(timings: dict, count: int, repeats: int, warm_up: int) -> dict:
 def in_batches(images: list[np.ndarray], batch_size: int) -> list[np.ndarray]:
     from datamodules.geometry import to_network_input
 
-    return [to_network_input(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]
+    return [to_network_input(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
 
 
 def rates(times: dict, count: int, digits: int = 1) -> dict:
@@ -228,31 +209,18 @@ def pipeline(work: Path, repeats: int, count: int = 256, batch_size: int = 32) -
     geometry = runtime_transform(runtime)
     batches = in_batches(decode(paths, geometry), batch_size)
     session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
-    times = interleaved(
-        {
-            "decode": lambda n: decode(paths[:n], geometry),
-            "forward": lambda n: onnx_forward(session, batches[: n // batch_size]),
-            "forward_own_session": lambda n: onnx_forward(runtime.session, batches[: n // batch_size]),
-            "pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
-        },
-        count,
-        repeats,
-        warm_up=count,
-    )
+    times = interleaved({"decode": lambda n: decode(paths[:n], geometry),
+                         "forward": lambda n: onnx_forward(session, batches[:n // batch_size]),
+                         "forward_own_session": lambda n: onnx_forward(runtime.session, batches[:n // batch_size]),
+                         "pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work)},
+                        count, repeats, warm_up=count)
     forward = np.minimum(times["forward"], times["forward_own_session"])
     limit = times["decode"] + forward
-    return {
-        "detector": "npr",
-        "size": 224,
-        "batch_size": batch_size,
-        "images": count,
-        "repeats": repeats,
-        **rates(times, count),
-        "limit_images_per_s": median_rounded(count / limit, 1),
-        "ratio_to_limit": median_rounded(limit / times["pipeline"]),
-        "ratio_to_raw_forward": median_rounded(forward / times["pipeline"]),
-        "load_average": round(os.getloadavg()[0], 2),
-    }
+    return {"detector": "npr", "size": 224, "batch_size": batch_size, "images": count, "repeats": repeats,
+            **rates(times, count), "limit_images_per_s": median_rounded(count / limit, 1),
+            "ratio_to_limit": median_rounded(limit / times["pipeline"]),
+            "ratio_to_raw_forward": median_rounded(forward / times["pipeline"]),
+            "load_average": round(os.getloadavg()[0], 2)}
 
 
 def localizer_inputs(work: Path, name: str, count: int, size: int, batch_size: int) -> tuple:
@@ -266,60 +234,39 @@ def localizer_inputs(work: Path, name: str, count: int, size: int, batch_size: i
     paths = write_pngs(work / "png", count, size)
     runtime = load_runtime(models / "model.onnx", "cpu")
     geometry = runtime_transform(runtime)
-    return (
-        models / "model.ckpt",
-        models / "model.onnx",
-        runtime,
-        paths,
-        geometry,
-        in_batches(decode(paths, geometry), batch_size),
-    )
+    return models / "model.ckpt", models / "model.onnx", runtime, paths, geometry, in_batches(
+        decode(paths, geometry), batch_size)
 
 
-def localizer(
-    work: Path, repeats: int, name: str = "mvss", count: int = 8, batch_size: int = 8, size: int = 512
-) -> dict:
+def localizer(work: Path, repeats: int, name: str = "mvss", count: int = 8, batch_size: int = 8,
+              size: int = 512) -> dict:
     """A localizer on `count` PNGs of `size` x `size`, batch `batch_size`: the `.onnx` scoring loop
     with maps not saved and saved against the raw onnxruntime forward and against decoding plus it."""
     import onnxruntime as ort
 
     _, onnx, runtime, paths, geometry, batches = localizer_inputs(work, name, count, size, batch_size)
     session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
-    times = interleaved(
-        {
-            "decode": lambda n: decode(paths[:n], geometry),
-            "onnx_forward": lambda n: onnx_forward(session, [b[:n] for b in batches[: max(1, n // batch_size)]]),
-            "onnx_forward_own_session": lambda n: onnx_forward(
-                runtime.session, [b[:n] for b in batches[: max(1, n // batch_size)]]
-            ),
-            "onnx_pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
-            "onnx_pipeline_masks": lambda n: score_loop(runtime, paths[:n], batch_size, work, save_masks=True),
-        },
-        count,
-        repeats,
-        warm_up=1,
-    )
+    times = interleaved({
+        "decode": lambda n: decode(paths[:n], geometry),
+        "onnx_forward": lambda n: onnx_forward(session, [b[:n] for b in batches[:max(1, n // batch_size)]]),
+        "onnx_forward_own_session": lambda n: onnx_forward(runtime.session,
+                                                           [b[:n] for b in batches[:max(1, n // batch_size)]]),
+        "onnx_pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
+        "onnx_pipeline_masks": lambda n: score_loop(runtime, paths[:n], batch_size, work, save_masks=True),
+    }, count, repeats, warm_up=1)
     forward = np.minimum(times["onnx_forward"], times["onnx_forward_own_session"])
     limit = times["decode"] + forward
-    return {
-        "detector": name,
-        "size": size,
-        "batch_size": batch_size,
-        "images": count,
-        "repeats": repeats,
-        **rates(times, count, 3),
-        "limit_images_per_s": median_rounded(count / limit),
-        "ratio_to_raw_onnx": median_rounded(forward / times["onnx_pipeline"]),
-        "ratio_to_limit": median_rounded(limit / times["onnx_pipeline"]),
-        "masks_ratio_to_raw_onnx": median_rounded(forward / times["onnx_pipeline_masks"]),
-        "masks_ratio_to_limit": median_rounded(limit / times["onnx_pipeline_masks"]),
-        "load_average": round(os.getloadavg()[0], 2),
-    }
+    return {"detector": name, "size": size, "batch_size": batch_size, "images": count, "repeats": repeats,
+            **rates(times, count, 3), "limit_images_per_s": median_rounded(count / limit),
+            "ratio_to_raw_onnx": median_rounded(forward / times["onnx_pipeline"]),
+            "ratio_to_limit": median_rounded(limit / times["onnx_pipeline"]),
+            "masks_ratio_to_raw_onnx": median_rounded(forward / times["onnx_pipeline_masks"]),
+            "masks_ratio_to_limit": median_rounded(limit / times["onnx_pipeline_masks"]),
+            "load_average": round(os.getloadavg()[0], 2)}
 
 
-def localizer_ckpt(
-    work: Path, repeats: int, name: str = "mvss", count: int = 8, batch_size: int = 8, size: int = 512
-) -> dict:
+def localizer_ckpt(work: Path, repeats: int, name: str = "mvss", count: int = 8, batch_size: int = 8,
+                   size: int = 512) -> dict:
     """The same localizer's `.ckpt` scoring loop against the eager PyTorch forward, and the raw
     onnxruntime forward against the eager one (ONNX vs eager)."""
     import onnxruntime as ort
@@ -330,28 +277,16 @@ def localizer_ckpt(
     ckpt, onnx, _, paths, _, batches = localizer_inputs(work, name, count, size, batch_size)
     session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     runtime, module = load_runtime(ckpt, "cpu"), load_checkpoint(ckpt)
-    times = interleaved(
-        {
-            "eager_forward": lambda n: eager_forward(module, [b[:n] for b in batches[: max(1, n // batch_size)]]),
-            "ckpt_pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
-            "onnx_forward": lambda n: onnx_forward(session, [b[:n] for b in batches[: max(1, n // batch_size)]]),
-        },
-        count,
-        repeats,
-        warm_up=1,
-    )
-    return {
-        "detector": name,
-        "size": size,
-        "batch_size": batch_size,
-        "images": count,
-        "repeats": repeats,
-        "torch_threads": torch.get_num_threads(),
-        **rates(times, count, 3),
-        "ckpt_ratio_to_raw_eager": median_rounded(times["eager_forward"] / times["ckpt_pipeline"]),
-        "onnx_vs_eager": median_rounded(times["eager_forward"] / times["onnx_forward"]),
-        "load_average": round(os.getloadavg()[0], 2),
-    }
+    times = interleaved({
+        "eager_forward": lambda n: eager_forward(module, [b[:n] for b in batches[:max(1, n // batch_size)]]),
+        "ckpt_pipeline": lambda n: score_loop(runtime, paths[:n], batch_size, work),
+        "onnx_forward": lambda n: onnx_forward(session, [b[:n] for b in batches[:max(1, n // batch_size)]]),
+    }, count, repeats, warm_up=1)
+    return {"detector": name, "size": size, "batch_size": batch_size, "images": count, "repeats": repeats,
+            "torch_threads": torch.get_num_threads(), **rates(times, count, 3),
+            "ckpt_ratio_to_raw_eager": median_rounded(times["eager_forward"] / times["ckpt_pipeline"]),
+            "onnx_vs_eager": median_rounded(times["eager_forward"] / times["onnx_forward"]),
+            "load_average": round(os.getloadavg()[0], 2)}
 
 
 def int8_speed(work: Path, repeats: int) -> dict:
@@ -369,19 +304,12 @@ def int8_speed(work: Path, repeats: int) -> dict:
         int8 = work / f"int8_{name}" / "int8.onnx"
         report = build_variant(onnx, int8, precision="int8", images=images, calibration=images, max_auroc_drop=1.0)
         batch = np.random.default_rng(0).random((8, 3, side, side), dtype=np.float32)
-        rates = {
-            kind: raw_forward_rate(
-                ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), [batch] * 4, repeats
-            )
-            for kind, path in (("fp32", onnx), ("int8", int8))
-        }
-        result[name] = {
-            "size": side,
-            "fp32_images_per_s": round(rates["fp32"], 1),
-            "int8_images_per_s": round(rates["int8"], 1),
-            "speedup": round(rates["int8"] / rates["fp32"], 3),
-            "max_score_deviation": report["quality"]["max_score_deviation"],
-        }
+        rates = {kind: raw_forward_rate(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]),
+                                        [batch] * 4, repeats) for kind, path in (("fp32", onnx), ("int8", int8))}
+        result[name] = {"size": side, "fp32_images_per_s": round(rates["fp32"], 1),
+                        "int8_images_per_s": round(rates["int8"], 1),
+                        "speedup": round(rates["int8"] / rates["fp32"], 3),
+                        "max_score_deviation": report["quality"]["max_score_deviation"]}
     return result
 
 
@@ -395,28 +323,15 @@ def memory(work: Path) -> dict:
         os.link(path, small / path.name)
     peaks = {}
     for label, folder in (("1k", small), ("10k", work / "png10k")):
-        command = [
-            "/usr/bin/time",
-            "-f",
-            "%M",
-            sys.executable,
-            str(ROOT / "infer.py"),
-            f"model={onnx}",
-            f"input={folder}",
-            f"output={work / 'mem.csv'}",
-            "progress=false",
-            "batch_size=64",
-        ]
+        command = ["/usr/bin/time", "-f", "%M", sys.executable, str(ROOT / "infer.py"), f"model={onnx}",
+                   f"input={folder}", f"output={work / 'mem.csv'}", "progress=false", "batch_size=64"]
         done = subprocess.run(command, capture_output=True, text=True, cwd=work)
         if done.returncode != 0:
             raise RuntimeError(done.stderr[-2000:])
         assert sum(1 for _ in open(work / "mem.csv")) == len(list(folder.iterdir())) + 1  # every image has a row
         peaks[label] = int(done.stderr.strip().splitlines()[-1])
-    return {
-        "peak_rss_kib_1k": peaks["1k"],
-        "peak_rss_kib_10k": peaks["10k"],
-        "ratio_10k_to_1k": round(peaks["10k"] / peaks["1k"], 3),
-    }
+    return {"peak_rss_kib_1k": peaks["1k"], "peak_rss_kib_10k": peaks["10k"],
+            "ratio_10k_to_1k": round(peaks["10k"] / peaks["1k"], 3)}
 
 
 def processes(work: Path, repeats: int, count: int = 512) -> dict:
@@ -430,30 +345,22 @@ def processes(work: Path, repeats: int, count: int = 512) -> dict:
     write_pngs(work / "png_proc_4x", 4 * count, 128)
     result: dict = {"images": count, "cores": os.cpu_count()}
     for label, extra in (("one_process", []), ("two_processes", ["devices=2", "strategy=ddp"])):
-        seconds = {
-            folder: best(
-                [run_infer(onnx, work / folder, work / "out.csv", "batch_size=32", *extra)[0] for _ in range(repeats)]
-            )
-            for folder in ("png_proc", "png_proc_4x")
-        }
+        seconds = {folder: best([run_infer(onnx, work / folder, work / "out.csv", "batch_size=32", *extra)[0]
+                                 for _ in range(repeats)]) for folder in ("png_proc", "png_proc_4x")}
         steady = 3 * count / max(seconds["png_proc_4x"] - seconds["png_proc"], 1e-9)
         result[f"{label}_images_per_s"] = round(count / seconds["png_proc"], 1)
         result[f"{label}_steady_images_per_s"] = round(steady, 1)
         result[f"{label}_startup_s"] = round(seconds["png_proc"] - count / steady, 2)
     for kind in ("", "_steady"):
-        result[f"ratio{kind}"] = round(
-            result[f"two_processes{kind}_images_per_s"] / result[f"one_process{kind}_images_per_s"], 3
-        )
+        result[f"ratio{kind}"] = round(result[f"two_processes{kind}_images_per_s"]
+                                       / result[f"one_process{kind}_images_per_s"], 3)
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        default=["startup", "pipeline", "localizer", "localizer_ckpt", "int8", "memory", "processes"],
-    )
+    parser.add_argument("--only", nargs="+", default=["startup", "pipeline", "localizer", "localizer_ckpt", "int8",
+                                                       "memory", "processes"])
     parser.add_argument("--localizer", default="mvss", help="the localizer of the `localizer` figures")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", type=Path, default=None)

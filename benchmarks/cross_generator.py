@@ -135,6 +135,7 @@ def table(results: list[dict], test_groups: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Kept in one piece: the benchmark's steps in the order its report lists them."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--manifest",

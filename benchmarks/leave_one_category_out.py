@@ -111,13 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--detector", default="npr")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--size", type=int, default=64, help="detector.net.preprocess.size (0: the detector's own)")
-    parser.add_argument(
-        "--fractions",
-        type=float,
-        nargs=3,
-        default=(0.6, 0.2, 0.2),
-        metavar=("TRAIN", "VAL", "TEST"),
-    )
+    parser.add_argument("--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("TRAIN", "VAL", "TEST"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_category_out")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE")
@@ -160,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.detector, manifest, run, args.epochs, args.size, args.seed, list(args.override)
             )
         failed |= error is not None
-        print(
-            f"[{args.detector} / held out {category}] {error or 'done'} in {seconds:.0f} s",
-            flush=True,
-        )
+        print(f"[{args.detector} / held out {category}] {error or 'done'} in {seconds:.0f} s", flush=True)
         results[category] = metrics
         rows.append(row(category, metrics, error))
     markdown = (

@@ -39,80 +39,43 @@ PINNED = "tests/unit/pinned"
 # module -> the fast tests that cover it; the first file (the pinned specification) runs alone
 # first, the others only for the mutants it does not kill
 COVERAGE = {
-    "evaluation/pixel.py": [f"{PINNED}/test_pinned_pixel_threshold.py", "tests/unit/evaluation/test_eval_pixel.py"],
+    "evaluation/pixel.py": [f"{PINNED}/test_pinned_pixel_threshold.py",
+                            "tests/unit/evaluation/test_eval_pixel.py"],
     "inference/masks.py": [f"{PINNED}/test_pinned_map_size.py"],
-    "inference/tiling.py": [f"{PINNED}/test_pinned_tiles.py", "tests/unit/detectors/test_tiled_localizer.py"],
-    "inference/parts.py": [f"{PINNED}/test_pinned_merge_order.py", "tests/unit/inference/test_infer_parts.py"],
-    "exporting/variants.py": [f"{PINNED}/test_pinned_variant_refusal.py", "tests/unit/exporting/test_onnx_variants.py"],
+    "inference/tiling.py": [f"{PINNED}/test_pinned_tiles.py",
+                            "tests/unit/detectors/test_tiled_localizer.py"],
+    "inference/parts.py": [f"{PINNED}/test_pinned_merge_order.py",
+                           "tests/unit/inference/test_infer_parts.py"],
+    "exporting/variants.py": [f"{PINNED}/test_pinned_variant_refusal.py",
+                                   "tests/unit/exporting/test_onnx_variants.py"],
     "detectors/trufor_weights.py": [
         f"{PINNED}/test_pinned_trufor_published_roles.py",
-        *[
-            f"tests/unit/detectors/test_trufor.py::test_{name}"
-            for name in (
-                "published_names_and_shapes_round_trip_through_the_mapping",
-                "published_checkpoint_loads_and_reproduces_the_model",
-                "published_checkpoint_with_unknown_keys_is_refused",
-                "missing_published_file_says_so",
-                "a_convolutional_stem_cannot_take_published_weights",
-            )
-        ],
-    ],
-    "tools/themis_blocks.py": [f"{PINNED}/test_pinned_themis_grid.py", "tests/unit/tools/test_themis_blocks.py"],
-    "tools/fraudbench_table.py": [
-        f"{PINNED}/test_pinned_fraudbench_calibration.py",
-        "tests/unit/tools/test_fraudbench_table.py",
-    ],
+        *[f"tests/unit/detectors/test_trufor.py::test_{name}" for name in (
+            "published_names_and_shapes_round_trip_through_the_mapping",
+            "published_checkpoint_loads_and_reproduces_the_model",
+            "published_checkpoint_with_unknown_keys_is_refused",
+            "missing_published_file_says_so",
+            "a_convolutional_stem_cannot_take_published_weights")]],
+    "tools/themis_blocks.py": [f"{PINNED}/test_pinned_themis_grid.py",
+                                   "tests/unit/tools/test_themis_blocks.py"],
+    "tools/fraudbench_table.py": [f"{PINNED}/test_pinned_fraudbench_calibration.py",
+                                      "tests/unit/tools/test_fraudbench_table.py"],
 }
 ACCEPTED = ROOT / "benchmarks" / "mutation_accepted.txt"
 # third-party libraries imported once, before the forks
-PRELOAD = (
-    "numpy",
-    "scipy.ndimage",
-    "cv2",
-    "PIL.Image",
-    "torch",
-    "torchvision",
-    "timm",
-    "lightning",
-    "sklearn.metrics",
-    "onnx",
-    "onnxruntime",
-    "onnxruntime.quantization",
-    "yaml",
-    "hydra",
-    "pandas",
-    "albumentations",
-    "skimage",
-    "segmentation_models_pytorch",
-    "open_clip",
-    "pytest",
-)
+PRELOAD = ("numpy", "scipy.ndimage", "cv2", "PIL.Image", "torch", "torchvision", "timm",
+           "lightning", "sklearn.metrics", "onnx", "onnxruntime", "onnxruntime.quantization",
+           "yaml", "hydra", "pandas", "albumentations", "skimage", "segmentation_models_pytorch",
+           "open_clip", "pytest")
 
-COMPARE_SWAPS = {
-    ast.Gt: (ast.GtE, ast.LtE),
-    ast.GtE: (ast.Gt, ast.Lt),
-    ast.Lt: (ast.LtE, ast.GtE),
-    ast.LtE: (ast.Lt, ast.Gt),
-    ast.Eq: (ast.NotEq,),
-    ast.NotEq: (ast.Eq,),
-    ast.Is: (ast.IsNot,),
-    ast.IsNot: (ast.Is,),
-    ast.In: (ast.NotIn,),
-    ast.NotIn: (ast.In,),
-}
+COMPARE_SWAPS = {ast.Gt: (ast.GtE, ast.LtE), ast.GtE: (ast.Gt, ast.Lt), ast.Lt: (ast.LtE, ast.GtE),
+                 ast.LtE: (ast.Lt, ast.Gt), ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,),
+                 ast.Is: (ast.IsNot,), ast.IsNot: (ast.Is,), ast.In: (ast.NotIn,),
+                 ast.NotIn: (ast.In,)}
 BINOP_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add}
-NAME_SWAPS = {
-    "max": "min",
-    "min": "max",
-    "amax": "amin",
-    "amin": "amax",
-    "maximum": "minimum",
-    "minimum": "maximum",
-    "argmax": "argmin",
-    "argmin": "argmax",
-    "nanmax": "nanmin",
-    "nanmin": "nanmax",
-}
+NAME_SWAPS = {"max": "min", "min": "max", "amax": "amin", "amin": "amax", "maximum": "minimum",
+              "minimum": "maximum", "argmax": "argmin", "argmin": "argmax", "nanmax": "nanmin",
+              "nanmin": "nanmax"}
 INDEX_SWAPS = {0: 1, 1: 0, -1: 0}
 QUIET_CALLS = {"debug", "info", "warning", "error", "exception", "print", "warn", "warn_undefined"}
 
@@ -166,7 +129,11 @@ def _options(node: ast.AST) -> list:
         return list(COMPARE_SWAPS.get(type(node.ops[0]), ()))
     if isinstance(node, ast.BinOp) and type(node.op) in BINOP_SWAPS:
         return [BINOP_SWAPS[type(node.op)]]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not isinstance(node.operand, ast.Constant):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and not isinstance(node.operand, ast.Constant)
+    ):
         return ["drop minus"]
     if isinstance(node, ast.Name) and node.id in NAME_SWAPS and isinstance(node.ctx, ast.Load):
         return [NAME_SWAPS[node.id]]
@@ -175,7 +142,11 @@ def _options(node: ast.AST) -> list:
     if isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.UnaryOp)):
         value = ast.literal_eval(node.slice) if _is_int_literal(node.slice) else None
         return [INDEX_SWAPS[value]] if value in INDEX_SWAPS else []
-    if isinstance(node, ast.Tuple) and len(node.elts) == 2 and not all(isinstance(e, ast.Constant) for e in node.elts):
+    if (
+        isinstance(node, ast.Tuple)
+        and len(node.elts) == 2
+        and not all(isinstance(e, ast.Constant) for e in node.elts)
+    ):
         return ["swap"] if ast.unparse(node.elts[0]) != ast.unparse(node.elts[1]) else []
     if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "sorted":
         return ["drop key"] if any(k.arg == "key" for k in node.keywords) else []
@@ -214,7 +185,9 @@ def _describe(statement: ast.AST, node: ast.AST, choice) -> tuple[str, str]:
     """(statement before, statement after), one line each, for the report."""
     before = ast.unparse(statement).split("\n")[0]
     mutated = copy.deepcopy(statement)
-    target = next(n for n in ast.walk(mutated) if ast.dump(n) == ast.dump(node) and _same_place(n, node))
+    target = next(
+        n for n in ast.walk(mutated) if ast.dump(n) == ast.dump(node) and _same_place(n, node)
+    )
     replacement = _apply(target, choice)
     if replacement is not target:
         _replace(mutated, target, replacement)
@@ -262,7 +235,8 @@ def mutants_of(module: str) -> list[Mutant]:
         scope = _scope(node, parents)
         for option, choice in enumerate(options):
             before, after = _describe(statement, node, choice)
-            found.append(Mutant(module, index, option, node.lineno, before.strip(), after.strip(), scope))
+            found.append(Mutant(module, index, option, node.lineno, before.strip(), after.strip(),
+                                scope))
     return found
 
 
@@ -298,7 +272,9 @@ def run_tests(copy_root: Path, tests: list[str], timeout: float) -> tuple[str, f
     if pid == 0:  # the child: imports the (mutated) project code fresh, from the copy
         try:
             os.chdir(copy_root)
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # third-party plugins: seconds per run
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = (
+                "1"  # third-party plugins: seconds per run
+            )
             sys.path.insert(0, str(copy_root))
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
@@ -338,7 +314,9 @@ def accepted_keys() -> dict[str, str]:
     if not ACCEPTED.is_file():
         return {}
     lines = [
-        line for line in ACCEPTED.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")
+        line
+        for line in ACCEPTED.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
     ]
     return {line.split("  # ")[0].strip(): line.split("  # ", 1)[-1].strip() for line in lines}
 
@@ -359,23 +337,30 @@ def check(modules: list[str], timeout: float, log=print) -> list[Mutant]:
         for module in modules:
             tests = COVERAGE.get(module)
             if not tests:
-                raise SystemExit(f"no tests are listed for {module}; add it to COVERAGE in {__file__}")
+                raise SystemExit(
+                    f"no tests are listed for {module}; add it to COVERAGE in {__file__}"
+                )
             baseline, seconds = run_tests(copy_root, tests, timeout)
             if baseline != "passed":
-                raise SystemExit(f"the tests of {module} do not pass on the unmutated code ({baseline})")
+                raise SystemExit(
+                    f"the tests of {module} do not pass on the unmutated code ({baseline})"
+                )
             log(f"{module}: tests pass unmutated in {seconds:.1f} s")
             original = (copy_root / module).read_text(encoding="utf-8")
             try:
                 for mutant in mutants_of(module):
                     _write(copy_root / module, mutated_source(mutant))
                     outcome, mutant.seconds = run_tests(copy_root, tests[:1], timeout)
-                    if outcome == "passed" and len(tests) > 1:  # the rest only for what the first misses
+                    if (
+                        outcome == "passed" and len(tests) > 1
+                    ):  # the rest only for what the first misses
                         outcome, seconds = run_tests(copy_root, tests[1:], timeout)
                         mutant.seconds += seconds
                     mutant.status = {"failed": "killed", "passed": "survived"}.get(outcome, outcome)
                     if mutant.status == "survived" and mutant.key in accepted:
                         mutant.status = "accepted"
-                    log(f"  {mutant.status:8s} {module}:{mutant.line}  {mutant.before}  ->  {mutant.after}")
+                    log(f"  {mutant.status:8s} {module}:{mutant.line}  "
+                        f"{mutant.before}  ->  {mutant.after}")
                     results.append(mutant)
             finally:
                 _write(copy_root / module, original)

@@ -11,7 +11,6 @@ Layouts: `manifest` (CSV/JSONL), `folder` (`0_real`/`1_fake` at any depth), `gen
 folders), `imdl_json` (`[[image, mask or "Negative"], ...]`), `casia_list` (MVSS text lists
 `image mask label`), `themis` (`original`/`forged`/`mask` triplets paired by name).
 """
-
 from __future__ import annotations
 
 import json
@@ -23,35 +22,19 @@ from datamodules.io import is_image_file
 from datamodules.records import LayoutError, Record, list_images, read_manifest, scan_folder
 
 __all__ = [
-    "LAYOUTS",
-    "detect_layout",
-    "read_layout",
-    "records_from_input",
-    "read_genimage",
-    "read_fraudbench",
-    "fraudbench_metadata",
-    "read_imdl",
-    "read_imdl_json",
-    "read_casia_list",
-    "read_themis",
+    "LAYOUTS", "detect_layout", "read_layout", "records_from_input", "read_genimage", "read_fraudbench",
+    "fraudbench_metadata", "read_imdl", "read_imdl_json", "read_casia_list", "read_themis",
 ]
 
 GENIMAGE_LABELS = {"ai": 1, "nature": 0}
 GENIMAGE_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 FRAUDBENCH_SUBSETS = ("Positive", "Negative", "DeepFake")
-FILE_LAYOUTS = {
-    ".csv": "manifest",
-    ".jsonl": "manifest",
-    ".ndjson": "manifest",
-    ".json": "imdl_json",
-    ".txt": "casia_list",
-}
+FILE_LAYOUTS = {".csv": "manifest", ".jsonl": "manifest", ".ndjson": "manifest", ".json": "imdl_json",
+                ".txt": "casia_list"}
 MASK_SUFFIXES = ("", "_gt", "_mask", "-gt", "_GT", "-mask")
-THEMIS_FOLDERS = {
-    "original": ("original", "originals", "source", "au"),
-    "forged": ("forged", "forgery", "fake", "tampered", "tp"),
-    "mask": ("mask", "masks", "gt"),
-}
+THEMIS_FOLDERS = {"original": ("original", "originals", "source", "au"),
+                  "forged": ("forged", "forgery", "fake", "tampered", "tp"),
+                  "mask": ("mask", "masks", "gt")}
 
 
 def _images(folder: Path) -> list[Path]:
@@ -94,25 +77,18 @@ def read_genimage(root: str | os.PathLike) -> list[Record]:
         rel = label_dir.relative_to(root).parts
         group = rel[0] if len(rel) > 2 else None
         for image in _images(label_dir):
-            records.append(
-                Record(
-                    path=str(image),
-                    label=GENIMAGE_LABELS[label_dir.name.lower()],
-                    group=group,
-                    split=GENIMAGE_SPLITS[label_dir.parent.name.lower()],
-                )
-            )
+            records.append(Record(path=str(image), label=GENIMAGE_LABELS[label_dir.name.lower()],
+                                  group=group, split=GENIMAGE_SPLITS[label_dir.parent.name.lower()]))
     if not records:
-        raise LayoutError(
-            f"{root}: expected GenImage folders <generator>/{{train,val}}/{{ai,nature}} "
-            f"with images; found {_found(root)}"
-        )
+        raise LayoutError(f"{root}: expected GenImage folders <generator>/{{train,val}}/{{ai,nature}} "
+                          f"with images; found {_found(root)}")
     return records
 
 
 # ---------------------------------------------------------------- FraudBench
 def _fraudbench_categories(root: Path) -> list[Path]:
-    return sorted(p for p in root.iterdir() if p.is_dir() and sum((p / s).is_dir() for s in FRAUDBENCH_SUBSETS) >= 2)
+    return sorted(p for p in root.iterdir() if p.is_dir()
+                  and sum((p / s).is_dir() for s in FRAUDBENCH_SUBSETS) >= 2)
 
 
 def _load_json(path: Path) -> Any:
@@ -153,10 +129,8 @@ def read_fraudbench(root: str | os.PathLike, include_positive: bool = False) -> 
     root = Path(root)
     categories = _fraudbench_categories(root) if root.is_dir() else []
     if not categories:
-        raise LayoutError(
-            f"{root}: expected FraudBench category folders each holding "
-            f"{'/'.join(FRAUDBENCH_SUBSETS)}; found {_found(root)}"
-        )
+        raise LayoutError(f"{root}: expected FraudBench category folders each holding "
+                          f"{'/'.join(FRAUDBENCH_SUBSETS)}; found {_found(root)}")
     meta = fraudbench_metadata(root)
     records = []
     for category in categories:
@@ -166,7 +140,8 @@ def read_fraudbench(root: str | os.PathLike, include_positive: bool = False) -> 
                 key = f"{category.name}/{subset}/{review.name}"
                 name = meta.get(key, {}).get("category") or category.name
                 for image in _images(review):
-                    records.append(Record(path=str(image), label=label, group=group, category=str(name), review=key))
+                    records.append(Record(path=str(image), label=label, group=group,
+                                          category=str(name), review=key))
         deepfake = category / "DeepFake"
         for generator in sorted(p for p in deepfake.iterdir() if p.is_dir()) if deepfake.is_dir() else []:
             if generator.name == "Metadata":
@@ -174,21 +149,13 @@ def read_fraudbench(root: str | os.PathLike, include_positive: bool = False) -> 
             for review in sorted(p for p in generator.glob("Review_*") if p.is_dir()):
                 for image in _images(review):
                     source = category / "Positive" / review.name / image.name
-                    records.append(
-                        Record(
-                            path=str(image),
-                            label=1,
-                            group=generator.name,
-                            category=category.name,
-                            review=f"{category.name}/DeepFake/{generator.name}/{review.name}",
-                            source=str(source) if source.is_file() else None,
-                        )
-                    )
+                    records.append(Record(
+                        path=str(image), label=1, group=generator.name, category=category.name,
+                        review=f"{category.name}/DeepFake/{generator.name}/{review.name}",
+                        source=str(source) if source.is_file() else None))
     if not records:
-        raise LayoutError(
-            f"{root}: FraudBench categories found but no images under "
-            "Negative/Review_* or DeepFake/<generator>/Review_*"
-        )
+        raise LayoutError(f"{root}: FraudBench categories found but no images under "
+                          "Negative/Review_* or DeepFake/<generator>/Review_*")
     return records
 
 
@@ -210,7 +177,8 @@ def read_imdl(root: str | os.PathLike) -> list[Record]:
     root = Path(root)
     tp, gt, au = _child(root, ("Tp",)), _child(root, ("Gt",)), _child(root, ("Au",))
     if tp is None or gt is None:
-        raise LayoutError(f"{root}: expected IMDL folders Tp/ and Gt/ (and optionally Au/); found {_found(root)}")
+        raise LayoutError(f"{root}: expected IMDL folders Tp/ and Gt/ (and optionally Au/); "
+                          f"found {_found(root)}")
     masks = {p.stem: p for p in _images(gt)}
     records, missing = [], []
     for image in _images(tp):
@@ -219,10 +187,8 @@ def read_imdl(root: str | os.PathLike) -> list[Record]:
             missing.append(image.name)
         records.append(Record(path=str(image), label=1, mask=str(mask) if mask else None))
     if missing:
-        raise LayoutError(
-            f"{root}: {len(missing)} tampered images in Tp/ have no mask in Gt/ "
-            f"(expected <name>.png or <name>_gt.png), e.g. {', '.join(missing[:5])}"
-        )
+        raise LayoutError(f"{root}: {len(missing)} tampered images in Tp/ have no mask in Gt/ "
+                          f"(expected <name>.png or <name>_gt.png), e.g. {', '.join(missing[:5])}")
     records += [Record(path=str(p), label=0) for p in (_images(au) if au else [])]
     if not records:
         raise LayoutError(f"{root}: Tp/ and Gt/ exist but hold no images")
@@ -235,10 +201,8 @@ def read_imdl_json(path: str | os.PathLike) -> list[Record]:
     data = _load_json(path)
     if not isinstance(data, list) or not all(isinstance(e, (list, tuple)) and len(e) == 2 for e in data):
         kind = type(data).__name__
-        raise LayoutError(
-            f'{path}: expected a JSON list of [image, mask or "Negative"] pairs; '
-            f"found a {kind}" + (f" starting with {data[:1]!r}" if isinstance(data, list) else "")
-        )
+        raise LayoutError(f"{path}: expected a JSON list of [image, mask or \"Negative\"] pairs; "
+                          f"found a {kind}" + (f" starting with {data[:1]!r}" if isinstance(data, list) else ""))
     base, records = path.parent, []
     for image, mask in data:
         image_path = Path(image) if Path(image).is_absolute() else base / image
@@ -260,18 +224,15 @@ def read_casia_list(path: str | os.PathLike) -> list[Record]:
             if not parts or parts[0].startswith("#"):
                 continue
             if len(parts) != 3 or parts[2] not in ("0", "1"):
-                raise LayoutError(
-                    f"{path}:{number}: expected `image mask label` (mask None for genuine, "
-                    f"label 0 or 1); found {line.strip()!r}"
-                )
+                raise LayoutError(f"{path}:{number}: expected `image mask label` (mask None for genuine, "
+                                  f"label 0 or 1); found {line.strip()!r}")
             image, mask, label = parts
 
             def resolve(p: str) -> str:
                 return str(Path(p) if Path(p).is_absolute() else base / p)
 
-            records.append(
-                Record(path=resolve(image), label=int(label), mask=None if mask.lower() == "none" else resolve(mask))
-            )
+            records.append(Record(path=resolve(image), label=int(label),
+                                  mask=None if mask.lower() == "none" else resolve(mask)))
     if not records:
         raise LayoutError(f"{path}: empty list; expected lines `image mask label`")
     return records
@@ -287,7 +248,8 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
     root = Path(root)
     folders = {role: _child(root, names) for role, names in THEMIS_FOLDERS.items()}
     if folders["forged"] is None or folders["mask"] is None:
-        raise LayoutError(f"{root}: expected THEMIS triplet folders original/, forged/ and mask/; found {_found(root)}")
+        raise LayoutError(f"{root}: expected THEMIS triplet folders original/, forged/ and mask/; "
+                          f"found {_found(root)}")
     masks = {p.stem: p for p in _images(folders["mask"])}
     originals = {p.stem: p for p in _images(folders["original"])} if folders["original"] else {}
     records, missing = [], []
@@ -297,24 +259,19 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
             missing.append(image.name)
             continue
         source = originals.get(image.stem)
-        records.append(
-            Record(path=str(image), label=1, mask=str(mask), group="themis", source=str(source) if source else None)
-        )
+        records.append(Record(path=str(image), label=1, mask=str(mask), group="themis",
+                              source=str(source) if source else None))
     if missing:
-        raise LayoutError(
-            f"{root}: {len(missing)} forged images have no mask in "
-            f"{folders['mask'].name}/, e.g. {', '.join(missing[:5])}"
-        )
+        raise LayoutError(f"{root}: {len(missing)} forged images have no mask in "
+                          f"{folders['mask'].name}/, e.g. {', '.join(missing[:5])}")
     records += [Record(path=str(p), label=0, source=str(p)) for p in originals.values()]
     return records
 
 
 # ---------------------------------------------------------------- detection
 def _is_genimage(root: Path) -> bool:
-    return any(
-        p.is_dir() and p.name.lower() in GENIMAGE_LABELS and p.parent.name.lower() in GENIMAGE_SPLITS
-        for p in root.rglob("*")
-    )
+    return any(p.is_dir() and p.name.lower() in GENIMAGE_LABELS and p.parent.name.lower() in GENIMAGE_SPLITS
+               for p in root.rglob("*"))
 
 
 def _is_folder(root: Path) -> bool:
@@ -323,14 +280,9 @@ def _is_folder(root: Path) -> bool:
 
 
 LAYOUTS: dict[str, Callable[[Path], list[Record]]] = {
-    "manifest": read_manifest,
-    "folder": scan_folder,
-    "genimage": read_genimage,
-    "fraudbench": read_fraudbench,
-    "imdl": read_imdl,
-    "imdl_json": read_imdl_json,
-    "casia_list": read_casia_list,
-    "themis": read_themis,
+    "manifest": read_manifest, "folder": scan_folder, "genimage": read_genimage,
+    "fraudbench": read_fraudbench, "imdl": read_imdl, "imdl_json": read_imdl_json,
+    "casia_list": read_casia_list, "themis": read_themis,
 }
 _EXPECTED = {
     "manifest": "a .csv/.jsonl manifest (or manifest.csv in the folder)",
@@ -338,7 +290,7 @@ _EXPECTED = {
     "genimage": "<generator>/{train,val}/{ai,nature}/",
     "fraudbench": "<Category>/{Positive,Negative,DeepFake}/",
     "imdl": "Tp/ and Gt/ (+ Au/)",
-    "imdl_json": 'a .json list of [image, mask or "Negative"]',
+    "imdl_json": "a .json list of [image, mask or \"Negative\"]",
     "casia_list": "a .txt list of `image mask label`",
     "themis": "original/, forged/ and mask/",
 }
@@ -351,7 +303,8 @@ def _matching_layouts(path: Path) -> list[str]:
         return ["manifest"]  # an explicit index of the folder (generate.py writes one)
     if _child(path, ("Tp",)) and _child(path, ("Gt",)):
         matches.append("imdl")
-    if _child(path, THEMIS_FOLDERS["forged"]) and _child(path, THEMIS_FOLDERS["mask"]) and "imdl" not in matches:
+    if _child(path, THEMIS_FOLDERS["forged"]) and _child(path, THEMIS_FOLDERS["mask"]) \
+            and "imdl" not in matches:
         matches.append("themis")
     if _fraudbench_categories(path):
         matches.append("fraudbench")
@@ -371,17 +324,17 @@ def detect_layout(path: str | os.PathLike) -> str:
         suffix = path.suffix.lower()
         if suffix in FILE_LAYOUTS:
             return FILE_LAYOUTS[suffix]
-        raise LayoutError(
-            f"{path}: cannot tell the layout of a {suffix or 'suffix-less'} file; expected "
-            ".csv/.jsonl (manifest), .json (IMDL list) or .txt (CASIA/MVSS list)"
-        )
+        raise LayoutError(f"{path}: cannot tell the layout of a {suffix or 'suffix-less'} file; expected "
+                          ".csv/.jsonl (manifest), .json (IMDL list) or .txt (CASIA/MVSS list)")
     matches = _matching_layouts(path)
     if len(matches) == 1:
         return matches[0]
     expected = "; ".join(f"{k}: {v}" for k, v in _EXPECTED.items())
     if not matches:
-        raise LayoutError(f"{path}: no known dataset layout. Expected one of: {expected}. Found: {_found(path)}")
-    raise LayoutError(f"{path}: ambiguous layout, matches {', '.join(matches)}; choose one with layout=<name>")
+        raise LayoutError(f"{path}: no known dataset layout. Expected one of: {expected}. "
+                          f"Found: {_found(path)}")
+    raise LayoutError(f"{path}: ambiguous layout, matches {', '.join(matches)}; "
+                      f"choose one with layout=<name>")
 
 
 def read_layout(path: str | os.PathLike, layout: str = "auto") -> list[Record]:

@@ -207,6 +207,7 @@ class CoSpy(Detector):
         cache_dir: str | None = None,
         preprocess: Preprocess | Mapping[str, Any] | None = None,
     ) -> None:
+        """Kept in one piece: it checks and wires the published layout's parts, as the authors' code does."""
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if stage not in STAGES:

@@ -24,13 +24,7 @@ from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.localizer import Localizer
 from detectors.matching import Geometry, Panel, describe_panel
-from detectors.pair_matching import (
-    FEATURE_NAMES,
-    PARAMETER_FEATURE_NAMES,
-    PairMatch,
-    match_pair,
-    match_self,
-)
+from detectors.pair_matching import FEATURE_NAMES, PARAMETER_FEATURE_NAMES, PairMatch, match_pair, match_self
 from evaluation.protocols.duplication import cmo_set
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
@@ -116,11 +110,7 @@ class PairDuplicationDetector(Detector):
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE)
         self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
-        self.min_inliers, self.mask_furniture, self.min_peak = (
-            int(min_inliers),
-            bool(mask_furniture),
-            float(min_peak),
-        )
+        self.min_inliers, self.mask_furniture, self.min_peak = (int(min_inliers), bool(mask_furniture), float(min_peak))
         self.scale_tolerance, self.angle_tolerance = float(scale_tolerance), float(angle_tolerance)
         self.score_model = LogisticScore(len(FEATURE_NAMES))
         self.parameter_model = LogisticScore(len(PARAMETER_FEATURE_NAMES))
@@ -188,10 +178,7 @@ class PairDuplicationDetector(Detector):
         return {"logit": torch.tensor(logits, dtype=torch.float32)}
 
     def fit(
-        self,
-        matches: Sequence[PairMatch],
-        labels: Sequence[int],
-        parameter_labels: Sequence[int | None],
+        self, matches: Sequence[PairMatch], labels: Sequence[int], parameter_labels: Sequence[int | None]
     ) -> dict[str, int]:
         """Fit the score model on all pairs that matching could fit a map to, and the parameter
         model on the duplicated ones with a known operation set."""
@@ -200,8 +187,7 @@ class PairDuplicationDetector(Detector):
         self.score_model.fit(features, np.asarray([labels[i] for i in usable]))
         known = [i for i in usable if labels[i] == 1 and parameter_labels[i] is not None]
         self.parameter_model.fit(
-            np.stack([matches[i].parameter_features() for i in known]),
-            np.asarray([parameter_labels[i] for i in known]),
+            np.stack([matches[i].parameter_features() for i in known]), np.asarray([parameter_labels[i] for i in known])
         )
         return {"score_pairs": len(usable), "parameter_pairs": len(known)}
 
@@ -256,11 +242,11 @@ class SelfMatchLocalizer(Localizer):
         evidence = (found.n_inliers - self.min_inliers) / 2.0 if found.target.any() else -self.confidence
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
 
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         heads, maps = [], []
         for single in image:
             logit, logits, _ = self.locate(to_uint8(single))
             heads.append(logit)
             maps.append(torch.from_numpy(logits))
         mask_logit = torch.stack(maps)[:, None].to(image.device)
-        return self.outputs(mask_logit, torch.tensor(heads, dtype=torch.float32, device=image.device))
+        return {"mask_logit": mask_logit, "head_logit": torch.tensor(heads, dtype=torch.float32, device=image.device)}

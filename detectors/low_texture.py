@@ -28,11 +28,7 @@ def dihedral_to_original(shape: tuple[int, int], flip: bool, quarter_turns: int)
 
 
 def correlation_search(
-    panel_a: Panel,
-    panel_b: Panel,
-    side: int = 128,
-    scales: tuple[float, ...] = (1.0, 0.8, 1.25),
-    crop: float = 0.7,
+    panel_a: Panel, panel_b: Panel, side: int = 128, scales: tuple[float, ...] = (1.0, 0.8, 1.25), crop: float = 0.7
 ) -> tuple[np.ndarray | None, float]:
     """Low-texture fallback: the central part of B, under each of the 8 flips / quarter turns and a
     few scales, searched in A by normalized correlation. Returns (A -> B map, peak correlation)."""

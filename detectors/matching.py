@@ -229,10 +229,7 @@ class Geometry:
 
 
 def warp_into_a(
-    image_b: np.ndarray,
-    matrix: np.ndarray,
-    shape_a: tuple[int, int],
-    interpolation: int = cv2.INTER_LINEAR,
+    image_b: np.ndarray, matrix: np.ndarray, shape_a: tuple[int, int], interpolation: int = cv2.INTER_LINEAR
 ) -> np.ndarray:
     """B resampled on A's grid: pixel x of A gets B at matrix @ x (matrix maps A onto B)."""
     return cv2.warpAffine(
@@ -273,11 +270,7 @@ class Agreement:
 
 
 def shared_region(
-    panel_a: Panel,
-    panel_b: Panel,
-    matrix: np.ndarray,
-    min_correlation: float = 0.6,
-    exclude_near: float = 0.0,
+    panel_a: Panel, panel_b: Panel, matrix: np.ndarray, min_correlation: float = 0.6, exclude_near: float = 0.0
 ) -> Agreement:
     """Where A and B (warped onto A) show the same content: the overlap's pixels whose windows
     correlate, plus flat pixels of equal (gain/bias-corrected) level, cleaned and hole-filled.

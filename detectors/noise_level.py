@@ -74,11 +74,7 @@ class NoiseLevelLocalizer(Localizer):
             raise ValueError(f"noise_level block must be an even number of pixels >= 4, got {block}")
         if edge_factor <= 0 or min_spread <= 0 or z_scale <= 0:
             raise ValueError("noise_level edge_factor, min_spread and z_scale must be positive")
-        self.block, self.edge_factor, self.min_spread = (
-            int(block),
-            float(edge_factor),
-            float(min_spread),
-        )
+        self.block, self.edge_factor, self.min_spread = (int(block), float(edge_factor), float(min_spread))
         self.z_offset, self.z_scale = float(z_offset), float(z_scale)
         self.register_buffer("luma", torch.tensor(LUMA).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("high_pass", torch.tensor(IMMERKAER_KERNEL).view(1, 1, 3, 3), persistent=False)

@@ -102,14 +102,7 @@ FEATURE_NAMES = (
     "log_scale",
     "content",
 )
-PARAMETER_FEATURE_NAMES = (
-    "gain_dev",
-    "bias",
-    "hue_shift",
-    "saturation_log_ratio",
-    "abs_diff",
-    "residual",
-)
+PARAMETER_FEATURE_NAMES = ("gain_dev", "bias", "hue_shift", "saturation_log_ratio", "abs_diff", "residual")
 
 
 def to_original(matrix: np.ndarray, factor_a: float, factor_b: float) -> np.ndarray:
@@ -163,13 +156,7 @@ def match_pair(
     share the working coordinates and the chosen map; split, they would pass a dozen values around.
     """
     threshold = max(2.0, ransac_threshold * max(panel_a.shape + panel_b.shape))
-    best: tuple[int, np.ndarray | None, np.ndarray, np.ndarray, int] = (
-        0,
-        None,
-        np.zeros(0, bool),
-        np.zeros((0, 2)),
-        0,
-    )
+    best: tuple[int, np.ndarray | None, np.ndarray, np.ndarray, int] = (0, None, np.zeros(0, bool), np.zeros((0, 2)), 0)
     mirror_points, mirror_descriptors = panel_b.mirrored()
     for mirrored, points_b, desc_b in (
         (False, panel_b.points, panel_b.descriptors),

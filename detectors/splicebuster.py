@@ -110,11 +110,7 @@ class SplicebusterLocalizer(Localizer):
         if rows < 2 or cols < 2:
             return np.zeros((0, 0, 2 * CODES))
         cells = np.concatenate(
-            [
-                cell_histograms(horizontal, cell, rows, cols),
-                cell_histograms(vertical, cell, rows, cols),
-            ],
-            axis=2,
+            [cell_histograms(horizontal, cell, rows, cols), cell_histograms(vertical, cell, rows, cols)], axis=2
         )
         blocks = cells[:-1, :-1] + cells[1:, :-1] + cells[:-1, 1:] + cells[1:, 1:]
         return np.sqrt(blocks / blocks.sum(axis=2, keepdims=True).clip(min=1.0))

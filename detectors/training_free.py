@@ -44,10 +44,7 @@ def has_parameter(operations: Sequence[str]) -> int:
 
 
 def evaluate_pair_set(
-    detector: PairDuplicationDetector,
-    pair_set: Any,
-    threshold: float,
-    matches: Sequence[PairMatch] | None = None,
+    detector: PairDuplicationDetector, pair_set: Any, threshold: float, matches: Sequence[PairMatch] | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Metrics (`evaluation.protocols.duplication`) and one row per pair, with per-kind rates."""
     matches = list(matches) if matches is not None else match_pair_set(detector, pair_set)
@@ -78,11 +75,7 @@ def evaluate_pair_set(
     for kind in sorted({r["kind"] for r in rows}):
         subset = [r for r in rows if r["kind"] == kind]
         flagged = float(np.mean([r["score"] >= threshold for r in subset]))
-        kinds[kind] = {
-            "n": len(subset),
-            "label": subset[0]["label"],
-            ("tpr" if subset[0]["label"] else "fpr"): flagged,
-        }
+        kinds[kind] = {"n": len(subset), "label": subset[0]["label"], ("tpr" if subset[0]["label"] else "fpr"): flagged}
     metrics["by_kind"] = kinds
     return metrics, rows
 
@@ -95,9 +88,7 @@ def fit_pair_detector(
     train = splits["train"]
     matches = match_pair_set(detector, train)
     fitted = detector.fit(
-        matches,
-        [p.label for p in train.pairs],
-        [has_parameter(p.operations) if p.label else None for p in train.pairs],
+        matches, [p.label for p in train.pairs], [has_parameter(p.operations) if p.label else None for p in train.pairs]
     )
     log.info("score models fitted on %(score_pairs)d pairs (%(parameter_pairs)d for parameters)", fitted)
     val = splits["val"]
@@ -121,12 +112,7 @@ def save_checkpoint(module: Any, path: Path, calibration: dict[str, Any] | None)
     """An ordinary toolkit checkpoint (hyper-parameters + state dict + calibration), weights only."""
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
-        {
-            "hyper_parameters": dict(module.hparams),
-            "state_dict": module.state_dict(),
-            "calibration": calibration,
-        },
-        path,
+        {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict(), "calibration": calibration}, path
     )
     return path
 
@@ -143,9 +129,7 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
     checkpoints = output_dir / "checkpoints"
     if getattr(module.net, "is_pair_detector", False):
         splits = hydra.utils.instantiate(
-            data,
-            splits=["train", "val", "test"] if cfg.get("test") else ["train", "val"],
-            _convert_="all",
+            data, splits=["train", "val", "test"] if cfg.get("test") else ["train", "val"], _convert_="all"
         )
         result = fit_pair_detector(module.net, splits, float(cfg.target_fpr))
         module.threshold.fill_(result["threshold"])
@@ -168,10 +152,7 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
     metrics["checkpoint"] = str(checkpoints / "best.ckpt")
     write_metrics_json(output_dir / "metrics.json", metrics)
     log.info(
-        "training-free %s: threshold %.4f -> %s",
-        metrics["detector"],
-        float(module.threshold),
-        metrics["checkpoint"],
+        "training-free %s: threshold %.4f -> %s", metrics["detector"], float(module.threshold), metrics["checkpoint"]
     )
     if (module.calibration or {}).get("warning"):
         log.warning("calibration: %s", module.calibration["warning"])

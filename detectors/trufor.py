@@ -97,6 +97,7 @@ class TruFor(Localizer):
         loss_weights: Mapping[str, float] | None = None,
         topk_fraction: float = 0.01,
     ) -> None:
+        """Kept in one piece: it checks and wires the published layout's parts, as the authors' code does."""
         super().__init__(
             {**DEFAULT_PREPROCESS, **dict(preprocess or {})} if not isinstance(preprocess, Preprocess) else preprocess,
             image_score=image_score,

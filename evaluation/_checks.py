@@ -15,11 +15,7 @@ class UndefinedMetricWarning(UserWarning):
 def warn_undefined(names: Iterable[str], reason: str) -> None:
     names = list(names)
     if names:
-        warnings.warn(
-            f"{', '.join(names)} undefined ({reason}); reported as NaN",
-            UndefinedMetricWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{', '.join(names)} undefined ({reason}); reported as NaN", UndefinedMetricWarning, stacklevel=3)
 
 
 def as_scores(scores, name: str = "scores") -> np.ndarray:

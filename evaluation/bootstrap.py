@@ -60,10 +60,7 @@ def bootstrap_image_ci(
 
 
 def bootstrap_pixel_ci(
-    acc: PixelMetricAccumulator,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    acc: PixelMetricAccumulator, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> dict[str, tuple[float, float]]:
     """Intervals for pixel F1 / IoU (per-image means) and pooled F1, resampling manipulated images."""
     n = len(acc.counts)

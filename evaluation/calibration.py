@@ -173,10 +173,7 @@ def too_few_sentence(too_few: dict, target_fpr: float) -> str:
 def row_thresholds(categories, thresholds: dict, default: float) -> np.ndarray:
     """Each row's threshold: its category's when it has one, else `default`."""
     names = category_names(categories)
-    return np.asarray(
-        [thresholds.get(name, default) if name else default for name in names.tolist()],
-        dtype=np.float64,
-    )
+    return np.asarray([thresholds.get(name, default) if name else default for name in names.tolist()], dtype=np.float64)
 
 
 def categories_below_target(by_category: dict, target_tnr: float) -> dict:

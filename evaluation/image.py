@@ -76,10 +76,7 @@ def _level_key(level: float) -> str:
 
 
 def image_metrics(
-    labels,
-    scores,
-    threshold: float | np.ndarray = 0.5,
-    fpr_levels: Sequence[float] = DEFAULT_FPR_LEVELS,
+    labels, scores, threshold: float | np.ndarray = 0.5, fpr_levels: Sequence[float] = DEFAULT_FPR_LEVELS
 ) -> dict[str, float]:
     """Every image-level metric key (docs/architecture.md) as plain floats/ints (JSON-ready).
 

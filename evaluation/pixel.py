@@ -205,11 +205,7 @@ class PixelMetricAccumulator:
 
 
 def pixel_metrics(
-    masks,
-    probs,
-    threshold: float = 0.5,
-    boundary_tolerance: int = 0,
-    per_image_curves: bool = True,
+    masks, probs, threshold: float = 0.5, boundary_tolerance: int = 0, per_image_curves: bool = True
 ) -> dict[str, float]:
     """One-shot pixel metrics; identical to feeding the same images to ``PixelMetricAccumulator``.
 

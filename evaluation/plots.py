@@ -48,13 +48,7 @@ def _thin(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return fpr[idx], tpr[idx]
 
 
-def plot_roc(
-    path,
-    labels,
-    scores,
-    threshold: float | None = None,
-    calibrated_threshold: float | None = None,
-) -> Path:
+def plot_roc(path, labels, scores, threshold: float | None = None, calibrated_threshold: float | None = None) -> Path:
     """ROC on linear and log FPR axes (the low-FPR end is where deployments live), with the
     operating threshold and the calibrated threshold marked."""
     y, s = as_labels_scores(labels, scores)

@@ -72,7 +72,10 @@ def _short_side_nodes(source: str, target: str, short: int, interpolation: str) 
 
 def _crop_nodes(source: str, target: str, size: int, mode: str) -> list[onnx.NodeProto]:
     """Pad with zeros (centred, or bottom/right for `pad`) or repeat the image (`tile`) up to
-    `size`, then take the centre (top-left for `pad`) `size` x `size` window."""
+    `size`, then take the centre (top-left for `pad`) `size` x `size` window.
+
+    Kept in one piece: one ONNX subgraph built node by node; split, its node order would be hard to follow.
+    """
     centre = mode != "pad"
     nodes = [
         helper.make_node("Shape", [source], ["pp_shape"]),

@@ -123,7 +123,10 @@ def export_onnx(
 ) -> ExportReport:
     """Export, stamp metadata, run `onnx.checker`, and refuse the file unless onnxruntime reproduces
     PyTorch's scores within `tolerance` on a batch of size different from the traced one; for
-    localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes."""
+    localizers also every map (mask, confidence) within `map_tolerance`, at two input sizes.
+
+    Kept in one piece: export, metadata, checker and the parity check are one refusal path.
+    """
     import onnxruntime as ort
 
     refusal = getattr(module.net, "onnx_export_refusal", None)  # a detector that is no fixed graph

@@ -191,7 +191,10 @@ def build_variant(
     graph_resize_tolerance: float = 0.02,
 ) -> dict[str, Any]:
     """Turn the fp32 export at `fp32_path` into the requested variant at `output` (+ its JSON
-    sidecar), measured on `images` (random probes when none); raises `VariantRefused` beyond the bounds."""
+    sidecar), measured on `images` (random probes when none); raises `VariantRefused` beyond the bounds.
+
+    Kept in one piece: quantize, compare and refuse are one decision about one file.
+    """
     if precision not in PRECISIONS:
         raise VariantRefused(f"precision must be one of {PRECISIONS}, got {precision!r}")
     fp32 = onnx.load(str(fp32_path))

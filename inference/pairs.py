@@ -145,12 +145,7 @@ class PanelCache:
 
 
 def score_pair(
-    detector: Any,
-    cache: PanelCache,
-    pair: dict[str, Any],
-    threshold: float,
-    index: int,
-    masks_dir: Path | None,
+    detector: Any, cache: PanelCache, pair: dict[str, Any], threshold: float, index: int, masks_dir: Path | None
 ) -> dict[str, Any]:
     key = pair_key(pair["path_a"], pair["path_b"])
     row: dict[str, Any] = {
@@ -239,10 +234,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
                     row["operations"],
                     describe_transform(row["transform"]),
                 )
-    log.info(
-        "pairs scored %(ok)d, duplicated %(duplicated)d, unreadable %(error)d, already done %(skipped)d",
-        counts,
-    )
+    log.info("pairs scored %(ok)d, duplicated %(duplicated)d, unreadable %(error)d, already done %(skipped)d", counts)
     results = read_results(output)
     if not any(r["status"] == "ok" for r in results):
         raise ValueError(f"nothing could be scored: all {len(pairs)} pairs failed (see {output})")

@@ -37,11 +37,7 @@ class CategoryThreshold:
     it, else the model's global threshold. Called with an input's path, as scoring decides."""
 
     def __init__(self, default: float, by_category: dict[str, float], categories: dict[str, str | None]) -> None:
-        self.default, self.by_category, self.categories = (
-            float(default),
-            dict(by_category),
-            categories,
-        )
+        self.default, self.by_category, self.categories = (float(default), dict(by_category), categories)
 
     def __call__(self, path: str) -> float:
         return self.by_category.get(self.categories.get(path) or "", self.default)
@@ -278,6 +274,7 @@ def calibrate_model(
 
     `input` is a folder of genuine images (no labels: every image is genuine) or a labelled
     manifest / layout (label 0 genuine, 1 fake; unlabelled rows are then left out).
+    Kept in one piece: score, calibrate, check and write are one recalibration a user runs.
     """
     from datamodules.layouts import records_from_input
     from inference.runtime import load_runtime

@@ -46,7 +46,7 @@ class ReportRequest:
     review_aggregation: str = "max"
     robustness: Robustness | None = None
     per_category_thresholds: bool = True  # False when the user chose the threshold for this run
-    html: bool = False  # also the page for reviewers (`evaluation.html_report`)
+    html: bool = False  # also the page for reviewers (`inference.html_report`)
     blinded: bool = False
     model: str = ""
 
@@ -85,6 +85,7 @@ def report_run(
 
     `rows` are the run's rows in input order (score and label parsed); `pixel` has reduced the
     run's maps. Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
+    Kept in one piece: reviews, metrics, report and the page follow one after another from the same rows.
     """
     output, title = request.output, f"{runtime.name} on {request.input}"
     reviews = None
@@ -169,7 +170,7 @@ def html_page(
     """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them."""
     if not request.html:
         return None
-    from evaluation.html_report import read_calibration, write_run_report
+    from inference.html_report import read_calibration, write_run_report
 
     group_of = {r.path: r.review or r.group for r in records}
     page_rows = [{**row, "group": group_of.get(row["path"]) or ""} for row in rows]

@@ -103,6 +103,7 @@ def score_to_output(
     uninterrupted run's). Otherwise each process appends to its part file and, without a shard,
     rank 0 merges all parts at the end. `pixel` reduces the maps: those saved now as they are
     written, those of rows already there (resume, other processes) read from their files.
+    Kept in one piece: processes, shards and resume share the writer set up here.
     """
     if processes.world_size == 1 and shard.count == 1:
         if part_files(output):

@@ -88,6 +88,7 @@ def copy_move(
     `interpolation` (nearest, bilinear, bicubic, lanczos). Raises ValueError when no object fits
     `min_fraction`..`max_fraction`, or when the frame leaves no room to move it by at least
     `min_shift` px.
+    Kept in one piece: the forgery recipe's steps in order (copy, transform, paste, mask), as the seed paper lists them.
     """
     if interpolation not in WARP_KERNELS:
         raise ValueError(f"interpolation must be one of {sorted(WARP_KERNELS)}, got {interpolation!r}")

@@ -13,7 +13,6 @@ Results do not depend on the number of workers or the order of completion, and a
 continues where it stopped (see `synthesis.items`). `generate_dataset` hands back plain manifest
 rows; `make_generated_manifest` also writes them as `manifest.csv`.
 """
-
 from __future__ import annotations
 
 import csv
@@ -37,22 +36,15 @@ from synthesis.spec import DEFAULT_RATES, KINDS, OPERATIONS, DatasetSpec, Genera
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "OPERATIONS",
-    "KINDS",
-    "DEFAULT_RATES",
-    "GeneratorOptions",
-    "DatasetSpec",
-    "generate_dataset",
-    "make_generated_manifest",
-    "format_summary",
-]
+__all__ = ["OPERATIONS", "KINDS", "DEFAULT_RATES", "GeneratorOptions", "DatasetSpec", "generate_dataset",
+           "make_generated_manifest", "format_summary"]
 
 # ------------------------------------------------------------------------------------ photos
 _LABEL_FOLDERS = {"0_real", "real", "1_fake", "fake"}
 
 
-def _photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None) -> list[dict[str, str]]:
+def _photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None
+                 ) -> list[dict[str, str]]:
     """key (unique file name stem), source (what splits group by) and category of every photo."""
     if photos is None:
         from synthesis.embedded import bundled_photo_paths
@@ -77,21 +69,14 @@ def _photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.Path
 
 
 # ------------------------------------------------------------------------------------ main
-def _generators(
-    spec: DatasetSpec,
-    output: Path,
-    panels: list[dict[str, Any]],
-    pool: Executor | None,
-    progress: bool,
-    counts: Counter,
-) -> tuple[dict[str, str], dict[str, str]]:
+def _generators(spec: DatasetSpec, output: Path, panels: list[dict[str, Any]], pool: Executor | None,
+                progress: bool, counts: Counter) -> tuple[dict[str, str], dict[str, str]]:
     """Weights path per variant, training the ones not cached; and what happened to each."""
     options = spec.generator
     folder = Path(options.dir) if options.dir else output / "generators"
     training = options.training()
-    train_panels = sorted(
-        p["path"] for p in panels if p["path"].endswith("_full.png") and min(p["height"], p["width"]) >= options.crop
-    )
+    train_panels = sorted(p["path"] for p in panels
+                          if p["path"].endswith("_full.png") and min(p["height"], p["width"]) >= options.crop)
     paths, status, tasks = {}, {}, []
     for index, variant in enumerate(options.variants):
         weights = folder / f"{variant}.pt"
@@ -104,18 +89,9 @@ def _generators(
                 continue
             log.info("generator %s: cached weights were trained with other options; retraining", variant)
         status[variant] = f"trained -> {weights}"
-        tasks.append(
-            {
-                "type": "generator",
-                "id": f"generator/{variant}_{spec.seed + index}_{time.time_ns()}",
-                "output": str(output),
-                "variant": variant,
-                "seed": spec.seed + index,
-                "training": training,
-                "images": train_panels,
-                "weights": str(weights),
-            }
-        )
+        tasks.append({"type": "generator", "id": f"generator/{variant}_{spec.seed + index}_{time.time_ns()}",
+                      "output": str(output), "variant": variant, "seed": spec.seed + index,
+                      "training": training, "images": train_panels, "weights": str(weights)})
     if tasks and not train_panels:
         raise ValueError(f"no genuine panel is at least {options.crop} px: cannot train the generators")
     results = execute(tasks, pool, "generators", progress, Counter())
@@ -146,16 +122,10 @@ def _psnr_note(meta: Mapping[str, Any]) -> str:
     return f" (re-render PSNR {meta['psnr_db']} dB on its training panels, {meta.get('seconds', '?')} s to train)"
 
 
-def generate_dataset(
-    output: str | os.PathLike,
-    spec: DatasetSpec = DatasetSpec(),
-    photos: Sequence[str | os.PathLike] | None = None,
-    root: str | os.PathLike | None = None,
-    workers: int = 1,
-    progress: bool = True,
-    shard: tuple[int, int] = (0, 1),
-    merge: bool = False,
-) -> dict[str, Any]:
+def generate_dataset(output: str | os.PathLike, spec: DatasetSpec = DatasetSpec(),
+                     photos: Sequence[str | os.PathLike] | None = None, root: str | os.PathLike | None = None,
+                     workers: int = 1, progress: bool = True, shard: tuple[int, int] = (0, 1),
+                     merge: bool = False) -> dict[str, Any]:
     """Generate the dataset under `output`; returns {"rows", "pairs", "summary"}.
 
     `photos` defaults to the bundled photographs; `root` (their common folder) names the photos'
@@ -172,9 +142,8 @@ def generate_dataset(
         raise ValueError(f"shard must be i/n with 0 <= i < n, got {index}/{count}")
     started = time.perf_counter()
     counts: Counter = Counter()
-    pool = (
-        ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=init_worker) if workers > 1 else None
-    )
+    pool = (ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=init_worker)
+            if workers > 1 else None)
     try:
         with one_thread():
             with _shared_phase(output, exclusive=count > 1 or merge):
@@ -183,9 +152,8 @@ def generate_dataset(
                 fragments = execute(panel_tasks, pool, "panels", progress, counts)
                 panels = [p for f in fragments for p in f["panels"]]
                 needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
-                generators, generator_status = (
-                    ({}, {}) if not needs_generator else _generators(spec, output, panels, pool, progress, counts)
-                )
+                generators, generator_status = ({}, {}) if not needs_generator else _generators(
+                    spec, output, panels, pool, progress, counts)
                 families, family_status = _families(spec, output, panels)
                 generator_status.update(family_status)
             items = plan_items(spec, output, panels, generators, families)
@@ -198,53 +166,30 @@ def generate_dataset(
             pool.shutdown(cancel_futures=True)
     if count > 1:
         _mark_shard_done(output, index, count, len(mine))
-        return {
-            "rows": [],
-            "pairs": [],
-            "summary": {
-                "shard": f"{index}/{count}",
-                "output": str(output),
-                "items": len(mine),
-                "made": counts["made"],
-                "reused": counts["reused"],
-                "seconds": round(time.perf_counter() - started, 1),
-            },
-        }
+        return {"rows": [], "pairs": [], "summary": {
+            "shard": f"{index}/{count}", "output": str(output), "items": len(mine),
+            "made": counts["made"], "reused": counts["reused"],
+            "seconds": round(time.perf_counter() - started, 1)}}
     rows = [row for f in fragments for row in f["rows"]]
     pairs = [pair for f in fragments for pair in f["pairs"]]
-    skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks) :]) if f.get("skipped"))
+    skipped = Counter(item["op"] for item, f in zip(items, fragments[len(panel_tasks):]) if f.get("skipped"))
     _write_pairs(output / "duplication_pairs.csv", pairs)
     from synthesis.contact_sheet import contact_sheet
 
     sheet = contact_sheet(output, rows)
-    summary = {
-        **_summary(rows, pairs, fragments, counts, skipped),
-        "output": str(output),
-        "photos": len(table),
-        "panels": len(panels),
-        "items": len(panel_tasks) + len(items),
-        "generators": generator_status,
-        "contact_sheet": str(sheet) if sheet else None,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    summary = {**_summary(rows, pairs, fragments, counts, skipped), "output": str(output), "photos": len(table),
+               "panels": len(panels), "items": len(panel_tasks) + len(items), "generators": generator_status,
+               "contact_sheet": str(sheet) if sheet else None, "seconds": round(time.perf_counter() - started, 1)}
     return {"rows": rows, "pairs": pairs, "summary": summary}
 
 
-def _panel_tasks(output: Path, spec: DatasetSpec, table: list[dict[str, str]]) -> list[dict[str, Any]]:
+def _panel_tasks(output: Path, spec: DatasetSpec, table: list[dict[str, str]]
+                 ) -> list[dict[str, Any]]:
     """One `panels` task per photo, with the split drawn for its source."""
     splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
     spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
-    return [
-        {
-            "type": "panels",
-            "id": f"panels/{p['key']}",
-            "output": str(output),
-            "spec": spec_dict,
-            "photo": p,
-            "split": splits[p["source"]],
-        }
-        for p in table
-    ]
+    return [{"type": "panels", "id": f"panels/{p['key']}", "output": str(output), "spec": spec_dict,
+             "photo": p, "split": splits[p["source"]]} for p in table]
 
 
 def _stamped_table(
@@ -318,11 +263,14 @@ def _check_shards(output: Path, items: list[dict[str, Any]]) -> None:
     result on disk; the message names the shards to (re)run."""
     done = [json.loads(p.read_text()) for p in sorted(_shards_dir(output).glob("*-of-*.json"))]
     if not done:
-        raise ValueError(f"nothing to merge in {output}: no shard has finished there (run shard=i/n first)")
+        raise ValueError(
+            f"nothing to merge in {output}: no shard has finished there (run shard=i/n first)"
+        )
     sizes = sorted({d["of"] for d in done})
     if len(sizes) > 1:
         raise ValueError(
-            f"{output} holds shards of different splittings (n = {sizes}); merge one of them into a fresh folder"
+            f"{output} holds shards of different splittings (n = {sizes}); merge one of them "
+            "into a fresh folder"
         )
     count = sizes[0]
     missing = set(range(count)) - {d["shard"] for d in done}
@@ -335,82 +283,44 @@ def _check_shards(output: Path, items: list[dict[str, Any]]) -> None:
         )
 
 
-def _summary(
-    rows: list[dict[str, Any]],
-    pairs: list[dict[str, Any]],
-    fragments: list[dict[str, Any]],
-    counts: Counter,
-    skipped: Counter,
-) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]], fragments: list[dict[str, Any]],
+             counts: Counter, skipped: Counter) -> dict[str, Any]:
     """Counts per group and split, items made and reused, and the mean re-render PSNR per group."""
     fidelity: dict[str, list[float]] = {}
     for f in fragments:
         for group, value in (f.get("psnr") or {}).items():
             fidelity.setdefault(group, []).append(value)
     return {
-        "images": len(rows),
-        "made": counts["made"],
-        "reused": counts["reused"],
-        "skipped": dict(sorted(skipped.items())),
-        "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
-        "by_split": {
-            s: {
-                "genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
-                "fake": sum(r["split"] == s and r["label"] == 1 for r in rows),
-            }
-            for s in SPLITS
-        },
+        "images": len(rows), "made": counts["made"], "reused": counts["reused"],
+        "skipped": dict(sorted(skipped.items())), "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
+        "by_split": {s: {"genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
+                         "fake": sum(r["split"] == s and r["label"] == 1 for r in rows)} for s in SPLITS},
         "pairs": len(pairs),
-        "psnr_db": {
-            g: round(sum(v) / len(v), 2) for g, v in sorted(fidelity.items()) if all(x != float("inf") for x in v)
-        },
+        "psnr_db": {g: round(sum(v) / len(v), 2) for g, v in sorted(fidelity.items())
+                    if all(x != float("inf") for x in v)},
     }
 
 
-def make_generated_manifest(
-    output: str | os.PathLike,
-    spec: DatasetSpec | None = None,
-    photos: Sequence[str | os.PathLike] | None = None,
-    root: str | os.PathLike | None = None,
-    workers: int = 1,
-    progress: bool = True,
-    merge: bool = False,
-) -> tuple[Path, dict[str, Any]]:
+def make_generated_manifest(output: str | os.PathLike, spec: DatasetSpec | None = None,
+                            photos: Sequence[str | os.PathLike] | None = None, root: str | os.PathLike | None = None,
+                            workers: int = 1, progress: bool = True, merge: bool = False
+                            ) -> tuple[Path, dict[str, Any]]:
     """`generate_dataset` under `output`, then its `manifest.csv`; returns (manifest, summary).
     `merge=True` joins the finished shards of `generate_dataset(shard=...)` instead of making items.
 
     Splits are drawn per authentic photo by the generator, so the manifest keeps them as they are.
     """
     output = Path(output)
-    result = generate_dataset(
-        output, spec or DatasetSpec(), photos=photos, root=root, workers=workers, progress=progress, merge=merge
-    )
-    write_manifest(
-        (
-            {
-                **row,
-                "path": str(output.resolve() / row["path"]),
-                "mask": str(output.resolve() / row["mask"]) if row.get("mask") else None,
-            }
-            for row in result["rows"]
-        ),
-        output / "manifest.csv",
-    )
+    result = generate_dataset(output, spec or DatasetSpec(), photos=photos, root=root, workers=workers,
+                              progress=progress, merge=merge)
+    write_manifest(({**row, "path": str(output.resolve() / row["path"]),
+                     "mask": str(output.resolve() / row["mask"]) if row.get("mask") else None}
+                    for row in result["rows"]), output / "manifest.csv")
     return output / "manifest.csv", result["summary"]
 
 
-PAIR_COLUMNS = (
-    "pair",
-    "panel_a",
-    "panel_b",
-    "mask_a",
-    "mask_b",
-    "scope",
-    "operations",
-    "categories",
-    "source",
-    "split",
-)
+PAIR_COLUMNS = ("pair", "panel_a", "panel_b", "mask_a", "mask_b", "scope", "operations", "categories", "source",
+                "split")
 
 
 def _write_pairs(path: Path, pairs: list[dict[str, Any]]) -> None:
@@ -425,27 +335,21 @@ def _write_pairs(path: Path, pairs: list[dict[str, Any]]) -> None:
 
 def format_summary(summary: Mapping[str, Any]) -> str:
     """A few readable lines: what was made, per group and split, and what was skipped."""
-    lines = [
-        f"{summary['images']} images from {summary['photos']} photos ({summary['panels']} genuine panels) "
-        f"in {summary['output']}; {summary['made']} items made, {summary['reused']} reused from an "
-        f"earlier run, {summary['seconds']} s",
-        "by group: " + ", ".join(f"{g} {n}" for g, n in summary["by_group"].items()),
-        "by split: "
-        + ", ".join(f"{s} {v['genuine']} genuine + {v['fake']} fake" for s, v in summary["by_split"].items()),
-        f"duplication pairs: {summary['pairs']}",
-    ]
+    lines = [f"{summary['images']} images from {summary['photos']} photos ({summary['panels']} genuine panels) "
+             f"in {summary['output']}; {summary['made']} items made, {summary['reused']} reused from an "
+             f"earlier run, {summary['seconds']} s",
+             "by group: " + ", ".join(f"{g} {n}" for g, n in summary["by_group"].items()),
+             "by split: " + ", ".join(f"{s} {v['genuine']} genuine + {v['fake']} fake"
+                                      for s, v in summary["by_split"].items()),
+             f"duplication pairs: {summary['pairs']}"]
     if summary["skipped"]:
-        lines.append(
-            "skipped (operation did not apply to the panel): "
-            + ", ".join(f"{op} {n}" for op, n in summary["skipped"].items())
-        )
+        lines.append("skipped (operation did not apply to the panel): "
+                     + ", ".join(f"{op} {n}" for op, n in summary["skipped"].items()))
     for variant, status in summary["generators"].items():
         lines.append(f"generator {variant}: {status}")
     if summary.get("psnr_db"):
-        lines.append(
-            "mean PSNR of the fakes to their source panel, per group (dB): "
-            + ", ".join(f"{g} {v}" for g, v in summary["psnr_db"].items())
-        )
+        lines.append("mean PSNR of the fakes to their source panel, per group (dB): "
+                     + ", ".join(f"{g} {v}" for g, v in summary["psnr_db"].items()))
     if summary.get("contact_sheet"):
         lines.append(f"examples of every operation: {summary['contact_sheet']}")
     return "\n".join(lines)

@@ -287,7 +287,10 @@ def make_diffusers_manifest(
     progress: bool = True,
 ) -> tuple[Path, dict[str, Any]]:
     """Genuine panels as `generate_dataset` cuts them (same splits), then the pipeline's fakes of
-    each panel under `fake/diffusers_<operation>/`, the contact sheet and `manifest.csv`."""
+    each panel under `fake/diffusers_<operation>/`, the contact sheet and `manifest.csv`.
+
+    Kept in one piece: the diffusers pipeline's phases in the order they run.
+    """
     from collections import Counter
     from dataclasses import replace
 

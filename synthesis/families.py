@@ -99,6 +99,7 @@ def train_families(
 
     `needs` holds the operations that will run; only the models they use are trained. With
     `reuse_any` (a user-given weights folder) cached weights are reused whatever their options.
+    Kept in one piece: each family's training and caching share the loop's bookkeeping.
     """
     import torch
 

@@ -72,16 +72,7 @@ def blot_panel(rng: np.random.Generator, size: tuple[int, int] = (160, 400), lan
     image = np.clip(membrane - darkness + rng.normal(0, 2, (height, width)), 0, 255).astype(np.uint8)
     image = np.repeat(image[..., None], 3, axis=2)
     for lane in range(lanes):
-        cv2.putText(
-            image,
-            str(lane + 1),
-            (int((lane + 0.4) * lane_width), 18),
-            FONT,
-            0.45,
-            (0, 0, 0),
-            1,
-            cv2.LINE_AA,
-        )
+        cv2.putText(image, str(lane + 1), (int((lane + 0.4) * lane_width), 18), FONT, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
     return image
 
 

@@ -16,13 +16,7 @@ from typing import Any, NamedTuple
 import cv2
 import numpy as np
 
-__all__ = [
-    "DerivedRegions",
-    "region_masks_from_pair",
-    "half_difference_mask",
-    "match_gain_offset",
-    "mask_iou",
-]
+__all__ = ["DerivedRegions", "region_masks_from_pair", "half_difference_mask", "match_gain_offset", "mask_iou"]
 
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 
@@ -205,10 +199,7 @@ def region_masks_from_pair(
 
 
 def half_difference_mask(
-    source: np.ndarray,
-    edited: np.ndarray,
-    fraction: float = 0.5,
-    sigma: float | None = None,
+    source: np.ndarray, edited: np.ndarray, fraction: float = 0.5, sigma: float | None = None
 ) -> np.ndarray:
     """Localization ground truth of FraudBench App. D.1.5.
 

@@ -132,14 +132,7 @@ def make_pair_set(
             id_a = add(first, kind)
             pairs.append(
                 PanelPair(
-                    id_a,
-                    add(copy.panel_b, kind),
-                    1,
-                    copy.operations,
-                    "figure_copy",
-                    kind,
-                    copy.mask_a,
-                    copy.mask_b,
+                    id_a, add(copy.panel_b, kind), 1, copy.operations, "figure_copy", kind, copy.mask_a, copy.mask_b
                 )
             )
             pairs.append(PanelPair(id_a, add(second, kind), 0, (), "figure_furniture", kind))
@@ -163,9 +156,7 @@ def load_photos(folder: str | None = None, max_side: int = 1024) -> dict[str, np
         factor = min(1.0, max_side / max(image.shape[:2]))
         if factor < 1.0:
             image = cv2.resize(
-                image,
-                (round(image.shape[1] * factor), round(image.shape[0] * factor)),
-                interpolation=cv2.INTER_AREA,
+                image, (round(image.shape[1] * factor), round(image.shape[0] * factor)), interpolation=cv2.INTER_AREA
             )
         photos[path.name] = image
     return photos

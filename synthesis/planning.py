@@ -71,7 +71,10 @@ def plan_items(
     generators: dict[str, str],
     families: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Items of every panel; `generators` and `families` map model names to their weights."""
+    """Items of every panel; `generators` and `families` map model names to their weights.
+
+    Kept in one piece: one pass over the panels plans every operation with the same random stream.
+    """
     active = spec.active
     variants = list(spec.generator.variants)
     features = (

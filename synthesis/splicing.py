@@ -90,6 +90,7 @@ def splice(
     `feather` px so the seam is soft yet no pixel outside the mask changes. Raises ValueError when
     the object covers less than `min_fraction` or more than `max_fraction` of the frame (the seed's
     quality control discards those).
+    Kept in one piece: the splicing recipe's steps in order (donor, mask, blend, record), as the seed paper lists them.
     """
     obj = as_rgb_uint8(object_image, "object_image")
     bg = as_rgb_uint8(background, "background")

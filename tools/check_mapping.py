@@ -96,13 +96,7 @@ def check_cospy(dump: dict, workdir: Path) -> dict[str, float]:
     else:
         clip = _hf_vision_folder(dump["clip_config"], dump["clip_state_dict"], workdir / "clip", projection=True)
         clip_pretrained, vae = None, None
-    net = CoSpy(
-        variant=variant,
-        clip=clip,
-        clip_pretrained=clip_pretrained,
-        vae=vae,
-        pretrained=str(weights),
-    ).eval()
+    net = CoSpy(variant=variant, clip=clip, clip_pretrained=clip_pretrained, vae=vae, pretrained=str(weights)).eval()
     out = net(dump["input"])
     theirs = dump["outputs"].flatten()
     branches = torch.stack([out["logit_semantic"], out["logit_artifact"]], dim=1)
@@ -230,12 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checked = {name: differences[name] for name in CHECKED[args.detector] if name in differences}
         worst = max(checked, key=checked.get)
         worst_overall = max(worst_overall, checked[worst])
-        print(
-            json.dumps(
-                {"dump": str(path), "detector": args.detector, "max_abs_difference": differences},
-                indent=2,
-            )
-        )
+        print(json.dumps({"dump": str(path), "detector": args.detector, "max_abs_difference": differences}, indent=2))
         verdict = "OK" if checked[worst] <= args.tolerance else "FAIL"
         print(
             f"{verdict}: {path.name}: largest checked difference {checked[worst]:.2e} ({worst}), "

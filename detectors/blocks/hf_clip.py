@@ -33,7 +33,7 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         "projection_dim": 768,
         "hidden_act": "quick_gelu",
         "layer_norm_eps": 1e-5,
-    },
+    }
 }
 
 

@@ -80,10 +80,7 @@ def pair_pixel_counts(
     true_a: np.ndarray, true_b: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
 ) -> tuple[int, int, int, int]:
     """Pixel counts of one pair, both panels together (masks boolean, each at its panel's size)."""
-    a, b = (
-        _counts(true_a.astype(bool), pred_a.astype(bool)),
-        _counts(true_b.astype(bool), pred_b.astype(bool)),
-    )
+    a, b = (_counts(true_a.astype(bool), pred_a.astype(bool)), _counts(true_b.astype(bool), pred_b.astype(bool)))
     return tuple(x + y for x, y in zip(a, b))  # type: ignore[return-value]
 
 

@@ -10,12 +10,7 @@ from pathlib import Path
 import pytest
 
 from generate import generate
-from synthesis.dataset import (
-    DatasetSpec,
-    GeneratorOptions,
-    generate_dataset,
-    make_generated_manifest,
-)
+from synthesis.dataset import DatasetSpec, GeneratorOptions, generate_dataset, make_generated_manifest
 from synthesis.embedded import bundled_photo_paths
 from tests.helpers import compose_config
 

@@ -57,10 +57,7 @@ def panels(tmp_path_factory) -> Path:
 
 def run(model: Path, input: Path, output: Path, *extra: str) -> dict:
     return infer(
-        compose_config(
-            "infer",
-            [f"model={model}", f"input={input}", f"output={output}", "progress=false", *extra],
-        )
+        compose_config("infer", [f"model={model}", f"input={input}", f"output={output}", "progress=false", *extra])
     )
 
 

@@ -8,12 +8,7 @@ import numpy as np
 import pytest
 
 from detectors.low_texture import correlation_search
-from detectors.matching import (
-    MIRROR_ORDER,
-    Geometry,
-    describe_panel,
-    furniture_mask,
-)
+from detectors.matching import MIRROR_ORDER, Geometry, describe_panel, furniture_mask
 from detectors.pair_matching import match_pair
 from synthesis.duplication import global_duplication, local_duplication
 from synthesis.figure_panels import blot_panel, chart_panel
@@ -61,10 +56,7 @@ def test_geometry_names_the_operations_of_a_map(matrix, expected):
 
 def test_a_mirrored_brightened_copy_is_found_with_both_masks(photos):
     pair = global_duplication(
-        photos["coffee.png"][:240, :320],
-        np.random.default_rng(0),
-        geometric="hflip",
-        parameters=["brightness"],
+        photos["coffee.png"][:240, :320], np.random.default_rng(0), geometric="hflip", parameters=["brightness"]
     )
     found = match_pair(describe_panel(pair.panel_a, max_side=256), describe_panel(pair.panel_b, max_side=256))
     assert found.method == "sift" and found.geometry.operations() == ["hflip"]
@@ -74,11 +66,7 @@ def test_a_mirrored_brightened_copy_is_found_with_both_masks(photos):
 
 def test_a_scaled_overlapping_crop_maps_its_shared_region(photos):
     pair = local_duplication(
-        photos["astronaut.png"],
-        np.random.default_rng(1),
-        geometric=["scaling"],
-        parameters=[],
-        scale=1.3,
+        photos["astronaut.png"], np.random.default_rng(1), geometric=["scaling"], parameters=[], scale=1.3
     )
     found = match_pair(describe_panel(pair.panel_a, max_side=256), describe_panel(pair.panel_b, max_side=256))
     assert found.geometry.scale == pytest.approx(1.3, rel=0.05)
@@ -87,8 +75,7 @@ def test_a_scaled_overlapping_crop_maps_its_shared_region(photos):
 
 def test_unrelated_photos_share_nothing(photos):
     found = match_pair(
-        describe_panel(photos["astronaut.png"], max_side=256),
-        describe_panel(photos["coffee.png"], max_side=256),
+        describe_panel(photos["astronaut.png"], max_side=256), describe_panel(photos["coffee.png"], max_side=256)
     )
     assert found.method == "none" and not found.mask_a.any()
 

@@ -58,9 +58,7 @@ def inside_and_outside(mask_logit: torch.Tensor) -> tuple[float, float]:
 
 @pytest.mark.parametrize("name", TRAINING_FREE)
 @pytest.mark.parametrize(
-    ("sigma_outside", "sigma_inside"),
-    [(2.0, 8.0), (6.0, 1.0)],
-    ids=["noisier_splice", "smoothed_region"],
+    ("sigma_outside", "sigma_inside"), [(2.0, 8.0), (6.0, 1.0)], ids=["noisier_splice", "smoothed_region"]
 )
 def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(name, sigma_outside, sigma_inside):
     net = create_detector(name).eval()

@@ -5,12 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.protocols.duplication import (
-    cmo_set,
-    duplication_metrics,
-    pair_pixel_counts,
-    parse_operations,
-)
+from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts, parse_operations
 
 
 def test_fine_operations_map_to_themis_answers():

@@ -5,13 +5,7 @@ import pytest
 from sklearn import metrics as skm
 
 from evaluation import UndefinedMetricWarning
-from evaluation.pixel import (
-    PIXEL_KEYS,
-    PixelMetricAccumulator,
-    boundary_band,
-    pixel_metrics,
-    resize_mask_nearest,
-)
+from evaluation.pixel import PIXEL_KEYS, PixelMetricAccumulator, boundary_band, pixel_metrics, resize_mask_nearest
 from tests.helpers import TensorLike
 
 

@@ -14,13 +14,7 @@ RGB = RNG.integers(0, 256, (20, 30, 3), dtype=np.uint8)
 
 @pytest.mark.parametrize(
     "suffix,options",
-    [
-        (".png", {}),
-        (".jpg", {"quality": 95}),
-        (".webp", {"lossless": True}),
-        (".bmp", {}),
-        (".tiff", {}),
-    ],
+    [(".png", {}), (".jpg", {"quality": 95}), (".webp", {"lossless": True}), (".bmp", {}), (".tiff", {})],
 )
 def test_common_formats_decode_to_rgb(tmp_path, suffix, options):
     path = tmp_path / f"image{suffix}"

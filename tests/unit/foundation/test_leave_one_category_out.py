@@ -21,35 +21,15 @@ def manifest() -> list[Record]:
             source = f"{kind}{s}"
             for p in range(2):
                 records.append(Record(f"real/{source}_{p}.png", 0, group="genuine", category=kind, source=source))
+            records.append(Record(f"fake/latent_ae/{source}.png", 1, group="latent_ae", category=kind, source=source))
             records.append(
-                Record(
-                    f"fake/latent_ae/{source}.png",
-                    1,
-                    group="latent_ae",
-                    category=kind,
-                    source=source,
-                )
-            )
-            records.append(
-                Record(
-                    f"fake/region/{source}.png",
-                    1,
-                    group="ae_transposed_region",
-                    category=kind,
-                    source=source,
-                )
+                Record(f"fake/region/{source}.png", 1, group="ae_transposed_region", category=kind, source=source)
             )
     for s in range(4):
         records.append(Record(f"real/photo{s}.png", 0, group="genuine", category="photo", source=f"photo{s}"))
         records.append(Record(f"real/phone{s}.png", 0, group="genuine", category="phone_photo", source=f"photo{s}"))
         records.append(
-            Record(
-                f"fake/ddpm/photo{s}.png",
-                1,
-                group="ddpm_pixel_sdedit_0.3",
-                category="photo",
-                source=f"photo{s}",
-            )
+            Record(f"fake/ddpm/photo{s}.png", 1, group="ddpm_pixel_sdedit_0.3", category="photo", source=f"photo{s}")
         )
     return records
 
@@ -74,17 +54,7 @@ def test_unknown_category_is_refused_and_split_only_writes_the_manifests(tmp_pat
     path = tmp_path / "manifest.csv"
     write_manifest(manifest(), path)
     assert (
-        main(
-            [
-                "--manifest",
-                str(path),
-                "--categories",
-                "gel",
-                "--output-dir",
-                str(tmp_path / "out"),
-                "--split-only",
-            ]
-        )
+        main(["--manifest", str(path), "--categories", "gel", "--output-dir", str(tmp_path / "out"), "--split-only"])
         == 0
     )
     written = read_manifest(tmp_path / "out" / "holdout_gel" / "manifest.csv")

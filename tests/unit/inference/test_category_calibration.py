@@ -31,12 +31,7 @@ def test_each_category_gets_the_threshold_of_its_own_genuine_scores():
         assert flagged == 10  # 10 % of its own 100, not of the pooled 200
     # the pooled threshold would flag 20 % of the grainy category and none of the smooth one
     per_row = row_thresholds(["grainy", "smooth", None, "other"], result["thresholds"], default=0.9)
-    assert per_row.tolist() == [
-        result["thresholds"]["grainy"],
-        result["thresholds"]["smooth"],
-        0.9,
-        0.9,
-    ]
+    assert per_row.tolist() == [result["thresholds"]["grainy"], result["thresholds"]["smooth"], 0.9, 0.9]
 
 
 def test_a_category_with_too_few_genuine_images_is_named_and_refused():
@@ -64,12 +59,7 @@ def test_report_names_the_category_that_misses_the_target_instead_of_averaging_i
     assert "Genuine TNR below the target 0.99 in categories: gel 0.8000" in (tmp_path / "report.md").read_text()
     # with a threshold of its own above its genuine scores, gel meets the target and nothing is named
     fixed = report_records(
-        tmp_path / "fixed",
-        rows,
-        threshold=0.5,
-        category_thresholds={"gel": 0.85},
-        target_tnr=0.99,
-        n_resamples=0,
+        tmp_path / "fixed", rows, threshold=0.5, category_thresholds={"gel": 0.85}, target_tnr=0.99, n_resamples=0
     )
     assert fixed.metrics["genuine_tnr_below_target"] == {} and fixed.metrics["tnr"] == 1.0
     assert fixed.metrics["category_thresholds"] == {"gel": 0.85}
@@ -92,13 +82,7 @@ def two_kinds(tmp_path):
 def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_model, two_kinds, tmp_path, kind):
     output = tmp_path / f"calibrated.{kind}"
     record = calibrate_model(
-        str(tiny_model[kind]),
-        str(two_kinds),
-        output,
-        target_fpr=0.1,
-        num_workers=0,
-        progress=False,
-        by="category",
+        str(tiny_model[kind]), str(two_kinds), output, target_fpr=0.1, num_workers=0, progress=False, by="category"
     )
     assert set(record["by_category"]) == {"chart", "gel"}
     assert record["by_category"]["gel"]["n_genuine"] == 35 and record["by_category"]["gel"]["n_fake"] == 4
@@ -110,14 +94,7 @@ def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_
     scored = tmp_path / "scored.csv"
     result = infer(
         compose_config(
-            "infer",
-            [
-                f"model={output}",
-                f"input={two_kinds}",
-                f"output={scored}",
-                "progress=false",
-                "num_workers=0",
-            ],
+            "infer", [f"model={output}", f"input={two_kinds}", f"output={scored}", "progress=false", "num_workers=0"]
         )
     )
     category = {row["path"]: row["category"] for row in csv.DictReader(two_kinds.open())}
@@ -156,11 +133,7 @@ def test_training_calibrates_each_validation_category_with_enough_genuines(monke
     }
     module = DetectorModule(net=net, target_fpr=0.1, calibrate_by="category")
     categories = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
-    datamodule = type(
-        "D",
-        (),
-        {"splits": {"val": [Record(path=str(i), category=c) for i, c in enumerate(categories)]}},
-    )
+    datamodule = type("D", (), {"splits": {"val": [Record(path=str(i), category=c) for i, c in enumerate(categories)]}})
     trainer = type("T", (), {"sanity_checking": False, "datamodule": datamodule})()
     monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
     monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)

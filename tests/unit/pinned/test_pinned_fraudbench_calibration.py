@@ -84,16 +84,7 @@ def test_images_without_a_score_are_counted_in_a_warning_and_only_then(tmp_path,
         scores.write_text("path,score,label,status,error\n" + "".join(f"{p},0.7,1,ok,\n" for p in scored))
         caplog.clear()
         with caplog.at_level("WARNING", logger="tools.fraudbench_table"):
-            main(
-                [
-                    "--data",
-                    str(data),
-                    "--scores",
-                    f"det={scores}",
-                    "--output",
-                    str(tmp_path / f"{name}.md"),
-                ]
-            )
+            main(["--data", str(data), "--scores", f"det={scores}", "--output", str(tmp_path / f"{name}.md")])
         if name == "all":
             assert "have no score" not in caplog.text
         else:

@@ -39,12 +39,7 @@ PANELS = [
 
 def test_inpainting_changes_no_pixel_outside_the_mask(no_diffusers):
     inpaint = RepaintEverything()
-    info = {
-        "device": "cpu",
-        "model": "stand-in",
-        "img2img_pipeline": "none",
-        "inpaint_pipeline": "RepaintEverything",
-    }
+    info = {"device": "cpu", "model": "stand-in", "img2img_pipeline": "none", "inpaint_pipeline": "RepaintEverything"}
     options = DiffusersOptions(
         model="unused",
         strengths=(0.5,),

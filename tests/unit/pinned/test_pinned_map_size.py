@@ -9,14 +9,7 @@ import pytest
 
 from datamodules.io import read_image, write_image
 from datamodules.records import Record
-from inference.masks import (
-    MapWriter,
-    PixelReduction,
-    heat_overlay,
-    save_mask,
-    save_overlay,
-    to_uint8_map,
-)
+from inference.masks import MapWriter, PixelReduction, heat_overlay, save_mask, save_overlay, to_uint8_map
 
 
 def read_map(path: str) -> np.ndarray:
@@ -120,11 +113,7 @@ def report_inputs(tmp_path):
     records.append(Record(image, label=0, mask=write(tmp_path / "g_mask.png", truth)))
     rows.append({"path": image, "status": "ok", "mask": write(tmp_path / "g_map.png", genuine_map)})
     everything = write(tmp_path / "all_map.png", np.full((HEIGHT, WIDTH), 255, np.uint8))
-    for name, label, status in (
-        ("failed", 1, "error"),
-        ("nomask", 1, "ok"),
-        ("unlabelled", None, "ok"),
-    ):
+    for name, label, status in (("failed", 1, "error"), ("nomask", 1, "ok"), ("unlabelled", None, "ok")):
         path = write(tmp_path / f"{name}.png", np.zeros((HEIGHT, WIDTH, 3), np.uint8))
         records.append(Record(path, label=label, mask=None))
         rows.append({"path": path, "status": status, "mask": everything})

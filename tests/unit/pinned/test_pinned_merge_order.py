@@ -91,9 +91,6 @@ def test_sharded_jobs_merge_into_the_single_process_file_for_unsorted_inputs(tmp
     run(tmp_path / "single.csv", "")
     for index in (2, 0, 1):
         run(tmp_path / "sharded.csv", f"{index}/3")
-    assert merge_parts(tmp_path / "sharded.csv", renamed, COLUMNS) == {
-        "rows": len(NAMES),
-        "missing": 0,
-    }
+    assert merge_parts(tmp_path / "sharded.csv", renamed, COLUMNS) == {"rows": len(NAMES), "missing": 0}
     assert (tmp_path / "sharded.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
     assert [r["path"] for r in read_rows(tmp_path / "single.csv")] == [r.path for r in renamed]

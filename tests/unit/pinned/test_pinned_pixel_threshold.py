@@ -7,12 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.pixel import (
-    PixelMetricAccumulator,
-    binarize_mask,
-    pixel_metrics,
-    resize_mask_nearest,
-)
+from evaluation.pixel import PixelMetricAccumulator, binarize_mask, pixel_metrics, resize_mask_nearest
 
 
 def odd_truth() -> np.ndarray:

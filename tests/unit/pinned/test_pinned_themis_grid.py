@@ -10,14 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tools.themis_blocks import (
-    DEFAULT_TASKS,
-    load_items,
-    main,
-    parse_grid,
-    score_images,
-    table,
-)
+from tools.themis_blocks import DEFAULT_TASKS, load_items, main, parse_grid, score_images, table
 
 HEIGHT, WIDTH = 41, 67  # a 2 x 3 grid: rows 0-20 | 21-40, columns 0-22 | 23-44 | 45-66
 
@@ -120,10 +113,7 @@ def test_only_genuine_images_and_masked_fakes_of_a_task_are_scored(tmp_path):
     (tmp_path / "manifest.csv").write_text("\n".join(manifest) + "\n")
     (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
     items = load_items(tmp_path / "scores.csv", tmp_path / "manifest.csv", DEFAULT_TASKS)
-    assert [(Path(i["path"]).stem, i["task"]) for i in items] == [
-        ("spliced", "SPL"),
-        ("real", "genuine"),
-    ]
+    assert [(Path(i["path"]).stem, i["task"]) for i in items] == [("spliced", "SPL"), ("real", "genuine")]
     assert items[1]["truth"] is None and items[0]["truth"].shape == (HEIGHT, WIDTH)
 
 

@@ -7,13 +7,7 @@ import numpy as np
 import pytest
 
 from datamodules.preprocess import Preprocess
-from inference.tiling import (
-    TiledLocalizer,
-    TiledRuntime,
-    blend_window,
-    tile_image,
-    tile_positions,
-)
+from inference.tiling import TiledLocalizer, TiledRuntime, blend_window, tile_image, tile_positions
 
 HOT = 0.9
 

@@ -20,10 +20,7 @@ from detectors.trufor_weights import to_published_state_dict
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "detector"
 TINY = yaml.safe_load((CONFIGS / "trufor_tiny.yaml").read_text())["net"]
-PUBLISHED_LAYOUT = {
-    **TINY,
-    "encoder": {**TINY["encoder"], "stem_width": None},
-}  # no stem, as published
+PUBLISHED_LAYOUT = {**TINY, "encoder": {**TINY["encoder"], "stem_width": None}}  # no stem, as published
 
 
 def distinct_published_state() -> dict[str, torch.Tensor]:
@@ -82,26 +79,16 @@ def reference_fusion(state, prefix, x1, x2, heads):
     read1 = (split_heads(cross1, heads) @ context2).permute(0, 2, 1, 3).reshape(n, -1, dim)
     read2 = (split_heads(cross2, heads) @ context1).permute(0, 2, 1, 3).reshape(n, -1, dim)
     t1 = norm(
-        t1 + linear(torch.cat((pass1, read1), -1), state, f"{prefix}.cross.end_proj1"),
-        state,
-        f"{prefix}.cross.norm1",
+        t1 + linear(torch.cat((pass1, read1), -1), state, f"{prefix}.cross.end_proj1"), state, f"{prefix}.cross.norm1"
     )
     t2 = norm(
-        t2 + linear(torch.cat((pass2, read2), -1), state, f"{prefix}.cross.end_proj2"),
-        state,
-        f"{prefix}.cross.norm2",
+        t2 + linear(torch.cat((pass2, read2), -1), state, f"{prefix}.cross.end_proj2"), state, f"{prefix}.cross.norm2"
     )
     merged = torch.cat((t1, t2), -1).transpose(1, 2).reshape(n, 2 * dim, height, width)
     emb = f"{prefix}.channel_emb"
     residual = F.conv2d(merged, state[f"{emb}.residual.weight"])
     x = F.conv2d(merged, state[f"{emb}.channel_embed.0.weight"], state[f"{emb}.channel_embed.0.bias"])
-    x = F.conv2d(
-        x,
-        state[f"{emb}.channel_embed.1.weight"],
-        state[f"{emb}.channel_embed.1.bias"],
-        padding=1,
-        groups=dim,
-    )
+    x = F.conv2d(x, state[f"{emb}.channel_embed.1.weight"], state[f"{emb}.channel_embed.1.bias"], padding=1, groups=dim)
     x = F.conv2d(F.relu(x), state[f"{emb}.channel_embed.3.weight"], state[f"{emb}.channel_embed.3.bias"])
     x = batch_norm(x, state, f"{emb}.channel_embed.4")
     return batch_norm(residual + x, state, f"{emb}.norm")
@@ -133,10 +120,7 @@ def test_the_reference_tells_the_two_streams_apart(loaded):
     state, _ = loaded
     swapped = dict(state)
     kv = "backbone.FFMs.1.cross.cross_attn.kv"
-    swapped[f"{kv}1.weight"], swapped[f"{kv}2.weight"] = (
-        state[f"{kv}2.weight"],
-        state[f"{kv}1.weight"],
-    )
+    swapped[f"{kv}1.weight"], swapped[f"{kv}2.weight"] = (state[f"{kv}2.weight"], state[f"{kv}1.weight"])
     generator = torch.Generator().manual_seed(0)
     rgb, noise = (torch.randn(2, 32, 5, 7, generator=generator) for _ in range(2))
     with torch.no_grad():

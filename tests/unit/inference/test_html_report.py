@@ -7,14 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from datamodules.io import write_image
-from evaluation.html_report import (
-    ReportHeader,
-    decision_of,
-    mask_at_threshold,
-    ordered,
-    transform_in_words,
-    write_html_report,
-)
+from inference.html_evidence import mask_at_threshold, transform_in_words
+from inference.html_report import ReportHeader, decision_of, ordered, write_html_report
 
 HOSTILE = "<img src=x onerror=alert(1)>.png"
 

@@ -1,0 +1,168 @@
+"""What the reviewers' page draws: thumbnails, maps in one fixed colour scale over them, masks at
+the threshold, duplication pairs side by side, and links to the scored images. Every picture is a
+file under the page's sibling folder; nothing here writes HTML."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import quote
+
+import numpy as np
+
+from datamodules.io import ImageReadError, read_image, write_image
+
+THUMBNAIL_SIDE = 160  # px, longest side
+OVERLAY_ALPHA = 0.55  # how much of the colour map covers the thumbnail
+COLOUR_MAP = "inferno"
+
+
+def colour_lut(name: str = COLOUR_MAP) -> np.ndarray:
+    """256 x 3 uint8: probability p (as 8-bit 0-255) to colour, the same for every image."""
+    from matplotlib import colormaps
+
+    return (colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+
+
+def thumbnail(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> np.ndarray:
+    """The image shrunk so its longest side is `side` (never enlarged)."""
+    import cv2
+
+    height, width = image.shape[:2]
+    scale = side / max(height, width)
+    if scale >= 1:
+        return image
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+
+
+def map_overlay(image_thumb: np.ndarray, map_u8: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """The map in fixed colours over the thumbnail (map resized to the thumbnail)."""
+    import cv2
+
+    height, width = image_thumb.shape[:2]
+    small = cv2.resize(map_u8, (width, height), interpolation=cv2.INTER_AREA)
+    colour = lut[small].astype(np.float32)
+    blended = image_thumb.astype(np.float32) * (1 - OVERLAY_ALPHA) + colour * OVERLAY_ALPHA
+    return blended.round().astype(np.uint8)
+
+
+def mask_at_threshold(map_u8: np.ndarray, threshold: float) -> np.ndarray:
+    """The pixels the decision rule counts as manipulated (8-bit maps: value / 255 >= threshold)."""
+    return map_u8.astype(np.float32) / 255 >= threshold
+
+
+@dataclass
+class RowEvidence:
+    """The files drawn for one row, relative to the page, and what they say."""
+
+    thumb: str | None = None
+    overlay: str | None = None
+    mask: str | None = None
+    pixel_share: float | None = None
+    problem: str | None = None
+
+
+def draw_row(
+    index: int, row: Mapping[str, Any], files: Path, threshold: float, lut: np.ndarray, relative_to: Path
+) -> RowEvidence:
+    """Thumbnail (and for localizers overlay + mask) of one row, written under `files`."""
+    evidence = RowEvidence()
+    name = f"{index:07d}"
+    try:
+        small = thumbnail(read_image(row["path"]))
+    except (ImageReadError, OSError, ValueError) as error:
+        evidence.problem = f"thumbnail not drawn: {error}"
+        return evidence
+    write_image(files / "thumbs" / f"{name}.jpg", small, quality=85)
+    evidence.thumb = os.path.relpath(files / "thumbs" / f"{name}.jpg", relative_to)
+    if row.get("mask"):
+        try:
+            map_u8 = read_image(row["mask"])[..., 0]
+        except (ImageReadError, OSError, ValueError) as error:
+            evidence.problem = f"map not drawn: {error}"
+            return evidence
+        binary = mask_at_threshold(map_u8, threshold)
+        evidence.pixel_share = float(binary.mean())
+        write_image(files / "overlays" / f"{name}.jpg", map_overlay(small, map_u8, lut), quality=85)
+        import cv2
+
+        mask_small = cv2.resize(binary.astype(np.uint8) * 255, small.shape[1::-1], interpolation=cv2.INTER_NEAREST)
+        write_image(files / "masks" / f"{name}.png", np.repeat(mask_small[..., None], 3, axis=2))
+        evidence.overlay = os.path.relpath(files / "overlays" / f"{name}.jpg", relative_to)
+        evidence.mask = os.path.relpath(files / "masks" / f"{name}.png", relative_to)
+    return evidence
+
+
+def image_link(path: str, relative_to: Path) -> str:
+    """A link to a scored image: relative when it shares a drive with the page, else a file URL."""
+    target = Path(path).resolve()
+    try:
+        return quote(os.path.relpath(target, relative_to.resolve()).replace(os.sep, "/"))
+    except ValueError:
+        return target.as_uri()
+
+
+def transform_in_words(transform: Mapping[str, Any] | None) -> str:
+    """'B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %'."""
+    if not transform:
+        return ""
+    parts = []
+    rotation = float(transform.get("rotation", 0) or 0)
+    if abs(rotation) >= 1:
+        parts.append(f"rotated {rotation:.0f} degrees")
+    scale = float(transform.get("scale", 1) or 1)
+    if abs(scale - 1) >= 0.02:
+        parts.append(f"scaled x{scale:.2f}")
+    flip = transform.get("flip")
+    if flip and flip != "none":
+        parts.append(
+            {"horizontal": "mirrored left-right", "vertical": "mirrored top-bottom"}.get(flip, f"flipped ({flip})")
+        )
+    gain = transform.get("gain")
+    if gain is not None and abs(float(np.mean(gain)) - 1) >= 0.03:
+        parts.append(f"brightness {100 * (float(np.mean(gain)) - 1):+.0f} %")
+    hue = transform.get("hue_shift")
+    if hue is not None and abs(float(hue)) >= 3:
+        parts.append(f"hue shifted {float(hue):+.0f} degrees")
+    return "B is A " + (", ".join(parts) if parts else "reused as it is")
+
+
+def draw_pair(index: int, pair: Mapping[str, Any], files: Path) -> Path | None:
+    """A and B side by side (same height) with the shared regions outlined and the matched points
+    joined; None when either image cannot be read."""
+    import cv2
+
+    try:
+        images = [read_image(pair["path_a"]), read_image(pair["path_b"])]
+    except (ImageReadError, OSError, ValueError):
+        return None
+    height = 240
+    scales = [height / im.shape[0] for im in images]
+    panels = [
+        cv2.resize(im, (max(1, round(im.shape[1] * s)), height), interpolation=cv2.INTER_AREA)
+        for im, s in zip(images, scales)
+    ]
+    for panel, key, scale in zip(panels, ("mask_a", "mask_b"), scales):
+        if pair.get(key):
+            try:
+                mask = read_image(pair[key])[..., 0] >= 128
+            except (ImageReadError, OSError, ValueError):
+                continue
+            small = cv2.resize(mask.astype(np.uint8), panel.shape[1::-1], interpolation=cv2.INTER_NEAREST)
+            contours, _ = cv2.findContours(small, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+            cv2.drawContours(panel, contours, -1, (0, 255, 255), 2)
+    gap = 8
+    canvas = np.full((height, panels[0].shape[1] + gap + panels[1].shape[1], 3), 255, np.uint8)
+    canvas[:, : panels[0].shape[1]] = panels[0]
+    canvas[:, panels[0].shape[1] + gap :] = panels[1]
+    offset = panels[0].shape[1] + gap
+    for xa, ya, xb, yb in (pair.get("points") or [])[:60]:
+        start = (round(xa * scales[0]), round(ya * scales[0]))
+        end = (round(xb * scales[1]) + offset, round(yb * scales[1]))
+        cv2.line(canvas, start, end, (0, 200, 0), 1, cv2.LINE_AA)
+    target = files / "pairs" / f"{index:07d}.jpg"
+    write_image(target, canvas, quality=85)
+    return target
