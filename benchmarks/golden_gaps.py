@@ -28,22 +28,8 @@ from tools.released import build_released, save_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
-TRUFOR_SMALL = [
-    "net.encoder.embed_dims=[8,8,16,16]",
-    "net.encoder.depths=[1,1,1,1]",
-    "net.encoder.num_heads=[1,1,2,2]",
-    "net.encoder_weights=null",
-    "net.fingerprint.depth=4",
-    "net.fingerprint.width=8",
-    "net.decoder_embed_dim=16",
-]
-MVSS_SMALL = [
-    "net.channel_order=bgr",
-    "net.backbone_kwargs.layers=[2,1,1,3]",
-    "net.backbone_kwargs.channels=[2,4,8,16]",
-    "net.head_channels=8",
-]
-FAMILIES = {"trufor": ("trufor_small.pth.tar", TRUFOR_SMALL), "mvss": ("mvss_small.pt", MVSS_SMALL)}
+# the small configurations the golden networks were built with, shared with the golden tests
+SMALL = json.loads((GOLDEN / "small_configs.json").read_text())
 
 
 def authors_map(family: str, authors: dict) -> np.ndarray:
@@ -53,7 +39,7 @@ def authors_map(family: str, authors: dict) -> np.ndarray:
 
 
 def gaps(family: str, extra: list[str], folder: Path) -> dict[str, float]:
-    weights, overrides = FAMILIES[family]
+    weights, overrides = SMALL[family]["weights"], SMALL[family]["overrides"]
     data = GOLDEN / family
     module = build_released(family, [f"net.pretrained={data / weights}", *overrides, *extra])
     runtime = load_runtime(save_checkpoint(module, folder / f"{family}.ckpt"), "cpu")

@@ -11,6 +11,7 @@ round trip of names cannot see.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -26,22 +27,9 @@ from tests.integration.test_infer import run_infer
 from tools.released import build_released, save_checkpoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
-# The small configurations the golden networks were built with (README of each family).
-TRUFOR_SMALL = [
-    "net.encoder.embed_dims=[8,8,16,16]",
-    "net.encoder.depths=[1,1,1,1]",
-    "net.encoder.num_heads=[1,1,2,2]",
-    "net.encoder_weights=null",
-    "net.fingerprint.depth=4",
-    "net.fingerprint.width=8",
-    "net.decoder_embed_dim=16",
-]
-MVSS_SMALL = [
-    "net.channel_order=bgr",
-    "net.backbone_kwargs.layers=[2,1,1,3]",
-    "net.backbone_kwargs.channels=[2,4,8,16]",
-    "net.head_channels=8",
-]
+# the small configurations the golden networks were built with (README of each family)
+SMALL = json.loads((GOLDEN / "small_configs.json").read_text())
+TRUFOR_SMALL, MVSS_SMALL = SMALL["trufor"]["overrides"], SMALL["mvss"]["overrides"]
 # float32 summation order: measured 7.7e-7 (TruFor), 8e-8 (MVSS-Net) on one thread
 FLOAT_TOLERANCE = 1e-5
 HALF_LEVEL = 0.5 / 255  # infer.py writes maps as round(255 p)
