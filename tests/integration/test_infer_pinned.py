@@ -143,6 +143,8 @@ def assert_same(actual: Any, expected: Any, where: str = "") -> None:
         assert isinstance(actual, list) and len(actual) == len(expected), f"{where}: lengths differ"
         for i, (a, e) in enumerate(zip(actual, expected)):
             assert_same(a, e, f"{where}[{i}]")
+    elif where.endswith("/codec"):  # names the installed OpenCV and libjpeg versions
+        assert isinstance(actual, str) and actual.startswith("OpenCV"), f"{where}: {actual!r}"
     elif isinstance(expected, float):
         assert isinstance(actual, (int, float)) and math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-6), (
             f"{where}: {actual} != {expected}"
