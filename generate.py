@@ -97,7 +97,7 @@ def generate(cfg: DictConfig) -> Path:
 
     Kept in one piece: the entry point's branches (quick, diffusers, shards, merge) read in the order a user picks them.
     """
-    from synthesis.dataset import format_summary
+    from synthesis.summary import format_summary
 
     photos = find_photos(cfg.source)
     output = cfg.output or (

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.mutation_check import COVERAGE, accepted_keys, mutants_of, mutated_source
+from benchmarks.mutation.mutants import mutants_of, mutated_source
+from benchmarks.mutation_check import COVERAGE, accepted_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -53,7 +54,7 @@ def test_no_unexplained_survivor_in_the_merge_of_part_files(tmp_path):
     before = subprocess.run(status, check=True, cwd=ROOT, capture_output=True, text=True).stdout
     report = tmp_path / "parts.json"
     run = subprocess.run(
-        [sys.executable, "benchmarks/mutation_check.py", "--module", "inference/parts.py", "--output", str(report)],
+        [sys.executable, "-m", "benchmarks.mutation_check", "--module", "inference/parts.py", "--output", str(report)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -7,8 +7,9 @@ import pytest
 
 from datamodules.io import read_image, split_keys, write_image
 from synthesis.contact_sheet import contact_sheet
-from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec, _photo_table
+from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec
 from synthesis.operations import regions_from_mask
+from synthesis.photos import photo_table
 
 
 def test_regions_of_a_known_mask_are_ordered_by_area_with_exact_boxes():
@@ -37,7 +38,7 @@ def test_photo_keys_are_unique_and_a_stereo_pair_is_one_source(tmp_path):
         tmp_path / "x_left.png",
         tmp_path / "x_right.png",
     ]
-    table = _photo_table(paths, tmp_path)
+    table = photo_table(paths, tmp_path)
     assert len({t["key"] for t in table}) == 4
     assert {t["source"] for t in table} == {"bags__a", "shoes__a", "x"}
     assert {t["category"] for t in table} == {"bags", "shoes", None}

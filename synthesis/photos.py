@@ -1,0 +1,67 @@
+"""The authentic photos a dataset is generated from: a key, a source (what splits group by) and a
+category for each, stamped into the output with the options, so a folder never mixes items made
+from other photos or with other options."""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Sequence
+
+from synthesis.spec import DatasetSpec
+
+_LABEL_FOLDERS = {"0_real", "real", "1_fake", "fake"}
+
+
+def photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None) -> list[dict[str, str]]:
+    """key (unique file name stem), source (what splits group by) and category of every photo."""
+    if photos is None:
+        from synthesis.embedded import bundled_photo_paths
+
+        paths, root = bundled_photo_paths(), None
+    else:
+        paths = [Path(p) for p in photos]
+    table, seen = [], set()
+    for path in sorted(paths, key=str):
+        rel = Path(path).relative_to(root) if root is not None and Path(path).is_relative_to(root) else Path(path.name)
+        # label folders of a 0_real/1_fake tree say nothing about the content
+        rel = Path(*[p for p in rel.parent.parts if p.lower() not in _LABEL_FOLDERS], rel.name)
+        key = "__".join(rel.with_suffix("").parts).replace(" ", "_")
+        if key in seen:
+            key = f"{key}_{zlib.crc32(str(path).encode()):08x}"
+        seen.add(key)
+        # a stereo pair (motorcycle_left/right) shows one scene: one source, or the split would leak
+        source = key.removesuffix("_left").removesuffix("_right")
+        category = rel.parts[0] if len(rel.parts) > 1 else (key if root is None else None)
+        table.append({"photo": str(path), "key": key, "source": source, "category": category})
+    return table
+
+
+def stamped_table(
+    output: Path, spec: DatasetSpec, photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None
+) -> list[dict[str, str]]:
+    """The photo table (with the genuine kinds' sources written), checked against and stamped into
+    `output`, so a folder never mixes items made with other options or photos."""
+    table = photo_table(photos, root)
+    if spec.genuine_kinds:
+        from synthesis.genuine_kinds import write_genuine_sources
+
+        if photos is None:  # the bundled photographs are one kind among the others
+            table = [{**p, "category": "photo"} for p in table]
+        table += write_genuine_sources(
+            output / "sources", spec.genuine_kinds, spec.seed, photos={p["source"]: p["photo"] for p in table}
+        )
+    if not table:
+        raise ValueError("no photos to generate from")
+    stamp = output / ".items" / "spec.json"
+    fingerprint = {**spec.fingerprint(), "photos": [p["key"] for p in table]}
+    if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
+        raise ValueError(
+            f"{output} holds a dataset generated with other options or photos ({stamp}); "
+            "choose a new output folder or delete the old one"
+        )
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+    return table
