@@ -1,6 +1,7 @@
 """How results are scored: image and pixel metrics, protocols, robustness sweeps, reports.
 
-Imports neither ``detectors`` nor ``datamodules``: detectors are injected as score functions.
+Imports neither ``detectors`` nor ``datamodules``: detectors reach it as scores, or as a function that
+scores the inputs under a perturbation (the robustness curves).
 """
 
 from ._checks import UndefinedMetricWarning
@@ -11,14 +12,9 @@ from .pixel import PixelMetricAccumulator, pixel_metrics
 from .records import by_category, by_group
 from .summary import evaluate_records, report_records
 
-# Reports (matplotlib) and the robustness sweep (OpenCV, Pillow) load on first use, so a training
+# Reports (matplotlib) and the robustness curves (OpenCV) load on first use, so a training
 # loop that only needs metrics does not pay for their imports.
-_LAZY = {
-    "write_report": "report",
-    "write_metrics_json": "report",
-    "robustness_sweep": "robustness",
-    "robustness_curves": "robustness",
-}
+_LAZY = {"write_report": "report", "write_metrics_json": "report", "robustness_curves": "robustness"}
 
 
 def __getattr__(name: str):
@@ -44,7 +40,6 @@ __all__ = [
     "genuine_needed",
     "image_metrics",
     "pixel_metrics",
-    "robustness_sweep",
     "robustness_curves",
     "roc_points",
     "write_metrics_json",

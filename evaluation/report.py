@@ -110,7 +110,7 @@ def write_report(out_dir, metrics: Mapping[str, Any], **kwargs: Any) -> dict[str
     ``{"by_group": by_group(...), "by_category": by_category(...)}``, nested into metrics.json
     under their names (docs/architecture.md, "Metric keys"). ``intervals``: ``{key: (low, high)}``
     from ``evaluation.bootstrap``. ``labels`` + ``scores`` give the ROC and histogram figures;
-    ``robustness`` is ``robustness_sweep``'s result; ``contact_sheet`` items are
+    ``robustness`` is ``robustness_curves``' result; ``contact_sheet`` items are
     ``(image, true_mask, prob_map)``; ``extra`` holds more top-level keys for metrics.json (they win
     over computed ones). Returns the written paths by name. Undefined values are null in JSON and
     "–" in the report.

@@ -2,12 +2,12 @@
 growing strength and report metric-vs-strength curves.
 
 The detector is injected, so this module needs no model code: ``robustness_curves`` takes
-``score_perturbed(perturbation or None) -> scores`` (infer.py scores its input files through the same
-batches and geometry as the scoring run, applying the perturbation right after decoding), and
-``robustness_sweep`` takes ``score_fn(list of uint8 H x W x 3 RGB images) -> scores`` for images
-already in memory. For localizers, ``score_perturbed`` may also return the pixel metrics of the
-perturbed maps (``{"scores": ..., "pixel": {...}}``), so one pass of the detector per level gives both
-the image and the pixel curves.
+``score_perturbed(perturbation or None) -> scores``. The toolkit builds it only from the scoring run's
+own prediction loop (``inference.scoring.score_perturbed_fn``; ``inference.perturbed_maps`` for
+localizers), the perturbation applied right after decoding, so a sweep and a plain scoring run share
+every step but the perturbation and cannot drift apart. For localizers, ``score_perturbed`` may also
+return the pixel metrics of the perturbed maps (``{"scores": ..., "pixel": {...}}``), so one pass of the
+detector per level gives both the image and the pixel curves.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from imageops import check_image, gaussian_blur, jpeg, jpeg_codec, rescale
+from imageops import gaussian_blur, jpeg, jpeg_codec, rescale
 
 from .image import image_metrics
 
 Perturbation = Callable[[np.ndarray, float], np.ndarray]
-ScoreFn = Callable[[list], np.ndarray]
 ScorePerturbed = Callable[[Callable[[np.ndarray], np.ndarray] | None], "np.ndarray | Mapping"]
 
 PERTURBATIONS: dict[str, Perturbation] = {"jpeg": jpeg, "blur": gaussian_blur, "rescale": rescale}
@@ -46,40 +45,6 @@ def _scores_and_pixel(result) -> tuple[np.ndarray, dict]:
     if isinstance(result, Mapping):
         return np.asarray(result["scores"], dtype=float).reshape(-1), dict(result.get("pixel") or {})
     return np.asarray(result, dtype=float).reshape(-1), {}
-
-
-def _score_all(score_fn: ScoreFn, images: Sequence, transform, batch_size: int) -> np.ndarray:
-    out = []
-    for start in range(0, len(images), batch_size):
-        batch = [transform(np.asarray(im)) for im in images[start : start + batch_size]]
-        scores = np.asarray(score_fn(batch), dtype=float).reshape(-1)
-        if scores.size != len(batch):
-            raise ValueError(f"score_fn returned {scores.size} scores for {len(batch)} images")
-        out.append(scores)
-    return np.concatenate(out) if out else np.zeros(0)
-
-
-def robustness_sweep(
-    score_fn: ScoreFn,
-    images: Sequence[np.ndarray],
-    labels,
-    levels: Mapping[str, Sequence[float]] | None = None,
-    threshold: float = 0.5,
-    batch_size: int = 32,
-    curve_keys: Sequence[str] = DEFAULT_CURVE_KEYS,
-    perturbations: Mapping[str, Perturbation] | None = None,
-) -> dict:
-    """``robustness_curves`` for images in memory: ``score_fn`` scores a list of uint8 RGB images.
-
-    Images are perturbed batch by batch, so only one batch of copies exists at a time.
-    """
-    if len(images) != np.asarray(labels).size:
-        raise ValueError(f"{len(images)} images for {np.asarray(labels).size} labels")
-
-    def score_perturbed(perturb: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
-        return _score_all(score_fn, images, perturb or check_image, batch_size)
-
-    return robustness_curves(score_perturbed, labels, levels, threshold, curve_keys, perturbations)
 
 
 def robustness_curves(
@@ -129,6 +94,8 @@ def robustness_curves(
                 metrics = clean
             else:
                 scores, pixel = _scores_and_pixel(score_perturbed(partial(_perturbed, fn, level)))
+                if scores.size != y.size:
+                    raise ValueError(f"{scores.size} scores for {y.size} labels under {name} at {level}")
                 metrics = {**image_metrics(y[keep], scores[keep], threshold=threshold), **pixel}
             for k in curve_keys:
                 values[k].append(metrics[k])

@@ -105,7 +105,7 @@ def test_package_import_is_light_and_respects_dependency_rule():
     import sys
 
     code = (
-        "import sys, evaluation; from evaluation import write_report, robustness_sweep;"
+        "import sys, evaluation; from evaluation import write_report, robustness_curves;"
         "heavy = [m for m in ('detectors', 'datamodules', 'torch', 'matplotlib.pyplot') if m in sys.modules];"
         "print(heavy)"
     )

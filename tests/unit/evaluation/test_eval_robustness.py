@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from evaluation.robustness import robustness_sweep
+from evaluation.robustness import robustness_curves
 from imageops import gaussian_blur, jpeg, rescale
 
 
@@ -31,6 +31,11 @@ def high_freq_score(batch):
     return np.array(scores)
 
 
+def scorer(score_fn, images):
+    """`score_perturbed` for images in memory: `score_fn` on every image, perturbed or not."""
+    return lambda perturb: score_fn([perturb(im) if perturb else im for im in images])
+
+
 def test_perturbations_shapes_and_identity():
     im, _ = images(1)
     im = im[0]
@@ -54,33 +59,37 @@ def test_sweep_curves_degrade_and_reuse_clean_scores():
         calls.append(len(batch))
         return high_freq_score(batch)
 
-    out = robustness_sweep(score_fn, ims, y, levels={"blur": (0, 1, 3), "jpeg": (95, 30)}, batch_size=5)
+    out = robustness_curves(scorer(score_fn, ims), y, levels={"blur": (0, 1, 3), "jpeg": (95, 30)})
     assert out["clean"]["auroc"] == 1.0
     blur = out["curves"]["blur"]
     assert blur["levels"] == [0.0, 1.0, 3.0]
     assert blur["metrics"]["auroc"][0] == out["clean"]["auroc"]
     # A checkerboard detector loses the artifact under heavy blur: TPR at 0.5 falls.
     assert blur["metrics"]["tpr"][2] < blur["metrics"]["tpr"][0]
-    # Clean pass + blur 1 + blur 3 + two JPEG levels = 5 passes of 12 images in batches of <= 5.
-    assert sum(calls) == 5 * 12 and max(calls) <= 5
+    # Clean pass + blur 1 + blur 3 + two JPEG levels = 5 passes of 12 images: blur 0 reuses the clean scores.
+    assert calls == [12] * 5
 
 
 def test_custom_perturbation_and_errors():
     ims, y = images(6)
     invert = {"invert": lambda im, level: (255 - im) if level else im}
-    out = robustness_sweep(high_freq_score, ims, y, levels={"invert": (0, 1)}, perturbations=invert)
+    out = robustness_curves(scorer(high_freq_score, ims), y, levels={"invert": (0, 1)}, perturbations=invert)
     assert out["curves"]["invert"]["metrics"]["auroc"] == [1.0, 1.0]
     with pytest.raises(ValueError, match="unknown perturbation"):
-        robustness_sweep(high_freq_score, ims, y, levels={"sharpen": (1,)})
-    with pytest.raises(ValueError, match="scores for"):
-        robustness_sweep(lambda b: np.zeros(1), ims, y, levels={})
+        robustness_curves(scorer(high_freq_score, ims), y, levels={"sharpen": (1,)})
+    with pytest.raises(ValueError, match="1 scores for 6 labels"):
+        robustness_curves(lambda perturb: np.zeros(1), y, levels={})
+
+    def short_when_perturbed(perturb):  # loses an image under every perturbation
+        return high_freq_score(ims[:5] if perturb else ims)
+
+    with pytest.raises(ValueError, match="5 scores for 6 labels under jpeg at 30"):
+        robustness_curves(short_when_perturbed, y, levels={"jpeg": (30,)})
 
 
 def test_pixel_metrics_from_the_scorer_get_curves_beside_the_image_metrics():
     """A localizer's scorer returns {"scores", "pixel"}: each pixel key gets a curve, the identity level
     reuses the clean values, and the image curves are unchanged."""
-    from evaluation.robustness import robustness_curves
-
     ims, labels = images()
     calls = []
 

@@ -14,7 +14,7 @@ import imageops
 from datamodules.io import apply_chain
 from datamodules.transforms import build_transform
 from evaluation.report import write_report
-from evaluation.robustness import PERTURBATIONS, robustness_sweep
+from evaluation.robustness import PERTURBATIONS, robustness_curves
 from synthesis.damage import rerender
 
 NO_GEOMETRY = {"size": 0, "mode": "none"}
@@ -105,7 +105,10 @@ def test_robustness_curves_and_reports_name_the_jpeg_encoder(tmp_path):
     def score(batch):  # a toy detector
         return np.array([float(im.std()) / 128 for im in batch])
 
-    result = robustness_sweep(score, images, labels, levels={"jpeg": (90, 40), "blur": (1.0,)})
+    def score_perturbed(perturb):
+        return score([perturb(im) if perturb else im for im in images])
+
+    result = robustness_curves(score_perturbed, labels, levels={"jpeg": (90, 40), "blur": (1.0,)})
     assert result["curves"]["jpeg"]["codec"] == imageops.jpeg_codec()
     assert imageops.jpeg_codec().startswith("OpenCV ") and "4:2:0" in imageops.jpeg_codec()
     assert "codec" not in result["curves"]["blur"]
