@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import hydra
 from omegaconf import DictConfig
 
 from datamodules.layouts import records_from_input
-from datamodules.records import LayoutError
+from datamodules.records import LayoutError, Record
 from inference.cli import expected_failures, run
 from inference.masks import PixelReduction
 from inference.parts import Shard
 from inference.recalibration import CategoryThreshold
 from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, report_run
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
-from inference.runtime import ModelLoadError, load_runtime
+from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
 from inference.writer import COLUMNS
 
@@ -26,10 +26,7 @@ __all__ = ["InferenceFailed", "infer", "main"]
 
 
 def infer(cfg: DictConfig) -> dict[str, Any]:
-    """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report.
-
-    Kept in one piece: the entry point's steps (load, plan the outputs, score, report) in the order the run does them.
-    """
+    """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report."""
     output = Path(cfg.output)
     try:
         shard = Shard.parse(cfg.shard)
@@ -39,27 +36,13 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             from inference.pairs import infer_pairs
 
             return infer_pairs(cfg, runtime)
-        if cfg.tiles and runtime.is_localizer:
-            runtime = TiledLocalizer(
-                runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap, batch_size=cfg.batch_size
-            )
-        elif cfg.tiles:
-            runtime = TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
+        runtime = tiled(cfg, runtime) if cfg.tiles else runtime
         records = records_from_input(cfg.input, cfg.get("layout", "auto"))
     except (ModelLoadError, LayoutError, ValueError) as error:
         raise InferenceFailed(str(error)) from None
     if not records:
         raise InferenceFailed(f"no images found in {cfg.input}")
-    masks_dir, overlays_dir = map_folders(
-        output, runtime, records, cfg.save_masks, cfg.overlays, cfg.get("save_confidence", False), cfg.masks_dir
-    )
-    columns = list(COLUMNS) + (["mask"] if masks_dir is not None else [])
-    if cfg.get("save_confidence", False):
-        if getattr(runtime, "confidence_maps", None) is None or not runtime.is_localizer:
-            log.warning("save_confidence requested, but %s gives no whole-image confidence map", runtime.name)
-        else:
-            runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
-            columns.append("confidence")
+    masks_dir, overlays_dir, columns = plan_outputs(cfg, output, runtime, records)
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     # a model calibrated per category decides each input with its category's threshold
     per_category = CategoryThreshold.for_records(runtime, records) if cfg.threshold is None else None
@@ -100,6 +83,38 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             return {"counts": scored.counts, "metrics": None}  # rank 0 reports; shards report after the merge
     if not any(row["status"] == "ok" for row in scored.rows):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
+    request = report_request(cfg, output, threshold)
+    return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
+
+
+def tiled(cfg: DictConfig, runtime: Runtime) -> Runtime:
+    """`tiles=true`: a localizer's maps stitched from overlapping tiles, or a detector's scores reduced over tiles."""
+    if runtime.is_localizer:
+        return TiledLocalizer(runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap, batch_size=cfg.batch_size)
+    return TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
+
+
+def plan_outputs(
+    cfg: DictConfig, output: Path, runtime: Runtime, records: Sequence[Record]
+) -> tuple[Path | None, Path | None, list[str]]:
+    """Where maps and overlays go (`inference.run_report.map_folders`) and the columns of the rows: a
+    `mask` path when maps are saved, a `confidence` path when asked for and the localizer gives one
+    (switched on here)."""
+    masks_dir, overlays_dir = map_folders(
+        output, runtime, records, cfg.save_masks, cfg.overlays, cfg.get("save_confidence", False), cfg.masks_dir
+    )
+    columns = list(COLUMNS) + (["mask"] if masks_dir is not None else [])
+    if cfg.get("save_confidence", False):
+        if getattr(runtime, "confidence_maps", None) is None or not runtime.is_localizer:
+            log.warning("save_confidence requested, but %s gives no whole-image confidence map", runtime.name)
+        else:
+            runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
+            columns.append("confidence")
+    return masks_dir, overlays_dir, columns
+
+
+def report_request(cfg: DictConfig, output: Path, threshold: float) -> ReportRequest:
+    """What the report needs to know of the run's options."""
     robustness = (
         Robustness(
             cfg.robustness_max_images, cfg.get("robustness_perturbations"), cfg.seed, cfg.batch_size, cfg.num_workers
@@ -107,7 +122,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         if cfg.robustness
         else None
     )
-    request = ReportRequest(
+    return ReportRequest(
         output,
         str(cfg.input),
         threshold,
@@ -119,7 +134,6 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         blinded=bool(cfg.get("blinded", False)),
         model=str(cfg.model),
     )
-    return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="infer")

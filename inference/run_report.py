@@ -85,36 +85,54 @@ def report_run(
 
     `rows` are the run's rows in input order (score and label parsed); `pixel` has reduced the
     run's maps. Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
-    Kept in one piece: reviews, metrics, report and the page follow one after another from the same rows.
     """
-    output, title = request.output, f"{runtime.name} on {request.input}"
-    reviews = None
-    if request.group_by:
-        from inference.reviews import score_reviews
-
-        reviews = score_reviews(
-            output,
-            records,
-            rows,
-            request.group_by,
-            request.review_aggregation,
-            request.threshold,
-            request.input,
-            title=title,
-        )
-        log.info(
-            "%d reviews (%s of images grouped by %s) -> %s",
-            reviews["reviews"],
-            request.review_aggregation,
-            request.group_by,
-            reviews["path"],
-        )
+    reviews = review_verdicts(request, runtime, records, rows) if request.group_by else None
     truth = join_truth(records, rows)
     if not truth:
         if request.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
         html_page(request, runtime, records, rows, None, [])
         return {"metrics": None, "reviews": reviews}
+    metrics, plots = labelled_report(request, runtime, truth, pixel)
+    html_page(request, runtime, records, rows, metrics, plots)
+    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    if below:
+        log.warning("%s", below)
+    return {"metrics": metrics, "reviews": reviews}
+
+
+def review_verdicts(
+    request: ReportRequest, runtime: Runtime, records: Sequence[Record], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One verdict per review (the images grouped by `group_by`), written beside the rows."""
+    from inference.reviews import score_reviews
+
+    reviews = score_reviews(
+        request.output,
+        records,
+        rows,
+        request.group_by,
+        request.review_aggregation,
+        request.threshold,
+        request.input,
+        title=f"{runtime.name} on {request.input}",
+    )
+    log.info(
+        "%d reviews (%s of images grouped by %s) -> %s",
+        reviews["reviews"],
+        request.review_aggregation,
+        request.group_by,
+        reviews["path"],
+    )
+    return reviews
+
+
+def labelled_report(
+    request: ReportRequest, runtime: Runtime, truth: list[dict[str, Any]], pixel: PixelReduction | None
+) -> tuple[dict[str, Any], list[Path]]:
+    """Metrics (robustness curves and pixel metrics included when asked for and possible), the report
+    folder and `<output>.metrics.json`; returns the metrics and the report's figures."""
+    output = request.output
     robustness = sweep(runtime, truth, request.robustness, request.threshold) if request.robustness else None
     from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
 
@@ -130,7 +148,7 @@ def report_run(
         category_thresholds=by_category,
         target_tnr=1.0 - target_fpr,
         robustness=robustness,
-        title=title,
+        title=f"{runtime.name} on {request.input}",
         pixel=pixel_metrics,
         contact_sheet=sheet,
     )
@@ -152,11 +170,7 @@ def report_run(
         metrics_path,
         written.files["report"],
     )
-    html_page(request, runtime, records, rows, metrics, [p for p in written.files.values() if str(p).endswith(".png")])
-    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
-    if below:
-        log.warning("%s", below)
-    return {"metrics": metrics, "reviews": reviews}
+    return metrics, [p for p in written.files.values() if str(p).endswith(".png")]
 
 
 def html_page(
