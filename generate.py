@@ -93,10 +93,8 @@ def spec_from_config(cfg: DictConfig):
 
 
 def generate(cfg: DictConfig) -> Path:
-    """Run what `cfg` asks for; returns the manifest written.
-
-    Kept in one piece: the entry point's branches (quick, diffusers, shards, merge) read in the order a user picks them.
-    """
+    """Run what `cfg` asks for (quick, diffusers, one shard, or the whole set, merged from shards or
+    made in one run); returns the manifest written."""
     from synthesis.summary import format_summary
 
     photos = find_photos(cfg.source)
@@ -116,45 +114,9 @@ def generate(cfg: DictConfig) -> Path:
         quick(cfg, output, photos)
         return Path(output) / "manifest.csv"
     if cfg.generator.get("backend") == "diffusers":
-        from synthesis.diffusers_backend import DiffusersOptions, make_diffusers_manifest
-
-        options = DiffusersOptions(
-            **{k: v for k, v in OmegaConf.to_container(cfg.generator, resolve=True).items() if k != "backend"}
-        )
-        manifest, summary = make_diffusers_manifest(
-            output,
-            spec_from_config(cfg),
-            options,
-            photos=photos,
-            root=cfg.source or None,
-            workers=cfg.workers,
-            progress=cfg.progress,
-        )
-        log.info("wrote %s\n%s", manifest, format_summary(summary))
-        return manifest
+        return with_diffusers(cfg, output, photos)
     if shard.count > 1:
-        if cfg.get("merge"):
-            raise ValueError("merge=true joins all shards: give it without shard=i/n")
-        result = generate_dataset(
-            output,
-            spec_from_config(cfg),
-            photos=photos,
-            root=cfg.source or None,
-            workers=cfg.workers,
-            progress=cfg.progress,
-            shard=(shard.index, shard.count),
-        )
-        summary = result["summary"]
-        log.info(
-            "shard %s: %d items (%d made, %d reused from an earlier run) in %s s; when every shard is "
-            "done: python generate.py <the same options> merge=true",
-            summary["shard"],
-            summary["items"],
-            summary["made"],
-            summary["reused"],
-            summary["seconds"],
-        )
-        return Path(output) / "manifest.csv"
+        return one_shard(cfg, output, photos, shard)
     manifest, summary = make_generated_manifest(
         output,
         spec_from_config(cfg),
@@ -166,6 +128,53 @@ def generate(cfg: DictConfig) -> Path:
     )
     log.info("wrote %s\n%s", manifest, format_summary(summary))
     return manifest
+
+
+def with_diffusers(cfg: DictConfig, output: str, photos: list[str] | None) -> Path:
+    """`generator=diffusers`: the fakes made by a diffusers pipeline, in one process."""
+    from synthesis.diffusers_backend import DiffusersOptions, make_diffusers_manifest
+    from synthesis.summary import format_summary
+
+    options = DiffusersOptions(
+        **{k: v for k, v in OmegaConf.to_container(cfg.generator, resolve=True).items() if k != "backend"}
+    )
+    manifest, summary = make_diffusers_manifest(
+        output,
+        spec_from_config(cfg),
+        options,
+        photos=photos,
+        root=cfg.source or None,
+        workers=cfg.workers,
+        progress=cfg.progress,
+    )
+    log.info("wrote %s\n%s", manifest, format_summary(summary))
+    return manifest
+
+
+def one_shard(cfg: DictConfig, output: str, photos: list[str] | None, shard: Shard) -> Path:
+    """`shard=i/n`: this shard's items only; the manifest is written by `merge=true` once all are done."""
+    if cfg.get("merge"):
+        raise ValueError("merge=true joins all shards: give it without shard=i/n")
+    result = generate_dataset(
+        output,
+        spec_from_config(cfg),
+        photos=photos,
+        root=cfg.source or None,
+        workers=cfg.workers,
+        progress=cfg.progress,
+        shard=(shard.index, shard.count),
+    )
+    summary = result["summary"]
+    log.info(
+        "shard %s: %d items (%d made, %d reused from an earlier run) in %s s; when every shard is "
+        "done: python generate.py <the same options> merge=true",
+        summary["shard"],
+        summary["items"],
+        summary["made"],
+        summary["reused"],
+        summary["seconds"],
+    )
+    return Path(output) / "manifest.csv"
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="generate")

@@ -134,8 +134,8 @@ def table(results: list[dict], test_groups: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Kept in one piece: the benchmark's steps in the order its report lists them."""
+def argument_parser() -> argparse.ArgumentParser:
+    """The benchmark's options: the data, the groups on each side, the detectors and the training."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--manifest",
@@ -164,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         help="more train.py overrides for every run (e.g. data.batch_size=64)",
     )
     parser.add_argument("--split-only", action="store_true", help="write the split manifest and stop")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Split, train every detector on the training groups, test on the held-out ones, write the report."""
+    parser = argument_parser()
     args = parser.parse_args(argv)
 
     manifest = args.manifest.resolve()
