@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from evaluation.calibration import (
     genuine_needed,
     too_few_sentence,
 )
+
+if TYPE_CHECKING:  # type hints only: scoring loads these when it runs
+    from datamodules.records import Record
+    from inference.runtime import Runtime
 
 
 class CalibrationRefused(Exception):
@@ -274,32 +278,15 @@ def calibrate_model(
 
     `input` is a folder of genuine images (no labels: every image is genuine) or a labelled
     manifest / layout (label 0 genuine, 1 fake; unlabelled rows are then left out).
-    Kept in one piece: score, calibrate, check and write are one recalibration a user runs.
     """
     from datamodules.layouts import records_from_input
     from inference.runtime import load_runtime
-    from inference.scoring import score_records
-    from inference.writer import ResultWriter, read_results
 
     output = Path(output)
     runtime = load_runtime(model, device)
     records = records_from_input(input)
-    labelled = any(r.label is not None for r in records)
-    genuine = {r.path for r in records if r.label == 0 or not labelled}
-    fakes = {r.path for r in records if r.label == 1}
     scores_path = output.with_name(f"{output.stem}.calibration_scores.csv")
-    with ResultWriter(scores_path) as writer:
-        score_records(
-            runtime,
-            [r for r in records if r.path in genuine | fakes],
-            writer,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            progress=progress,
-        )
-    rows = [r for r in read_results(scores_path) if r["status"] == "ok"]
-    genuine_rows = [r for r in rows if r["path"] in genuine]
-    fake_rows = [r for r in rows if r["path"] in fakes]
+    genuine_rows, fake_rows = score_for_calibration(runtime, records, scores_path, batch_size, num_workers, progress)
     genuine_scores = np.asarray([r["score"] for r in genuine_rows], dtype=np.float32)
     fake_scores = np.asarray([r["score"] for r in fake_rows], dtype=np.float32)
     if by not in (None, "category"):
@@ -321,3 +308,27 @@ def calibrate_model(
     output.with_name(f"{output.stem}.calibration.json").write_text(json.dumps(record, indent=2))
     output.with_name(f"{output.stem}.calibration.md").write_text(calibration_report(record, str(model), output))
     return record
+
+
+def score_for_calibration(
+    runtime: Runtime, records: Sequence[Record], scores_path: Path, batch_size: int, num_workers: int, progress: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Score the genuine and fake images of `records` into `scores_path`; their scored rows, genuine
+    then fake. Without labels every image is genuine; with labels, unlabelled rows are left out."""
+    from inference.scoring import score_records
+    from inference.writer import ResultWriter, read_results
+
+    labelled = any(r.label is not None for r in records)
+    genuine = {r.path for r in records if r.label == 0 or not labelled}
+    fakes = {r.path for r in records if r.label == 1}
+    with ResultWriter(scores_path) as writer:
+        score_records(
+            runtime,
+            [r for r in records if r.path in genuine | fakes],
+            writer,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            progress=progress,
+        )
+    rows = [r for r in read_results(scores_path) if r["status"] == "ok"]
+    return [r for r in rows if r["path"] in genuine], [r for r in rows if r["path"] in fakes]

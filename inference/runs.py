@@ -103,22 +103,50 @@ def score_to_output(
     uninterrupted run's). Otherwise each process appends to its part file and, without a shard,
     rank 0 merges all parts at the end. `pixel` reduces the maps: those saved now as they are
     written, those of rows already there (resume, other processes) read from their files.
-    Kept in one piece: processes, shards and resume share the writer set up here.
     """
     if processes.world_size == 1 and shard.count == 1:
-        if part_files(output):
-            merge_parts(output, records, columns) if resume else remove_parts(output)
-        with ResultWriter(output, columns, resume=resume) as writer:
-            todo = [(i, p) for i, p in shard.items(records) if p not in writer.done]
-            if pixel is not None:
-                reduce_saved_maps(pixel, records, writer.done.values())
-            collect = pixel.add if pixel is not None else None
-            counts = score_items(runtime, todo, writer, collect_map=collect, **options)
-        if len(todo) < len(records):  # resumed rows were appended: back to input order
-            ordered = write_in_order(output, writer.done, records, columns)
-        else:
-            ordered = writer.written
-        return ScoredRun({**counts, "skipped": len(records) - len(todo)}, [parse_row(r) for r in ordered])
+        return score_into_output(runtime, records, output, columns, resume, pixel, **options)
+    return score_into_parts(runtime, records, output, columns, processes, shard, resume, pixel, **options)
+
+
+def score_into_output(
+    runtime: Runtime,
+    records: Sequence[Record],
+    output: Path,
+    columns: Sequence[str],
+    resume: bool,
+    pixel: PixelReduction | None,
+    **options: Any,
+) -> ScoredRun:
+    """One process, no shard: rows stream into `output` and stay in memory (see `score_to_output`)."""
+    if part_files(output):
+        merge_parts(output, records, columns) if resume else remove_parts(output)
+    with ResultWriter(output, columns, resume=resume) as writer:
+        todo = [(i, p) for i, p in Shard().items(records) if p not in writer.done]
+        if pixel is not None:
+            reduce_saved_maps(pixel, records, writer.done.values())
+        collect = pixel.add if pixel is not None else None
+        counts = score_items(runtime, todo, writer, collect_map=collect, **options)
+    if len(todo) < len(records):  # resumed rows were appended: back to input order
+        ordered = write_in_order(output, writer.done, records, columns)
+    else:
+        ordered = writer.written
+    return ScoredRun({**counts, "skipped": len(records) - len(todo)}, [parse_row(r) for r in ordered])
+
+
+def score_into_parts(
+    runtime: Runtime,
+    records: Sequence[Record],
+    output: Path,
+    columns: Sequence[str],
+    processes: Processes,
+    shard: Shard,
+    resume: bool,
+    pixel: PixelReduction | None,
+    **options: Any,
+) -> ScoredRun:
+    """Several processes or one shard: each process appends to its part file; without a shard, rank 0
+    merges all parts at the end (see `score_to_output`)."""
     if processes.is_main:
         if not resume:
             remove_parts(output, shard)
