@@ -99,13 +99,7 @@ def train_families(
 
     `needs` holds the operations that will run; only the models they use are trained. With
     `reuse_any` (a user-given weights folder) cached weights are reused whatever their options.
-    Kept in one piece: each family's training and caching share the loop's bookkeeping.
     """
-    import torch
-
-    from synthesis.diffusion import save_diffusion, sdedit, train_diffusion
-    from synthesis.latent import load_latent, save_latent, to_tensor, to_uint8, train_latent_autoencoder
-
     images = [im for im in (np.array(read_image(p)) for p in panel_paths) if min(im.shape[:2]) >= 64]
     spaces = set(options.spaces) if needs & {"diffusion_sdedit", "diffusion_inpaint"} else set()
     wanted = (["latent"] if "latent_rerender" in needs or "latent" in spaces else []) + [
@@ -126,6 +120,8 @@ def train_families(
         paths[name] = str(weights.resolve())
         if meta is not None:
             if name == "latent":
+                from synthesis.latent import load_latent
+
                 latent_model = load_latent(weights)
             status[name] = f"reused {weights}" + (
                 f" ({meta['fidelity']} PSNR {meta['psnr_db']} dB)" if "psnr_db" in meta else ""
@@ -134,31 +130,49 @@ def train_families(
         started = time.perf_counter()
         if not images:
             raise ValueError("no genuine panel to train the diffusion-family generators on")
+        model, quality, what = _train_and_save(name, images, key["seed"], training, latent_model, options, weights)
         if name == "latent":
-            latent_model = train_latent_autoencoder(images, seed=key["seed"], **training)
-            save_latent(latent_model, weights)
-            with torch.no_grad():
-                quality = _fidelity(images, lambda im: to_uint8(latent_model(to_tensor(im))))
-            what = "re-render"
-        else:
-            space = name.split("_")[1]
-            model = train_diffusion(
-                images, seed=key["seed"], latent=latent_model if space == "latent" else None, **training
-            )
-            save_diffusion(model, weights)
-            strength = float(min(options.strengths))
-            quality = _fidelity(
-                images,
-                lambda im: sdedit(
-                    model, im, strength, np.random.default_rng(0), steps=options.sample_steps, latent=latent_model
-                ),
-            )
-            what = f"SDEdit at strength {strength:g}"
+            latent_model = model
         seconds = round(time.perf_counter() - started, 1)
         sidecar = {"model": name, "key": key, "psnr_db": quality, "fidelity": what, "seconds": seconds}
         weights.with_suffix(".json").write_text(json.dumps(sidecar, indent=1))
         status[name] = f"trained -> {weights} ({what} PSNR {quality} dB on its training panels, {seconds} s to train)"
     return paths, status
+
+
+def _train_and_save(
+    name: str,
+    images: list[np.ndarray],
+    seed: int,
+    training: Any,
+    latent_model: Any,
+    options: DiffusionOptions,
+    weights: Path,
+) -> tuple[Any, float, str]:
+    """Train model `name` on `images` and save it to `weights`; returns the model, the PSNR of what it
+    makes from its training panels, and what that fidelity measures (re-rendering, or SDEdit)."""
+    import torch
+
+    from synthesis.diffusion import save_diffusion, sdedit, train_diffusion
+    from synthesis.latent import save_latent, to_tensor, to_uint8, train_latent_autoencoder
+
+    if name == "latent":
+        model = train_latent_autoencoder(images, seed=seed, **training)
+        save_latent(model, weights)
+        with torch.no_grad():
+            quality = _fidelity(images, lambda im: to_uint8(model(to_tensor(im))))
+        return model, quality, "re-render"
+    space = name.split("_")[1]
+    model = train_diffusion(images, seed=seed, latent=latent_model if space == "latent" else None, **training)
+    save_diffusion(model, weights)
+    strength = float(min(options.strengths))
+    quality = _fidelity(
+        images,
+        lambda im: sdedit(
+            model, im, strength, np.random.default_rng(0), steps=options.sample_steps, latent=latent_model
+        ),
+    )
+    return model, quality, f"SDEdit at strength {strength:g}"
 
 
 _LOADED: dict[str, Any] = {}  # per process: models are loaded once
