@@ -136,7 +136,7 @@ def _describe(statement: ast.AST, node: ast.AST, choice) -> tuple[str, str]:
     """(statement before, statement after), one line each, for the report."""
     before = ast.unparse(statement).split("\n")[0]
     mutated = copy.deepcopy(statement)
-    target = next(n for n in ast.walk(mutated) if ast.dump(n) == ast.dump(node) and _same_place(n, node))
+    target = next(n for n in ast.walk(mutated) if _same_place(n, node) and ast.dump(n) == ast.dump(node))
     replacement = _apply(target, choice)
     if replacement is not target:
         _replace(mutated, target, replacement)

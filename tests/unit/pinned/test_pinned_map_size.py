@@ -152,3 +152,15 @@ def test_pixel_report_shows_every_case_when_there_are_few(tmp_path):
     _, sheet = pixel_report(records, rows[: 2 * CASES], cases=CASES)
     assert [title.split()[0] for *_, title in sheet] == [f"m{k}.png" for k in range(9, 1, -1)]
     assert pixel_report(records, rows[10:], cases=CASES) is None  # no manipulated image with a map
+
+
+def test_a_long_run_keeps_few_maps_in_memory_and_still_shows_the_worst_and_best(tmp_path):
+    """However many maps stream through, at most four times `cases` are held, and the contact
+    sheet still shows the worst and the best of the whole run."""
+    records, rows, _ = report_inputs(tmp_path)
+    reduction = PixelReduction(records, cases=1)
+    position = {record.path: index for index, record in enumerate(records)}
+    for row in rows[:10]:  # m9 ... m0: F1 rising (m1 and m0 tie at 1, then ordered by path)
+        reduction.add_saved(position[row["path"]], row["mask"])
+        assert len(reduction.scored) <= 4
+    assert [title.split()[0] for *_, title in reduction.contact_sheet()] == ["m9.png", "m1.png"]
