@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from inference.runtime import load_checkpoint
@@ -21,6 +22,7 @@ def overrides(manifest, stage: str, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # two training stages
 def test_semantic_stage_then_fusion_stage_from_its_checkpoint(small_dataset, tmp_path):
     train(
         prepare_train_config(overrides(small_dataset, "semantic", "detector.optimizer.lr=1e-2"), tmp_path / "semantic")

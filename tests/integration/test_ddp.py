@@ -14,6 +14,7 @@ from inference.runtime import load_checkpoint
 from tests.helpers import ROOT, small_train_overrides
 
 
+@pytest.mark.slow  # two spawned processes (~30 s)
 def test_ddp_validation_and_test_metrics_equal_single_process(tmp_path, small_dataset):
     run = tmp_path / "ddp"
     overrides = [o for o in small_train_overrides(small_dataset) if not o.startswith("trainer=")]

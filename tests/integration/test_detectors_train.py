@@ -59,6 +59,7 @@ def test_the_short_runs_cover_an_artifact_a_frequency_and_a_clip_detector():
     assert {"npr_tiny", "dct_tiny", "clip_freq_tiny"} <= set(BEATS_CHANCE)
 
 
+@pytest.mark.slow  # a learning check: short training per detector
 @pytest.mark.parametrize("detector", BEATS_CHANCE)
 def test_short_training_beats_chance_on_generated_data(detector, small_dataset, tmp_path):
     cfg = prepare_train_config(overrides_for(detector, small_dataset), tmp_path / "run")
@@ -92,6 +93,7 @@ def train_split_loss(module: DetectorModule, cfg) -> float:
     return total / count
 
 
+@pytest.mark.slow  # a training run through train.py
 def test_random_tiny_clip_linear_probe_trains_only_its_head_stably_and_is_calibrated(small_dataset, tmp_path):
     budget = {"max_epochs": 4, "lr": 1e-2}
     cfg = prepare_train_config(overrides_for("clip_linear_tiny", small_dataset, budget), tmp_path / "run")

@@ -168,6 +168,7 @@ def test_duplication_pairs_carry_their_operation_sets(serial):
         assert meta["operations"] == ops
 
 
+@pytest.mark.slow  # several generation runs (~20 s)
 def test_same_seed_gives_identical_bytes_with_any_worker_count_and_resumes(serial, tmp_path):
     out, _, _ = serial
     parallel = tmp_path / "parallel"

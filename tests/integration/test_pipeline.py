@@ -143,6 +143,7 @@ def test_ckpt_and_onnx_score_identically_through_infer(trained_run, small_datase
     assert (tmp_path / "ckpt.metrics.json").is_file() and (tmp_path / "onnx.metrics.json").is_file()
 
 
+@pytest.mark.slow  # three export processes (~60 s)
 def test_export_command_line_and_exit_codes(trained_run, tmp_path):
     """`python export.py model=... output=...` as the README shows it: exit 0 and a file carrying the
     checkpoint's threshold; exit 1 with the reason (and no file) for a missing checkpoint or a parity

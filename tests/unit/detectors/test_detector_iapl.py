@@ -148,6 +148,7 @@ def test_released_checkpoint_loads_through_the_documented_mapping(tmp_path):
         tiny(pretrained=str(path))
 
 
+@pytest.mark.slow  # per-image adaptation steps (~10 s)
 def test_context_adaptation_restores_the_context_and_keeps_batchnorm_statistics():
     net = tiny()
     with torch.no_grad():  # a head that responds to the context, so adaptation has something to move
@@ -196,6 +197,7 @@ def test_tta_is_refused_for_detectors_without_context(tmp_path):
         TorchRuntime(write_checkpoint(tmp_path, "clip_linear_tiny"), device="cpu", tta=True)
 
 
+@pytest.mark.slow  # adaptation per image through infer.py (~10 s)
 def test_infer_with_tta_scores_every_image(tmp_path):
     from infer import infer
     from inference.writer import read_results

@@ -35,7 +35,9 @@ def cases() -> list:
         for name in list_detectors(tiny=True)
         if not getattr(detector_class(name), "onnx_export_refusal", None)
     ]
-    out += [pytest.param(base, overrides, id=case) for case, (base, overrides) in VARIANTS.items()]
+    out += [
+        pytest.param(base, overrides, id=case, marks=[pytest.mark.slow]) for case, (base, overrides) in VARIANTS.items()
+    ]
     return out
 
 
