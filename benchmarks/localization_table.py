@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.localization_table_markdown import markdown
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--localizers", nargs="+", default=list(TRAINING_FREE), help="training-free configs")
+    parser.add_argument("--localizers", nargs="*", default=list(TRAINING_FREE), help="training-free configs")
     parser.add_argument("--learned", nargs="*", default=[], help="learned configs (or NAME:KEY=VALUE variants)")
     parser.add_argument("--minutes", type=float, default=3.0, help="wall-time budget of each learned run")
     parser.add_argument("--epochs", type=int, default=30)

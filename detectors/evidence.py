@@ -9,7 +9,7 @@ helps the loss; the evidence itself has nothing to train and runs without gradie
 fused after the network (late fusion), not fed to its first layer, so every localizer takes them
 without a change to its architecture; a detection head (`image_score: head`) does not see them.
 
-    python train.py detector=seg_tiny '+detector.net.evidence={noise_level: {}, jpeg_ghost: {}}'
+    python train.py detector=seg_tiny 'detector.net.evidence={noise_level: {}, jpeg_ghost: {}}'
 """
 
 from __future__ import annotations

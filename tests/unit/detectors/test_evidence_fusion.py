@@ -10,7 +10,7 @@ import torch
 from benchmarks.bench_training_free import sample_image
 from detectors.registry import create_detector
 
-NOISE_EVIDENCE = "+net.evidence={noise_level: {block: 16}}"
+NOISE_EVIDENCE = "net.evidence={noise_level: {block: 16}}"
 
 
 def image_and_mask(size: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,15 +55,15 @@ def test_the_weight_of_evidence_that_marks_the_region_grows_and_the_loss_falls()
 
 
 def test_evidence_fitted_per_image_makes_the_fused_model_refuse_export_and_a_typo_is_named():
-    fused = create_detector("seg_tiny", ["+net.evidence={splicebuster: {}}"])
+    fused = create_detector("seg_tiny", ["net.evidence={splicebuster: {}}"])
     assert fused.onnx_export_refusal.startswith("evidence: ")
     assert getattr(create_detector("seg_tiny"), "onnx_export_refusal", None) is None
     with pytest.raises(ValueError, match="unknown evidence 'noise'; known: noise_level"):
-        create_detector("seg_tiny", ["+net.evidence={noise: {}}"])
+        create_detector("seg_tiny", ["net.evidence={noise: {}}"])
 
 
 def test_the_fused_map_keeps_the_input_size_and_training_mode_leaves_the_evidence_scoring():
-    fused = create_detector("seg_tiny", ["+net.evidence={noise_level: {block: 16}, jpeg_ghost: {}}"]).train()
+    fused = create_detector("seg_tiny", ["net.evidence={noise_level: {block: 16}, jpeg_ghost: {}}"]).train()
     assert not fused.evidence.detectors.training and fused.evidence.names == ["noise_level", "jpeg_ghost"]
     image = torch.from_numpy(np.random.default_rng(0).random((2, 3, 70, 90), dtype=np.float32))
     assert fused(image)["mask_logit"].shape == (2, 1, 70, 90)
