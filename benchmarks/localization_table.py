@@ -13,7 +13,8 @@
    its forgeries share one split.
 2. Scores every validation and test image with each localizer, whole, as `infer.py` does; the
    training-free ones have nothing to train. `--learned` configs are first trained by `train.py` on
-   the train split for at most `--minutes` (`benchmarks.localization_quality.train`).
+   the train split for at most `--minutes` (`benchmarks.localization_quality.train`; a finished run
+   in the output folder is reused).
 3. On the validation split only, chooses two levers: per localizer the pixel threshold that
    maximizes mean pixel F1 while marking at most 5 % of genuine pixels, and per operation the
    localizer with the best pixel F1 at 0.5 (the table's "best entry"). The test split is then
