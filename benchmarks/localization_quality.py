@@ -98,11 +98,13 @@ def run_name(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", spec)
 
 
-def make_data(folder: Path) -> Path:
+def make_data(folder: Path, spec: dict | None = None) -> Path:
+    """The generated set of `spec` (`synthesis.spec.DatasetSpec` fields; default `SPEC`) under
+    `folder`, made once: a `manifest.csv` already there is used as it is."""
     from synthesis.dataset import DatasetSpec, make_generated_manifest
 
     if not (folder / "manifest.csv").is_file():
-        make_generated_manifest(folder, DatasetSpec(**SPEC), progress=False)
+        make_generated_manifest(folder, DatasetSpec(**(SPEC if spec is None else spec)), progress=False)
     return folder / "manifest.csv"
 
 

@@ -42,6 +42,8 @@ class Localizer(Detector):
     or `head` (the network's own detection head; only for networks that have one).
     `loss_weights`: weights of `mask_dice`, `mask_bce`, `edge_dice` (needs an `edge_logit`) and
     `image_bce` (the image logit against the label); missing keys take `DEFAULT_LOSS_WEIGHTS`.
+    `evidence`: training-free maps fused into the learned map (`detectors.evidence`), e.g.
+    `{noise_level: {}, jpeg_ghost: {}}`; None for the network alone.
     Subclasses set `stride` (the factor the input size must divide by) and `has_image_head`.
     """
 
@@ -55,6 +57,7 @@ class Localizer(Detector):
         image_score: str = "max",
         loss_weights: Mapping[str, float] | None = None,
         topk_fraction: float = 0.01,
+        evidence: Mapping[str, Mapping[str, Any] | None] | None = None,
     ) -> None:
         super().__init__(preprocess)
         if image_score not in IMAGE_SCORES:
@@ -70,6 +73,13 @@ class Localizer(Detector):
         self.loss_weights = {**DEFAULT_LOSS_WEIGHTS, **{k: float(v) for k, v in (loss_weights or {}).items()}}
         # An integer divisor keeps k an integer expression of the (possibly symbolic) map size.
         self.topk_divisor = max(1, round(1.0 / topk_fraction))
+        self.evidence = None
+        if evidence:
+            from detectors.evidence import EvidenceFusion
+
+            self.evidence = EvidenceFusion(evidence)
+            if self.evidence.onnx_export_refusal:  # a map fitted per image is no fixed graph
+                self.onnx_export_refusal = self.evidence.onnx_export_refusal
 
     def image_logit_from_map(self, mask_logit: torch.Tensor) -> torch.Tensor:
         """(N, 1, H, W) pixel logits -> (N,) image logit by `max` or `topk_mean`."""
@@ -81,8 +91,10 @@ class Localizer(Detector):
 
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         """Pad to a multiple of `stride`, predict densely, crop every map back to the input's size,
-        then the image logit (from the map or the head) and the result dict."""
+        then the evidence fused in (when configured), the image logit (from the map or the head)
+        and the result dict."""
         height, width = image.shape[-2:]
+        evidence = self.evidence.logits(image) if self.evidence is not None else None
         if self.stride > 1:  # a class constant: the exported graph has no size-dependent branch
             image = pad_to_multiple(image, self.stride)
         dense = dict(self.dense_prediction(image))
@@ -90,6 +102,8 @@ class Localizer(Detector):
             dense = {k: v[..., :height, :width] if v.dim() == 4 else v for k, v in dense.items()}
         if "mask_logit" not in dense:  # a training phase that trains no map (TruFor's fingerprint)
             return dense
+        if evidence is not None:
+            dense["mask_logit"] = self.evidence.fuse(dense["mask_logit"], evidence)
         return self.outputs(dense.pop("mask_logit"), dense.pop("head_logit", None), **dense)
 
     def dense_prediction(self, image: torch.Tensor) -> Mapping[str, torch.Tensor]:

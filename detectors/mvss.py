@@ -96,12 +96,14 @@ class MVSSNet(Localizer):
         image_score: str = "max",
         loss_weights: Mapping[str, float] | None = None,
         topk_fraction: float = 0.01,
+        evidence: Mapping[str, Mapping[str, Any] | None] | None = None,
     ) -> None:
         super().__init__(
             preprocess or {"size": 512, "mode": "center_crop"},
             image_score,
             {**MVSS_LOSS_WEIGHTS, **(loss_weights or {})},
             topk_fraction,
+            evidence,
         )
         if channel_order not in CHANNEL_ORDERS:
             raise ValueError(f"channel_order must be one of {CHANNEL_ORDERS}, got {channel_order!r}")

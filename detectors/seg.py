@@ -57,6 +57,7 @@ class SegmentationLocalizer(Localizer):
         topk_fraction: float = 0.01,
         loss_weights: Mapping[str, float] | None = None,
         preprocess: Preprocess | Mapping[str, Any] | None = None,
+        evidence: Mapping[str, Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.has_image_head = bool(aux_head)
         super().__init__(
@@ -64,6 +65,7 @@ class SegmentationLocalizer(Localizer):
             image_score=image_score,
             loss_weights=loss_weights,
             topk_fraction=topk_fraction,
+            evidence=evidence,
         )
         if arch not in ARCHITECTURES:
             raise ValueError(f"seg arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")

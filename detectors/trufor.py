@@ -96,6 +96,7 @@ class TruFor(Localizer):
         fingerprint_temperature: float = 0.1,
         loss_weights: Mapping[str, float] | None = None,
         topk_fraction: float = 0.01,
+        evidence: Mapping[str, Mapping[str, Any] | None] | None = None,
     ) -> None:
         """Kept in one piece: it checks and wires the published layout's parts, as the authors' code does."""
         super().__init__(
@@ -103,6 +104,7 @@ class TruFor(Localizer):
             image_score=image_score,
             loss_weights=loss_weights,
             topk_fraction=topk_fraction,
+            evidence=evidence,
         )
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")

@@ -1,0 +1,135 @@
+"""The held-out localization table: kinds reported apart, levers chosen on validation only, maps of
+perturbed images compared at the original size, and the table says when a target fails."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from benchmarks import localization_table as table
+from benchmarks.localization_table_markdown import markdown
+from datamodules.io import write_image
+from datamodules.records import Record, write_manifest
+from synthesis.genuine_kinds import GENUINE_KINDS
+
+
+def square_mask(size: int = 32) -> np.ndarray:
+    mask = np.zeros((size, size), np.uint8)
+    mask[8:24, 8:24] = 1
+    return mask
+
+
+def item(op, kind, prob, mask=None, score=0.5):
+    return {"op": op, "kind": kind, "mask": mask, "prob": np.asarray(prob, np.float32), "score": score}
+
+
+def test_every_generated_kind_of_genuine_image_belongs_to_a_reported_kind_group():
+    for category in ("photo", *GENUINE_KINDS):
+        assert table.kind_group(category) in table.KIND_GROUPS
+    assert table.kind_group("my_own_category") == "other"
+    assert table.kind_group("gel") == "figure" and table.kind_group("histology") == "micrograph"
+
+
+def test_a_kind_that_fails_is_reported_beside_the_mean_over_kinds():
+    mask = square_mask()
+    scored = [
+        item("copy_move", "photograph", mask * 0.9, mask, 0.9),
+        item("copy_move", "figure", np.zeros((32, 32)), mask, 0.1),
+        item(None, "photograph", np.zeros((32, 32)), score=0.2),
+        item(None, "figure", np.full((32, 32), 0.7), score=0.3),
+    ]
+    found = table.split_metrics(scored)["copy_move"]
+    assert found["photograph"]["pixel_f1"] == pytest.approx(1.0)
+    assert found["figure"]["pixel_f1"] == pytest.approx(0.0)
+    assert found["all"]["pixel_f1"] == pytest.approx(0.5)
+    assert found["figure"]["pixel_fpr_genuine"] == pytest.approx(1.0)  # its genuine image is all marked
+    assert found["photograph"]["pixel_fpr_genuine"] == pytest.approx(0.0)
+    assert (found["all"]["n_masks"], found["all"]["n_genuine"]) == (2, 2)
+    assert "splicing" not in table.split_metrics(scored)  # no forgery of it: no row, not a row of NaNs
+
+
+def test_the_validation_threshold_is_the_best_f1_that_keeps_genuine_pixels_unmarked():
+    mask = square_mask()
+    inside = np.where(mask, 0.42, 0.1)
+    genuine_low = [item(None, "photograph", np.full((32, 32), 0.1))]
+    chosen = table.choose_threshold([item("splicing", "photograph", inside, mask), *genuine_low])
+    assert 0.1 < chosen["threshold"] <= 0.42 and chosen["val_pixel_f1"] == pytest.approx(1.0)
+    # a genuine image at 0.3 everywhere forbids every threshold that would mark it
+    genuine_high = [item(None, "photograph", np.full((32, 32), 0.3))]
+    chosen = table.choose_threshold([item("splicing", "photograph", inside, mask), *genuine_high])
+    assert 0.3 < chosen["threshold"] <= 0.42 and chosen["val_pixel_fpr_genuine"] == 0.0
+
+
+def result(val_f1: float, test_f1: float, fpr: float = 0.0) -> dict:
+    row = lambda f1: {"all": {"pixel_f1": f1, "pixel_fpr_genuine": fpr}}  # noqa: E731
+    return {"val": {"splicing": row(val_f1)}, "test": {"clean": {"splicing": row(test_f1)}}}
+
+
+def test_the_best_entry_is_chosen_on_validation_and_the_target_needs_a_low_genuine_fpr():
+    best = table.best_entries({"a": result(0.8, 0.55), "b": result(0.4, 0.9)})["splicing"]
+    assert best["localizer"] == "a" and best["test"]["all"]["pixel_f1"] == 0.55 and not best["holds"]
+    assert table.best_entries({"a": result(0.8, 0.65)})["splicing"]["holds"]
+    assert not table.best_entries({"a": result(0.8, 0.65, fpr=0.2)})["splicing"]["holds"]
+
+
+def test_a_rescaled_image_is_scored_and_its_map_brought_back_to_the_original_size(tmp_path):
+    from detectors.registry import create_detector
+
+    rng = np.random.default_rng(0)
+    write_image(tmp_path / "a.png", rng.integers(0, 255, (48, 40, 3), dtype=np.uint8))
+    records = [Record(str(tmp_path / "a.png"), 0, group="genuine", category="gel")]
+    net = create_detector("noise_level_tiny").eval()
+    for condition in table.CONDITIONS:
+        scored, seconds = table.score_split(net, records, condition)
+        assert scored[0]["prob"].shape == (48, 40) and scored[0]["kind"] == "figure" and seconds > 0
+
+
+def write_tiny_set(folder):
+    """Per split three photographs: a genuine one and a copy-move forgery of it with its mask."""
+    rng = np.random.default_rng(1)
+    records = []
+    for split in ("train", "val", "test"):
+        for index in range(3):
+            source = f"{split}{index}"
+            pixels = rng.integers(60, 200, (48, 48, 3), dtype=np.uint8)
+            write_image(folder / f"real/{source}.png", pixels)
+            genuine = Record(str(folder / f"real/{source}.png"), 0, group="genuine", category="photo", source=source)
+            records.append(replace(genuine, split=split))
+            forged = pixels.copy()
+            forged[8:24, 8:24] = pixels[24:40, 24:40]
+            write_image(folder / f"fake/{source}.png", forged)
+            write_image(folder / f"mask/{source}.png", square_mask(48)[..., None].repeat(3, 2) * 255)
+            records.append(
+                Record(
+                    str(folder / f"fake/{source}.png"),
+                    1,
+                    str(folder / f"mask/{source}.png"),
+                    "copy_move",
+                    "photo",
+                    source=source,
+                    split=split,
+                )
+            )
+    write_manifest(records, folder / "manifest.csv")
+    return folder / "manifest.csv"
+
+
+def test_the_script_writes_the_table_into_the_docs_between_its_markers(tmp_path, monkeypatch):
+    manifest = write_tiny_set(tmp_path / "data")
+    monkeypatch.setattr(table, "make_data", lambda folder, spec: manifest)
+    docs = tmp_path / "page.md"
+    docs.write_text(f"before\n{table.MARKERS[0]}\nlast run's table\n{table.MARKERS[1]}\nafter\n")
+    arguments = ["--localizers", "noise_level_tiny", "--output-dir", str(tmp_path / "out"), "--docs", str(docs)]
+    assert table.main(arguments) == 0
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert (summary["n_val"], summary["n_test"]) == (6, 6)
+    found = summary["localizers"]["noise_level_tiny"]
+    assert set(found["test"]) == set(table.CONDITIONS) and found["test"]["clean"]["copy_move"]["all"]["n_masks"] == 3
+    text = docs.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "last run's" not in text
+    assert "#### Copy-move" in text and "noise_level_tiny" in text and "F1 JPEG 75" in text
+    assert "#### Splicing" not in text  # no splice in the set: no empty table
+    assert markdown(summary) in text
