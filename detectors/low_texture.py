@@ -9,6 +9,7 @@ import numpy as np
 from detectors.matching import Panel, homogeneous
 
 DIHEDRAL = tuple((flip, k) for flip in (False, True) for k in range(4))  # the 8 flips / quarter turns
+MAX_CACHED_FACTORS = 4  # a panel keeps its turned copies for this many partner sizes (about 1 MB each)
 
 
 def dihedral(image: np.ndarray, flip: bool, quarter_turns: int) -> np.ndarray:
@@ -50,6 +51,9 @@ def turned_templates(
             template = np.ascontiguousarray(small[oy : oy + th, ox : ox + tw])
             if template.std() >= 1.0:
                 templates.append((template, back @ np.diag([1 / f_b, 1 / f_b, 1.0]), ox, oy))
+    kept = [k for k in panel.cache if k.startswith("turned:")]
+    for stale in kept[: max(0, len(kept) - MAX_CACHED_FACTORS + 1)]:  # panels of many sizes: keep the latest
+        del panel.cache[stale]
     panel.cache[key] = templates
     return templates
 

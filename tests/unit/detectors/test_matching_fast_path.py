@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detectors.low_texture import DIHEDRAL, correlation_search, dihedral, dihedral_to_original
+from detectors.low_texture import DIHEDRAL, MAX_CACHED_FACTORS, correlation_search, dihedral, dihedral_to_original
 from detectors.matching import describe_panel, least_squares_line, mutual_matches
 from detectors.pair_matching import match_pair
 from synthesis.duplication import global_duplication
@@ -90,6 +90,13 @@ def test_the_low_texture_search_turns_a_panel_once_and_gives_the_same_answer_aga
     again = correlation_search(panel_a, panel_b)
     assert any(key.startswith("turned:") for key in cached) and panel_b.cache.keys() == cached.keys()
     assert again[1] == first[1] and np.array_equal(again[0], first[0]) and first[1] > 0.9
+
+
+def test_a_panel_keeps_its_turned_copies_for_a_few_partner_sizes_only():
+    blot = describe_panel(blot_panel(np.random.default_rng(3)))
+    for side in (200, 220, 240, 260, 280, 300):
+        correlation_search(describe_panel(blot_panel(np.random.default_rng(4), size=(120, side))), blot)
+    assert sum(key.startswith("turned:") for key in blot.cache) == MAX_CACHED_FACTORS
 
 
 def test_well_described_panels_skip_the_low_texture_search(coffee):
