@@ -67,22 +67,32 @@ def kind_rows(pairs: dict) -> list[str]:
 
 
 def speed_rows(speed: dict) -> list[str]:
+    names = [name for name in ("reference", "gated", "gated_small") if name in speed]
     lines = [
         "",
-        f"| speed, group of {speed['panels']} panels of 512 px ({speed['pairs']} pairs), {speed['rounds']} rounds "
-        "| reference | fast | fast / reference |",
-        "| --- | --- | --- | --- |",
+        f"| speed, group of {speed['panels']} panels of 512 px ({speed['pairs']} pairs), {speed['rounds']} rounds | "
+        + " | ".join(
+            f"{n} ({', '.join(f'{k}={v}' for k, v in speed[n]['settings'].items() if k != 'max_side')})" for n in names
+        )
+        + " |",
+        "| --- |" + " --- |" * len(names),
     ]
-    ref, fast = speed["reference"], speed["fast"]
-    for key, label, unit in (
-        ("describe_seconds_per_panel", "describing one panel", "s"),
-        ("match_seconds_per_pair", "matching one pair (panels described)", "s"),
-        ("matching_pairs_per_s", "pairs/s, panels described once (matching only)", ""),
-        ("group_pairs_per_s", "pairs/s, all pairs of the group (describing included)", ""),
-        ("fresh_pairs_per_s", "pairs/s, a lone pair (both panels described)", ""),
+    for key, label in (
+        ("describe_seconds_per_panel", "seconds to describe one panel"),
+        ("match_seconds_per_pair", "seconds to match one pair (panels described)"),
+        ("matching_pairs_per_s", "pairs/s, panels described once (matching only)"),
+        ("group_pairs_per_s", "pairs/s, all pairs of the group (describing included)"),
+        ("fresh_pairs_per_s", "pairs/s, a lone pair (both panels described)"),
     ):
-        lines.append(f"| {label} | {ref[key]:.3f}{unit} | {fast[key]:.3f}{unit} | {fast[key] / ref[key]:.2f} |")
-    lines.append(f"| reference: one SIFT extraction of a 512 px panel | {speed['sift_seconds_per_panel']:.3f}s | | |")
+        reference = speed["reference"][key]
+        cells = [
+            f"{speed[n][key]:.3f}" + ("" if n == "reference" else f" ({speed[n][key] / reference:.2f}x)") for n in names
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(
+        f"| one SIFT extraction of a 512 px panel (s) | {speed['sift_seconds_per_panel']:.3f} |"
+        + " |" * (len(names) - 1)
+    )
     return lines
 
 

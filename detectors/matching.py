@@ -137,23 +137,27 @@ def mutual_matches(
     similarity = desc_a @ desc_b.T
     if forbidden is not None:
         similarity = np.where(forbidden, -1.0, similarity)
-    # Unit descriptors: distance = sqrt(2 - 2 similarity), so the nearest is the most similar and
-    # only the two best of each row and column are turned into distances.
+    # Unit descriptors: distance = sqrt(2 - 2 similarity), so the nearest is the most similar. The
+    # ratio test needs the second best only where the nearest neighbours are mutual: a few rows
+    # and columns, not the whole matrix.
     best_b, best_a = similarity.argmax(1), similarity.argmax(0)
-    ia, ib = np.arange(len(desc_a)), np.arange(len(desc_b))
-    first_b, first_a = similarity[ia, best_b], similarity[best_a, ib]
-    similarity[ia, best_b] = -np.inf
-    second_b = similarity.max(1)
-    similarity[ia, best_b] = first_b
-    similarity[best_a, ib] = -np.inf
-    second_a = similarity.max(0)
+    rows = np.flatnonzero(best_a[best_b] == np.arange(len(desc_a)))
+    cols = best_b[rows]
+    first = similarity[rows, cols]
+    picked = np.arange(len(rows))
+    in_rows = similarity[rows]
+    in_rows[picked, cols] = -np.inf
+    in_cols = similarity[:, cols]
+    in_cols[rows, picked] = -np.inf
 
     def distance(values: np.ndarray) -> np.ndarray:
         return np.sqrt(np.maximum(2.0 - 2.0 * values, 0.0))
 
-    keep = (best_a[best_b] == ia) & (distance(first_b) < ratio * distance(second_b))
-    keep &= distance(first_a[best_b]) < ratio * distance(second_a[best_b])
-    return ia[keep], best_b[keep]
+    nearest = distance(first)
+    keep = (nearest < ratio * distance(in_rows.max(1, initial=-np.inf))) & (
+        nearest < ratio * distance(in_cols.max(0, initial=-np.inf))
+    )
+    return rows[keep], cols[keep]
 
 
 def fit_similarity(
