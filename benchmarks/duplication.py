@@ -47,7 +47,10 @@ def pair_benchmark(args: argparse.Namespace) -> dict:
         figure_groups=args.figure_groups,
     )
     detector = PairDuplicationDetector(
-        max_side=args.max_side, detect_side=args.detect_side, fallback_keypoints=args.fallback_keypoints
+        max_side=args.max_side,
+        n_features=args.n_features,
+        detect_side=args.detect_side,
+        fallback_keypoints=args.fallback_keypoints,
     )
     result = fit_pair_detector(detector, {k: splits[k] for k in ("train", "val")}, target_fpr=0.01)
     test = splits["test"]
@@ -130,7 +133,8 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
     """All pairs of a group of 512 px panels with three settings, in alternating rounds so that all
     see the same load: `reference` (keypoints found at the working size, the low-texture search for
     every pair short of inliers), `gated` (the search only below --fallback-keypoints keypoints) and
-    `gated_small` (also keypoints found at --speed-detect-side px)."""
+    `gated_small` (also keypoints found at --speed-detect-side px) and `gated_capped` (gated, at
+    most --speed-n-features keypoints per panel)."""
     photos = load_photos()
     rng = np.random.default_rng([args.seed, 9])
     names = sorted(photos)
@@ -146,6 +150,11 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
             "max_side": 512,
             "fallback_keypoints": args.fallback_keypoints or 100,
             "detect_side": args.speed_detect_side,
+        },
+        "gated_capped": {
+            "max_side": 512,
+            "fallback_keypoints": args.fallback_keypoints or 100,
+            "n_features": args.speed_n_features,
         },
     }
     detectors = {name: PairDuplicationDetector(**kwargs) for name, kwargs in settings.items()}
@@ -196,6 +205,8 @@ def main() -> None:
     parser.add_argument("--copy-move", type=int, default=30, help="forged images (0: skip)")
     parser.add_argument("--speed-panels", type=int, default=12, help="512 px panels of the timed group (0: skip)")
     parser.add_argument("--speed-rounds", type=int, default=2, help="alternating rounds of the settings timed")
+    parser.add_argument("--n-features", type=int, default=1000, help="keypoints kept per panel")
+    parser.add_argument("--speed-n-features", type=int, default=500, help="n_features of the gated_capped setting")
     parser.add_argument("--speed-detect-side", type=int, default=256, help="detect_side of the gated_small setting")
     parser.add_argument("--skip-pairs", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
