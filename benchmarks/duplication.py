@@ -1,6 +1,6 @@
 """Duplication detectors measured on held-out generated data (docs/duplication.md):
 
-  PYTHONPATH=. python benchmarks/duplication.py [--detect-side 0] [--fallback-keypoints 100] [--json out.json]
+  PYTHONPATH=. python benchmarks/duplication.py [--n-features 500] [--fallback-keypoints 100] [--json out.json]
 
 1. Pair detector (`PairDuplicationDetector`): score models fitted on the `train` photos' pairs, the
    threshold calibrated to 1 % FPR on the `val` photos' negatives (with the hard negatives and
@@ -132,9 +132,9 @@ def timed_group(detector: PairDuplicationDetector, panels: list[np.ndarray]) -> 
 def speed_benchmark(args: argparse.Namespace) -> dict:
     """All pairs of a group of 512 px panels with three settings, in alternating rounds so that all
     see the same load: `reference` (keypoints found at the working size, the low-texture search for
-    every pair short of inliers), `gated` (the search only below --fallback-keypoints keypoints) and
-    `gated_small` (also keypoints found at --speed-detect-side px) and `gated_capped` (gated, at
-    most --speed-n-features keypoints per panel)."""
+    every pair short of inliers, 1000 keypoints), `gated` (the search only below --fallback-keypoints
+    keypoints), `gated_capped` (also at most --speed-n-features keypoints per panel: dup_sift's
+    settings) and `gated_small` (gated, keypoints found at --speed-detect-side px)."""
     photos = load_photos()
     rng = np.random.default_rng([args.seed, 9])
     names = sorted(photos)
@@ -143,18 +143,16 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
         photo = photos[names[int(rng.integers(len(names)))]]
         if min(photo.shape[:2]) >= 256:
             panels.append(cv2.resize(random_panel(photo, rng), (512, 512), interpolation=cv2.INTER_AREA))
+    gate = args.fallback_keypoints or 100
     settings = {
-        "reference": {"max_side": 512},
-        "gated": {"max_side": 512, "fallback_keypoints": args.fallback_keypoints or 100},
+        "reference": {"max_side": 512, "n_features": 1000},
+        "gated": {"max_side": 512, "n_features": 1000, "fallback_keypoints": gate},
+        "gated_capped": {"max_side": 512, "n_features": args.speed_n_features, "fallback_keypoints": gate},
         "gated_small": {
             "max_side": 512,
-            "fallback_keypoints": args.fallback_keypoints or 100,
+            "n_features": 1000,
+            "fallback_keypoints": gate,
             "detect_side": args.speed_detect_side,
-        },
-        "gated_capped": {
-            "max_side": 512,
-            "fallback_keypoints": args.fallback_keypoints or 100,
-            "n_features": args.speed_n_features,
         },
     }
     detectors = {name: PairDuplicationDetector(**kwargs) for name, kwargs in settings.items()}
@@ -205,7 +203,7 @@ def main() -> None:
     parser.add_argument("--copy-move", type=int, default=30, help="forged images (0: skip)")
     parser.add_argument("--speed-panels", type=int, default=12, help="512 px panels of the timed group (0: skip)")
     parser.add_argument("--speed-rounds", type=int, default=2, help="alternating rounds of the settings timed")
-    parser.add_argument("--n-features", type=int, default=1000, help="keypoints kept per panel")
+    parser.add_argument("--n-features", type=int, default=500, help="keypoints kept per panel")
     parser.add_argument("--speed-n-features", type=int, default=500, help="n_features of the gated_capped setting")
     parser.add_argument("--speed-detect-side", type=int, default=256, help="detect_side of the gated_small setting")
     parser.add_argument("--skip-pairs", action="store_true")

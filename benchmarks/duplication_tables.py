@@ -67,7 +67,7 @@ def kind_rows(pairs: dict) -> list[str]:
 
 
 def speed_rows(speed: dict) -> list[str]:
-    names = [name for name in ("reference", "gated", "gated_small", "gated_capped") if name in speed]
+    names = [name for name in ("reference", "gated", "gated_capped", "gated_small") if name in speed]
     lines = [
         "",
         f"| speed, group of {speed['panels']} panels of 512 px ({speed['pairs']} pairs), {speed['rounds']} rounds | "
