@@ -1,18 +1,21 @@
 """Duplication detectors measured on held-out generated data (docs/duplication.md):
 
-  PYTHONPATH=. python benchmarks/duplication.py [--positives-per-photo 8] [--max-side 512] [--json out.json]
+  PYTHONPATH=. python benchmarks/duplication.py [--n-features 500] [--fallback-keypoints 100] [--json out.json]
 
 1. Pair detector (`PairDuplicationDetector`): score models fitted on the `train` photos' pairs, the
-   threshold calibrated to 1 % FPR on the `val` photos' negatives, everything measured on pairs of
-   the held-out `test` photos (never used to fit or calibrate): THEMIS set-F1 / EM / SPC, per-
-   operation recall, pair TPR at 1 % FPR, pair pixel F1, and flag rates per kind of pair
-   (furniture: two different charts / blots / micrographs of one kind).
+   threshold calibrated to 1 % FPR on the `val` photos' negatives (with the hard negatives and
+   figure groups: over 299), everything measured on pairs of the held-out `test` photos (never used
+   to fit or calibrate): THEMIS set-F1 / EM / SPC, per-operation recall, pair TPR at 1 % FPR, mask
+   pixel F1, the FPR at the calibrated threshold with its Clopper-Pearson interval on val and test,
+   and flag rates per subset (ordinary, hard, group) and kind of pair. `--similar-per-photo 0
+   --crops-per-photo 0 --furniture-pairs 0 --figure-groups 0` gives the ordinary pairs only.
 2. Copy-move (`SelfMatchLocalizer`): forgeries with rotation and scaling made from the test photos
    (`synthesis.copy_move.copy_move(scale=..., rotation=...)`, as `forgery_options.copy_move.*`),
    pixel F1 at 0.5 per forged image, and the genuine panels' image false-positive rate.
-3. Speed for 512 px panels on this machine: pairs/s for a fresh pair (both panels described) and
-   for all pairs of a group (each panel described once), as ratios to one SIFT extraction of a
-   512 px panel measured in the same run.
+3. Speed for 512 px panels on this machine (one thread: cv2.setNumThreads(1); run it with
+   OMP_NUM_THREADS=1): a group of panels, each described once and every pair matched, with the
+   reference settings and the faster ones in alternating rounds, reported as ratios to the
+   reference and beside one SIFT extraction measured in the same run.
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ import time
 import cv2
 import numpy as np
 
+from benchmarks.duplication_tables import markdown
 from detectors.duplication import PairDuplicationDetector, SelfMatchLocalizer
-from detectors.training_free import fit_pair_detector
+from detectors.training_free import evaluate_pair_set, fit_pair_detector, match_pair_set
+from evaluation.calibration import clopper_pearson
 from synthesis.copy_move import copy_move
-from synthesis.pair_set import load_photos, pair_splits, random_panel, split_sources
-
-THEMIS_TABLE_12 = {"best MLLM (THEMIS Table 12)": (0.4513, 0.1799, 0.1995)}
+from synthesis.pair_set import PairSet, load_photos, pair_splits, random_panel, split_sources
 
 
 def pair_benchmark(args: argparse.Namespace) -> dict:
@@ -38,11 +41,46 @@ def pair_benchmark(args: argparse.Namespace) -> dict:
         negatives_per_photo=args.negatives_per_photo,
         figure_pairs=args.figure_pairs,
         seed=args.seed,
+        similar_per_photo=args.similar_per_photo,
+        crops_per_photo=args.crops_per_photo,
+        furniture_pairs=args.furniture_pairs,
+        figure_groups=args.figure_groups,
     )
-    detector = PairDuplicationDetector(max_side=args.max_side)
-    result = fit_pair_detector(detector, splits, target_fpr=0.01)
+    detector = PairDuplicationDetector(
+        max_side=args.max_side,
+        n_features=args.n_features,
+        detect_side=args.detect_side,
+        fallback_keypoints=args.fallback_keypoints,
+    )
+    result = fit_pair_detector(detector, {k: splits[k] for k in ("train", "val")}, target_fpr=0.01)
+    test = splits["test"]
+    matches = match_pair_set(detector, test)
+    result["test"], rows = evaluate_pair_set(detector, test, result["threshold"], matches)
+    for subset in ("base", "group"):  # the hard subset has negatives only: its rates are in by_subset_kind
+        keep = [i for i, p in enumerate(test.pairs) if p.subset == subset]
+        if keep:
+            part = PairSet(test.panels, [test.pairs[i] for i in keep])
+            result[f"test_{subset}"] = evaluate_pair_set(
+                detector, part, result["threshold"], [matches[i] for i in keep]
+            )[0]
+    flagged: dict[str, list[bool]] = {}
+    for pair, row in zip(test.pairs, rows):
+        flagged.setdefault(f"{pair.subset}/{pair.kind}/{pair.label}", []).append(row["score"] >= result["threshold"])
+    negatives = [row["score"] >= result["threshold"] for row in rows if not row["label"]]
+    result["test_fpr"] = {
+        "false_positives": int(np.sum(negatives)),
+        "negatives": len(negatives),
+        "interval": clopper_pearson(int(np.sum(negatives)), len(negatives)),
+    }
+    result["by_subset_kind"] = {key: {"n": len(v), "flagged": float(np.mean(v))} for key, v in sorted(flagged.items())}
     result["sizes"] = {
-        name: {"pairs": len(s.pairs), "positives": sum(p.label for p in s.pairs)} for name, s in splits.items()
+        name: {
+            "pairs": len(s.pairs),
+            "positives": sum(p.label for p in s.pairs),
+            "negatives": sum(1 - p.label for p in s.pairs),
+            "base_pairs": sum(p.subset == "base" for p in s.pairs),
+        }
+        for name, s in splits.items()
     }
     return result
 
@@ -79,7 +117,24 @@ def copy_move_benchmark(args: argparse.Namespace) -> dict:
     }
 
 
+def timed_group(detector: PairDuplicationDetector, panels: list[np.ndarray]) -> dict:
+    """Seconds to describe each panel once and to match every pair of the group."""
+    started = time.perf_counter()
+    described = [detector.describe(p) for p in panels]
+    describing = time.perf_counter() - started
+    started = time.perf_counter()
+    for i in range(len(described)):
+        for j in range(i + 1, len(described)):
+            detector.predict_pair(described[i], described[j], 0.5)
+    return {"describe": describing, "match": time.perf_counter() - started}
+
+
 def speed_benchmark(args: argparse.Namespace) -> dict:
+    """All pairs of a group of 512 px panels with three settings, in alternating rounds so that all
+    see the same load: `reference` (keypoints found at the working size, the low-texture search for
+    every pair short of inliers, 1000 keypoints), `gated` (the search only below --fallback-keypoints
+    keypoints), `gated_capped` (also at most --speed-n-features keypoints per panel: dup_sift's
+    settings) and `gated_small` (gated, keypoints found at --speed-detect-side px)."""
     photos = load_photos()
     rng = np.random.default_rng([args.seed, 9])
     names = sorted(photos)
@@ -88,103 +143,47 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
         photo = photos[names[int(rng.integers(len(names)))]]
         if min(photo.shape[:2]) >= 256:
             panels.append(cv2.resize(random_panel(photo, rng), (512, 512), interpolation=cv2.INTER_AREA))
-    detector = PairDuplicationDetector(max_side=args.max_side)
-    detector.score_model.fitted.fill_(True)  # speed only: the coefficients do not change the work done
-    detector.parameter_model.fitted.fill_(True)
-    sift = cv2.SIFT_create(nfeatures=1000)
-    started = time.perf_counter()
-    for panel in panels:
-        sift.detectAndCompute(cv2.cvtColor(panel, cv2.COLOR_RGB2GRAY), None)
-    reference = (time.perf_counter() - started) / len(panels)
-    started = time.perf_counter()
-    fresh = list(zip(panels[::2], panels[1::2]))
-    for a, b in fresh:
-        detector.predict_pair(detector.describe(a), detector.describe(b), 0.5)
-    fresh_rate = len(fresh) / (time.perf_counter() - started)
-    started = time.perf_counter()
-    described = [detector.describe(p) for p in panels]
-    count = 0
-    for i in range(len(described)):
-        for j in range(i + 1, len(described)):
-            detector.predict_pair(described[i], described[j], 0.5)
-            count += 1
-    group_rate = count / (time.perf_counter() - started)
-    return {
-        "panels": len(panels),
-        "max_side": args.max_side,
-        "sift_seconds_per_panel": reference,
-        "fresh_pairs_per_s": fresh_rate,
-        "group_pairs_per_s": group_rate,
-        "group_pairs": count,
-        "fresh_pair_in_sift_extractions": 1 / (fresh_rate * reference),
-        "group_pair_in_sift_extractions": 1 / (group_rate * reference),
+    gate = args.fallback_keypoints or 100
+    settings = {
+        "reference": {"max_side": 512, "n_features": 1000},
+        "gated": {"max_side": 512, "n_features": 1000, "fallback_keypoints": gate},
+        "gated_capped": {"max_side": 512, "n_features": args.speed_n_features, "fallback_keypoints": gate},
+        "gated_small": {
+            "max_side": 512,
+            "n_features": 1000,
+            "fallback_keypoints": gate,
+            "detect_side": args.speed_detect_side,
+        },
     }
-
-
-def markdown(report: dict) -> str:
-    """The report's tables (docs/duplication.md). Kept in one piece: one table after another."""
-    lines = []
-    pairs = report.get("pairs")
-    if pairs:
-        test = pairs["test"]
-        ops = test["operations"]
-        lines += ["| method | set-F1 | EM | SPC |", "| --- | --- | --- | --- |"]
-        lines += [f"| {name} | {f1:.4f} | {em:.4f} | {spc:.4f} |" for name, (f1, em, spc) in THEMIS_TABLE_12.items()]
-        lines += [
-            f"| dup_sift (max_side {report['args']['max_side']}), held-out generated pairs (n={ops['n']}) "
-            f"| {ops['set_f1']:.4f} | {ops['exact_match']:.4f} | {ops['spc']:.4f} |",
-            "",
-        ]
-        lines += ["| operation | n | recall | precision |", "| --- | --- | --- | --- |"]
-        lines += [
-            f"| {op} | {v['n']} | {v['recall']:.3f} | {v['precision']:.3f} |" for op, v in test["by_operation"].items()
-        ]
-        lines += [
-            "",
-            "| pair figure | value |",
-            "| --- | --- |",
-            f"| TPR at 1 % FPR (threshold-free, test) | {test['pair_tpr@fpr=0.01']:.4f} |",
-            f"| AUROC | {test['pair_auroc']:.4f} |",
-            f"| TPR / TNR at the threshold calibrated on val (1 % FPR) | {test['pair_tpr']:.4f} / "
-            f"{test['pair_tnr']:.4f} |",
-            f"| pair F1 / MCC | {test['pair_f1']:.4f} / {test['pair_mcc']:.4f} |",
-            f"| mask pixel F1 / MCC (duplicated pairs) | {test['pixel_f1']:.4f} / {test['pixel_mcc']:.4f} |",
-            f"| mask pixel F1 / MCC pooled (all pairs) | {test['pixel_f1_pooled']:.4f} / "
-            f"{test['pixel_mcc_pooled']:.4f} |",
-            f"| val negatives calibrated on | {pairs['calibration']['n_genuine']} |",
-            "",
-        ]
-        lines += ["| kind of pair | n | flagged |", "| --- | --- | --- |"]
-        lines += [
-            f"| {kind} ({'duplicated' if v['label'] else 'not duplicated'}) | {v['n']} | "
-            f"{v.get('tpr', v.get('fpr')):.3f} |"
-            for kind, v in test["by_kind"].items()
-        ]
-        lines.append("")
-    move = report.get("copy_move")
-    if move:
-        lines += [
-            "| copy-move (rotation +-30 deg, scale 0.8-1.25) | value |",
-            "| --- | --- |",
-            f"| forged images | {move['images']} |",
-            f"| pixel F1, target marked | {move['pixel_f1_target']:.4f} |",
-            f"| pixel F1, both copies marked | {move['pixel_f1_both_marked']:.4f} |",
-            f"| genuine panels flagged (image logit >= 0) | {move['genuine_flagged_at_logit_0']:.3f} |",
-            f"| genuine pixel FPR | {move['genuine_pixel_fpr']:.4f} |",
-            "",
-        ]
-    speed = report.get("speed")
-    if speed:
-        lines += [
-            "| speed, 512 px panels | pairs/s | cost in SIFT extractions of one panel |",
-            "| --- | --- | --- |",
-            f"| fresh pair (both described) | {speed['fresh_pairs_per_s']:.2f} | "
-            f"{speed['fresh_pair_in_sift_extractions']:.2f} |",
-            f"| all pairs of {speed['panels']} panels (each described once) | {speed['group_pairs_per_s']:.2f} | "
-            f"{speed['group_pair_in_sift_extractions']:.2f} |",
-            f"| reference: one SIFT extraction | {1 / speed['sift_seconds_per_panel']:.2f} panels/s | 1 |",
-        ]
-    return "\n".join(lines)
+    detectors = {name: PairDuplicationDetector(**kwargs) for name, kwargs in settings.items()}
+    for detector in detectors.values():  # speed only: the coefficients do not change the work done
+        detector.score_model.fitted.fill_(True)
+        detector.parameter_model.fitted.fill_(True)
+    sift = cv2.SIFT_create(nfeatures=1000)
+    totals = {name: {"describe": 0.0, "match": 0.0} for name in [*settings, "sift"]}
+    for _ in range(args.speed_rounds):
+        started = time.perf_counter()
+        for panel in panels:
+            sift.detectAndCompute(cv2.cvtColor(panel, cv2.COLOR_RGB2GRAY), None)
+        totals["sift"]["describe"] += time.perf_counter() - started
+        for name, detector in detectors.items():
+            for key, seconds in timed_group(detector, panels).items():
+                totals[name][key] += seconds
+    n, pairs = len(panels), len(panels) * (len(panels) - 1) // 2
+    sift_seconds = totals["sift"]["describe"] / (n * args.speed_rounds)
+    report: dict = {"panels": n, "pairs": pairs, "rounds": args.speed_rounds, "sift_seconds_per_panel": sift_seconds}
+    for name in settings:
+        describe = totals[name]["describe"] / (n * args.speed_rounds)
+        match = totals[name]["match"] / (pairs * args.speed_rounds)
+        report[name] = {
+            "settings": settings[name],
+            "describe_seconds_per_panel": describe,
+            "match_seconds_per_pair": match,
+            "matching_pairs_per_s": 1 / match,
+            "group_pairs_per_s": pairs / (n * describe + pairs * match),
+            "fresh_pairs_per_s": 1 / (2 * describe + match),
+        }
+    return report
 
 
 def main() -> None:
@@ -193,13 +192,26 @@ def main() -> None:
     parser.add_argument("--negatives-per-photo", type=int, default=16)
     parser.add_argument("--figure-pairs", type=int, default=12)
     parser.add_argument("--max-side", type=int, default=512)
+    parser.add_argument("--detect-side", type=int, default=0, help="side keypoints are found at (0: max side)")
+    parser.add_argument(
+        "--fallback-keypoints", type=int, default=100, help="low-texture search below this many keypoints (0: always)"
+    )
+    parser.add_argument("--similar-per-photo", type=int, default=6, help="hard negatives: most similar photo")
+    parser.add_argument("--crops-per-photo", type=int, default=4, help="hard negatives: more disjoint crops")
+    parser.add_argument("--furniture-pairs", type=int, default=16, help="hard negatives per figure kind")
+    parser.add_argument("--figure-groups", type=int, default=14, help="figure-like groups of 5 panels per split")
     parser.add_argument("--copy-move", type=int, default=30, help="forged images (0: skip)")
-    parser.add_argument("--speed-panels", type=int, default=8, help="512 px panels timed (0: skip)")
+    parser.add_argument("--speed-panels", type=int, default=12, help="512 px panels of the timed group (0: skip)")
+    parser.add_argument("--speed-rounds", type=int, default=2, help="alternating rounds of the settings timed")
+    parser.add_argument("--n-features", type=int, default=500, help="keypoints kept per panel")
+    parser.add_argument("--speed-n-features", type=int, default=500, help="n_features of the gated_capped setting")
+    parser.add_argument("--speed-detect-side", type=int, default=256, help="detect_side of the gated_small setting")
     parser.add_argument("--skip-pairs", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     cv2.setNumThreads(1)
+    args.detect_side, args.fallback_keypoints = args.detect_side or None, args.fallback_keypoints or None
     report: dict = {"args": vars(args)}
     if not args.skip_pairs:
         report["pairs"] = pair_benchmark(args)

@@ -87,7 +87,10 @@ class PairPrediction:
 
 
 class PairDuplicationDetector(Detector):
-    """Matching-based pair detector; `max_side` is the working size panels are matched at."""
+    """Matching-based pair detector; `max_side` is the working size panels are matched at,
+    `detect_side` the size keypoints are found at (None: the working size), `fallback_keypoints`
+    the keypoint count below which the low-texture search is tried (None: for every pair with too
+    few inliers). See `detectors.matching.describe_panel` and `detectors.pair_matching.match_pair`."""
 
     is_pair_detector = True
     fit_without_gradients = True
@@ -107,8 +110,12 @@ class PairDuplicationDetector(Detector):
         scale_tolerance: float = 0.06,
         angle_tolerance: float = 5.0,
         min_peak: float = 0.6,
+        detect_side: int | None = None,
+        fallback_keypoints: int | None = None,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE)
+        self.detect_side = None if detect_side is None else int(detect_side)
+        self.fallback_keypoints = None if fallback_keypoints is None else int(fallback_keypoints)
         self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
         self.min_inliers, self.mask_furniture, self.min_peak = (int(min_inliers), bool(mask_furniture), float(min_peak))
         self.scale_tolerance, self.angle_tolerance = float(scale_tolerance), float(angle_tolerance)
@@ -120,10 +127,19 @@ class PairDuplicationDetector(Detector):
         """A panel (RGB uint8, any size) at working size with its keypoints, for many pairs."""
         if self._sift is None:
             self._sift = cv2.SIFT_create(nfeatures=self.n_features)
-        return describe_panel(image, self.max_side, self.n_features, self.mask_furniture, self._sift)
+        return describe_panel(
+            image, self.max_side, self.n_features, self.mask_furniture, self._sift, detect_side=self.detect_side
+        )
 
     def match(self, panel_a: Panel, panel_b: Panel) -> PairMatch:
-        return match_pair(panel_a, panel_b, self.ratio, self.min_inliers, min_peak=self.min_peak)
+        return match_pair(
+            panel_a,
+            panel_b,
+            self.ratio,
+            self.min_inliers,
+            min_peak=self.min_peak,
+            fallback_keypoints=self.fallback_keypoints,
+        )
 
     def score(self, match: PairMatch) -> float:
         """Probability that the pair shares content (0 when matching found nothing to fit)."""

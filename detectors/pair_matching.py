@@ -146,11 +146,15 @@ def match_pair(
     min_inliers: int = 8,
     ransac_threshold: float = 0.01,
     min_peak: float = 0.6,
+    fallback_keypoints: int | None = None,
 ) -> PairMatch:
     """Match A with B and with B's mirror; fit, decompose, find the shared content and its colours.
 
     `ransac_threshold` is a fraction of the working size's longer side. Below `min_inliers` SIFT
-    inliers the low-texture correlation search is tried; its peak must reach `min_peak`.
+    inliers the low-texture correlation search is tried; its peak must reach `min_peak`. With
+    `fallback_keypoints` it is tried only when a panel has fewer keypoints than that: panels SIFT
+    describes well gain nothing from it (their copies have inliers), and most pairs of a figure
+    are such pairs with nothing shared, where the search is the largest cost.
 
     Kept in one piece: the direct and mirrored fits, the fallback and the statistics
     share the working coordinates and the chosen map; split, they would pass a dozen values around.
@@ -171,6 +175,9 @@ def match_pair(
     n_inliers, matrix, inliers, inlier_points, n_matches = best
     method, peak = "sift", 0.0
     if n_inliers < min_inliers:
+        described = min(len(panel_a.points), len(panel_b.points))
+        if fallback_keypoints is not None and described >= fallback_keypoints:
+            return no_match(panel_a, panel_b, "no consistent matches", n_matches=n_matches, n_inliers=n_inliers)
         if not len(panel_a.points) and not len(panel_b.points) and panel_a.texture < 0.01 and panel_b.texture < 0.01:
             return no_match(panel_a, panel_b, "no keypoints and no texture in either panel", n_matches=n_matches)
         fallback, peak = correlation_search(panel_a, panel_b)

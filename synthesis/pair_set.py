@@ -4,6 +4,8 @@ Positives are THEMIS duplications (`synthesis.duplication`: global and local, wi
 sets and masks) of panels cut from the photos, and copies of chart, blot and micrograph panels.
 Negatives are panels of two different photos, two non-overlapping crops of one photo (hard: same
 scene, no shared pixels) and two different panels of one figure kind (hard: shared furniture).
+Optionally (`synthesis.hard_pairs`), more hard negatives (panels of similar photos, more disjoint
+crops, more panels of one figure kind) and figure-like groups whose every pair is labelled.
 Panels carry ids, so a detector describes each panel once however many pairs it is in.
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from synthesis.duplication import MIN_LOCAL_SIDE, global_duplication, local_duplication
 from synthesis.figure_panels import KINDS, figure_panel
+from synthesis.hard_pairs import figure_group, hard_negative_images
 
 __all__ = ["PanelPair", "PairSet", "make_pair_set", "split_sources"]
 
@@ -27,10 +30,12 @@ class PanelPair:
     id_b: str
     label: int  # 1: B reuses content of A
     operations: tuple[str, ...]  # fine operation names (synthesis.duplication), () for negatives
-    kind: str  # global | local | figure_copy | other_photo | same_photo | figure_furniture
+    kind: str  # global | local | figure_copy | other_photo | same_photo | figure_furniture | similar_photo
     source: str
     mask_a: np.ndarray | None = None
     mask_b: np.ndarray | None = None
+    subset: str = "base"  # base: the ordinary pairs | hard: extra hard negatives | group: inside a figure group
+    group: str = ""  # the figure-like group both panels belong to
 
 
 @dataclass
@@ -87,12 +92,21 @@ def make_pair_set(
     negatives_per_photo: int = 8,
     figure_pairs: int = 12,
     prefix: str = "",
+    similar_per_photo: int = 0,
+    crops_per_photo: int = 0,
+    furniture_pairs: int = 0,
+    figure_groups: int = 0,
+    group_size: int = 5,
 ) -> PairSet:
     """Positives and negatives from `photos` (name -> RGB uint8) and from fresh figure panels.
 
     Per photo: `positives_per_photo` duplications (global or local, as the panel allows),
     `negatives_per_photo` pairs with another photo's panel, and one pair of disjoint crops. Per
-    figure kind: `figure_pairs` copies and as many pairs of two different panels.
+    figure kind: `figure_pairs` copies and as many pairs of two different panels. Then, drawn after
+    these (so they stay the same pairs for a seed), subset `hard`: per photo `similar_per_photo`
+    pairs with its most similar photo and `crops_per_photo` more disjoint crops, per figure kind
+    `furniture_pairs` more pairs of different panels; subset `group`: `figure_groups` groups of
+    `group_size` panels with all their pairs (`synthesis.hard_pairs`).
 
     Kept in one piece: positives, negatives and figure pairs draw from one generator
     and one panel table, in an order that keeps a seed's pairs reproducible.
@@ -136,6 +150,19 @@ def make_pair_set(
                 )
             )
             pairs.append(PanelPair(id_a, add(second, kind), 0, (), "figure_furniture", kind))
+    hard = hard_negative_images(
+        photos, rng, random_panel, disjoint_crops, scene_of, similar_per_photo, crops_per_photo, furniture_pairs
+    )
+    for first, second, kind, source in hard:
+        name = source.split("|")[0]
+        pairs.append(PanelPair(add(first, name), add(second, name), 0, (), kind, source, subset="hard"))
+    for index in range(figure_groups if names else 0):
+        group = f"{prefix}group{index}"
+        for id_a, id_b, label, operations, source, mask_a, mask_b in figure_group(
+            photos, rng, add, random_panel, scene_of, group_size
+        ):
+            kind = "group_copy" if label else "group_other"
+            pairs.append(PanelPair(id_a, id_b, label, operations, kind, source, mask_a, mask_b, "group", group))
     return PairSet(panels, pairs)
 
 
@@ -171,10 +198,16 @@ def pair_splits(
     figure_pairs: int = 12,
     seed: int = 0,
     splits: Sequence[str] = ("train", "val", "test"),
+    similar_per_photo: int = 0,
+    crops_per_photo: int = 0,
+    furniture_pairs: int = 0,
+    figure_groups: int = 0,
+    group_size: int = 5,
 ) -> dict[str, PairSet]:
     """Pair sets for fitting (`train`), calibrating (`val`) and measuring (`test`), from disjoint
     photos: `held_out` of the scenes are kept for test, `val_fraction` of the rest for val. Figure
-    panels are drawn fresh for each split."""
+    panels are drawn fresh for each split. The hard pairs and groups (`make_pair_set`) are what
+    brings the val split's negatives to the 299 a 1 % false-positive target needs."""
     table = load_photos(photos)
     fitting, testing = split_sources(sorted(table), held_out, seed)
     training, validating = split_sources(fitting, val_fraction, seed + 1)
@@ -189,7 +222,12 @@ def pair_splits(
             positives_per_photo,
             negatives_per_photo,
             figure_pairs,
-            prefix=f"{split}/",
+            f"{split}/",
+            similar_per_photo,
+            crops_per_photo,
+            furniture_pairs,
+            figure_groups,
+            group_size,
         )
         for split in splits
     }
