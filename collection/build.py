@@ -59,6 +59,8 @@ def describe_files(
 ) -> dict[str, Any]:
     """Describe and add the files not yet in `store` (same size and mtime); commit every `commit_every`."""
     known = store.known_files()
+    per_panel = getattr(store.descriptor, "keypoints", 10)
+    store.expected_vectors = (store.index.ntotal if store.index is not None else 0) + per_panel * len(items)
     counts = {"files": 0, "panels": 0, "errors": 0, "skipped": 0, "seconds": 0.0}
     started = time.perf_counter()
     for number, (path, source_id) in enumerate(items, 1):
@@ -70,6 +72,8 @@ def describe_files(
         if path in known and known[path][:2] == (size, mtime):
             counts["skipped"] += 1
             continue
+        if path in known:
+            store.forget(path)
         try:
             image = read_image(path)
             panels = file_panels(image, split_panels)

@@ -34,7 +34,8 @@ from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
 
-VOTE_SIMILARITY = 0.85
+VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
+MIN_VOTES = 2  # a single keypoint in common is chance
 NEIGHBOURS = 10
 EXCLUDE = ("none", "path", "review")
 INDEX_COLUMNS = (
@@ -90,6 +91,8 @@ def retrieve(
         for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
             if pid >= 0 and sim > scores.get(pid, -2.0):
                 scores[pid] = sim
+    if store.descriptor.aggregate == "votes":
+        scores = {pid: votes for pid, votes in scores.items() if votes >= MIN_VOTES}
     ranked = sorted(scores.items(), key=lambda item: -item[1])
     kept: list[tuple[dict[str, Any], float]] = []
     for start in range(0, len(ranked), 4 * top_k):

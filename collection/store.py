@@ -32,7 +32,9 @@ import numpy as np
 from collection.descriptors import SLOTS
 
 FORMAT_VERSION = 1
-FLAT_MAX = 200_000  # vectors: exact search stays under ~0.1 s per query panel on one core
+FLAT_MAX = 20_000  # vectors (about 300 panels of local_sift): exact search is cheap up to here
+IVF_MAX = 2_000_000  # vectors (about 30,000 panels): 8-bit scalar codes; above, product quantization
+TRAIN_PER_LIST = 40  # training vectors per inverted list (FAISS warns below 39)
 NPROBE = 32
 INDEX_TYPES = ("auto", "flat", "ivf", "ivf_pq")
 
@@ -59,12 +61,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def n_lists(n_vectors: int) -> int:
+    """About sqrt(n) inverted lists, a power of two in [64, 65536]."""
+    return int(2 ** round(math.log2(max(64.0, min(65536.0, math.sqrt(max(n_vectors, 1)))))))
+
+
 def factory_string(index_type: str, dim: int, n_vectors: int) -> str:
     if index_type == "flat":
         return "IDMap2,Flat"
-    nlist = int(2 ** round(math.log2(max(64.0, min(65536.0, 4 * math.sqrt(max(n_vectors, 1)))))))
     if index_type == "ivf":
-        return f"IVF{nlist},Flat"
+        return f"IVF{n_lists(n_vectors)},SQ8"
+    nlist = n_lists(n_vectors)
     return f"IVF{nlist},PQ{max(1, dim // 4)}"
 
 
@@ -73,7 +80,7 @@ def choose_type(requested: str, n_vectors: int) -> str:
         raise ValueError(f"index_type must be one of {', '.join(INDEX_TYPES)}, got {requested!r}")
     if requested != "auto":
         return requested
-    return "flat" if n_vectors <= FLAT_MAX else "ivf_pq"
+    return "flat" if n_vectors <= FLAT_MAX else "ivf" if n_vectors <= IVF_MAX else "ivf_pq"
 
 
 class PanelStore:
@@ -101,6 +108,8 @@ class PanelStore:
         self.index = self.load_index()
         self.pending: list[tuple[int, str, str, str, int]] = []
         self.pending_files: list[tuple[str, int, float, str, str, int]] = []
+        self.forgotten: list[int] = []
+        self.expected_vectors = 0  # set by a build: how large the index is about to grow
         self.next_id = (self.db.execute("SELECT MAX(id) FROM panels").fetchone()[0] or -1) + 1
         self._lock: Any = None
 
@@ -199,17 +208,31 @@ class PanelStore:
             self.add_vectors(vectors, panel_id * SLOTS + np.arange(len(vectors), dtype=np.int64))
         return panel_id
 
+    def forget(self, path: str) -> None:
+        """Drop a changed file's panels: their vectors now, their rows at the next commit."""
+        ids = [pid for (pid,) in self.db.execute("SELECT id FROM panels WHERE path = ?", (path,))]
+        if ids and self.index is not None:
+            vector_ids = np.concatenate([pid * SLOTS + np.arange(SLOTS, dtype=np.int64) for pid in ids])
+            self.index.remove_ids(faiss_module().IDSelectorBatch(vector_ids))
+        self.forgotten.extend(ids)
+
     def add_file(self, path: str, size: int, mtime: float, status: str, error: str, panels: int) -> None:
         self.pending_files.append((path, size, mtime, status, error, panels))
 
     def add_vectors(self, vectors: np.ndarray, ids: np.ndarray, requested: str | None = None) -> None:
+        """Add, as flat until enough vectors are at hand to train the index type the expected size needs."""
         requested = requested or self.state("requested_type", "auto") or "auto"
-        total = (0 if self.index is None else self.index.ntotal) + len(vectors)
-        wanted = choose_type(requested, total)
-        if self.index is None or (self.index_type == "flat" and wanted != "flat"):
-            self.rebuild(wanted, total, extra=(vectors, ids))
-            return
-        self.index.add_with_ids(vectors, ids)
+        if self.index is None:
+            self.index = faiss_module().IndexIDMap2(faiss_module().IndexFlatIP(self.descriptor.dim))
+            self._new_type = "flat"
+        if len(vectors):
+            self.index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
+        expected = max(self.index.ntotal, self.expected_vectors)
+        wanted = choose_type(requested, expected)
+        if self.index_type == "flat" and wanted != "flat":
+            if self.index.ntotal >= min(expected, TRAIN_PER_LIST * n_lists(expected)):
+                empty = (np.zeros((0, self.descriptor.dim), np.float32), np.zeros(0, np.int64))
+                self.rebuild(wanted, expected, extra=empty)
 
     def rebuild(self, index_type: str, n_vectors: int, extra: tuple[np.ndarray, np.ndarray]) -> None:
         """A new index of `index_type` holding the flat index's vectors (if any) and `extra`."""
@@ -224,7 +247,9 @@ class PanelStore:
         else:
             spec = factory_string(index_type, self.descriptor.dim, n_vectors)
             index = faiss.index_factory(self.descriptor.dim, spec, faiss.METRIC_INNER_PRODUCT)
-            index.train(np.ascontiguousarray(vectors[np.random.default_rng(0).permutation(len(vectors))[:262_144]]))
+            faiss.extract_index_ivf(index).cp.niter = 10
+            sample = np.random.default_rng(0).permutation(len(vectors))[: TRAIN_PER_LIST * n_lists(n_vectors)]
+            index.train(np.ascontiguousarray(vectors[sample]))
             index.nprobe = NPROBE
         index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
         self.index = index
@@ -232,7 +257,7 @@ class PanelStore:
 
     def commit(self) -> None:
         """Write the vectors to a new file, then switch to it and record the panels in one transaction."""
-        if not self.pending and not self.pending_files:
+        if not self.pending and not self.pending_files and not self.forgotten:
             return
         faiss = faiss_module()
         old = self.state("vectors_file")
@@ -243,6 +268,7 @@ class PanelStore:
             faiss.write_index(self.index, str(temporary))
             os.replace(temporary, self.directory / name)
         with self.db:
+            self.db.executemany("DELETE FROM panels WHERE id = ?", [(pid,) for pid in self.forgotten])
             self.db.executemany("INSERT INTO panels VALUES (?, ?, ?, ?, ?)", self.pending)
             self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)", self.pending_files)
             if self.index is not None:
@@ -251,7 +277,7 @@ class PanelStore:
                 self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", list(values.items()))
         if old and old != name and self.index is not None:
             (self.directory / old).unlink(missing_ok=True)
-        self.pending, self.pending_files = [], []
+        self.pending, self.pending_files, self.forgotten = [], [], []
 
     def close(self) -> None:
         self.db.close()
