@@ -16,18 +16,14 @@ from collection.panels import split_figure  # noqa: E402
 from collection.query import open_index, retrieve  # noqa: E402
 from collection.store import IndexBusy, IndexRefused  # noqa: E402
 from datamodules.io import read_image, write_image  # noqa: E402
-from synthesis.collection import photo_tiles, planted_copy, texture_panel  # noqa: E402
-from synthesis.embedded import bundled_photo_paths  # noqa: E402
+from synthesis.collection import planted_copy, texture_panel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiles() -> list[np.ndarray]:
-    """Sixteen 192 px panels: tiles of four bundled photographs and generated textures."""
-    wanted = ("astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg")
-    photos = {p.name: read_image(p)[::2, ::2] for p in bundled_photo_paths() if p.name in wanted}
-    panels = [tile for _, tile in photo_tiles(photos, 192)][:10]
+    """Sixteen generated 192 px textures (each draw a different image)."""
     rng = np.random.default_rng(1)
-    return panels + [texture_panel(rng, 192) for _ in range(16 - len(panels))]
+    return [texture_panel(rng, 192) for _ in range(16)]
 
 
 def write_panels(folder: Path, panels: list[np.ndarray], reviews: int = 2, start: int = 0) -> list[Path]:
