@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -82,9 +83,9 @@ def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
     started = time.perf_counter()
     candidates = retrieve(store, query["image"], top_k, exclude_same="none")
     retrieved = time.perf_counter()
-    described = detector.describe(query["image"])
+    described = detector.describe(query["image"]) if detector is not None else None
     verified = []
-    for candidate, _ in candidates:
+    for candidate, _ in candidates if detector is not None else []:
         found = verify(detector, described, candidate, -np.inf)
         verified.append((candidate["path"], found.score))
     return {
@@ -98,6 +99,7 @@ def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
 def measure(index_dir: Path, detector, queries: list, calibration: list, model_threshold: float, top_k: int) -> dict:
     store = open_index(index_dir)
     negatives = [s for q in calibration for _, s in ask(store, detector, q, model_threshold, top_k)["verified"]]
+    calibration = calibration if detector is not None else []
     threshold = max(model_threshold, max(negatives, default=0.0) + 1e-6)
     answers = [ask(store, detector, q, threshold, top_k) for q in queries]
     store.close()
@@ -113,9 +115,9 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
     latency = np.asarray([a["total_s"] for a in answers])
     return {
         "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
-        "recall_at_k_verified": float(np.mean(found)),
+        "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
         "recall_at_k_retrieved": float(np.mean([q["source"] in a["candidates"] for q, a in planted])),
-        "precision_verified": correct / max(1, len(rows)),
+        "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
         "verified_rows": len(rows),
         "planted": len(planted),
         "negative_queries": len(queries) - len(planted),
@@ -126,6 +128,20 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
             "total_p95": float(np.quantile(latency, 0.95)),
         },
     }
+
+
+def reference_seconds(repeats: int = 5) -> float:
+    """One SIFT extraction of a 256 px panel on this machine now: the unit latencies are also given in."""
+    import cv2
+
+    from synthesis.collection import texture_panel
+
+    gray = cv2.cvtColor(texture_panel(np.random.default_rng(0), 256), cv2.COLOR_RGB2GRAY)
+    sift = cv2.SIFT_create(nfeatures=1000)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        sift.detectAndCompute(gray, None)
+    return (time.perf_counter() - started) / repeats
 
 
 def bytes_per_panel(index_dir: Path, panels: int) -> dict:
@@ -140,8 +156,8 @@ def run(args: argparse.Namespace) -> dict:
         started = time.perf_counter()
         files, queries, calibration = write_collection(root, args)
         result: dict = {"setup_s": round(time.perf_counter() - started, 1), "args": vars(args)}
-        detector, model_threshold = fitted_detector(args)
-        names = ("local_sift", "pooled_sift", "phash", "cnn") if args.compare else (args.descriptor,)
+        detector, model_threshold = (None, 0.5) if args.retrieval_only else fitted_detector(args)
+        names = tuple(args.descriptors.split(",")) if args.compare else (args.descriptor,)
         source: Path = root / "collection"
         if args.compare:  # the sources and the first N distractors, as a manifest
             paths = sorted(source.rglob("*.jpg"))
@@ -160,6 +176,13 @@ def run(args: argparse.Namespace) -> dict:
                 "bytes_per_panel": bytes_per_panel(index_dir, panels),
                 **measure(index_dir, detector, queries, calibration, model_threshold, args.top_k),
             }
+            reference = reference_seconds()
+            entry["machine"] = {
+                "load_average_1min": os.getloadavg()[0],
+                "cpus": os.cpu_count(),
+                "sift_256px_s": reference,
+            }
+            entry["latency_in_sift_extractions"] = entry["latency_s_per_panel"]["total_mean"] / reference
             result[name if args.compare else f"{name}@{panels}"] = entry
             print(json.dumps({name: entry}, indent=1), flush=True)
         return result
@@ -174,6 +197,8 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=100)
     parser.add_argument("--descriptor", default="local_sift")
     parser.add_argument("--compare", type=int, default=0, help="compare the four descriptors on N distractors")
+    parser.add_argument("--descriptors", default="local_sift,pooled_sift,phash,cnn", help="with --compare")
+    parser.add_argument("--retrieval-only", action="store_true", help="no verification: retrieval recall only")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--index-type", default="auto", help="auto | flat | ivf | ivf_pq")
     parser.add_argument("--max-side", type=int, default=256, help="the pair detector's working size")
