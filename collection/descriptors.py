@@ -1,6 +1,10 @@
-"""Global descriptors of a panel and of its regions, compared for collection search.
+"""What a panel is reduced to for collection search: four descriptors, compared (docs/collection_index.md).
 
-Every descriptor maps an RGB uint8 panel to one unit vector per region (`REGIONS`: the whole panel
+- `local_sift` (the default): the panel's 64 strongest RootSIFT keypoints, each a vector; a query's
+  keypoints and their mirrors vote for the panels holding a near neighbour. Local features survive
+  a crop to 30 % of a panel, which a vector of the whole panel does not.
+
+The three global descriptors map an RGB uint8 panel to one unit vector per region (`REGIONS`: the whole panel
 and a 3 x 3 grid of half-side windows at quarter-side steps), so a copy cropped to 30 % of a panel
 meets a region of its source and a panel that holds an indexed one meets it with one of its
 regions. Inner product is the similarity (FAISS `METRIC_INNER_PRODUCT`).
@@ -9,7 +13,7 @@ regions. Inner product is the similarity (FAISS `METRIC_INNER_PRODUCT`).
   against their median) as a +-1 vector. Brightness and contrast changes leave it unchanged.
 - `pooled_sift`: RootSIFT descriptors (as the matching core computes them) made mirror-invariant
   (a descriptor plus its mirror permutation) and pooled per region as a bag of visual words over a
-  128-word codebook (k-means on the bundled photographs, stored with the index). SIFT is rotation-
+  128-word codebook (k-means on scikit-image's sample photographs, stored with the index). SIFT is rotation-
   invariant and the pooling ignores positions, so the flips and the 180 degree rotation describe
   alike: the query needs no variants.
 - `cnn`: a timm ResNet-18 trunk with seeded random weights (nothing is downloaded; no pretrained
@@ -144,12 +148,12 @@ class PooledSift:
 
 
 def fit_codebook(descriptor: PooledSift, seed: int = 0) -> np.ndarray:
-    """k-means words of the bundled photographs' mirror-invariant RootSIFT (deterministic for a seed)."""
+    """k-means words of scikit-image's sample photographs' mirror-invariant RootSIFT (deterministic for a seed)."""
+    from skimage import data
     from sklearn.cluster import MiniBatchKMeans
 
-    from synthesis.pair_set import load_photos
-
-    features = [descriptor.local_features(photo)[1] for photo in load_photos(max_side=512).values()]
+    photos = [getattr(data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry")]
+    features = [descriptor.local_features(np.dstack([p] * 3) if p.ndim == 2 else p)[1] for p in photos]
     stacked = np.concatenate([f for f in features if len(f)])
     model = MiniBatchKMeans(descriptor.words, random_state=seed, n_init=3, batch_size=2048).fit(stacked)
     return unit(model.cluster_centers_)
