@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import hydra
 from omegaconf import DictConfig
 
+from collection.store import IndexBusy
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from inference.cli import expected_failures, run
@@ -32,13 +33,17 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
         runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
+        if cfg.get("index"):  # search a collection index, verify with the pair detector
+            from collection.query import infer_index
+
+            return infer_index(cfg, runtime)
         if getattr(getattr(runtime, "net", None), "is_pair_detector", False):  # panel pairs
             from inference.pairs import infer_pairs
 
             return infer_pairs(cfg, runtime)
         runtime = tiled(cfg, runtime) if cfg.tiles else runtime
         records = records_from_input(cfg.input, cfg.get("layout", "auto"))
-    except (ModelLoadError, LayoutError, ValueError) as error:
+    except (ModelLoadError, LayoutError, ValueError, IndexBusy) as error:
         raise InferenceFailed(str(error)) from None
     if not records:
         raise InferenceFailed(f"no images found in {cfg.input}")

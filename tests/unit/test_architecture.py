@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ENTRY_POINTS = {"train", "infer", "export", "generate", "calibrate"}
+ENTRY_POINTS = {"train", "infer", "export", "generate", "calibrate", "index"}
 # package -> the sibling modules it may import (a package name allows all of it)
 ALLOWED = {
     "imageops": set(),
@@ -23,6 +23,7 @@ ALLOWED = {
     "synthesis": {"datamodules.io", "imageops"},
     "inference": {"detectors", "datamodules", "evaluation", "imageops"},
     "exporting": {"detectors", "datamodules", "evaluation", "inference", "imageops"},
+    "collection": {"detectors", "datamodules", "inference", "imageops"},
     "tools": {"detectors", "datamodules", "evaluation", "inference", "exporting", "imageops"},
 }
 NOT_PRODUCT = {"tests", "benchmarks", "configs", "docs", "checkpoints"}

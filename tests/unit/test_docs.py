@@ -17,7 +17,7 @@ from tools import mkdocs_readme, readme_table
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # each entry point composes configs/<name>.yaml
-ENTRY_POINTS = ("train", "infer", "export", "generate", "calibrate")
+ENTRY_POINTS = ("train", "infer", "export", "generate", "calibrate", "index")
 FENCE = re.compile(r"^```[ \t]*(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"(?<!`)`(python [^`]+)`(?!`)")
 HYDRA_COMMAND = re.compile(r"\bpython (" + "|".join(ENTRY_POINTS) + r")\.py\b(.*)")

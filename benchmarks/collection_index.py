@@ -1,0 +1,221 @@
+"""Collection search measured on planted copies among distractors (docs/collection_index.md):
+
+  OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/collection_index.py --distractors 10000 --json out.json
+
+1. A collection on disk: source panels (256 px grid crops of one photo per scene, and textures)
+   among distractors (128 px grid crops of the other photos, generated textures, figure panels;
+   128-192 px), in folders of 1000 (one source id each).
+2. Queries: a planted copy of every source (direct reuse, rotate180, hflip, vflip, scaling in turn;
+   half cropped to 30-100 % of the panel; 0-2 parameter changes; JPEG 75) and as many negatives
+   (fresh textures and figure panels, other tiles of the sources' photos: no content in the index).
+3. The pair detector's score models are fitted on generated pairs (`pair_splits`, small) and its
+   threshold is raised to the highest score of calibration negatives (a separate set of queries
+   without a copy in the index, never measured), so that ten candidates per query keep precision.
+4. Reported: recall@K after verification (the source among the verified rows of its copy),
+   precision of all verified rows, retrieval recall@K (before verification), latency per query
+   panel with the index in memory (retrieval, verification, total), build rate (panels/s),
+   bytes per panel (FAISS file, SQLite table), and, with `--compare N`, the four descriptors on
+   the first N distractors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from collection.build import build_index
+from collection.query import open_index, retrieve, verify
+from datamodules.io import write_image
+from synthesis.collection import COPY_OPERATIONS, distractor, photo_tiles, planted_copy, texture_panel
+from synthesis.pair_set import load_photos, scene_of, split_sources
+
+
+def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list]:
+    """Writes sources and distractors under root/collection; returns (sources, queries, calibration)."""
+    rng = np.random.default_rng(args.seed)
+    photos = load_photos(max_side=1024)
+    source_photos, distractor_photos = split_sources(sorted(photos), 0.4, args.seed)
+    one_per_scene = {scene_of(n): n for n in source_photos}.values()
+    tiles = photo_tiles({n: photos[n] for n in one_per_scene}, 256)
+    rng.shuffle(tiles)
+    sources = dict(tiles[: args.sources // 2])
+    spare_tiles = tiles[args.sources // 2 :]  # other content of the same photos: hard negatives
+    while len(sources) < args.sources:
+        sources[f"texture{len(sources)}"] = texture_panel(rng, 256)
+    files = {}
+    for number, (name, panel) in enumerate(sources.items()):
+        files[name] = root / "collection" / f"src{number // 50:02d}" / f"source{number:05d}.jpg"
+        write_image(files[name], panel)
+    distractors = photo_tiles({n: photos[n] for n in distractor_photos}, 128)[: args.distractors // 10]
+    for number in range(args.distractors):
+        panel = distractors[number][1] if number < len(distractors) else distractor(rng, int(rng.integers(128, 193)))
+        write_image(root / "collection" / f"d{number // 1000:04d}" / f"panel{number:06d}.jpg", panel)
+    queries = []
+    for number, (name, panel) in enumerate(sources.items()):
+        copy = planted_copy(panel, rng, COPY_OPERATIONS[number % len(COPY_OPERATIONS)], min_area=0.3)
+        queries.append({"image": copy.image, "source": str(files[name]), "operations": copy.operations})
+    negatives = [t for _, t in spare_tiles[: args.sources // 2]]
+    negatives += [distractor(rng, 224, figure_share=0.3) for _ in range(2 * args.sources - len(negatives))]
+    queries += [{"image": image, "source": None} for image in negatives[: args.sources]]
+    calibration = [{"image": image, "source": None} for image in negatives[args.sources :]]
+    return files, queries, calibration
+
+
+def fitted_detector(args: argparse.Namespace):
+    from detectors.duplication import PairDuplicationDetector
+    from detectors.training_free import fit_pair_detector
+    from synthesis.pair_set import pair_splits
+
+    splits = pair_splits(positives_per_photo=2, negatives_per_photo=4, figure_pairs=4, splits=("train", "val"))
+    detector = PairDuplicationDetector(max_side=args.max_side)
+    fitted = fit_pair_detector(detector, splits, target_fpr=0.01)
+    return detector, float(fitted["threshold"])
+
+
+def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
+    started = time.perf_counter()
+    candidates = retrieve(store, query["image"], top_k, exclude_same="none")
+    retrieved = time.perf_counter()
+    described = detector.describe(query["image"]) if detector is not None else None
+    verified = []
+    for candidate, _ in candidates if detector is not None else []:
+        found = verify(detector, described, candidate, -np.inf)
+        verified.append((candidate["path"], found.score))
+    return {
+        "candidates": [c["path"] for c, _ in candidates],
+        "verified": verified,
+        "retrieval_s": retrieved - started,
+        "total_s": time.perf_counter() - started,
+    }
+
+
+def measure(index_dir: Path, detector, queries: list, calibration: list, model_threshold: float, top_k: int) -> dict:
+    store = open_index(index_dir)
+    negatives = [s for q in calibration for _, s in ask(store, detector, q, model_threshold, top_k)["verified"]]
+    calibration = calibration if detector is not None else []
+    threshold = max(model_threshold, max(negatives, default=0.0) + 1e-6)
+    answers = [ask(store, detector, q, threshold, top_k) for q in queries]
+    store.close()
+    planted = [(q, a) for q, a in zip(queries, answers) if q["source"]]
+    rows = [(q, path) for q, a in zip(queries, answers) for path, score in a["verified"] if score >= threshold]
+    correct = sum(path == q["source"] for q, path in rows)
+    found = [
+        any(p == q["source"] and s >= threshold for p, s in a["verified"])
+        if detector is not None
+        else q["source"] in a["candidates"]
+        for q, a in planted
+    ]
+    missed_operations: dict[str, int] = {}
+    for (q, _), hit in zip(planted, found):
+        if not hit:
+            for op in q["operations"]:
+                missed_operations[op] = missed_operations.get(op, 0) + 1
+    latency = np.asarray([a["total_s"] for a in answers])
+    return {
+        "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
+        "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
+        "recall_at_k_retrieved": float(np.mean([q["source"] in a["candidates"] for q, a in planted])),
+        "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
+        "verified_rows": len(rows),
+        "planted": len(planted),
+        "negative_queries": len(queries) - len(planted),
+        "missed_by_operation": missed_operations,  # after verification (retrieval with --retrieval-only)
+        "latency_s_per_panel": {
+            "retrieval_mean": float(np.mean([a["retrieval_s"] for a in answers])),
+            "total_mean": float(latency.mean()),
+            "total_p95": float(np.quantile(latency, 0.95)),
+        },
+    }
+
+
+def reference_seconds(repeats: int = 5) -> float:
+    """One SIFT extraction of a 256 px panel on this machine now: the unit latencies are also given in."""
+    import cv2
+
+    from synthesis.collection import texture_panel
+
+    gray = cv2.cvtColor(texture_panel(np.random.default_rng(0), 256), cv2.COLOR_RGB2GRAY)
+    sift = cv2.SIFT_create(nfeatures=1000)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        sift.detectAndCompute(gray, None)
+    return (time.perf_counter() - started) / repeats
+
+
+def bytes_per_panel(index_dir: Path, panels: int) -> dict:
+    faiss_bytes = sum(p.stat().st_size for p in index_dir.glob("vectors-*.faiss"))
+    table = (index_dir / "panels.sqlite").stat().st_size
+    return {"faiss": faiss_bytes / panels, "sqlite": table / panels, "total": (faiss_bytes + table) / panels}
+
+
+def run(args: argparse.Namespace) -> dict:
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="collection_bench_"))
+    try:
+        started = time.perf_counter()
+        files, queries, calibration = write_collection(root, args)
+        result: dict = {"setup_s": round(time.perf_counter() - started, 1), "args": vars(args)}
+        detector, model_threshold = (None, 0.5) if args.retrieval_only else fitted_detector(args)
+        names = tuple(args.descriptors.split(",")) if args.compare else (args.descriptor,)
+        source: Path = root / "collection"
+        if args.compare:  # the sources and the first N distractors, as a manifest
+            paths = sorted(source.rglob("*.jpg"))
+            keep = [p for p in paths if p.parent.name.startswith("src")]
+            keep += [p for p in paths if not p.parent.name.startswith("src")][: args.compare]
+            source = root / "compare.csv"
+            source.write_text("path,review\n" + "".join(f"{p},{p.parent.name}\n" for p in keep))
+        for name in names:
+            index_dir = root / f"index_{name}"
+            built = build_index(source, index_dir, name, index_type=args.index_type, commit_every=1000)
+            panels = built["total_panels"]
+            entry = {
+                "panels": panels,
+                "index_type": built["index_type"],
+                "build_panels_per_s": panels / built["seconds"],
+                "bytes_per_panel": bytes_per_panel(index_dir, panels),
+                **measure(index_dir, detector, queries, calibration, model_threshold, args.top_k),
+            }
+            reference = reference_seconds()
+            entry["machine"] = {
+                "load_average_1min": os.getloadavg()[0],
+                "cpus": os.cpu_count(),
+                "sift_256px_s": reference,
+            }
+            entry["latency_in_sift_extractions"] = entry["latency_s_per_panel"]["total_mean"] / reference
+            result[name if args.compare else f"{name}@{panels}"] = entry
+            print(json.dumps({name: entry}, indent=1), flush=True)
+        return result
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--distractors", type=int, default=10_000)
+    parser.add_argument("--sources", type=int, default=100)
+    parser.add_argument("--descriptor", default="local_sift")
+    parser.add_argument("--compare", type=int, default=0, help="compare the four descriptors on N distractors")
+    parser.add_argument("--descriptors", default="local_sift,pooled_sift,phash,cnn", help="with --compare")
+    parser.add_argument("--retrieval-only", action="store_true", help="no verification: retrieval recall only")
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--index-type", default="auto", help="auto | flat | ivf | ivf_pq")
+    parser.add_argument("--max-side", type=int, default=256, help="the pair detector's working size")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    result = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Building an index: describe the new panels of an input and add them, resumably and under a lock.
+
+A file already recorded with the same size and modification time is skipped (incremental add;
+a killed build resumes at its last commit). A file no decoder reads is recorded as an error row
+(`files.status = error`, its reason in `error`) and retried when it changes. With `shard=i/n` the
+build describes every n-th file into `<index>/parts/<i>-of-<n>/`, an index of its own;
+`merge=true` folds the parts into the index with FAISS's `merge_from` (ids shifted past the
+index's own) and records their panels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from collection.descriptors import SLOTS, make_descriptor
+from collection.panels import split_figure
+from collection.store import FLAT_MAX, PanelStore, faiss_module
+from datamodules.io import ImageReadError, read_image
+from datamodules.layouts import records_from_input
+from inference.parts import Shard
+
+log = logging.getLogger(__name__)
+
+
+def source_ids(input: str | os.PathLike, layout: str = "auto") -> list[tuple[str, str]]:
+    """(path, source id) of every image of the input: its `review` column, else its folder's name."""
+    records = records_from_input(input, layout)
+    return [(r.path, r.review or r.group or Path(r.path).parent.name) for r in records]
+
+
+def open_store(index_dir: str | os.PathLike, descriptor: str, create: bool = False) -> PanelStore:
+    """The index at `index_dir`, described by `descriptor` (checked against the stored name)."""
+    described = make_descriptor(descriptor, index_dir)
+    store = PanelStore(index_dir, described, create=create)
+    codebook = getattr(described, "codebook", None)
+    if codebook is not None and not (Path(index_dir) / "codebook.npy").is_file():
+        np.save(Path(index_dir) / "codebook.npy", codebook)  # the words travel with the index
+    return store
+
+
+def file_panels(image: np.ndarray, split: bool) -> list[tuple[tuple[int, int, int, int], np.ndarray]]:
+    boxes = split_figure(image) if split else [(0, 0, image.shape[1], image.shape[0])]
+    return [((x0, y0, x1, y1), image[y0:y1, x0:x1]) for x0, y0, x1, y1 in boxes]
+
+
+def describe_files(
+    store: PanelStore,
+    items: list[tuple[str, str]],
+    split_panels: bool = False,
+    commit_every: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Describe and add the files not yet in `store` (same size and mtime); commit every `commit_every`."""
+    known = store.known_files()
+    per_panel = getattr(store.descriptor, "keypoints", 10)
+    store.expected_vectors = (store.index.ntotal if store.index is not None else 0) + per_panel * len(items)
+    counts = {"files": 0, "panels": 0, "errors": 0, "skipped": 0, "seconds": 0.0}
+    started = time.perf_counter()
+    for number, (path, source_id) in enumerate(items, 1):
+        try:
+            stat = os.stat(path)
+            size, mtime = stat.st_size, stat.st_mtime
+        except OSError:
+            size, mtime = -1, 0.0
+        if path in known and known[path][:2] == (size, mtime):
+            counts["skipped"] += 1
+            continue
+        if path in known:
+            store.forget(path)
+        try:
+            image = read_image(path)
+            panels = file_panels(image, split_panels)
+            for box, panel in panels:
+                store.add_panel(path, box, source_id, store.descriptor.describe(panel))
+            store.add_file(path, size, mtime, "ok", "", len(panels))
+            counts["files"] += 1
+            counts["panels"] += len(panels)
+        except (ImageReadError, OSError, ValueError) as error:
+            log.warning("%s: %s", path, error)
+            store.add_file(path, size, mtime, "error", str(error), 0)
+            counts["errors"] += 1
+        if (counts["files"] + counts["errors"]) % commit_every == 0:
+            store.commit()
+        if progress is not None:
+            progress(number, len(items))
+    store.commit()
+    counts["seconds"] = time.perf_counter() - started
+    return counts
+
+
+def build_index(
+    input: str | os.PathLike,
+    index_dir: str | os.PathLike,
+    descriptor: str = "local_sift",
+    layout: str = "auto",
+    split_panels: bool = False,
+    shard: str | None = None,
+    index_type: str = "auto",
+    commit_every: int = 256,
+) -> dict[str, Any]:
+    """Add the input's new panels to the index at `index_dir` (created when absent)."""
+    items = source_ids(input, layout)
+    parsed = Shard.parse(shard)
+    target = Path(index_dir)
+    if parsed.count > 1:
+        items = [item for position, item in enumerate(items) if position % parsed.count == parsed.index]
+        target = target / "parts" / f"{parsed.index}-of-{parsed.count}"
+    store = open_store(target, descriptor, create=True).lock()
+    try:
+        if parsed.count > 1:
+            index_type = part_template(store, index_dir, descriptor)
+        with store.db:
+            store.db.execute("INSERT OR REPLACE INTO state VALUES ('requested_type', ?)", (index_type,))
+        counts = describe_files(store, items, split_panels, commit_every)
+        counts.update({"index": str(target), "index_type": store.index_type, "total_panels": store.n_panels})
+        return counts
+    finally:
+        store.close()
+
+
+def part_template(part: PanelStore, index_dir: str | os.PathLike, descriptor: str) -> str:
+    """What a shard's part starts from: a trained IVF index of the main index emptied (so the parts
+    merge with `merge_from`), else a flat index (the merge trains the IVF when the total needs one)."""
+    if part.index is not None or not (Path(index_dir) / "meta.json").is_file():
+        return part.state("requested_type", "flat") or "flat"
+    main = open_store(index_dir, descriptor)
+    try:
+        if main.index is None or main.index_type == "flat":
+            return "flat"
+        part.index = faiss_module().clone_index(main.index)
+        part.index.reset()
+        part._new_type = main.index_type
+        return main.index_type
+    finally:
+        main.close()
+
+
+def merge_parts(index_dir: str | os.PathLike, descriptor: str = "local_sift") -> dict[str, Any]:
+    """Fold `<index>/parts/*` into the index: vectors with FAISS's merge_from, panels and files re-numbered."""
+    faiss = faiss_module()
+    main = open_store(index_dir, descriptor, create=True).lock()
+    parts = sorted((Path(index_dir) / "parts").glob("*-of-*"))
+    if not parts:
+        main.close()
+        raise ValueError(f"no index parts under {Path(index_dir) / 'parts'}: build with shard=i/n first")
+    merged = {"parts": len(parts), "panels": 0}
+    try:
+        for part_dir in parts:
+            part = open_store(part_dir, descriptor).lock()
+            offset = main.next_id
+            rows = part.db.execute("SELECT id, path, box, source_id, n_vectors FROM panels ORDER BY id").fetchall()
+            if part.index is not None and part.index.ntotal:
+                if main.index is None:
+                    main.index = faiss.clone_index(part.index)
+                    main.index.reset()
+                    main._new_type = part.index_type
+                if part.index_type == main.index_type or main.index is not None and main.index.ntotal == 0:
+                    main.index.merge_from(part.index, offset * SLOTS)  # FAISS's own merge, ids shifted
+                else:  # a flat part into an IVF index: its vectors are added (reconstructed exactly)
+                    vectors = part.index.index.reconstruct_n(0, part.index.ntotal)
+                    ids = faiss.vector_to_array(part.index.id_map).astype(np.int64) + offset * SLOTS
+                    main.add_vectors(vectors, ids)
+            main.pending.extend((pid + offset, path, box, source, n) for pid, path, box, source, n in rows)
+            main.pending_files.extend(part.db.execute("SELECT * FROM files").fetchall())
+            main.next_id = offset + (rows[-1][0] + 1 if rows else 0)
+            merged["panels"] += len(rows)
+            part.close()
+        if main.index_type == "flat" and main.index is not None and main.index.ntotal > FLAT_MAX:
+            main.add_vectors(np.zeros((0, main.descriptor.dim), np.float32), np.zeros(0, np.int64), "auto")
+        main.commit()
+        shutil.rmtree(Path(index_dir) / "parts")
+        merged.update({"total_panels": main.n_panels, "index_type": main.index_type})
+        return merged
+    finally:
+        main.close()

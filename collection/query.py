@@ -1,0 +1,210 @@
+"""Asking an index about new panels: retrieve candidates, verify each with the pair detector.
+
+`retrieve` ranks the indexed panels for one query panel: with `local_sift` each query keypoint
+(and its mirror) votes for the panels holding one of its nearest neighbours at cosine similarity
+>= `VOTE_SIMILARITY`; with the regional descriptors a panel scores its best region similarity over
+the query's regions and variants. `exclude_same`: `path` drops the query's own file, `review` every
+panel of the query's source id (its review / paper, or folder), `none` nothing.
+
+`infer_index` (`infer.py model=<dup_sift ckpt> input=... index=DIR top_k=K`) verifies the top K
+with the pair detector (`match_pair`: SIFT, mirror, RANSAC, photometric fit) and writes one row per
+verified match: `path` (query), `query_box`, `match`, `match_box`, `source_id`, `similarity`
+(retrieval), `score`, `operations`, `geometric`, `transform`, `method`, `status`, `error`, and
+`mask_a` / `mask_b` with `save_masks=true`. A query with no verified match has one row with an
+empty `match`; an unreadable query one error row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collection.build import file_panels, source_ids
+from collection.descriptors import make_descriptor, query_vectors
+from collection.store import PanelStore, faiss_module
+from datamodules.io import ImageReadError, read_image, write_image
+from inference.masks import safe_mask_name
+from inference.writer import ResultWriter
+
+log = logging.getLogger(__name__)
+
+VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
+MIN_VOTES = 2  # a single keypoint in common is chance
+NEIGHBOURS = 10
+EXCLUDE = ("none", "path", "review")
+INDEX_COLUMNS = (
+    "path",
+    "query_box",
+    "match",
+    "match_box",
+    "source_id",
+    "similarity",
+    "score",
+    "operations",
+    "geometric",
+    "transform",
+    "method",
+    "status",
+    "error",
+)
+
+
+def descriptor_of(index_dir: str | Path) -> str:
+    """The short descriptor name an index was built with (its meta.json)."""
+    meta = Path(index_dir) / "meta.json"
+    if not meta.is_file():
+        from collection.store import IndexRefused
+
+        raise IndexRefused(f"{index_dir} holds no index (no meta.json): build it with index.py first")
+    return json.loads(meta.read_text())["descriptor"].split("-")[0]
+
+
+def open_index(index_dir: str | Path, descriptor: str | None = None) -> PanelStore:
+    """The index for querying; a `descriptor` other than the stored one is refused by the store."""
+    faiss_module()
+    name = descriptor or descriptor_of(index_dir)
+    return PanelStore(index_dir, make_descriptor(name, index_dir))
+
+
+def retrieve(
+    store: PanelStore, image: np.ndarray, top_k: int, source_id: str = "", path: str = "", exclude_same: str = "path"
+) -> list[tuple[dict[str, Any], float]]:
+    """The `top_k` indexed panels most like `image` as (panel row, similarity), best first."""
+    if exclude_same not in EXCLUDE:
+        raise ValueError(f"exclude_same must be one of {', '.join(EXCLUDE)}, got {exclude_same!r}")
+    vectors = query_vectors(store.descriptor, image)
+    if not len(vectors):
+        return []
+    sims, ids = store.search(vectors, NEIGHBOURS if store.descriptor.aggregate == "votes" else 4 * top_k + 40)
+    scores: dict[int, float] = defaultdict(float)
+    if store.descriptor.aggregate == "votes":
+        for row_sims, row_ids in zip(sims, ids):
+            for pid in set(row_ids[(row_sims >= VOTE_SIMILARITY) & (row_ids >= 0)].tolist()):
+                scores[pid] += 1.0
+    else:
+        for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
+            if pid >= 0 and sim > scores.get(pid, -2.0):
+                scores[pid] = sim
+    if store.descriptor.aggregate == "votes":
+        scores = {pid: votes for pid, votes in scores.items() if votes >= MIN_VOTES}
+    ranked = sorted(scores.items(), key=lambda item: -item[1])
+    kept: list[tuple[dict[str, Any], float]] = []
+    for start in range(0, len(ranked), 4 * top_k):
+        chunk = ranked[start : start + 4 * top_k]
+        rows = store.panels(pid for pid, _ in chunk)
+        for pid, score in chunk:
+            row = rows.get(pid)
+            if row is None or (exclude_same != "none" and row["path"] == path):
+                continue
+            if exclude_same == "review" and source_id and row["source_id"] == source_id:
+                continue
+            kept.append((row, float(score)))
+            if len(kept) == top_k:
+                return kept
+    return kept
+
+
+def verify(detector: Any, query_panel: Any, candidate: dict[str, Any], threshold: float) -> Any:
+    """The pair detector's answer for (query, candidate): its crop read again from its file."""
+    x0, y0, x1, y1 = candidate["box"]
+    image = read_image(candidate["path"])[y0:y1, x0:x1]
+    return detector.predict_pair(query_panel, detector.describe(image), threshold)
+
+
+def query_panel_rows(
+    store: PanelStore, detector: Any, panel: np.ndarray, query: dict[str, Any], cfg: Any, masks_dir: Path | None
+) -> list[dict[str, Any]]:
+    threshold = query["threshold"]
+    base = {"path": query["path"], "query_box": json.dumps(query["box"]), "status": "ok", "error": ""}
+    candidates = retrieve(
+        store, panel, int(cfg.top_k), query["source_id"], query["path"], str(cfg.get("exclude_same", "path"))
+    )
+    described = detector.describe(panel)
+    rows = []
+    for candidate, similarity in candidates:
+        try:
+            found = verify(detector, described, candidate, threshold)
+        except (ImageReadError, OSError) as error:
+            log.warning("indexed panel %s is unreadable now: %s", candidate["path"], error)
+            continue
+        if not found.duplicated:
+            continue
+        row = {
+            **base,
+            "match": candidate["path"],
+            "match_box": json.dumps(candidate["box"]),
+            "source_id": candidate["source_id"],
+            "similarity": round(similarity, 4),
+            "score": round(found.score, 4),
+            "operations": ";".join(found.operations),
+            "geometric": ";".join(found.geometric),
+            "transform": json.dumps(found.transform) if found.transform else "",
+            "method": found.method,
+        }
+        if masks_dir is not None:
+            number = query["number"] * 1000 + len(rows)
+            for side, mask in (("a", found.mask_a), ("b", found.mask_b)):
+                target = masks_dir / safe_mask_name(
+                    number, f"{Path(row['path' if side == 'a' else 'match']).stem}_{side}"
+                )
+                write_image(target, mask.astype(np.uint8) * 255)
+                row[f"mask_{side}"] = str(target)
+        rows.append(row)
+    return rows or [{**base, "match": ""}]
+
+
+def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
+    """infer.py with `index=DIR`: each input panel searched in the index and its candidates verified."""
+    detector = runtime.net
+    if not getattr(detector, "is_pair_detector", False):
+        raise ValueError(
+            f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
+        )
+    store = open_index(cfg.index, cfg.get("descriptor"))
+    threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
+    output = Path(cfg.output)
+    masks_dir = None
+    if cfg.save_masks:
+        masks_dir = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
+        masks_dir.mkdir(parents=True, exist_ok=True)
+    columns = list(INDEX_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
+    counts = {"queries": 0, "panels": 0, "matches": 0, "errors": 0}
+    log.info(
+        "searching %s (%d panels, %s) for %s -> %s", cfg.index, store.n_panels, store.index_type, cfg.input, output
+    )
+    started = time.perf_counter()
+    with ResultWriter(output, columns) as writer:
+        for number, (path, source_id) in enumerate(source_ids(cfg.input, cfg.get("layout", "auto"))):
+            counts["queries"] += 1
+            try:
+                panels = file_panels(read_image(path), bool(cfg.get("split_panels", False)))
+            except (ImageReadError, OSError, ValueError) as error:
+                writer.write([{"path": path, "status": "error", "error": str(error)}])
+                counts["errors"] += 1
+                continue
+            for box, panel in panels:
+                query = {"path": path, "box": list(box), "source_id": source_id, "threshold": threshold}
+                rows = query_panel_rows(store, detector, panel, {**query, "number": number}, cfg, masks_dir)
+                writer.write(rows)
+                counts["panels"] += 1
+                for row in rows:
+                    if row["match"]:
+                        counts["matches"] += 1
+                        log.info(
+                            "REUSE %s <- %s (%s) score %.3f %s",
+                            path,
+                            row["match"],
+                            row["source_id"],
+                            row["score"],
+                            row["operations"],
+                        )
+    counts["seconds_per_panel"] = (time.perf_counter() - started) / max(1, counts["panels"])
+    store.close()
+    log.info("panels searched %(panels)d, verified matches %(matches)d, unreadable %(errors)d", counts)
+    return {"counts": counts, "metrics": None}

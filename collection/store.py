@@ -1,0 +1,284 @@
+"""An index directory: FAISS vectors, a SQLite table of panels and files, and the build lock.
+
+    <index>/meta.json        format version, descriptor name, dimension (checked on every open)
+    <index>/panels.sqlite    panels (id, path, box, source_id), files (path, size, mtime, status,
+                             error) and state (which vectors file holds the committed vectors)
+    <index>/vectors-N.faiss  the FAISS index of the committed panels
+    <index>/codebook.npy     the descriptor's own data, when it has some (pooled_sift)
+    <index>/build.lock       held (flock) by the one build writing the index
+
+A build adds panels in memory and commits every few hundred: the FAISS index is written to a new
+file, then one SQLite transaction records the new panels, their files and the new file's name. A
+build killed at any point leaves the last commit intact; rerun, it skips the committed files.
+
+Index type by size (vectors; a panel has up to 64 with `local_sift`, 10 with the regional ones):
+`flat` (exact, `IDMap2,Flat`) up to `FLAT_MAX`; above, `ivf_pq` (`IVF<nlist>,PQ<m>`, nlist about
+4 sqrt(n), m = dim / 4 one-byte codes, `nprobe` 32), trained on the vectors at hand when the flat
+index outgrows its limit. `index_type=ivf` (`IVF<nlist>,Flat`) trades memory for exact distances.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from collection.descriptors import SLOTS
+
+FORMAT_VERSION = 1
+FLAT_MAX = 20_000  # vectors (about 300 panels of local_sift): exact search is cheap up to here
+IVF_MAX = 2_000_000  # vectors (about 30,000 panels): 8-bit scalar codes; above, product quantization
+TRAIN_PER_LIST = 40  # training vectors per inverted list (FAISS warns below 39)
+NPROBE = 32
+INDEX_TYPES = ("auto", "flat", "ivf", "ivf_pq")
+
+
+class IndexRefused(ValueError):
+    """The directory holds an index this toolkit version or this descriptor cannot use."""
+
+
+class IndexBusy(RuntimeError):
+    """Another build holds the index's lock."""
+
+
+def faiss_module() -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise IndexRefused("collection search needs FAISS: pip install faiss-cpu (extra `index`)") from None
+    return faiss
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def n_lists(n_vectors: int) -> int:
+    """About sqrt(n) inverted lists, a power of two in [64, 65536]."""
+    return int(2 ** round(math.log2(max(64.0, min(65536.0, math.sqrt(max(n_vectors, 1)))))))
+
+
+def factory_string(index_type: str, dim: int, n_vectors: int) -> str:
+    if index_type == "flat":
+        return "IDMap2,Flat"
+    if index_type == "ivf":
+        return f"IVF{n_lists(n_vectors)},SQ8"
+    nlist = n_lists(n_vectors)
+    return f"IVF{nlist},PQ{max(1, dim // 4)}"
+
+
+def choose_type(requested: str, n_vectors: int) -> str:
+    if requested not in INDEX_TYPES:
+        raise ValueError(f"index_type must be one of {', '.join(INDEX_TYPES)}, got {requested!r}")
+    if requested != "auto":
+        return requested
+    return "flat" if n_vectors <= FLAT_MAX else "ivf" if n_vectors <= IVF_MAX else "ivf_pq"
+
+
+class PanelStore:
+    """One index directory opened for reading or, under its lock, for a build."""
+
+    def __init__(self, directory: str | os.PathLike, descriptor: Any, create: bool = False) -> None:
+        self.directory = Path(directory)
+        self.descriptor = descriptor
+        meta_path = self.directory / "meta.json"
+        if not meta_path.is_file():
+            if not create:
+                raise IndexRefused(f"{self.directory} holds no index (no meta.json): build it with index.py first")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            meta = {"format_version": FORMAT_VERSION, "descriptor": descriptor.name, "dim": descriptor.dim}
+            atomic_write_text(meta_path, json.dumps(meta, indent=1))
+        self.meta = self.check_meta(json.loads(meta_path.read_text()))
+        self.db = sqlite3.connect(self.directory / "panels.sqlite", timeout=60)
+        self.db.executescript(
+            "CREATE TABLE IF NOT EXISTS panels (id INTEGER PRIMARY KEY, path TEXT, box TEXT, source_id TEXT,"
+            " n_vectors INTEGER);"
+            "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, status TEXT,"
+            " error TEXT, panels INTEGER);"
+            "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);"
+        )
+        self.index = self.load_index()
+        self.pending: list[tuple[int, str, str, str, int]] = []
+        self.pending_files: list[tuple[str, int, float, str, str, int]] = []
+        self.forgotten: list[int] = []
+        self.expected_vectors = 0  # set by a build: how large the index is about to grow
+        self.next_id = (self.db.execute("SELECT MAX(id) FROM panels").fetchone()[0] or -1) + 1
+        self._lock: Any = None
+
+    def check_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise IndexRefused(
+                f"{self.directory} was built with index format {meta.get('format_version')}, this toolkit reads "
+                f"format {FORMAT_VERSION}: rebuild it with index.py into a new folder"
+            )
+        if meta.get("descriptor") != self.descriptor.name:
+            raise IndexRefused(
+                f"{self.directory} holds {meta.get('descriptor')} descriptors, not {self.descriptor.name}: "
+                f"query it with descriptor={str(meta.get('descriptor')).split('-')[0]}, or build another index"
+            )
+        return meta
+
+    # --- the lock -------------------------------------------------------------------------------
+    def lock(self) -> "PanelStore":
+        """Take the build lock (released when the process ends, however it ends)."""
+        handle = open(self.directory / "build.lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise IndexBusy(f"{self.directory} is being written by {holder}; wait for that build to end") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self._lock = handle
+        return self
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    # --- reading --------------------------------------------------------------------------------
+    def state(self, key: str, default: str | None = None) -> str | None:
+        row = self.db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def load_index(self) -> Any:
+        name = self.state("vectors_file")
+        if name is None:
+            return None
+        path = self.directory / name
+        if not path.is_file():
+            raise IndexRefused(f"{path} is missing: the index is incomplete; rebuild it into a new folder")
+        index = faiss_module().read_index(str(path))
+        if hasattr(index, "nprobe"):
+            index.nprobe = int(self.state("nprobe", str(NPROBE)))
+        return index
+
+    def known_files(self) -> dict[str, tuple[int, float, str]]:
+        return {p: (s, m, st) for p, s, m, st in self.db.execute("SELECT path, size, mtime, status FROM files")}
+
+    def panels(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        ids = list(ids)
+        rows: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for pid, path, box, source in self.db.execute(
+                f"SELECT id, path, box, source_id FROM panels WHERE id IN ({marks})", chunk
+            ):
+                rows[pid] = {"id": pid, "path": path, "box": json.loads(box), "source_id": source}
+        return rows
+
+    @property
+    def n_panels(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM panels").fetchone()[0])
+
+    @property
+    def index_type(self) -> str:
+        return getattr(self, "_new_type", None) or self.state("index_type", "none") or "none"
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(similarities, panel ids) of each vector's k nearest; -1 where fewer exist."""
+        if self.index is None or self.index.ntotal == 0:
+            empty = np.full((len(vectors), k), -1, np.int64)
+            return np.zeros((len(vectors), k), np.float32), empty
+        sims, ids = self.index.search(np.ascontiguousarray(vectors, np.float32), k)
+        return sims, np.where(ids >= 0, ids // SLOTS, -1)
+
+    # --- writing (under the lock) ---------------------------------------------------------------
+    def add_panel(self, path: str, box: tuple[int, int, int, int], source_id: str, vectors: np.ndarray) -> int:
+        panel_id = self.next_id
+        self.next_id += 1
+        vectors = np.asarray(vectors, np.float32)[:SLOTS]
+        self.pending.append((panel_id, path, json.dumps(list(box)), source_id, len(vectors)))
+        if len(vectors):
+            self.add_vectors(vectors, panel_id * SLOTS + np.arange(len(vectors), dtype=np.int64))
+        return panel_id
+
+    def forget(self, path: str) -> None:
+        """Drop a changed file's panels: their vectors now, their rows at the next commit."""
+        ids = [pid for (pid,) in self.db.execute("SELECT id FROM panels WHERE path = ?", (path,))]
+        if ids and self.index is not None:
+            vector_ids = np.concatenate([pid * SLOTS + np.arange(SLOTS, dtype=np.int64) for pid in ids])
+            self.index.remove_ids(faiss_module().IDSelectorBatch(vector_ids))
+        self.forgotten.extend(ids)
+
+    def add_file(self, path: str, size: int, mtime: float, status: str, error: str, panels: int) -> None:
+        self.pending_files.append((path, size, mtime, status, error, panels))
+
+    def add_vectors(self, vectors: np.ndarray, ids: np.ndarray, requested: str | None = None) -> None:
+        """Add, as flat until enough vectors are at hand to train the index type the expected size needs."""
+        requested = requested or self.state("requested_type", "auto") or "auto"
+        if self.index is None:
+            self.index = faiss_module().IndexIDMap2(faiss_module().IndexFlatIP(self.descriptor.dim))
+            self._new_type = "flat"
+        if len(vectors):
+            self.index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
+        expected = max(self.index.ntotal, self.expected_vectors)
+        wanted = choose_type(requested, expected)
+        if self.index_type == "flat" and wanted != "flat":
+            if self.index.ntotal >= min(expected, TRAIN_PER_LIST * n_lists(expected)):
+                empty = (np.zeros((0, self.descriptor.dim), np.float32), np.zeros(0, np.int64))
+                self.rebuild(wanted, expected, extra=empty)
+
+    def rebuild(self, index_type: str, n_vectors: int, extra: tuple[np.ndarray, np.ndarray]) -> None:
+        """A new index of `index_type` holding the flat index's vectors (if any) and `extra`."""
+        faiss = faiss_module()
+        vectors, ids = extra
+        if self.index is not None and self.index.ntotal:
+            old = self.index.index.reconstruct_n(0, self.index.ntotal)
+            vectors = np.concatenate([old, vectors])
+            ids = np.concatenate([faiss.vector_to_array(self.index.id_map).astype(np.int64), ids])
+        if index_type == "flat":
+            index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.descriptor.dim))
+        else:
+            spec = factory_string(index_type, self.descriptor.dim, n_vectors)
+            index = faiss.index_factory(self.descriptor.dim, spec, faiss.METRIC_INNER_PRODUCT)
+            faiss.extract_index_ivf(index).cp.niter = 10
+            sample = np.random.default_rng(0).permutation(len(vectors))[: TRAIN_PER_LIST * n_lists(n_vectors)]
+            index.train(np.ascontiguousarray(vectors[sample]))
+            index.nprobe = NPROBE
+        index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
+        self.index = index
+        self._new_type = index_type
+
+    def commit(self) -> None:
+        """Write the vectors to a new file, then switch to it and record the panels in one transaction."""
+        if not self.pending and not self.pending_files and not self.forgotten:
+            return
+        faiss = faiss_module()
+        old = self.state("vectors_file")
+        generation = int(self.state("generation", "0") or 0) + 1
+        name = f"vectors-{generation}.faiss"
+        if self.index is not None:
+            temporary = self.directory / (name + ".tmp")
+            faiss.write_index(self.index, str(temporary))
+            os.replace(temporary, self.directory / name)
+        with self.db:
+            self.db.executemany("DELETE FROM panels WHERE id = ?", [(pid,) for pid in self.forgotten])
+            self.db.executemany("INSERT INTO panels VALUES (?, ?, ?, ?, ?)", self.pending)
+            self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)", self.pending_files)
+            if self.index is not None:
+                values = {"vectors_file": name, "generation": str(generation)}
+                values["index_type"] = getattr(self, "_new_type", self.index_type)
+                self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", list(values.items()))
+        if old and old != name and self.index is not None:
+            (self.directory / old).unlink(missing_ok=True)
+        self.pending, self.pending_files, self.forgotten = [], [], []
+
+    def close(self) -> None:
+        self.db.close()
+        self.unlock()

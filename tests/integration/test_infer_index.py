@@ -1,0 +1,85 @@
+"""infer.py index=DIR: each input panel searched in a collection index, candidates verified by the pair detector."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+
+from datamodules.io import write_image  # noqa: E402
+from detectors.training_free import save_checkpoint  # noqa: E402
+from index import IndexFailed, index  # noqa: E402
+from infer import InferenceFailed, infer  # noqa: E402
+from inference.writer import read_results  # noqa: E402
+from synthesis.collection import planted_copy, texture_panel  # noqa: E402
+from tests.duplication_helpers import hand_set_pair_module  # noqa: E402
+from tests.helpers import compose_config  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> dict:
+    """Eight textures in two reviews, indexed; queries: a mirrored, cropped, recoloured JPEG copy of
+    one of them, an unrelated texture and a file no decoder reads."""
+    root = tmp_path_factory.mktemp("collection")
+    rng = np.random.default_rng(5)
+    panels = [texture_panel(rng, 192) for _ in range(9)]
+    for number, panel in enumerate(panels[:8]):
+        write_image(root / "archive" / f"paper{number % 2}" / f"panel{number}.png", panel)
+    copy = planted_copy(panels[3], np.random.default_rng(2), "hflip", min_area=0.5)
+    write_image(root / "queries" / "paper1" / "copy.png", copy.image)
+    write_image(root / "queries" / "paper1" / "unrelated.png", panels[8])
+    (root / "queries" / "paper1" / "broken.png").write_bytes(b"not an image")
+    index(compose_config("index", [f"input={root / 'archive'}", f"index={root / 'index'}"]))
+    model = save_checkpoint(hand_set_pair_module(), root / "dup.ckpt", None)
+    return {"root": root, "model": model, "source": str(root / "archive" / "paper1" / "panel3.png")}
+
+
+def search(indexed: dict, output: Path, *extra: str) -> list[dict]:
+    root = indexed["root"]
+    overrides = [f"model={indexed['model']}", f"input={root / 'queries'}", f"index={root / 'index'}"]
+    infer(compose_config("infer", [*overrides, f"output={output}", "progress=false", *extra]))
+    return read_results(output)
+
+
+def test_each_verified_match_is_a_row_with_its_source_operations_and_transform(indexed, tmp_path):
+    rows = {Path(r["path"]).name: r for r in search(indexed, tmp_path / "found.csv", "top_k=3", "save_masks=true")}
+    copy = rows["copy.png"]
+    assert copy["match"] == indexed["source"] and copy["source_id"] == "paper1"
+    assert "flip" in copy["operations"].split(";")
+    assert json.loads(copy["transform"])["flipped"] is True
+    assert Path(copy["mask_a"]).is_file() and Path(copy["mask_b"]).is_file()
+    assert rows["unrelated.png"]["match"] == "" and rows["unrelated.png"]["status"] == "ok"
+    assert rows["broken.png"]["status"] == "error" and "corrupt" in rows["broken.png"]["error"]
+
+
+def test_exclude_same_review_skips_matches_from_the_query_s_own_review(indexed, tmp_path):
+    rows = search(indexed, tmp_path / "other_reviews.csv", "exclude_same=review")
+    assert not [r for r in rows if r["match"]]  # the copy's source is in paper1, as the query
+
+
+def test_an_index_of_another_descriptor_or_no_index_is_refused_with_a_message(indexed, tmp_path):
+    with pytest.raises(InferenceFailed, match="holds local_sift-v1.* descriptors, not phash"):
+        search(indexed, tmp_path / "x.csv", "descriptor=phash")
+    with pytest.raises(InferenceFailed, match="no meta.json"):
+        infer(
+            compose_config(
+                "infer",
+                [
+                    f"model={indexed['model']}",
+                    f"input={indexed['root'] / 'queries'}",
+                    f"index={tmp_path}",
+                    f"output={tmp_path / 'y.csv'}",
+                ],
+            )
+        )
+    with pytest.raises(IndexFailed, match="holds local_sift"):
+        index(
+            compose_config(
+                "index",
+                [f"input={indexed['root'] / 'queries'}", f"index={indexed['root'] / 'index'}", "descriptor=phash"],
+            )
+        )

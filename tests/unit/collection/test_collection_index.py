@@ -1,0 +1,160 @@
+"""The collection index: planted copies found, incremental and resumed builds, refusals, bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+
+from collection.build import build_index, merge_parts, open_store  # noqa: E402
+from collection.descriptors import LocalSift  # noqa: E402
+from collection.panels import split_figure  # noqa: E402
+from collection.query import open_index, retrieve  # noqa: E402
+from collection.store import IndexBusy, IndexRefused  # noqa: E402
+from datamodules.io import read_image, write_image  # noqa: E402
+from synthesis.collection import planted_copy, texture_panel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiles() -> list[np.ndarray]:
+    """Sixteen generated 192 px textures (each draw a different image)."""
+    rng = np.random.default_rng(1)
+    return [texture_panel(rng, 192) for _ in range(16)]
+
+
+def write_panels(folder: Path, panels: list[np.ndarray], reviews: int = 2, start: int = 0) -> list[Path]:
+    paths = []
+    for number, panel in enumerate(panels, start):
+        paths.append(folder / f"review{number % reviews}" / f"panel{number:02d}.png")
+        write_image(paths[-1], panel)
+    return paths
+
+
+def test_a_flipped_cropped_recoloured_jpeg_copy_finds_its_source(tmp_path, tiles):
+    paths = write_panels(tmp_path / "collection", tiles)
+    build_index(tmp_path / "collection", tmp_path / "index")
+    source = read_image(paths[2])
+    copy = planted_copy(source, np.random.default_rng(3), "hflip", min_area=0.4)
+    store = open_index(tmp_path / "index")
+    found = [row["path"] for row, _ in retrieve(store, copy.image, top_k=3)]
+    assert found[0] == str(paths[2]), (copy.operations, found)
+    rotated = planted_copy(source, np.random.default_rng(4), "rotate180", min_area=0.4)
+    assert retrieve(store, rotated.image, top_k=3)[0][0]["path"] == str(paths[2])
+
+
+def test_adding_a_folder_later_describes_only_the_new_panels(tmp_path, tiles, monkeypatch):
+    write_panels(tmp_path / "collection", tiles[:8])
+    first = build_index(tmp_path / "collection", tmp_path / "index")
+    write_panels(tmp_path / "collection", tiles[8:], start=8)
+    calls = []
+    original = LocalSift.describe
+    monkeypatch.setattr(LocalSift, "describe", lambda self, image: calls.append(1) or original(self, image))
+    second = build_index(tmp_path / "collection", tmp_path / "index")
+    assert first["panels"] == 8
+    assert second["panels"] == len(calls) == 8
+    assert second["total_panels"] == 16
+    changed = tmp_path / "collection" / "review0" / "panel00.png"
+    write_image(changed, tiles[9])  # a file that changed is described again, its old panel forgotten
+    third = build_index(tmp_path / "collection", tmp_path / "index")
+    assert (third["panels"], third["total_panels"], len(calls)) == (1, 16, 9)
+    store = open_index(tmp_path / "index")
+    assert store.index.ntotal == store.db.execute("SELECT SUM(n_vectors) FROM panels").fetchone()[0]
+
+
+def test_a_killed_build_resumes_from_its_last_commit(tmp_path, tiles, monkeypatch):
+    write_panels(tmp_path / "collection", tiles)
+    original = LocalSift.describe
+    calls = []
+
+    def dies_on_the_eleventh(self, image):
+        calls.append(1)
+        if len(calls) == 11:
+            raise KeyboardInterrupt
+        return original(self, image)
+
+    monkeypatch.setattr(LocalSift, "describe", dies_on_the_eleventh)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tmp_path / "collection", tmp_path / "index", commit_every=4)
+    store = open_index(tmp_path / "index")
+    assert store.n_panels == 8  # two commits of four survived
+    store.close()
+    resumed = build_index(tmp_path / "collection", tmp_path / "index", commit_every=4)
+    assert (resumed["skipped"], resumed["panels"], resumed["total_panels"]) == (8, 8, 16)
+    store = open_index(tmp_path / "index")
+    counted = store.db.execute("SELECT SUM(n_vectors), COUNT(DISTINCT path) FROM panels").fetchone()
+    assert store.index.ntotal == counted[0] and counted[1] == 16
+    assert len(list((tmp_path / "index").glob("vectors-*.faiss"))) == 1
+
+
+def test_a_second_build_cannot_take_the_lock(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:2])
+    build_index(tmp_path / "collection", tmp_path / "index")
+    holder = open_store(tmp_path / "index", "local_sift").lock()
+    with pytest.raises(IndexBusy, match="being written by pid"):
+        build_index(tmp_path / "collection", tmp_path / "index")
+    holder.close()
+    assert build_index(tmp_path / "collection", tmp_path / "index")["skipped"] == 2
+
+
+def test_an_index_of_another_version_or_descriptor_is_refused(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:2])
+    build_index(tmp_path / "collection", tmp_path / "index", descriptor="phash")
+    with pytest.raises(IndexRefused, match="holds phash-v1 descriptors, not local_sift"):
+        open_index(tmp_path / "index", "local_sift")
+    with pytest.raises(IndexRefused, match="holds phash-v1 descriptors"):
+        build_index(tmp_path / "collection", tmp_path / "index", descriptor="local_sift")
+    meta = tmp_path / "index" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format_version": 99}))
+    with pytest.raises(IndexRefused, match="index format 99"):
+        open_index(tmp_path / "index")
+
+
+def test_a_corrupt_file_is_an_error_row_and_the_rest_is_indexed(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:3])
+    (tmp_path / "collection" / "review0" / "broken.png").write_bytes(b"not an image")
+    result = build_index(tmp_path / "collection", tmp_path / "index")
+    assert (result["panels"], result["errors"]) == (3, 1)
+    store = open_index(tmp_path / "index")
+    status, error = store.db.execute("SELECT status, error FROM files WHERE path LIKE '%broken.png'").fetchone()
+    assert status == "error" and "corrupt" in error
+
+
+def test_exclude_same_review_drops_the_query_s_own_review(tmp_path, tiles):
+    paths = write_panels(tmp_path / "collection", tiles[:6], reviews=2)  # panel00 in review0
+    write_image(tmp_path / "collection" / "review1" / "reused.png", read_image(paths[0]))
+    build_index(tmp_path / "collection", tmp_path / "index")
+    store = open_index(tmp_path / "index")
+    query = read_image(paths[0])
+    same_path = retrieve(store, query, 3, source_id="review0", path=str(paths[0]), exclude_same="path")
+    assert str(paths[0]) not in [r["path"] for r, _ in same_path]
+    assert same_path[0][0]["path"].endswith("reused.png")
+    other_review = retrieve(store, query, 3, source_id="review1", path="", exclude_same="review")
+    assert {r["source_id"] for r, _ in other_review} == {"review0"}
+    assert other_review[0][0]["path"] == str(paths[0])
+
+
+def test_shards_merge_into_one_index_with_faiss_merge_from(tmp_path, tiles):
+    paths = write_panels(tmp_path / "collection", tiles[:6])
+    for shard in ("0/2", "1/2"):
+        assert build_index(tmp_path / "collection", tmp_path / "index", shard=shard)["panels"] == 3
+    merged = merge_parts(tmp_path / "index")
+    assert (merged["parts"], merged["total_panels"]) == (2, 6)
+    assert not (tmp_path / "index" / "parts").exists()
+    store = open_index(tmp_path / "index")
+    assert sorted(r["path"] for r in store.panels(range(6)).values()) == sorted(map(str, paths))
+    for path in paths:
+        assert retrieve(store, read_image(path), 1, exclude_same="none")[0][0]["path"] == str(path)
+
+
+def test_white_gutters_cut_a_figure_into_its_panels():
+    figure = np.full((300, 420, 3), 255, np.uint8)
+    boxes = [(10, 10, 200, 140), (220, 10, 410, 140), (10, 160, 410, 290)]
+    rng = np.random.default_rng(0)
+    for x0, y0, x1, y1 in boxes:
+        figure[y0:y1, x0:x1] = rng.integers(0, 200, (y1 - y0, x1 - x0, 3))
+    assert split_figure(figure) == boxes
+    assert split_figure(figure[10:140, 10:200]) == [(0, 0, 190, 130)]
