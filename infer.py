@@ -33,14 +33,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
         runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
-        if cfg.get("index"):  # search a collection index, verify with the pair detector
-            from collection.query import infer_index
-
-            return infer_index(cfg, runtime)
-        if getattr(getattr(runtime, "net", None), "is_pair_detector", False):  # panel pairs
-            from inference.pairs import infer_pairs
-
-            return infer_pairs(cfg, runtime)
+        if (answer := pair_run(cfg, runtime)) is not None:
+            return answer
         runtime = tiled(cfg, runtime) if cfg.tiles else runtime
         records = records_from_input(cfg.input, cfg.get("layout", "auto"))
     except (ModelLoadError, LayoutError, ValueError, IndexBusy) as error:
@@ -90,6 +84,20 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
     request = report_request(cfg, output, threshold)
     return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
+
+
+def pair_run(cfg: DictConfig, runtime: Runtime) -> dict[str, Any] | None:
+    """The runs whose rows are pairs of panels: a collection-index search (each input against the
+    index, verified by the pair detector) or a pair detector on pairs; None for per-image runs."""
+    if cfg.get("index"):
+        from collection.query import infer_index
+
+        return infer_index(cfg, runtime)
+    if getattr(getattr(runtime, "net", None), "is_pair_detector", False):
+        from inference.pairs import infer_pairs
+
+        return infer_pairs(cfg, runtime)
+    return None
 
 
 def tiled(cfg: DictConfig, runtime: Runtime) -> Runtime:
