@@ -226,6 +226,11 @@ class OnnxRuntime:
             raise ModelLoadError(
                 f"{path}: not exported by this toolkit's export.py (missing metadata {sorted(missing)})"
             )
+        if "operations" in meta:  # exporting.pair_export: two image inputs
+            raise ModelLoadError(
+                f"{path}: a pair detector's ONNX graph (inputs image_a, image_b) is for embedding in other "
+                "services; score pairs with infer.py from its .ckpt"
+            )
         self.name = meta["detector"]
         self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
         self.threshold = float(meta["threshold"])
