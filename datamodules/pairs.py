@@ -6,6 +6,11 @@ and local duplications with their operation sets and masks, copies of figure pan
 negatives. Training draws `train_rounds` pair sets from the training photos (each with its own
 random duplications), since a network needs more pairs than two logistic models. Panels are
 resized to the network's square input once, at setup.
+
+`pairs_csv=<generate.py output>/duplication_pairs.csv` trains on the pairs `generate.py` wrote
+instead (`panel_a`, `panel_b`, `mask_a`, `mask_b`, `operations`, `source`, `split`; paths relative
+to the file). That file holds duplicated pairs only, so each split gets as many pairs that share
+nothing: panel A of one pair with panel B of a pair made from another source photo.
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ class PairDataModule(L.LightningDataModule):
         negatives_per_photo: int = 16,
         figure_pairs: int = 12,
         train_rounds: int = 1,
+        pairs_csv: str | None = None,
         seed: int = 0,
         batch_size: int = 16,
         num_workers: int = 0,
@@ -126,7 +132,7 @@ class PairDataModule(L.LightningDataModule):
             "figure_pairs": figure_pairs,
             "seed": seed,
         }
-        self.train_rounds, self.seed = max(1, int(train_rounds)), seed
+        self.train_rounds, self.seed, self.pairs_csv = max(1, int(train_rounds)), seed, pairs_csv
         self.batch_size, self.num_workers = batch_size, num_workers
         self.pair_sets: dict[str, Any] = {}
         self.splits: dict[str, list[PairRecord]] = {}
@@ -137,9 +143,13 @@ class PairDataModule(L.LightningDataModule):
             return
         from synthesis.pair_set import pair_splits
 
-        self.pair_sets = pair_splits(**self.options)
+        if self.pairs_csv:
+            self.pair_sets = read_generated_pairs(self.pairs_csv, np.random.default_rng(self.seed))
+            rounds = [self.pair_sets["train"]]
+        else:
+            self.pair_sets = pair_splits(**self.options)
+            rounds = [self.pair_sets["train"], *self.extra_training_rounds()]
         size = int(self.preprocess.size)
-        rounds = [self.pair_sets["train"], *self.extra_training_rounds()]
         self.datasets = {"train": ConcatPairs([PairDataset(s, size, swap=True, seed=self.seed) for s in rounds])}
         for split in ("val", "test"):
             self.datasets[split] = PairDataset(self.pair_sets[split], size)
@@ -201,3 +211,49 @@ class ConcatPairs(torch.utils.data.ConcatDataset):
         item = super().__getitem__(index)
         item["index"] = torch.tensor(index)
         return item
+
+
+def read_generated_pairs(path: str, rng: np.random.Generator) -> dict[str, Any]:
+    """`generate.py`'s `duplication_pairs.csv` as one `PairSet` per split, with negatives added
+    (panel A of a pair with panel B of a pair from another source photo of the same split)."""
+    import csv
+    from pathlib import Path
+
+    from datamodules.io import read_image, read_mask
+    from datamodules.records import LayoutError
+    from synthesis.pair_set import PairSet, PanelPair
+
+    folder = Path(path).parent
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    missing = {"panel_a", "panel_b", "mask_a", "mask_b", "operations", "source", "split"} - set(rows[0] if rows else {})
+    if not rows or missing:
+        raise LayoutError(f"{path}: not a generate.py duplication_pairs.csv (no rows, or no {sorted(missing)})")
+    sets: dict[str, Any] = {}
+    for split in ("train", "val", "test"):
+        chosen = [r for r in rows if r["split"] == split]
+        if not chosen:
+            raise LayoutError(f"{path}: no pairs in split {split!r}; generate more panels")
+        panels = {r[key]: read_image(folder / r[key]) for r in chosen for key in ("panel_a", "panel_b")}
+        pairs = [
+            PanelPair(
+                r["panel_a"],
+                r["panel_b"],
+                1,
+                tuple(r["operations"].split(";")),
+                r.get("scope") or "generated",
+                r["source"],
+                read_mask(folder / r["mask_a"]),
+                read_mask(folder / r["mask_b"]),
+            )
+            for r in chosen
+        ]
+        for r in chosen:
+            others = [o for o in chosen if o["source"] != r["source"]]
+            if others:
+                other = others[int(rng.integers(len(others)))]
+                pairs.append(
+                    PanelPair(r["panel_a"], other["panel_b"], 0, (), "other_photo", f"{r['source']}|{other['source']}")
+                )
+        sets[split] = PairSet(panels, pairs)
+    return sets
