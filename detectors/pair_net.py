@@ -28,7 +28,7 @@ from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.blocks.weights import load_timm_encoder
 from detectors.duplication import PairPrediction
-from evaluation.protocols.duplication import CMO_OPERATIONS
+from evaluation.protocols.duplication import CMO_OPERATIONS, operations_from_probabilities
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,11 @@ class PairCorrelationNet(Detector):
         outputs = self(panel_a.tensor[None].to(device), panel_b.tensor[None].to(device))
         score = float(torch.sigmoid(outputs["logit"][0]))
         duplicated = score >= threshold
-        operations = decode_operations(torch.sigmoid(outputs["operation_logit"][0]).cpu().numpy()) if duplicated else []
+        operations = (
+            operations_from_probabilities(torch.sigmoid(outputs["operation_logit"][0]).cpu().numpy())
+            if duplicated
+            else []
+        )
         masks = []
         for side, panel in (("a", panel_a), ("b", panel_b)):
             prob = torch.sigmoid(outputs[f"mask_logit_{side}"][0, 0]).float().cpu().numpy()
@@ -234,12 +238,6 @@ class PairCorrelationNet(Detector):
             masks.append(resized & duplicated)
         reason = "" if duplicated else "score below threshold"
         return PairPrediction(score, duplicated, operations, [], {}, masks[0], masks[1], "pairnet", reason)
-
-
-def decode_operations(probabilities: np.ndarray) -> list[str]:
-    """THEMIS answers of a duplicated pair from the five operation probabilities (CMO order)."""
-    said = [op for op, p in zip(CMO_OPERATIONS, probabilities) if op != "direct" and p >= 0.5]
-    return sorted(said or ["direct"])
 
 
 def evaluate_pair_network(net: PairCorrelationNet, pair_set: Any, threshold: float) -> dict[str, Any]:

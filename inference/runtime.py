@@ -226,11 +226,6 @@ class OnnxRuntime:
             raise ModelLoadError(
                 f"{path}: not exported by this toolkit's export.py (missing metadata {sorted(missing)})"
             )
-        if "operations" in meta:  # exporting.pair_export: two image inputs
-            raise ModelLoadError(
-                f"{path}: a pair detector's ONNX graph (inputs image_a, image_b) is for embedding in other "
-                "services; score pairs with infer.py from its .ckpt"
-            )
         self.name = meta["detector"]
         self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
         self.threshold = float(meta["threshold"])
@@ -248,6 +243,10 @@ class OnnxRuntime:
         # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
         # graph: feed each image whole (mode none), one at a time.
         self.input_name = meta.get("input", "image")
+        if "operations" in meta:  # a pair detector (exporting.pair_export): infer.py scores panel pairs
+            from inference.pair_onnx import OnnxPairNet
+
+            self.net = OnnxPairNet(self.session, int(self.trained_preprocess.size))
         if self.input_name != "image":
             self.preprocess = Preprocess(size=None, mode="none", mean=self.preprocess.mean, std=self.preprocess.std)
 

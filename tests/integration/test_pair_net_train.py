@@ -110,6 +110,27 @@ def test_infer_py_scores_a_pair_manifest_with_rows_operations_and_masks(trained,
     assert result["metrics"]["operations"]["n"] == 1 and "pixel_f1" in result["metrics"]
 
 
+@pytest.mark.slow  # the ONNX export takes minutes on two busy cores
+def test_infer_py_scores_pairs_alike_from_the_checkpoint_and_its_onnx_export(trained, photos, tmp_path):
+    from exporting.onnx_export import export_onnx
+    from inference.runtime import load_checkpoint
+
+    run, _ = trained
+    onnx = export_onnx(load_checkpoint(run / "checkpoints" / "best.ckpt"), tmp_path / "pairnet.onnx").path
+    rows = {}
+    for model in (run / "checkpoints" / "best.ckpt", onnx):
+        output = tmp_path / f"{model.suffix[1:]}.csv"
+        infer(compose_config("infer", [f"model={model}", f"input={photos}", f"output={output}", "progress=false"]))
+        rows[model.suffix] = {r["path"]: r for r in read_results(output)}
+    assert rows[".ckpt"].keys() == rows[".onnx"].keys() and len(rows[".ckpt"]) == 15  # all pairs of 6 panels
+    threshold = load_detector(run / "checkpoints" / "best.ckpt").threshold
+    for key, row in rows[".ckpt"].items():
+        exported = rows[".onnx"][key]
+        assert float(exported["score"]) == pytest.approx(float(row["score"]), abs=1e-4)
+        if abs(float(row["score"]) - threshold) > 1e-3:  # the same decision away from the threshold
+            assert exported["label"] == row["label"]
+
+
 @pytest.mark.slow  # about 10 minutes on two busy cores
 def test_a_short_run_ranks_held_out_pairs_above_chance(tmp_path):
     extra = [

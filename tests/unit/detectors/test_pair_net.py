@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from detectors.blocks.weights import MissingWeightsError, architecture_only
-from detectors.pair_net import decode_operations
 from detectors.registry import create_detector, create_module, detector_class, list_detectors
-from evaluation.protocols.duplication import CMO_OPERATIONS
+from evaluation.protocols.duplication import CMO_OPERATIONS, operations_from_probabilities
 from exporting.onnx_export import export_onnx
 
 SIZE = 64
@@ -92,8 +91,8 @@ def test_every_trainable_parameter_receives_a_gradient_after_one_step():
 
 
 def test_operations_are_the_confident_ones_and_direct_reuse_when_none_is():
-    assert decode_operations(np.array([0.9, 0.1, 0.2, 0.3, 0.4])) == ["direct"]
-    assert decode_operations(np.array([0.9, 0.1, 0.7, 0.8, 0.1])) == ["flip", "rotation"]
+    assert operations_from_probabilities(np.array([0.9, 0.1, 0.2, 0.3, 0.4])) == ["direct"]
+    assert operations_from_probabilities(np.array([0.9, 0.1, 0.7, 0.8, 0.1])) == ["flip", "rotation"]
 
 
 def test_predict_pair_gives_masks_at_each_panels_own_size_and_nothing_below_the_threshold(net):
