@@ -243,20 +243,30 @@ class PairCorrelationNet(Detector):
 def evaluate_pair_network(net: PairCorrelationNet, pair_set: Any, threshold: float) -> dict[str, Any]:
     """THEMIS set-F1 / EM / SPC, pair figures and mask pixel F1 of `net` on a `PairSet`, scored as
     infer.py scores pairs (`predict_pair` on the panels at their own size) and measured by the
-    protocol `dup_sift` is measured by (`evaluation.protocols.duplication.duplication_metrics`)."""
+    protocol `dup_sift` is measured by (`evaluation.protocols.duplication.duplication_metrics`).
+    `given_duplicated` holds the operation and mask figures of the duplicated pairs as if each had
+    been judged duplicated (the heads alone, without the pair decision)."""
     from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts
 
     was_training = net.training
     net.eval()
     described = {key: net.describe(panel) for key, panel in pair_set.panels.items()}
-    rows, counts = [], []
+    rows, counts, oracle_rows, oracle_counts = [], [], [], []
     for pair in pair_set.pairs:
-        found = net.predict_pair(described[pair.id_a], described[pair.id_b], threshold)
+        found = net.predict_pair(described[pair.id_a], described[pair.id_b], -1.0)  # heads read at any score
+        duplicated = found.score >= threshold
         truth = cmo_set(pair.operations) if pair.label else set()
-        rows.append({"kind": pair.kind, "label": pair.label, "score": found.score, "predicted": set(found.operations)})
-        rows[-1]["truth"] = truth
-        has_masks = pair.mask_a is not None and pair.mask_b is not None
-        counts.append(pair_pixel_counts(pair.mask_a, pair.mask_b, found.mask_a, found.mask_b) if has_masks else None)
+        row = {"kind": pair.kind, "label": pair.label, "score": found.score, "truth": truth}
+        rows.append({**row, "predicted": set(found.operations) if duplicated else set()})
+        if pair.mask_a is None or pair.mask_b is None:
+            counts.append(None)
+            continue
+        empty_a, empty_b = np.zeros_like(found.mask_a), np.zeros_like(found.mask_b)
+        masks = (found.mask_a, found.mask_b) if duplicated else (empty_a, empty_b)
+        counts.append(pair_pixel_counts(pair.mask_a, pair.mask_b, *masks))
+        if pair.label:
+            oracle_rows.append({**row, "score": 1.0, "predicted": set(found.operations)})
+            oracle_counts.append(pair_pixel_counts(pair.mask_a, pair.mask_b, found.mask_a, found.mask_b))
     net.train(was_training)
     metrics = duplication_metrics(rows, threshold, counts)
     kinds: dict[str, dict[str, Any]] = {}
@@ -265,4 +275,9 @@ def evaluate_pair_network(net: PairCorrelationNet, pair_set: Any, threshold: flo
         flagged = float(np.mean([r["score"] >= threshold for r in subset]))
         kinds[kind] = {"n": len(subset), "label": subset[0]["label"], ("tpr" if subset[0]["label"] else "fpr"): flagged}
     metrics["by_kind"] = kinds
+    if oracle_rows:
+        given = duplication_metrics(oracle_rows, 0.5, oracle_counts)
+        metrics["given_duplicated"] = {
+            key: given[key] for key in ("operations", "by_operation", "pixel_f1", "n_mask_pairs") if key in given
+        }
     return metrics

@@ -70,6 +70,8 @@ def test_train_py_trains_calibrates_tests_and_measures_the_pair_protocol(trained
     assert pairs["operations"]["n"] == written["n_pos"] and 0 <= pairs["operations"]["set_f1"] <= 1
     assert set(pairs["by_operation"]) == {"direct", "scaling", "rotation", "flip", "parameter"}
     assert "pixel_f1_pooled" in pairs and pairs["threshold"] == pytest.approx(written["threshold"])
+    # the heads alone: every duplicated pair read as if judged duplicated
+    assert pairs["given_duplicated"]["operations"]["n"] == written["n_pos"] and "pixel_f1" in pairs["given_duplicated"]
 
 
 def test_the_threshold_is_calibrated_on_the_validation_pairs_that_share_nothing(trained, photos):
