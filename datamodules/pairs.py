@@ -1,16 +1,10 @@
-"""Panel pairs for training a learned pair detector (`detector=pairnet`, `data=duplication_pair_images`).
+"""Panel pairs as batches for a learned pair detector (`detector=pairnet`, `data=duplication_pair_images`).
 
-The pairs are `synthesis.pair_set.pair_splits`'s, the very pairs `dup_sift` is fitted, calibrated
-and measured on (same photos, same seed, so the held-out `test` pairs are the same): THEMIS global
-and local duplications with their operation sets and masks, copies of figure panels, and
-negatives. Training draws `train_rounds` pair sets from the training photos (each with its own
-random duplications), since a network needs more pairs than two logistic models. Panels are
-resized to the network's square input once, at setup.
-
-`pairs_csv=<generate.py output>/duplication_pairs.csv` trains on the pairs `generate.py` wrote
-instead (`panel_a`, `panel_b`, `mask_a`, `mask_b`, `operations`, `source`, `split`; paths relative
-to the file). That file holds duplicated pairs only, so each split gets as many pairs that share
-nothing: panel A of one pair with panel B of a pair made from another source photo.
+The pair sets come built (Hydra instantiates `synthesis.pair_set.pair_splits` in the data config):
+the very pairs `dup_sift` is fitted, calibrated and measured on (same photos, same seed, so the
+held-out `test` pairs are the same), with `train_rounds` pair sets drawn from the training photos,
+or the pairs `generate.py` wrote (`pairs_csv`). Panels are resized to the network's square input
+once, here.
 """
 
 from __future__ import annotations
@@ -105,14 +99,7 @@ class PairDataModule(L.LightningDataModule):
     def __init__(
         self,
         preprocess: Preprocess | Mapping[str, Any],
-        photos: str | None = None,
-        held_out: float = 0.3,
-        val_fraction: float = 0.35,
-        positives_per_photo: int = 8,
-        negatives_per_photo: int = 16,
-        figure_pairs: int = 12,
-        train_rounds: int = 1,
-        pairs_csv: str | None = None,
+        pair_sets: Mapping[str, Any],
         seed: int = 0,
         batch_size: int = 16,
         num_workers: int = 0,
@@ -123,67 +110,26 @@ class PairDataModule(L.LightningDataModule):
             raise ValueError(
                 "pair images are resized to one square size: the detector's preprocess.mode must be resize"
             )
-        self.options = {
-            "photos": photos,
-            "held_out": held_out,
-            "val_fraction": val_fraction,
-            "positives_per_photo": positives_per_photo,
-            "negatives_per_photo": negatives_per_photo,
-            "figure_pairs": figure_pairs,
-            "seed": seed,
-        }
-        self.train_rounds, self.seed, self.pairs_csv = max(1, int(train_rounds)), seed, pairs_csv
+        missing = sorted({"train", "val", "test"} - set(pair_sets))
+        if missing:
+            raise ValueError(f"pair sets for train, val and test are needed; missing {missing}")
+        self.pair_sets, self.seed = dict(pair_sets), seed
         self.batch_size, self.num_workers = batch_size, num_workers
-        self.pair_sets: dict[str, Any] = {}
         self.splits: dict[str, list[PairRecord]] = {}
         self.datasets: dict[str, PairDataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        from synthesis.pair_set import pair_splits
-
-        if self.pairs_csv:
-            self.pair_sets = read_generated_pairs(self.pairs_csv, np.random.default_rng(self.seed))
-            rounds = [self.pair_sets["train"]]
-        else:
-            self.pair_sets = pair_splits(**self.options)
-            rounds = [self.pair_sets["train"], *self.extra_training_rounds()]
         size = int(self.preprocess.size)
-        self.datasets = {"train": ConcatPairs([PairDataset(s, size, swap=True, seed=self.seed) for s in rounds])}
+        self.datasets = {"train": PairDataset(self.pair_sets["train"], size, swap=True, seed=self.seed)}
         for split in ("val", "test"):
             self.datasets[split] = PairDataset(self.pair_sets[split], size)
         for split, pair_set in self.pair_sets.items():
             self.splits[split] = [
                 PairRecord(f"{p.id_a} <-> {p.id_b}", p.label, p.kind, p.source) for p in pair_set.pairs
             ]
-        log.info(
-            "pairs: train %d (%d rounds), val %d, test %d",
-            len(self.datasets["train"]),
-            len(rounds),
-            len(self.datasets["val"]),
-            len(self.datasets["test"]),
-        )
-
-    def extra_training_rounds(self) -> list[Any]:
-        """More pair sets from the training photos (the photos `pair_splits` trains on, other draws)."""
-        from synthesis.pair_set import load_photos, make_pair_set, split_sources
-
-        if self.train_rounds == 1:
-            return []
-        table = load_photos(self.options["photos"])
-        fitting, _ = split_sources(sorted(table), self.options["held_out"], self.seed)
-        training, _ = split_sources(fitting, self.options["val_fraction"], self.seed + 1)
-        counts = [self.options[k] for k in ("positives_per_photo", "negatives_per_photo", "figure_pairs")]
-        return [
-            make_pair_set(
-                {n: table[n] for n in training},
-                np.random.default_rng([self.seed, 0, extra]),
-                *counts,
-                prefix=f"train{extra}/",
-            )
-            for extra in range(1, self.train_rounds)
-        ]
+        log.info("pairs: train %d, val %d, test %d", *(len(self.datasets[s]) for s in ("train", "val", "test")))
 
     def loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(
@@ -202,58 +148,3 @@ class PairDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self.loader("test", shuffle=False)
-
-
-class ConcatPairs(torch.utils.data.ConcatDataset):
-    """Several rounds of training pairs as one dataset (indices are positions in the whole)."""
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        item = super().__getitem__(index)
-        item["index"] = torch.tensor(index)
-        return item
-
-
-def read_generated_pairs(path: str, rng: np.random.Generator) -> dict[str, Any]:
-    """`generate.py`'s `duplication_pairs.csv` as one `PairSet` per split, with negatives added
-    (panel A of a pair with panel B of a pair from another source photo of the same split)."""
-    import csv
-    from pathlib import Path
-
-    from datamodules.io import read_image, read_mask
-    from datamodules.records import LayoutError
-    from synthesis.pair_set import PairSet, PanelPair
-
-    folder = Path(path).parent
-    with open(path, encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    missing = {"panel_a", "panel_b", "mask_a", "mask_b", "operations", "source", "split"} - set(rows[0] if rows else {})
-    if not rows or missing:
-        raise LayoutError(f"{path}: not a generate.py duplication_pairs.csv (no rows, or no {sorted(missing)})")
-    sets: dict[str, Any] = {}
-    for split in ("train", "val", "test"):
-        chosen = [r for r in rows if r["split"] == split]
-        if not chosen:
-            raise LayoutError(f"{path}: no pairs in split {split!r}; generate more panels")
-        panels = {r[key]: read_image(folder / r[key]) for r in chosen for key in ("panel_a", "panel_b")}
-        pairs = [
-            PanelPair(
-                r["panel_a"],
-                r["panel_b"],
-                1,
-                tuple(r["operations"].split(";")),
-                r.get("scope") or "generated",
-                r["source"],
-                read_mask(folder / r["mask_a"]),
-                read_mask(folder / r["mask_b"]),
-            )
-            for r in chosen
-        ]
-        for r in chosen:
-            others = [o for o in chosen if o["source"] != r["source"]]
-            if others:
-                other = others[int(rng.integers(len(others)))]
-                pairs.append(
-                    PanelPair(r["panel_a"], other["panel_b"], 0, (), "other_photo", f"{r['source']}|{other['source']}")
-                )
-        sets[split] = PairSet(panels, pairs)
-    return sets

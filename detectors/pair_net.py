@@ -15,7 +15,6 @@ with gradients through train.py (`data=duplication_pair_images`); its output con
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Mapping
 
 import cv2
@@ -29,8 +28,6 @@ from detectors.base import Detector
 from detectors.blocks.weights import load_timm_encoder
 from detectors.duplication import PairPrediction
 from evaluation.protocols.duplication import CMO_OPERATIONS, operations_from_probabilities
-
-log = logging.getLogger(__name__)
 
 # per position: peak, matched x / y in the other panel, own x / y, colour there minus here (3)
 FIELD_CHANNELS = 8
@@ -93,7 +90,6 @@ class PairCorrelationNet(Detector):
     """
 
     is_pair_detector = True
-    input_names = ("image_a", "image_b")
 
     def __init__(
         self,

@@ -9,12 +9,12 @@ import math
 from pathlib import Path
 
 import cv2
+import hydra
 import numpy as np
 import pytest
 import torch
 
 from datamodules.io import read_image, read_mask, write_image
-from datamodules.pairs import PairDataModule
 from evaluation import calibrate_threshold
 from infer import infer
 from inference.runtime import load_detector
@@ -25,7 +25,10 @@ from tests.helpers import compose_config, prepare_train_config
 from train import train
 
 PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg", "camera.png", "flower.jpg")
-FEW_PAIRS = ["data.positives_per_photo=2", "data.negatives_per_photo=2", "data.figure_pairs=1", "data.train_rounds=1"]
+FEW_PAIRS = [
+    f"data.pair_sets.{key}"
+    for key in ("positives_per_photo=2", "negatives_per_photo=2", "figure_pairs=1", "train_rounds=1")
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,7 @@ def train_overrides(photos: Path | None, *extra: str) -> list[str]:
     return [
         "detector=pairnet_tiny",
         "data=duplication_pair_images",
-        f"data.photos={photos or 'null'}",
+        f"data.pair_sets.photos={photos or 'null'}",
         "data.batch_size=8",
         "trainer=cpu",
         "trainer.enable_progress_bar=false",
@@ -78,7 +81,7 @@ def test_the_threshold_is_calibrated_on_the_validation_pairs_that_share_nothing(
     run, metrics = trained
     loaded = load_detector(run / "checkpoints" / "best.ckpt")
     cfg = prepare_train_config(train_overrides(photos, *FEW_PAIRS), run / "again")
-    data = PairDataModule(preprocess=loaded.net.preprocess, **{k: v for k, v in cfg.data.items() if k != "_target_"})
+    data = hydra.utils.instantiate(cfg.data, preprocess=loaded.net.preprocess.to_dict(), _convert_="all")
     data.setup()
     scores, labels = [], []
     with torch.inference_mode():
@@ -136,10 +139,10 @@ def test_infer_py_scores_pairs_alike_from_the_checkpoint_and_its_onnx_export(tra
 @pytest.mark.slow  # about 10 minutes on two busy cores
 def test_a_short_run_ranks_held_out_pairs_above_chance(tmp_path):
     extra = [
-        "data.positives_per_photo=4",
-        "data.negatives_per_photo=4",
-        "data.figure_pairs=4",
-        "data.train_rounds=2",
+        "data.pair_sets.positives_per_photo=4",
+        "data.pair_sets.negatives_per_photo=4",
+        "data.pair_sets.figure_pairs=4",
+        "data.pair_sets.train_rounds=2",
         "data.batch_size=16",
         "trainer.max_epochs=3",
     ]

@@ -1,6 +1,6 @@
-"""Panel pairs as batches for learned pair detectors (datamodules/pairs.py): generate.py's
-`duplication_pairs.csv` read per split with pairs that share nothing added, and the batches a
-pair network trains on."""
+"""Panel pairs for learned pair detectors: generate.py's `duplication_pairs.csv` read per split
+with pairs that share nothing added (synthesis/pair_set.py), and the batches a pair network trains
+on (datamodules/pairs.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from datamodules.io import write_image
-from datamodules.pairs import PairDataModule, read_generated_pairs
-from datamodules.records import LayoutError
+from datamodules.pairs import PairDataModule
 from synthesis.duplication import global_duplication
+from synthesis.pair_set import generated_pair_splits, pair_splits
 
 COLUMNS = ["pair", "panel_a", "panel_b", "mask_a", "mask_b", "scope", "operations", "categories", "source", "split"]
 
@@ -52,7 +52,7 @@ def generated(tmp_path):
 
 
 def test_generated_pairs_keep_their_split_and_gain_negatives_across_sources(generated):
-    sets = read_generated_pairs(str(generated), np.random.default_rng(0))
+    sets = generated_pair_splits(str(generated), np.random.default_rng(0))
     assert set(sets) == {"train", "val", "test"}
     for pair_set in sets.values():
         positives = [p for p in pair_set.pairs if p.label == 1]
@@ -64,7 +64,7 @@ def test_generated_pairs_keep_their_split_and_gain_negatives_across_sources(gene
 
 
 def test_a_pair_batch_holds_both_panels_masks_and_the_operation_answers(generated):
-    data = PairDataModule({"size": 32, "mode": "resize"}, pairs_csv=str(generated), batch_size=8)
+    data = PairDataModule({"size": 32, "mode": "resize"}, pair_splits(pairs_csv=str(generated)), batch_size=8)
     data.setup()
     batch = next(iter(data.test_dataloader()))
     assert batch["image_a"].shape == batch["image_b"].shape == (4, 3, 32, 32)
@@ -77,5 +77,5 @@ def test_a_pair_batch_holds_both_panels_masks_and_the_operation_answers(generate
 
 def test_a_file_that_is_not_generate_py_pairs_is_refused(tmp_path):
     (tmp_path / "pairs.csv").write_text("path_a,path_b\na.png,b.png\n")
-    with pytest.raises(LayoutError, match="not a generate.py duplication_pairs.csv"):
-        read_generated_pairs(str(tmp_path / "pairs.csv"), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="not a generate.py duplication_pairs.csv"):
+        generated_pair_splits(str(tmp_path / "pairs.csv"), np.random.default_rng(0))
