@@ -144,3 +144,15 @@ def test_onnx_export_takes_two_images_and_reproduces_pytorch(tmp_path):
     expected = [outputs["logit"], outputs["operation_logit"], outputs["mask_logit_a"], outputs["mask_logit_b"]]
     for got, logit in zip(produced, expected):
         np.testing.assert_allclose(got, torch.sigmoid(logit).numpy(), rtol=0, atol=1e-4)
+
+
+def test_export_py_refuses_variants_a_pair_graph_does_not_have(tmp_path):
+    from detectors.training_free import save_checkpoint
+    from export import export
+    from exporting.onnx_export import ExportError
+    from tests.helpers import compose_config
+
+    checkpoint = save_checkpoint(create_module("pairnet_tiny"), tmp_path / "pair.ckpt", None)
+    with pytest.raises(ExportError, match="pair detector exports as fp32"):
+        export(compose_config("export", [f"model={checkpoint}", f"output={tmp_path / 'p.onnx'}", "precision=fp16"]))
+    assert not (tmp_path / "p.onnx").exists()
