@@ -26,9 +26,14 @@ def export(cfg: DictConfig) -> dict:
     """The fp32 export with its parity check, then the requested variant measured against it."""
     output = Path(cfg.output)
     plain = cfg.precision == "fp32" and not cfg.graph_preprocess
+    module = load_checkpoint(cfg.model)
+    if getattr(module.net, "is_pair_detector", False) and not plain:
+        raise ExportError(
+            "a pair detector exports as fp32 with two float image inputs only (no graph_preprocess, fp16 or int8)"
+        )
     with tempfile.TemporaryDirectory() as folder:
         fp32 = output if plain else Path(folder) / "fp32.onnx"
-        report = export_onnx(load_checkpoint(cfg.model), fp32, opset=cfg.opset, tolerance=cfg.tolerance)
+        report = export_onnx(module, fp32, opset=cfg.opset, tolerance=cfg.tolerance)
         log.info(
             "fp32 export: outputs %s; max |score difference| vs PyTorch %.2e",
             ", ".join(report.outputs),

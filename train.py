@@ -85,6 +85,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics = {**module.stage_metrics.get("test", {}), **metrics, "checkpoint": best or None}
     if module.calibration is not None:
         metrics["calibration"] = module.calibration
+    if trainer.is_global_zero and cfg.get("test") and getattr(module.net, "is_pair_detector", False):
+        from detectors.pair_net import evaluate_pair_network
+
+        # the pair protocol dup_sift is measured by: operations, pair decisions and masks at full size
+        metrics["duplication"] = evaluate_pair_network(
+            module.net, datamodule.pair_sets["test"], float(module.threshold)
+        )
     if trainer.is_global_zero:
         if "test" in module.stage_scores:
             metrics = write_test_report(

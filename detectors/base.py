@@ -48,6 +48,10 @@ class Detector(nn.Module):
         divisor = self.preprocess.pixel_divisor
         return image if divisor == 255 else image * (255.0 / divisor)
 
+    def batch_inputs(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
+        """What `forward` takes from a training batch: the images (pair detectors: both panels)."""
+        return (batch["image"],)
+
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> torch.Tensor:
         """Binary cross-entropy of the image logit; localizers override to add mask terms."""
         return F.binary_cross_entropy_with_logits(outputs["logit"], batch["label"].float())

@@ -91,8 +91,8 @@ class DetectorModule(L.LightningModule):
         # calibrate_by=category: {category: threshold} for the categories with enough genuine images
         self.category_thresholds: dict[str, float] = {}
 
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.net(image)
+    def forward(self, *images: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.net(*images)
 
     def on_fit_start(self) -> None:
         trainable = sum(p.numel() for p in self.net.parameters() if p.requires_grad)
@@ -105,9 +105,9 @@ class DetectorModule(L.LightningModule):
         )
 
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
-        outputs = self.net(batch["image"])
+        outputs = self.net(*self.net.batch_inputs(batch))
         loss = self.net.loss(outputs, batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["image"]))
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["label"]))
         return loss
 
     def on_validation_epoch_start(self) -> None:
@@ -135,9 +135,9 @@ class DetectorModule(L.LightningModule):
         self._evaluation_step("test", batch)
 
     def _evaluation_step(self, stage: str, batch: Mapping[str, Any]) -> None:
-        outputs = self.net(batch["image"])
+        outputs = self.net(*self.net.batch_inputs(batch))
         loss = self.net.loss(outputs, batch)
-        self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(batch["image"]))
+        self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(batch["label"]))
         scores = torch.sigmoid(outputs["logit"].float())
         self._scores[stage].append(
             (batch["index"].detach().cpu(), scores.detach().cpu(), batch["label"].detach().cpu())

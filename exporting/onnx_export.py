@@ -133,6 +133,10 @@ def export_onnx(
     if refusal:
         raise ExportError(f"{type(module.net).__name__} cannot be exported to ONNX: {refusal}")
     output = Path(output)
+    if getattr(module.net, "is_pair_detector", False):  # two image inputs (learned pair detectors)
+        from exporting.pair_export import export_pair_onnx
+
+        return export_pair_onnx(module, output, opset, tolerance, map_tolerance, seed)
     output.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval().cpu()
     graph = ScoringGraph(module).eval()

@@ -249,11 +249,12 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
     outputs), for runtimes that cannot read ONNX metadata."""
     meta = {p.key: p.value for p in model.metadata_props}
     u8 = meta.get("input") == U8_INPUT
+    layout = "N x H x W x 3 uint8 RGB, any H and W" if u8 else "N x 3 x H x W float32 RGB in [0, 1]"
     data = {
         "detector": meta.get("detector"),
         "toolkit_version": meta.get("toolkit_version"),
-        "input": U8_INPUT if u8 else "image",
-        "input_layout": "N x H x W x 3 uint8 RGB, any H and W" if u8 else "N x 3 x H x W float32 RGB in [0, 1]",
+        "input": ["image_a", "image_b"] if "operations" in meta else U8_INPUT if u8 else "image",  # pair graphs: two
+        "input_layout": f"{layout}, each" if "operations" in meta else layout,
         "preprocess": json.loads(meta.get("preprocess", "{}")),
         "preprocess_in_graph": u8,
         "threshold": float(meta["threshold"]),

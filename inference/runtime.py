@@ -243,6 +243,10 @@ class OnnxRuntime:
         # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
         # graph: feed each image whole (mode none), one at a time.
         self.input_name = meta.get("input", "image")
+        if "operations" in meta:  # a pair detector (exporting.pair_export): infer.py scores panel pairs
+            from inference.pair_onnx import OnnxPairNet
+
+            self.net = OnnxPairNet(self.session, int(self.trained_preprocess.size))
         if self.input_name != "image":
             self.preprocess = Preprocess(size=None, mode="none", mean=self.preprocess.mean, std=self.preprocess.std)
 

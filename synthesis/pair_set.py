@@ -21,7 +21,7 @@ from synthesis.duplication import MIN_LOCAL_SIDE, global_duplication, local_dupl
 from synthesis.figure_panels import KINDS, figure_panel
 from synthesis.hard_pairs import figure_group, hard_negative_images
 
-__all__ = ["PanelPair", "PairSet", "make_pair_set", "split_sources"]
+__all__ = ["PanelPair", "PairSet", "generated_pair_splits", "make_pair_set", "pair_splits", "split_sources"]
 
 
 @dataclass
@@ -203,11 +203,18 @@ def pair_splits(
     furniture_pairs: int = 0,
     figure_groups: int = 0,
     group_size: int = 5,
+    train_rounds: int = 1,
+    pairs_csv: str | None = None,
 ) -> dict[str, PairSet]:
     """Pair sets for fitting (`train`), calibrating (`val`) and measuring (`test`), from disjoint
     photos: `held_out` of the scenes are kept for test, `val_fraction` of the rest for val. Figure
     panels are drawn fresh for each split. The hard pairs and groups (`make_pair_set`) are what
-    brings the val split's negatives to the 299 a 1 % false-positive target needs."""
+    brings the val split's negatives to the 299 a 1 % false-positive target needs. `train_rounds`
+    > 1 adds as many more draws from the training photos to `train` (the other splits are
+    unchanged). `pairs_csv`: read generate.py's `duplication_pairs.csv` instead
+    (`generated_pair_splits`)."""
+    if pairs_csv:
+        return {k: v for k, v in generated_pair_splits(pairs_csv, np.random.default_rng(seed)).items() if k in splits}
     table = load_photos(photos)
     fitting, testing = split_sources(sorted(table), held_out, seed)
     training, validating = split_sources(fitting, val_fraction, seed + 1)
@@ -215,7 +222,7 @@ def pair_splits(
     unknown = sorted(set(splits) - set(names))
     if unknown:
         raise ValueError(f"unknown splits {unknown}; expected among {sorted(names)}")
-    return {
+    sets = {
         split: make_pair_set(
             {n: table[n] for n in names[split]},
             np.random.default_rng([seed, ("train", "val", "test").index(split)]),
@@ -231,3 +238,60 @@ def pair_splits(
         )
         for split in splits
     }
+    if "train" in sets:
+        for extra in range(1, max(1, int(train_rounds))):
+            more = make_pair_set(
+                {n: table[n] for n in training},
+                np.random.default_rng([seed, 0, extra]),
+                positives_per_photo,
+                negatives_per_photo,
+                figure_pairs,
+                prefix=f"train{extra}/",
+            )
+            sets["train"].panels.update(more.panels)
+            sets["train"].pairs.extend(more.pairs)
+    return sets
+
+
+def generated_pair_splits(path: str, rng: np.random.Generator) -> dict[str, PairSet]:
+    """`generate.py`'s `duplication_pairs.csv` as one `PairSet` per split, with negatives added
+    (panel A of a pair with panel B of a pair from another source photo of the same split)."""
+    import csv
+    from pathlib import Path
+
+    from datamodules.io import read_image, read_mask
+
+    folder = Path(path).parent
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    missing = {"panel_a", "panel_b", "mask_a", "mask_b", "operations", "source", "split"} - set(rows[0] if rows else {})
+    if not rows or missing:
+        raise ValueError(f"{path}: not a generate.py duplication_pairs.csv (no rows, or no {sorted(missing)})")
+    sets: dict[str, PairSet] = {}
+    for split in ("train", "val", "test"):
+        chosen = [r for r in rows if r["split"] == split]
+        if not chosen:
+            raise ValueError(f"{path}: no pairs in split {split!r}; generate more panels")
+        panels = {r[key]: read_image(folder / r[key]) for r in chosen for key in ("panel_a", "panel_b")}
+        pairs = [
+            PanelPair(
+                r["panel_a"],
+                r["panel_b"],
+                1,
+                tuple(r["operations"].split(";")),
+                r.get("scope") or "generated",
+                r["source"],
+                read_mask(folder / r["mask_a"]),
+                read_mask(folder / r["mask_b"]),
+            )
+            for r in chosen
+        ]
+        for r in chosen:
+            others = [o for o in chosen if o["source"] != r["source"]]
+            if others:
+                other = others[int(rng.integers(len(others)))]
+                pairs.append(
+                    PanelPair(r["panel_a"], other["panel_b"], 0, (), "other_photo", f"{r['source']}|{other['source']}")
+                )
+        sets[split] = PairSet(panels, pairs)
+    return sets

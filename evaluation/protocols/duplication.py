@@ -62,6 +62,14 @@ def parse_operations(value: Any) -> set[str]:
     return cmo_set(value)
 
 
+def operations_from_probabilities(probabilities: Sequence[float], cut: float = 0.5) -> list[str]:
+    """THEMIS answers of a pair judged duplicated from the five operation probabilities of a learned
+    pair detector (`CMO_OPERATIONS` order): those at `cut` or above among scaling, rotation, flip and
+    parameter, and `direct` (reuse as it is) when none is."""
+    said = [op for op, p in zip(CMO_OPERATIONS, probabilities) if op != "direct" and p >= cut]
+    return sorted(said or ["direct"])
+
+
 def _counts(truth: np.ndarray, predicted: np.ndarray) -> tuple[int, int, int, int]:
     tp = int(np.count_nonzero(truth & predicted))
     fp = int(np.count_nonzero(predicted) - tp)

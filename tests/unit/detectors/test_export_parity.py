@@ -34,6 +34,7 @@ def cases() -> list:
         pytest.param(name, [], id=name, marks=[pytest.mark.slow] if detector_config(name).cpu_checks.slow else [])
         for name in list_detectors(tiny=True)
         if not getattr(detector_class(name), "onnx_export_refusal", None)
+        and not getattr(detector_class(name), "is_pair_detector", False)  # two inputs: test_pair_net.py
     ]
     out += [
         pytest.param(base, overrides, id=case, marks=[pytest.mark.slow]) for case, (base, overrides) in VARIANTS.items()
