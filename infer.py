@@ -15,7 +15,7 @@ from inference.cli import expected_failures, run
 from inference.masks import PixelReduction
 from inference.parts import Shard
 from inference.recalibration import CategoryThreshold
-from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, report_run
+from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, page_drawer, report_run
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
@@ -72,6 +72,11 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         output,
     )
     pixel = PixelReduction(records) if masks_dir is not None else None
+    html = cfg.get("report") == "html"
+    # one process scoring everything draws the page's pictures as it goes; other runs draw them at the end
+    drawer = page_drawer(output, threshold, bool(cfg.get("blinded", False))) if html else None
+    if cfg.merge or processes.world_size > 1 or shard.count > 1:
+        drawer = None
     if cfg.merge:
         rows = merged_rows(output, records, columns, pixel)
         scored = ScoredRun({"ok": 0, "error": 0, "skipped": len(rows)}, rows)
@@ -92,6 +97,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
                 masks_dir=masks_dir,
                 overlays_dir=overlays_dir,
                 progress=cfg.progress and processes.is_main,
+                evidence=drawer,
             )
         except KeyboardInterrupt:
             raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
@@ -115,11 +121,12 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         cfg.review_aggregation,
         robustness,
         per_category_thresholds=cfg.threshold is None,
-        html=cfg.get("report") == "html",
+        html=html,
         blinded=bool(cfg.get("blinded", False)),
         model=str(cfg.model),
     )
-    return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
+    evidence = drawer.drawn if drawer is not None else None
+    return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel, evidence)}
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="infer")

@@ -66,34 +66,92 @@ class RowEvidence:
 
 
 def draw_row(
-    index: int, row: Mapping[str, Any], files: Path, threshold: float, lut: np.ndarray, relative_to: Path
+    name: str,
+    row: Mapping[str, Any],
+    files: Path,
+    threshold: float,
+    lut: np.ndarray,
+    relative_to: Path,
+    maps: bool = True,
 ) -> RowEvidence:
-    """Thumbnail (and for localizers overlay + mask) of one row, written under `files`."""
-    evidence = RowEvidence()
-    name = f"{index:07d}"
+    """Thumbnail (and for a row with a saved map, unless `maps` is off, overlay and mask) of one
+    row, read from its files and written under `files` as `<name>.jpg` / `<name>.png`."""
     try:
         small = thumbnail(read_image(row["path"]))
     except (ImageReadError, OSError, ValueError) as error:
-        evidence.problem = f"thumbnail not drawn: {error}"
-        return evidence
-    write_image(files / "thumbs" / f"{name}.jpg", small, quality=85)
-    evidence.thumb = os.path.relpath(files / "thumbs" / f"{name}.jpg", relative_to)
-    if row.get("mask"):
+        return RowEvidence(problem=f"thumbnail not drawn: {error}")
+    map_u8 = None
+    if row.get("mask") and maps:
         try:
             map_u8 = read_image(row["mask"])[..., 0]
         except (ImageReadError, OSError, ValueError) as error:
+            evidence = write_evidence(files, name, small, None, threshold, lut, relative_to)
             evidence.problem = f"map not drawn: {error}"
             return evidence
-        binary = mask_at_threshold(map_u8, threshold)
-        evidence.pixel_share = float(binary.mean())
-        write_image(files / "overlays" / f"{name}.jpg", map_overlay(small, map_u8, lut), quality=85)
-        import cv2
+    return write_evidence(files, name, small, map_u8, threshold, lut, relative_to)
 
-        mask_small = cv2.resize(binary.astype(np.uint8) * 255, small.shape[1::-1], interpolation=cv2.INTER_NEAREST)
-        write_image(files / "masks" / f"{name}.png", np.repeat(mask_small[..., None], 3, axis=2))
-        evidence.overlay = os.path.relpath(files / "overlays" / f"{name}.jpg", relative_to)
-        evidence.mask = os.path.relpath(files / "masks" / f"{name}.png", relative_to)
+
+def write_evidence(
+    files: Path,
+    name: str,
+    small: np.ndarray,
+    map_u8: np.ndarray | None,
+    threshold: float,
+    lut: np.ndarray,
+    relative_to: Path,
+) -> RowEvidence:
+    """Write the thumbnail `small` and, given the 8-bit map at the image's original size, its
+    overlay and the mask at the threshold (thumbnail size) with the share of pixels above it."""
+    evidence = RowEvidence()
+    write_image(files / "thumbs" / f"{name}.jpg", small, quality=85)
+    evidence.thumb = os.path.relpath(files / "thumbs" / f"{name}.jpg", relative_to)
+    if map_u8 is None:
+        return evidence
+    import cv2
+
+    binary = mask_at_threshold(map_u8, threshold)
+    evidence.pixel_share = float(binary.mean())
+    write_image(files / "overlays" / f"{name}.jpg", map_overlay(small, map_u8, lut), quality=85)
+    mask_small = cv2.resize(binary.astype(np.uint8) * 255, small.shape[1::-1], interpolation=cv2.INTER_NEAREST)
+    write_image(files / "masks" / f"{name}.png", np.repeat(mask_small[..., None], 3, axis=2))
+    evidence.overlay = os.path.relpath(files / "overlays" / f"{name}.jpg", relative_to)
+    evidence.mask = os.path.relpath(files / "masks" / f"{name}.png", relative_to)
     return evidence
+
+
+class EvidenceDrawer:
+    """The page's pictures drawn while a run scores: the decoding threads shrink each image to its
+    thumbnail (`thumbnail`), and the run's map writer (`inference.masks.MapWriter`, a background
+    thread) calls `draw` with it and, for localizers, the map, as it writes the maps; the page then
+    reuses `drawn` instead of reading every image again.
+
+    Files go under `files` (the page's `<stem>_report_files/`, emptied first) named by input
+    position; `drawn` maps each input path to its pictures, relative to `files`' parent (the page's
+    folder). `maps=False` (blinded pages) draws thumbnails only.
+    """
+
+    def __init__(self, files: Path, threshold: float, maps: bool = True) -> None:
+        import shutil
+
+        if files.exists():
+            shutil.rmtree(files)
+        for sub in ("thumbs", "overlays", "masks"):
+            (files / sub).mkdir(parents=True, exist_ok=True)
+        self.files, self.threshold, self.maps = files, float(threshold), maps
+        self.lut = colour_lut()
+        self.drawn: dict[str, RowEvidence] = {}
+
+    def draw(self, index: int, path: str, small: np.ndarray, map_u8: np.ndarray | None = None) -> None:
+        """The row at input position `index`: its thumbnail `small`, and its 8-bit map (original size)."""
+        self.drawn[path] = write_evidence(
+            self.files,
+            f"{index:07d}",
+            small,
+            map_u8 if self.maps else None,
+            self.threshold,
+            self.lut,
+            self.files.parent,
+        )
 
 
 def image_link(path: str, relative_to: Path) -> str:
@@ -106,7 +164,11 @@ def image_link(path: str, relative_to: Path) -> str:
 
 
 def transform_in_words(transform: Mapping[str, Any] | None) -> str:
-    """'B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %'."""
+    """'B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %'.
+
+    Reads the pair detector's transform (`rotation` in degrees, `scale`, `flipped`, `brightness` as
+    the fractional change of B's mean level on the shared content), or `flip` by name and
+    per-channel `gain`."""
     if not transform:
         return ""
     parts = []
@@ -116,14 +178,16 @@ def transform_in_words(transform: Mapping[str, Any] | None) -> str:
     scale = float(transform.get("scale", 1) or 1)
     if abs(scale - 1) >= 0.02:
         parts.append(f"scaled x{scale:.2f}")
-    flip = transform.get("flip")
+    flip = transform.get("flip") or ("horizontal" if transform.get("flipped") else None)
     if flip and flip != "none":
         parts.append(
             {"horizontal": "mirrored left-right", "vertical": "mirrored top-bottom"}.get(flip, f"flipped ({flip})")
         )
-    gain = transform.get("gain")
-    if gain is not None and abs(float(np.mean(gain)) - 1) >= 0.03:
-        parts.append(f"brightness {100 * (float(np.mean(gain)) - 1):+.0f} %")
+    brightness = transform.get("brightness")
+    if brightness is None and transform.get("gain") is not None:
+        brightness = float(np.mean(transform["gain"])) - 1
+    if brightness is not None and abs(float(brightness)) >= 0.03:
+        parts.append(f"brightness {100 * float(brightness):+.0f} %")
     hue = transform.get("hue_shift")
     if hue is not None and abs(float(hue)) >= 3:
         parts.append(f"hue shifted {float(hue):+.0f} degrees")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -74,17 +74,32 @@ def map_folders(
     return folder, (folder / "overlays" if overlays else None)
 
 
+def page_path(output: Path) -> Path:
+    """Where `report=html` writes the page: `<output stem>_report.html` beside the rows."""
+    return output.with_name(f"{output.stem}_report.html")
+
+
+def page_drawer(output: Path, threshold: float, blinded: bool) -> Any:
+    """The drawer of the page's pictures while the run scores (`inference.html_evidence.EvidenceDrawer`)."""
+    from inference.html_evidence import EvidenceDrawer
+
+    page = page_path(output)
+    return EvidenceDrawer(page.with_name(f"{page.stem}_files"), threshold, maps=not blinded)
+
+
 def report_run(
     request: ReportRequest,
     runtime: Runtime,
     records: Sequence[Record],
     rows: list[dict[str, Any]],
     pixel: PixelReduction | None,
+    evidence: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Review verdicts (`group_by`), then metrics and a report when the input carries labels.
 
     `rows` are the run's rows in input order (score and label parsed); `pixel` has reduced the
-    run's maps. Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
+    run's maps; `evidence` holds the page's pictures drawn while scoring (`page_drawer`).
+    Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
     Kept in one piece: reviews, metrics, report and the page follow one after another from the same rows.
     """
     output, title = request.output, f"{runtime.name} on {request.input}"
@@ -113,7 +128,7 @@ def report_run(
     if not truth:
         if request.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
-        html_page(request, runtime, records, rows, None, [])
+        html_page(request, runtime, records, rows, None, [], reviews, evidence)
         return {"metrics": None, "reviews": reviews}
     robustness = sweep(runtime, truth, request.robustness, request.threshold) if request.robustness else None
     from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
@@ -152,7 +167,8 @@ def report_run(
         metrics_path,
         written.files["report"],
     )
-    html_page(request, runtime, records, rows, metrics, [p for p in written.files.values() if str(p).endswith(".png")])
+    plots = [p for p in written.files.values() if str(p).endswith(".png")]
+    html_page(request, runtime, records, rows, metrics, plots, reviews, evidence)
     below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
     if below:
         log.warning("%s", below)
@@ -166,8 +182,11 @@ def html_page(
     rows: list[dict[str, Any]],
     metrics: dict[str, Any] | None,
     plots: Sequence[Any],
+    reviews: Mapping[str, Any] | None = None,
+    evidence: Mapping[str, Any] | None = None,
 ) -> Path | None:
-    """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them."""
+    """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them,
+    with the review verdicts (`group_by`) and the pictures drawn while scoring (`evidence`)."""
     if not request.html:
         return None
     from inference.html_report import read_calibration, write_run_report
@@ -175,7 +194,7 @@ def html_page(
     group_of = {r.path: r.review or r.group for r in records}
     page_rows = [{**row, "group": group_of.get(row["path"]) or ""} for row in rows]
     page = write_run_report(
-        request.output.with_name(f"{request.output.stem}_report.html"),
+        page_path(request.output),
         page_rows,
         model=request.model,
         detector=runtime.name,
@@ -187,6 +206,11 @@ def html_page(
         metrics=metrics,
         plots=[str(p) for p in plots],
         blinded=request.blinded,
+        groups=[
+            {"group": r["review"], "score": r["score"], "images": r["n_images"]}
+            for r in (reviews or {}).get("rows", [])
+        ],
+        evidence=evidence,
     )
     log.info("report for people to read: %s", page)
     return page
