@@ -125,7 +125,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         blinded=bool(cfg.get("blinded", False)),
         model=str(cfg.model),
     )
-    evidence = drawer.drawn if drawer is not None else None
+    evidence = drawer.finish() if drawer is not None else None
     return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel, evidence)}
 
 

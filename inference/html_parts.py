@@ -52,16 +52,24 @@ def score_text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{float(value):.4f}"
 
 
+def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str) -> str:
+    """An <img> of a picture file, or of its box in a strip file (shown at its own size, the strip
+    shifted under it)."""
+    if not src:
+        return ""
+    where = ""
+    if box is not None:
+        x, width, height = box
+        where = f' style="width:{int(width)}px;height:{int(height)}px;object-fit:none;object-position:-{int(x)}px 0"'
+    return f'<img loading="lazy" class="thumb" alt="{escape(alt)}" src="{escape(quote(src))}"{where}>'
+
+
 def row_html(
     row: Mapping[str, Any], evidence: RowEvidence, decision: str, page: Path, blinded: bool, is_localizer: bool
 ) -> str:
     link = image_link(row["path"], page.parent)
-    thumb = (
-        f'<a href="{escape(link)}"><img loading="lazy" class="thumb" alt="thumbnail" '
-        f'src="{escape(quote(evidence.thumb))}"></a>'
-        if evidence.thumb
-        else ""
-    )
+    thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail")
+    thumb = f'<a href="{escape(link)}">{thumb}</a>' if thumb else ""
     cells = [f"<td>{thumb}</td>", f'<td class="name">{escape(row["path"])}</td>']
     if not blinded:
         cells += [
@@ -70,16 +78,8 @@ def row_html(
         ]
     cells.append(f'<td class="group">{escape(row.get("group", ""))}</td>')
     if is_localizer and not blinded:
-        overlay = (
-            f'<img loading="lazy" class="thumb" alt="map overlay" src="{escape(quote(evidence.overlay))}">'
-            if evidence.overlay
-            else ""
-        )
-        mask = (
-            f'<img loading="lazy" class="thumb" alt="mask at threshold" src="{escape(quote(evidence.mask))}">'
-            if evidence.mask
-            else ""
-        )
+        overlay = picture_html(evidence.overlay, evidence.overlay_box, "map overlay")
+        mask = picture_html(evidence.mask, evidence.mask_box, "mask at threshold")
         share = "" if evidence.pixel_share is None else f"{100 * evidence.pixel_share:.1f} %"
         cells += [f"<td>{overlay}</td>", f"<td>{mask}</td>", f'<td class="share">{share}</td>']
     if blinded:

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
@@ -127,7 +128,7 @@ def write_html_report(
 
     `rows`: the results rows (`path`, `score`, `status`, `error`, optionally `group`, `mask` (the saved
     8-bit map), `label`). `evidence`: what the scoring run already drew into `<stem>_files/` (by
-    path, relative to the page; `EvidenceDrawer.drawn`): reused, only the rows it lacks are drawn
+    path, relative to the page; `EvidenceDrawer.finish()`): reused, only the rows it lacks are drawn
     now. `groups`: review verdicts (`group`, `score`, `images`). `pairs`: duplication rows (`path_a`,
     `path_b`, `score`, `status`, `error`, `label`, `operations`, `transform`, `mask_a`, `mask_b`).
     `blinded` hides scores, decisions and maps for rating studies.
@@ -270,11 +271,9 @@ def relocate(evidence: RowEvidence, base: Path, page_dir: Path) -> RowEvidence:
         return evidence
 
     def move(path: str | None) -> str | None:
-        return None if path is None else os.path.relpath(base / path, page_dir)
+        return None if path is None else os.path.relpath(base / path, page_dir).replace(os.sep, "/")
 
-    return RowEvidence(
-        move(evidence.thumb), move(evidence.overlay), move(evidence.mask), evidence.pixel_share, evidence.problem
-    )
+    return replace(evidence, thumb=move(evidence.thumb), overlay=move(evidence.overlay), mask=move(evidence.mask))
 
 
 def _write_rows_js(
@@ -293,13 +292,22 @@ def _write_rows_js(
             "name": str(row["path"]),
             "link": image_link(row["path"], base),
             "thumb": drawn.thumb,
+            "thumb_box": drawn.thumb_box,
             "group": "" if row.get("group") is None else str(row["group"]),
             "note": row.get("error") or drawn.problem or "",
         }
         if not blinded:
             item.update({"score": None if row.get("score") is None else float(row["score"]), "decision": decision})
             if is_localizer:
-                item.update({"overlay": drawn.overlay, "mask": drawn.mask, "share": drawn.pixel_share})
+                item.update(
+                    {
+                        "overlay": drawn.overlay,
+                        "overlay_box": drawn.overlay_box,
+                        "mask": drawn.mask,
+                        "mask_box": drawn.mask_box,
+                        "share": drawn.pixel_share,
+                    }
+                )
         records.append(item)
     payload = {"blinded": blinded, "localizer": is_localizer, "rows": records}
     _write_text(path, "window.REPORT_DATA = " + json.dumps(payload, ensure_ascii=True, allow_nan=False) + ";\n")

@@ -114,18 +114,14 @@ class MapWriter:
         self._submit(save_overlay, overlays_dir, index, path, image, probabilities)
 
     def evidence(
-        self,
-        drawer: Any,
-        index: int,
-        path: str,
-        small: np.ndarray,
-        probabilities: np.ndarray | None = None,
-        size: tuple[int, int] | None = None,
+        self, drawer: Any, rows: list[tuple[int, str, np.ndarray, np.ndarray | None, tuple[int, int]]]
     ) -> None:
-        """Queue the report page's pictures of one row (`inference.html_evidence.EvidenceDrawer`):
-        its thumbnail `small` and, for localizers, its map made 8-bit at the original `size` as
-        `save_mask` makes it, so the page's mask at the threshold counts the saved map's pixels."""
-        self._submit(draw_evidence, drawer, index, path, small, probabilities, size)
+        """Queue the report page's pictures of a batch's rows (`inference.report_pictures.EvidenceDrawer`):
+        (input position, path, thumbnail, probability map or None, original size) each; a map is made
+        8-bit at the original size as `save_mask` makes it, so the page's mask at the threshold counts
+        the saved map's pixels. One task per batch: the queue costs nothing per image."""
+        if rows:
+            self._submit(draw_evidence, drawer, rows)
 
     def take(self) -> list[Future]:
         queued, self.queued = self.queued, []
@@ -136,16 +132,10 @@ class MapWriter:
         self.pool.shutdown(wait=True)
 
 
-def draw_evidence(
-    drawer: Any,
-    index: int,
-    path: str,
-    small: np.ndarray,
-    probabilities: np.ndarray | None,
-    size: tuple[int, int] | None,
-) -> None:
-    pixels = to_uint8_map(probabilities, size) if probabilities is not None and drawer.maps else None
-    drawer.draw(index, path, small, pixels)
+def draw_evidence(drawer: Any, rows: list[tuple[int, str, np.ndarray, np.ndarray | None, tuple[int, int]]]) -> None:
+    for index, path, small, probabilities, size in rows:
+        pixels = to_uint8_map(probabilities, size) if probabilities is not None and drawer.maps else None
+        drawer.draw(index, path, small, pixels)
 
 
 def records_with_masks(records: Iterable[Record]) -> bool:

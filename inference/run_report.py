@@ -80,8 +80,8 @@ def page_path(output: Path) -> Path:
 
 
 def page_drawer(output: Path, threshold: float, blinded: bool) -> Any:
-    """The drawer of the page's pictures while the run scores (`inference.html_evidence.EvidenceDrawer`)."""
-    from inference.html_evidence import EvidenceDrawer
+    """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`)."""
+    from inference.report_pictures import EvidenceDrawer
 
     page = page_path(output)
     return EvidenceDrawer(page.with_name(f"{page.stem}_files"), threshold, maps=not blinded)

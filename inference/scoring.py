@@ -104,7 +104,7 @@ def scored_rows(
     batch, outputs = prediction.batch, prediction.outputs
     if outputs is None:
         return [error_row(p, prediction.failure) for p in batch["path"]]
-    rows = []
+    rows, pictures = [], []
     for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
         broken = non_finite_output(outputs, i)
         if broken:
@@ -123,8 +123,10 @@ def scored_rows(
             maps.overlay(overlays_dir, index, path, np.asarray(image), outputs["mask"][i][0])
         if evidence is not None and batch.get("thumb") is not None:
             probabilities = outputs["mask"][i][0] if "mask" in outputs else None
-            maps.evidence(evidence, index, path, batch["thumb"][i], probabilities, size)
+            pictures.append((index, path, batch["thumb"][i], probabilities, size))
         rows.append(row)
+    if pictures:
+        maps.evidence(evidence, pictures)
     return rows
 
 
@@ -179,7 +181,7 @@ def score_items(
     """Score `(input position, path)` items in order into `writer`; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline).
     `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming).
-    `evidence` (an `inference.html_evidence.EvidenceDrawer`): the report page's thumbnails and
+    `evidence` (an `inference.report_pictures.EvidenceDrawer`): the report page's thumbnails and
     overlays are drawn as the rows are scored, by the same background writer as the maps."""
     if not callable(threshold):  # a callable gives each path its threshold (`CategoryThreshold`)
         threshold = runtime.threshold if threshold is None else float(threshold)
