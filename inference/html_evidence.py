@@ -4,6 +4,7 @@ file under the page's sibling folder; nothing here writes HTML."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,11 +164,17 @@ def image_link(path: str, relative_to: Path) -> str:
 
     Made from the absolute paths as written (no symlink resolution, which costs file-system calls
     per row): a browser joins a relative link to the page's address the same lexical way."""
-    target = os.path.abspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
     try:
-        return quote(os.path.relpath(target, os.path.abspath(relative_to)).replace(os.sep, "/"))
+        return f"{folder_link(folder, os.path.abspath(relative_to))}/{quote(name)}"
     except ValueError:
-        return Path(target).as_uri()
+        return Path(folder, name).as_uri()
+
+
+@functools.lru_cache(maxsize=4096)
+def folder_link(folder: str, relative_to: str) -> str:
+    """`folder` relative to `relative_to` as a quoted URL path (cached: a run's images share folders)."""
+    return quote(os.path.relpath(folder, relative_to).replace(os.sep, "/"))
 
 
 def transform_in_words(transform: Mapping[str, Any] | None) -> str:

@@ -48,8 +48,9 @@ def pairs_html(
     with their reasons."""
     if not pairs:
         return ""
-    scored = [p for p in pairs if p.get("status", "ok") == "ok" and p.get("score") not in (None, "")]
-    failed = [p for p in pairs if p not in scored]
+    is_scored = [p.get("status", "ok") == "ok" and p.get("score") not in (None, "") for p in pairs]
+    scored = [p for p, ok in zip(pairs, is_scored) if ok]
+    failed = [p for p, ok in zip(pairs, is_scored) if not ok]
     if blinded:
         order = np.random.default_rng(seed).permutation(len(scored))
         scored = [scored[i] for i in order]

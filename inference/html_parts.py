@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from inference.html_evidence import RowEvidence, image_link
+from inference.html_evidence import RowEvidence
 
 ASSETS = Path(__file__).with_name("report_assets")
 CAVEAT = (
@@ -65,9 +65,9 @@ def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str) ->
 
 
 def row_html(
-    row: Mapping[str, Any], evidence: RowEvidence, decision: str, page: Path, blinded: bool, is_localizer: bool
+    row: Mapping[str, Any], evidence: RowEvidence, decision: str, link: str, blinded: bool, is_localizer: bool
 ) -> str:
-    link = image_link(row["path"], page.parent)
+    """One image's table row; `link` leads to the scored image (relative to the page)."""
     thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail")
     thumb = f'<a href="{escape(link)}">{thumb}</a>' if thumb else ""
     cells = [f"<td>{thumb}</td>", f'<td class="name">{escape(row["path"])}</td>']

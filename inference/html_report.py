@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from inference.html_evidence import RowEvidence, colour_lut, draw_row, image_link
+from inference.html_evidence import RowEvidence, colour_lut, draw_row, folder_link, image_link
 from inference.html_pairs import pair_counts, pairs_html
 from inference.html_parts import (
     ReportHeader,
@@ -101,8 +101,9 @@ def read_calibration(model: str | os.PathLike) -> dict[str, Any] | None:
 def ordered(rows: Iterable[Mapping[str, Any]], blinded: bool, seed: int = 0) -> list[Mapping[str, Any]]:
     """Most suspicious first; errors last. Blinded: a seeded shuffle (the order would tell the score)."""
     rows = list(rows)
-    scored = [r for r in rows if r.get("status", "ok") == "ok" and r.get("score") is not None]
-    failed = [r for r in rows if r not in scored]
+    is_scored = [r.get("status", "ok") == "ok" and r.get("score") is not None for r in rows]
+    scored = [r for r, ok in zip(rows, is_scored) if ok]
+    failed = [r for r, ok in zip(rows, is_scored) if not ok]
     if blinded:
         order = np.random.default_rng(seed).permutation(len(scored))
         return [scored[i] for i in order] + failed
@@ -163,11 +164,13 @@ def write_html_report(
 
     head = table_head(blinded, is_localizer)
     show_rows = bool(rows) or not pairs  # a pair run's page is its pairs
+    links = [image_link(row["path"], target.parent) for row in rows]
     for number, page in enumerate(page_paths, start=1):
         chunk = range((number - 1) * page_size, min(number * page_size, len(rows)))
-        # evidence paths were made relative to the main page; pages live one folder down
+        # links and evidence paths are relative to the main page; the other pages live below it
+        up = folder_link(str(target.parent.absolute()), str(page.parent.absolute()))
         body_rows = "".join(
-            row_html(rows[i], relocate(drawn[i], target.parent, page.parent), decisions[i], page, blinded, is_localizer)
+            row_html(rows[i], relocate(drawn[i], up), decisions[i], moved(links[i], up), blinded, is_localizer)
             for i in chunk
         )
         pager = pager_html(number, pages, lambda p, page=page: page_href(p, page))
@@ -188,7 +191,7 @@ def write_html_report(
                 + (filters_html(group_names, blinded) if show_rows else "")
                 + table
             )
-            data = _write_rows_js(files / "rows.js", rows, drawn, decisions, target.parent, blinded, is_localizer)
+            data = _write_rows_js(files / "rows.js", rows, drawn, decisions, links, blinded, is_localizer)
             script = show_rows
             text = page_html(header, body, blinded, script=script, data_src=os.path.relpath(data, target.parent))
         else:
@@ -266,12 +269,20 @@ def write_run_report(
     return write_html_report(target, rows, header, **options)
 
 
-def relocate(evidence: RowEvidence, base: Path, page_dir: Path) -> RowEvidence:
-    if base == page_dir:
+def moved(link: str | None, up: str) -> str | None:
+    """A link relative to the main page's folder as seen from a page `up` (its way back) below it."""
+    if link is None or up in ("", ".") or link.startswith("file:"):
+        return link
+    return f"{up}/{link}"
+
+
+def relocate(evidence: RowEvidence, up: str) -> RowEvidence:
+    """Evidence paths (relative to the main page's folder) as seen from a page `up` below it."""
+    if up in ("", "."):
         return evidence
 
     def move(path: str | None) -> str | None:
-        return None if path is None else os.path.relpath(base / path, page_dir).replace(os.sep, "/")
+        return moved(path, up)
 
     return replace(evidence, thumb=move(evidence.thumb), overlay=move(evidence.overlay), mask=move(evidence.mask))
 
@@ -281,16 +292,16 @@ def _write_rows_js(
     rows: Sequence[Mapping[str, Any]],
     evidence: Sequence[RowEvidence],
     decisions: Sequence[str],
-    base: Path,
+    links: Sequence[str],
     blinded: bool,
     is_localizer: bool,
 ) -> Path:
     """All rows for the page's script, as data (set as text by the script, never as HTML)."""
     records = []
-    for row, drawn, decision in zip(rows, evidence, decisions):
+    for row, drawn, decision, link in zip(rows, evidence, decisions, links):
         item = {
             "name": str(row["path"]),
-            "link": image_link(row["path"], base),
+            "link": link,
             "thumb": drawn.thumb,
             "thumb_box": drawn.thumb_box,
             "group": "" if row.get("group") is None else str(row["group"]),
