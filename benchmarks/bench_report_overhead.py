@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_report_overhead [--images 10000] [--size 256 192] [--detector npr_tiny]
                                                [--repeats 2] [--batch-size 64] [--num-workers 2]
+                                               [--distinct N]
     # a localizer (overlays and masks at the threshold drawn too):
     python -m benchmarks.bench_report_overhead --detector seg_tiny --images 2000
 
@@ -36,13 +37,17 @@ from benchmarks.bench_inference import build_module
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_images(folder: Path, count: int, width: int, height: int, seed: int = 0) -> None:
+def write_images(folder: Path, count: int, width: int, height: int, distinct: int | None = None, seed: int = 0) -> None:
     """`count` JPEGs: a random smooth colour field with mild noise each (compresses like photographs,
-    so 10,000 of them stay small on disk)."""
+    so 10,000 of them stay small on disk). With `distinct`, only that many are encoded and the
+    rest are symbolic links to them (every file is still decoded and scored on its own)."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
-    for index in range(count):
+    distinct = min(count, distinct or count)
+    for index in range(distinct, count):
+        (folder / f"{index:05d}.jpg").symlink_to(f"{index % distinct:05d}.jpg")
+    for index in range(distinct):
         a, b, c = rng.uniform(0, 1, (3, 3, 1, 1))
         field = 127 + 100 * np.sin(a * xs / 20 + b * ys / 30 + c * 6)
         image = np.clip(field + rng.normal(0, 8, (3, height, width)), 0, 255).astype(np.uint8).transpose(1, 2, 0)
@@ -112,6 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=10000)
     parser.add_argument("--size", type=int, nargs=2, default=(256, 192), metavar=("W", "H"))
+    parser.add_argument("--distinct", type=int, default=None, help="encode only this many images, link the rest")
     parser.add_argument("--detector", default="npr_tiny")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -122,7 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         start = time.perf_counter()
-        write_images(folder / "images", args.images, *args.size)
+        write_images(folder / "images", args.images, *args.size, distinct=args.distinct)
         written = time.perf_counter() - start
         module = build_module(args.detector)
         model = folder / "model.ckpt"
@@ -153,6 +159,7 @@ def main() -> None:
             "detector": args.detector,
             "images": args.images,
             "image_size_wh": list(args.size),
+            "distinct_images": min(args.images, args.distinct or args.images),
             "batch_size": args.batch_size,
             "num_workers": args.num_workers,
             "torch_threads": args.threads,
