@@ -113,6 +113,30 @@ def timed_run(cfg) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def alternate_runs(model: Path, folder: Path, args: argparse.Namespace) -> tuple[dict, dict, list, list]:
+    """`infer` without and with `report=html`, alternately, `args.repeats` rounds each: (wall
+    seconds, CPU seconds by kind, page seconds and pictures the page drew, by round)."""
+    times: dict[str, list[float]] = {"plain": [], "report": []}
+    cpu: dict[str, list[float]] = {"plain": [], "report": []}
+    page_seconds, drawn_later = [], []
+    for _ in range(args.repeats):
+        for kind in ("plain", "report"):
+            output = folder / kind / "scores.csv"
+            shutil.rmtree(output.parent, ignore_errors=True)
+            cfg = infer_config(model, folder / "images", output, args.batch_size, args.num_workers, kind == "report")
+            timer = PageTimer()
+            try:
+                wall, used = timed_run(cfg)
+            finally:
+                timer.close()
+            times[kind].append(wall)
+            cpu[kind].append(used)
+            if kind == "report":
+                page_seconds.append(timer.seconds)
+                drawn_later.append(timer.drawn_later)
+    return times, cpu, page_seconds, drawn_later
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=10000)
@@ -133,26 +157,7 @@ def main() -> None:
         module = build_module(args.detector)
         model = folder / "model.ckpt"
         torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, model)
-        times: dict[str, list[float]] = {"plain": [], "report": []}
-        cpu: dict[str, list[float]] = {"plain": [], "report": []}
-        page_seconds, drawn_later = [], []
-        for _ in range(args.repeats):
-            for kind in ("plain", "report"):
-                output = folder / kind / "scores.csv"
-                shutil.rmtree(output.parent, ignore_errors=True)
-                cfg = infer_config(
-                    model, folder / "images", output, args.batch_size, args.num_workers, kind == "report"
-                )
-                timer = PageTimer()
-                try:
-                    wall, used = timed_run(cfg)
-                finally:
-                    timer.close()
-                times[kind].append(wall)
-                cpu[kind].append(used)
-                if kind == "report":
-                    page_seconds.append(timer.seconds)
-                    drawn_later.append(timer.drawn_later)
+        times, cpu, page_seconds, drawn_later = alternate_runs(model, folder, args)
         files = folder / "report" / "scores_report_files"
         best = {kind: min(values) for kind, values in times.items()}
         result = {

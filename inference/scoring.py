@@ -182,7 +182,9 @@ def score_items(
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline).
     `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming).
     `evidence` (an `inference.report_pictures.EvidenceDrawer`): the report page's thumbnails and
-    overlays are drawn as the rows are scored, by the same background writer as the maps."""
+    overlays are drawn as the rows are scored, by the same background writer as the maps.
+    Kept in one piece: a batch's rows wait for its maps while the next batch is scored, across the
+    loop and the handling of an interruption."""
     if not callable(threshold):  # a callable gives each path its threshold (`CategoryThreshold`)
         threshold = runtime.threshold if threshold is None else float(threshold)
     counts = {"ok": 0, "error": 0}
