@@ -74,9 +74,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     pixel = PixelReduction(records) if masks_dir is not None else None
     html = cfg.get("report") == "html"
     # one process scoring everything draws the page's pictures as it goes; other runs draw them at the end
-    drawer = page_drawer(output, threshold, bool(cfg.get("blinded", False))) if html else None
-    if cfg.merge or processes.world_size > 1 or shard.count > 1:
-        drawer = None
+    one_process = not cfg.merge and processes.world_size == 1 and shard.count == 1
+    drawer = page_drawer(output, threshold, bool(cfg.get("blinded", False))) if html and one_process else None
     if cfg.merge:
         rows = merged_rows(output, records, columns, pixel)
         scored = ScoredRun({"ok": 0, "error": 0, "skipped": len(rows)}, rows)
