@@ -43,7 +43,8 @@ def thumbnail(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> np.ndarray:
     if scale >= 1:
         return image.copy()
     whole = int(1 / scale)
-    if whole >= 2:
+    if whole >= 2:  # cropped to a multiple of the factor: OpenCV's exact-factor path is 2-3x faster
+        image = image[: height // whole * whole, : width // whole * whole]
         image = cv2.resize(image, (width // whole, height // whole), interpolation=cv2.INTER_AREA)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
     return cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
