@@ -16,7 +16,7 @@ from inference.cli import expected_failures, run
 from inference.masks import PixelReduction
 from inference.parts import Shard
 from inference.recalibration import CategoryThreshold
-from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, report_run
+from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, page_drawer, report_run
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
@@ -45,15 +45,10 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     # a model calibrated per category decides each input with its category's threshold
     per_category = CategoryThreshold.for_records(runtime, records) if cfg.threshold is None else None
-    log.info(
-        "%s (%s, threshold %.4f): %d inputs -> %s",
-        runtime.name,
-        Path(cfg.model).suffix,
-        threshold,
-        len(records),
-        output,
-    )
+    model = f"{runtime.name} ({Path(cfg.model).suffix}, threshold {threshold:.4f})"
+    log.info("%s: %d inputs -> %s", model, len(records), output)
     pixel = PixelReduction(records) if masks_dir is not None else None
+    drawer = pictures_while_scoring(cfg, output, threshold, one_process=processes.world_size == 1 and shard.count == 1)
     if cfg.merge:
         rows = merged_rows(output, records, columns, pixel)
         scored = ScoredRun({"ok": 0, "error": 0, "skipped": len(rows)}, rows)
@@ -74,6 +69,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
                 masks_dir=masks_dir,
                 overlays_dir=overlays_dir,
                 progress=cfg.progress and processes.is_main,
+                evidence=drawer,
             )
         except KeyboardInterrupt:
             raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
@@ -83,7 +79,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     if not any(row["status"] == "ok" for row in scored.rows):
         raise InferenceFailed(f"nothing could be scored: all {len(records)} inputs failed (see {output})")
     request = report_request(cfg, output, threshold)
-    return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel)}
+    evidence = drawer.finish() if drawer is not None else None
+    return {"counts": scored.counts, **report_run(request, runtime, records, scored.rows, pixel, evidence)}
 
 
 def pair_run(cfg: DictConfig, runtime: Runtime) -> dict[str, Any] | None:
@@ -98,6 +95,14 @@ def pair_run(cfg: DictConfig, runtime: Runtime) -> dict[str, Any] | None:
 
         return infer_pairs(cfg, runtime)
     return None
+
+
+def pictures_while_scoring(cfg: DictConfig, output: Path, threshold: float, one_process: bool) -> Any:
+    """`report=html`: one process scoring everything draws the page's pictures as it goes (the map
+    writer's thread); other runs (several processes, shards, a merge) draw them at the end."""
+    if cfg.get("report") != "html" or cfg.merge or not one_process:
+        return None
+    return page_drawer(output, threshold, bool(cfg.get("blinded", False)))
 
 
 def tiled(cfg: DictConfig, runtime: Runtime) -> Runtime:

@@ -170,6 +170,8 @@ class PairDuplicationDetector(Detector):
                 "flipped": geometry.flipped,
                 "inliers": match.n_inliers,
                 "matches": match.n_matches,
+                "brightness": round(match.photometric.get("brightness", 0.0), 4),
+                "points": matched_points(match),
             }
         empty_a, empty_b = np.zeros(match.mask_a.shape, bool), np.zeros(match.mask_b.shape, bool)
         reason = match.reason or ("" if duplicated else "score below threshold")
@@ -206,6 +208,15 @@ class PairDuplicationDetector(Detector):
             np.stack([matches[i].parameter_features() for i in known]), np.asarray([parameter_labels[i] for i in known])
         )
         return {"score_pairs": len(usable), "parameter_pairs": len(known)}
+
+
+def matched_points(match: PairMatch) -> list[list[float]]:
+    """The kept inlier keypoints as [x_a, y_a, x_b, y_b] in original pixels (B's through the fitted map)."""
+    points_a = np.asarray(match.extra.get("points_a", np.zeros((0, 2))), dtype=np.float64).reshape(-1, 2)
+    if match.matrix is None or not len(points_a):
+        return []
+    points_b = points_a @ np.asarray(match.matrix)[:, :2].T + np.asarray(match.matrix)[:, 2]
+    return np.round(np.concatenate([points_a, points_b], axis=1), 1).tolist()
 
 
 class SelfMatchLocalizer(Localizer):

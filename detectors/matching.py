@@ -331,7 +331,8 @@ def photometric_fit(
 ) -> dict[str, float]:
     """How B's colours relate to A's on the shared content: per-channel gain and bias of B against
     A, hue shift (OpenCV units, of 180), saturation ratio, and mean absolute difference (0-255)
-    before and after the per-channel fit. Images are blurred first, so resampling and a pixel of
+    before and after the per-channel fit, and `brightness`, the signed change of B's mean level
+    against A's (0.12: B is 12 % brighter), for people to read. Images are blurred first, so resampling and a pixel of
     misalignment do not read as a change of parameters."""
     none = {
         "gain_dev": 0.0,
@@ -340,6 +341,7 @@ def photometric_fit(
         "saturation_log_ratio": 0.0,
         "abs_diff": 0.0,
         "residual": 0.0,
+        "brightness": 0.0,
     }
     if not mask_a.any():
         return none
@@ -377,4 +379,5 @@ def photometric_fit(
         "saturation_log_ratio": abs(saturation),
         "abs_diff": float(np.mean(np.abs(a_px - b_px))),
         "residual": float(np.mean(residual)),
+        "brightness": float(b_px.mean() / max(a_px.mean(), 1.0) - 1.0),
     }

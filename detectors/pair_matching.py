@@ -102,6 +102,7 @@ FEATURE_NAMES = (
     "log_scale",
     "content",
 )
+MATCHED_POINTS_KEPT = 40  # inlier keypoints a pair keeps, for people to see the match
 PARAMETER_FEATURE_NAMES = ("gain_dev", "bias", "hue_shift", "saturation_log_ratio", "abs_diff", "residual")
 
 
@@ -212,6 +213,7 @@ def match_pair(
         photometric_fit(panel_a, panel_b, matrix, region.mask_a),
         resize_mask(region.mask_a, panel_a.original_shape),
         resize_mask(mask_b, panel_b.original_shape),
+        extra={"points_a": inlier_points[:MATCHED_POINTS_KEPT] / panel_a.factor},  # A's original pixels
     )
 
 

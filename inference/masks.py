@@ -86,7 +86,8 @@ class MapWriter:
     """Writes a run's maps and overlays on a background thread, so encoding the PNGs of one batch
     overlaps the next batch's forward pass instead of stalling it. A map's path is known at once
     (its row can name it); `take()` hands over the writes queued since the last call, and the rows
-    of a batch are written only once those are done, so a row never names a map not yet on disk."""
+    of a batch are written only once those are done, so a row never names a map not yet on disk.
+    The report page's thumbnails and overlays are drawn here too (`evidence`), for the same reason."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maps")
@@ -112,6 +113,16 @@ class MapWriter:
     def overlay(self, overlays_dir: Path, index: int, path: str, image: np.ndarray, probabilities: np.ndarray) -> None:
         self._submit(save_overlay, overlays_dir, index, path, image, probabilities)
 
+    def evidence(
+        self, drawer: Any, rows: list[tuple[int, str, np.ndarray, np.ndarray | None, tuple[int, int]]]
+    ) -> None:
+        """Queue the report page's pictures of a batch's rows (`inference.report_pictures.EvidenceDrawer`):
+        (input position, path, thumbnail, probability map or None, original size) each; a map is made
+        8-bit at the original size as `save_mask` makes it, so the page's mask at the threshold counts
+        the saved map's pixels. One task per batch: the queue costs nothing per image."""
+        if rows:
+            self._submit(draw_evidence, drawer, rows)
+
     def take(self) -> list[Future]:
         queued, self.queued = self.queued, []
         return queued
@@ -119,6 +130,12 @@ class MapWriter:
     def close(self) -> None:
         """Finish every queued write (their errors were already raised where waited on)."""
         self.pool.shutdown(wait=True)
+
+
+def draw_evidence(drawer: Any, rows: list[tuple[int, str, np.ndarray, np.ndarray | None, tuple[int, int]]]) -> None:
+    for index, path, small, probabilities, size in rows:
+        pixels = to_uint8_map(probabilities, size) if probabilities is not None and drawer.maps else None
+        drawer.draw(index, path, small, pixels)
 
 
 def records_with_masks(records: Iterable[Record]) -> bool:

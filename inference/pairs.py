@@ -6,9 +6,10 @@ each group of an ordinary input: every pair of images sharing a `review` (or the
 `group_by`; a plain folder: every pair inside each folder). One row per pair, streamed as it goes
 and safe to resume: `path` (the pair's key, `path_a <-> path_b`), `path_a`, `path_b`, `score`,
 `label`, `status`, `error`, `operations` (THEMIS CMO-I answers joined by `;`, empty when not
-duplicated), `geometric`, `transform` (JSON: A -> B matrix in pixels, rotation, scale, flip),
-`method`, `reason`, and `mask_a` / `mask_b` when masks are saved. Each panel is described once per
-group. With truth (labels or operations) the run also writes `<output>.metrics.json`.
+duplicated), `geometric`, `transform` (JSON: A -> B matrix in pixels, rotation, scale, flip,
+brightness, matched points), `method`, `reason`, and `mask_a` / `mask_b` when masks are saved
+(always with `report=html`, whose page outlines them). Each panel is described once per group.
+With truth (labels or operations) the run also writes `<output>.metrics.json`.
 """
 
 from __future__ import annotations
@@ -206,8 +207,9 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
         )
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     has_masks = any(p.get("mask_a") or p.get("mask_b") for p in pairs)
+    html = cfg.get("report") == "html"
     masks_dir = None
-    if cfg.save_masks or has_masks:
+    if cfg.save_masks or has_masks or html:  # the page outlines the shared regions from the saved masks
         masks_dir = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
         masks_dir.mkdir(parents=True, exist_ok=True)
     columns = list(PAIR_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
@@ -239,7 +241,34 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     if not any(r["status"] == "ok" for r in results):
         raise ValueError(f"nothing could be scored: all {len(pairs)} pairs failed (see {output})")
     metrics = pair_report(pairs, results, threshold, output)
+    if html:
+        pair_page(cfg, runtime, results, threshold, metrics)
     return {"counts": counts, "metrics": metrics, "reviews": None}
+
+
+def pair_page(
+    cfg: Any, runtime: Any, results: list[dict[str, Any]], threshold: float, metrics: dict[str, Any] | None
+) -> Path:
+    """`report=html` for pairs: `<output stem>_report.html`, each pair's A and B side by side with the
+    shared regions outlined, the matched points joined and the transform in words."""
+    from inference.html_report import read_calibration, write_run_report
+    from inference.run_report import page_path
+
+    page = write_run_report(
+        page_path(Path(cfg.output)),
+        [],
+        model=str(cfg.model),
+        detector=runtime.name,
+        threshold=threshold,
+        calibration=read_calibration(cfg.model),
+        threshold_from_user=cfg.threshold is not None,
+        input=str(cfg.input),
+        metrics=metrics,
+        pairs=results,
+        blinded=bool(cfg.get("blinded", False)),
+    )
+    log.info("report for people to read: %s", page)
+    return page
 
 
 def describe_transform(transform: str) -> str:

@@ -136,4 +136,4 @@ def score_reviews(
         )
         metrics = {**report.metrics, "group_by": group_by, "aggregation": method}
         write_metrics_json(output.with_suffix(".reviews.metrics.json"), metrics)
-    return {"path": path, "reviews": len(rows), "metrics": metrics}
+    return {"path": path, "reviews": len(rows), "metrics": metrics, "rows": rows}

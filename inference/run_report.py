@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -74,27 +74,42 @@ def map_folders(
     return folder, (folder / "overlays" if overlays else None)
 
 
+def page_path(output: Path) -> Path:
+    """Where `report=html` writes the page: `<output stem>_report.html` beside the rows."""
+    return output.with_name(f"{output.stem}_report.html")
+
+
+def page_drawer(output: Path, threshold: float, blinded: bool) -> Any:
+    """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`)."""
+    from inference.report_pictures import EvidenceDrawer
+
+    page = page_path(output)
+    return EvidenceDrawer(page.with_name(f"{page.stem}_files"), threshold, maps=not blinded)
+
+
 def report_run(
     request: ReportRequest,
     runtime: Runtime,
     records: Sequence[Record],
     rows: list[dict[str, Any]],
     pixel: PixelReduction | None,
+    evidence: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Review verdicts (`group_by`), then metrics and a report when the input carries labels.
 
     `rows` are the run's rows in input order (score and label parsed); `pixel` has reduced the
-    run's maps. Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
+    run's maps; `evidence` holds the page's pictures drawn while scoring (`page_drawer`).
+    Returns {"metrics": what `<output>.metrics.json` holds or None, "reviews": ...}.
     """
     reviews = review_verdicts(request, runtime, records, rows) if request.group_by else None
     truth = join_truth(records, rows)
     if not truth:
         if request.robustness:
             log.warning("robustness=true needs labelled input (a manifest with labels or a 0_real/1_fake tree)")
-        html_page(request, runtime, records, rows, None, [])
+        html_page(request, runtime, records, rows, None, [], reviews, evidence)
         return {"metrics": None, "reviews": reviews}
     metrics, plots = labelled_report(request, runtime, truth, pixel)
-    html_page(request, runtime, records, rows, metrics, plots)
+    html_page(request, runtime, records, rows, metrics, plots, reviews, evidence)
     below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
     if below:
         log.warning("%s", below)
@@ -180,8 +195,11 @@ def html_page(
     rows: list[dict[str, Any]],
     metrics: dict[str, Any] | None,
     plots: Sequence[Any],
+    reviews: Mapping[str, Any] | None = None,
+    evidence: Mapping[str, Any] | None = None,
 ) -> Path | None:
-    """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them."""
+    """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them,
+    with the review verdicts (`group_by`) and the pictures drawn while scoring (`evidence`)."""
     if not request.html:
         return None
     from inference.html_report import read_calibration, write_run_report
@@ -189,7 +207,7 @@ def html_page(
     group_of = {r.path: r.review or r.group for r in records}
     page_rows = [{**row, "group": group_of.get(row["path"]) or ""} for row in rows]
     page = write_run_report(
-        request.output.with_name(f"{request.output.stem}_report.html"),
+        page_path(request.output),
         page_rows,
         model=request.model,
         detector=runtime.name,
@@ -201,6 +219,11 @@ def html_page(
         metrics=metrics,
         plots=[str(p) for p in plots],
         blinded=request.blinded,
+        groups=[
+            {"group": r["review"], "score": r["score"], "images": r["n_images"]}
+            for r in (reviews or {}).get("rows", [])
+        ],
+        evidence=evidence,
     )
     log.info("report for people to read: %s", page)
     return page

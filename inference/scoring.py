@@ -39,14 +39,16 @@ def predictions(
     num_workers: int = 2,
     perturb: Perturb | None = None,
     keep_going: bool = True,
+    thumbnail_side: int | None = None,
 ) -> Iterator[Prediction]:
     """The prediction loop: `(input position, path)` items decoded by `num_workers` threads (0:
     inline), `perturb` applied to the decoded pixels, brought to the network by the runtime's own
     geometry, in batches, in order. A model failure on a batch is logged and reported in
-    `failure` (`keep_going`) or raised."""
+    `failure` (`keep_going`) or raised. `thumbnail_side`: batches also carry each image's thumbnail."""
     geometry = runtime_transform(runtime)
     prepare = geometry if perturb is None else (lambda image: geometry(perturb(image)))
-    for batch in iter_batches(items, prepare, effective_batch_size(runtime, batch_size), workers=num_workers):
+    size = effective_batch_size(runtime, batch_size)
+    for batch in iter_batches(items, prepare, size, workers=num_workers, thumbnail_side=thumbnail_side):
         if "image" not in batch:
             yield Prediction(batch, None)
             continue
@@ -72,16 +74,20 @@ def batch_rows(
     overlays_dir: Path | None = None,
     maps: MapWriter | None = None,
     collect_map: MapCollector | None = None,
+    evidence: Any = None,
 ) -> list[dict[str, Any]]:
     """Result rows for one predicted batch: unreadable files and model failures become `status=error`
     rows, never exceptions. Rows come in input order, so a run's file does not depend on how the
     input was split into batches or processes. Maps and overlays are queued on `maps` (needed when
-    `masks_dir` or `overlays_dir` is given); each saved map also goes to `collect_map`."""
+    `masks_dir` or `overlays_dir` is given); each saved map also goes to `collect_map`, and the report
+    page's pictures to `evidence` (an `EvidenceDrawer`, on `maps` too)."""
     batch = prediction.batch
     rows = list(zip(batch["error_index"], (error_row(path, reason) for path, reason in batch["errors"])))
     if "image" in batch:
         rows += list(
-            zip(batch["index"], scored_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map))
+            zip(
+                batch["index"], scored_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map, evidence)
+            )
         )
     return [row for _, row in sorted(rows, key=lambda item: item[0])]
 
@@ -93,11 +99,12 @@ def scored_rows(
     overlays_dir: Path | None,
     maps: MapWriter | None,
     collect_map: MapCollector | None,
+    evidence: Any = None,
 ) -> list[dict[str, Any]]:
     batch, outputs = prediction.batch, prediction.outputs
     if outputs is None:
         return [error_row(p, prediction.failure) for p in batch["path"]]
-    rows = []
+    rows, pictures = [], []
     for i, (path, score) in enumerate(zip(batch["path"], outputs["score"])):
         broken = non_finite_output(outputs, i)
         if broken:
@@ -114,7 +121,12 @@ def scored_rows(
         if overlays_dir is not None and "mask" in outputs:
             image = batch["image"][i][0] if isinstance(batch["image"], list) else batch["image"][i]
             maps.overlay(overlays_dir, index, path, np.asarray(image), outputs["mask"][i][0])
+        if evidence is not None and batch.get("thumb") is not None:
+            probabilities = outputs["mask"][i][0] if "mask" in outputs else None
+            pictures.append((index, path, batch["thumb"][i], probabilities, size))
         rows.append(row)
+    if pictures:
+        maps.evidence(evidence, pictures)
     return rows
 
 
@@ -164,10 +176,15 @@ def score_items(
     progress: bool = True,
     overlays_dir: str | os.PathLike | None = None,
     collect_map: MapCollector | None = None,
+    evidence: Any = None,
 ) -> dict[str, int]:
     """Score `(input position, path)` items in order into `writer`; unreadable files become
     `status=error` rows. `num_workers` threads decode ahead of the model (0: decode inline).
-    `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming)."""
+    `collect_map(position, 8-bit map)` receives every saved map (pixel metrics while streaming).
+    `evidence` (an `inference.report_pictures.EvidenceDrawer`): the report page's thumbnails and
+    overlays are drawn as the rows are scored, by the same background writer as the maps.
+    Kept in one piece: a batch's rows wait for its maps while the next batch is scored, across the
+    loop and the handling of an interruption."""
     if not callable(threshold):  # a callable gives each path its threshold (`CategoryThreshold`)
         threshold = runtime.threshold if threshold is None else float(threshold)
     counts = {"ok": 0, "error": 0}
@@ -175,7 +192,10 @@ def score_items(
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
     batch_size = effective_batch_size(runtime, batch_size)  # warns once; predictions keep it
     total = -(-len(items) // batch_size)
-    maps = MapWriter() if masks_dir is not None or overlays_dir is not None else None
+    maps = MapWriter() if masks_dir is not None or overlays_dir is not None or evidence is not None else None
+    thumbnail_side = None
+    if evidence is not None:
+        from inference.html_evidence import THUMBNAIL_SIDE as thumbnail_side
 
     def write(rows: list[dict[str, Any]], saving: list[Any]) -> None:
         for future in saving:  # the maps these rows name are on disk before the rows are
@@ -187,13 +207,13 @@ def score_items(
     waiting: tuple[list[dict[str, Any]], list[Any]] | None = None  # a batch whose maps are being written
     try:
         for prediction in tqdm(
-            predictions(runtime, items, batch_size, num_workers),
+            predictions(runtime, items, batch_size, num_workers, thumbnail_side=thumbnail_side),
             desc="scoring",
             unit="batch",
             total=total,
             disable=not progress,
         ):
-            rows = batch_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map)
+            rows = batch_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map, evidence)
             if waiting is not None:  # its maps were written while this batch's forward pass ran
                 done, waiting = waiting, None
                 write(*done)

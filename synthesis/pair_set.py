@@ -239,15 +239,10 @@ def pair_splits(
         for split in splits
     }
     if "train" in sets:
+        photos_of_training = {n: table[n] for n in training}
+        counts = (positives_per_photo, negatives_per_photo, figure_pairs)
         for extra in range(1, max(1, int(train_rounds))):
-            more = make_pair_set(
-                {n: table[n] for n in training},
-                np.random.default_rng([seed, 0, extra]),
-                positives_per_photo,
-                negatives_per_photo,
-                figure_pairs,
-                prefix=f"train{extra}/",
-            )
+            more = make_pair_set(photos_of_training, np.random.default_rng([seed, 0, extra]), *counts, f"train{extra}/")
             sets["train"].panels.update(more.panels)
             sets["train"].pairs.extend(more.pairs)
     return sets

@@ -40,13 +40,19 @@
     return td;
   }
 
-  function image(td, src, alt, href) {
+  function image(td, src, alt, href, box) {
     if (!src) { return; }
     var img = document.createElement("img");
     img.className = "thumb";
     img.loading = "lazy";
     img.alt = alt;
     img.src = encodeURI(src);
+    if (box) {  // a box [x, width, height] of a strip file holding several pictures
+      img.style.width = box[1] + "px";
+      img.style.height = box[2] + "px";
+      img.style.objectFit = "none";
+      img.style.objectPosition = (-box[0]) + "px 0";
+    }
     if (href) {
       var a = document.createElement("a");
       a.href = href;
@@ -78,7 +84,7 @@
     shown.slice(page * PAGE, (page + 1) * PAGE).forEach(function (row) {
       var tr = document.createElement("tr");
       tr.setAttribute("data-decision", row.decision || "");
-      image(cell(tr), row.thumb, "thumbnail", row.link);
+      image(cell(tr), row.thumb, "thumbnail", row.link, row.thumb_box);
       cell(tr, row.name, "name");
       if (!data.blinded) {
         cell(tr, row.score === null ? "" : row.score.toFixed(4), "score");
@@ -86,8 +92,8 @@
       }
       cell(tr, row.group, "group");
       if (data.localizer && !data.blinded) {
-        image(cell(tr), row.overlay, "map overlay");
-        image(cell(tr), row.mask, "mask at threshold");
+        image(cell(tr), row.overlay, "map overlay", null, row.overlay_box);
+        image(cell(tr), row.mask, "mask at threshold", null, row.mask_box);
         cell(tr, row.share === null || row.share === undefined ? "" : (100 * row.share).toFixed(1) + " %", "share");
       }
       if (data.blinded) { rating(cell(tr, null, "rating"), row); }

@@ -1,0 +1,99 @@
+"""The duplication pairs on the reviewers' page: A and B side by side with the shared regions
+outlined and the matched points joined, the verdict, and the transform in words."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import quote
+
+import numpy as np
+
+from inference.html_evidence import draw_pair, transform_in_words
+from inference.html_parts import decision_of, escape, score_text
+
+PAIRS_SHOWN = 200  # pairs drawn on the page, most suspicious first; every pair stays in the results file
+
+
+def pair_transform(pair: Mapping[str, Any]) -> dict[str, Any]:
+    """The pair's `transform` as a mapping (results files hold it as JSON text; empty when none)."""
+    value = pair.get("transform")
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        return json.loads(value) if value else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def pair_counts(pairs: Sequence[Mapping[str, Any]], threshold: float, blinded: bool) -> dict[str, int]:
+    """What the header counts on a page of pairs."""
+    decisions = [decision_of(p, threshold) for p in pairs]
+    if blinded:
+        return {"pairs": len(pairs) - decisions.count("error"), "errors": decisions.count("error")}
+    return {
+        "shared content": decisions.count("flagged"),
+        "nothing shared": decisions.count("not flagged"),
+        "errors": decisions.count("error"),
+    }
+
+
+def pairs_html(
+    pairs: Sequence[Mapping[str, Any]], files: Path, page: Path, threshold: float, blinded: bool, seed: int = 0
+) -> str:
+    """The pairs section: the `PAIRS_SHOWN` most suspicious pairs drawn (blinded: a seeded sample in
+    random order, drawn without the detector's outlines, points or verdict), then the failed pairs
+    with their reasons."""
+    if not pairs:
+        return ""
+    is_scored = [p.get("status", "ok") == "ok" and p.get("score") not in (None, "") for p in pairs]
+    scored = [p for p, ok in zip(pairs, is_scored) if ok]
+    failed = [p for p, ok in zip(pairs, is_scored) if not ok]
+    if blinded:
+        order = np.random.default_rng(seed).permutation(len(scored))
+        scored = [scored[i] for i in order]
+    else:
+        scored = sorted(scored, key=lambda p: -float(p["score"]))
+    items = []
+    for index, pair in enumerate(scored[:PAIRS_SHOWN]):
+        transform = pair_transform(pair)
+        drawn = pair if not blinded else {"path_a": pair["path_a"], "path_b": pair["path_b"]}
+        picture = draw_pair(index, {**drawn, "points": None if blinded else transform.get("points")}, files)
+        image = (
+            f'<img loading="lazy" class="pair" alt="A and B side by side" '
+            f'src="{escape(quote(os.path.relpath(picture, page.parent).replace(os.sep, "/")))}">'
+            if picture
+            else '<p class="note">the images could not be read</p>'
+        )
+        words = ""
+        if not blinded:
+            decision = decision_of(pair, threshold)
+            operations = str(pair.get("operations") or "")
+            words = (
+                f'<p class="verdict">score <span class="score">{score_text(pair.get("score"))}</span>, '
+                f'<span class="decision">{escape(decision)}</span>'
+                + (f": {escape(operations.replace(';', ', '))}" if operations else "")
+                + "</p>"
+                + (f'<p class="transform">{escape(transform_in_words(transform))}</p>' if transform else "")
+                + (f'<p class="note">{escape(pair.get("reason"))}</p>' if pair.get("reason") else "")
+            )
+        items.append(
+            f'<div class="pair-row"><p class="name">A: {escape(pair["path_a"])}<br>B: {escape(pair["path_b"])}</p>'
+            f"{image}{words}</div>"
+        )
+    rest = len(scored) - PAIRS_SHOWN
+    more = f"<p>{rest} more pairs scored lower; every pair is in the results file.</p>" if rest > 0 else ""
+    errors = "".join(
+        f'<tr><td class="name">{escape(p.get("path_a"))}</td><td class="name">{escape(p.get("path_b"))}</td>'
+        f'<td class="note">{escape(p.get("error"))}</td></tr>'
+        for p in failed
+    )
+    failures = (
+        f"<h3>Pairs that could not be scored</h3><table><thead><tr><th>A</th><th>B</th><th>why</th></tr></thead>"
+        f"<tbody>{errors}</tbody></table>"
+        if failed
+        else ""
+    )
+    return f'<section id="pairs"><h2>Shared content between images</h2>{"".join(items)}{more}{failures}</section>'

@@ -1,0 +1,243 @@
+"""The pieces of the reviewers' page as HTML text: header, caveat, rows, pager, metrics, groups,
+pairs, legend and filters. Every value that came from the user goes through `escape`; nothing here
+reads or draws images (that is `inference.html_evidence`)."""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import quote
+
+import numpy as np
+
+from inference.html_evidence import RowEvidence
+
+ASSETS = Path(__file__).with_name("report_assets")
+CAVEAT = (
+    "These are flags for a person to check, not verdicts. A score says how much an image "
+    "resembles what the detector was trained to flag; read the evidence before acting."
+)
+
+
+@dataclass
+class ReportHeader:
+    """What the reader needs to judge the run: which model, which threshold and how it was set."""
+
+    title: str
+    model: str
+    detector: str
+    threshold: float
+    threshold_note: str
+    input: str = ""
+    model_sha256: str = ""
+    version: str = ""
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def decision_of(row: Mapping[str, Any], threshold: float) -> str:
+    if row.get("status", "ok") != "ok" or row.get("score") is None:
+        return "error"
+    return "flagged" if float(row["score"]) >= threshold else "not flagged"
+
+
+def escape(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def score_text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{float(value):.4f}"
+
+
+def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str) -> str:
+    """An <img> of a picture file, or of its box in a strip file (shown at its own size, the strip
+    shifted under it)."""
+    if not src:
+        return ""
+    where = ""
+    if box is not None:
+        x, width, height = box
+        where = f' style="width:{int(width)}px;height:{int(height)}px;object-fit:none;object-position:-{int(x)}px 0"'
+    return f'<img loading="lazy" class="thumb" alt="{escape(alt)}" src="{escape(quote(src))}"{where}>'
+
+
+def row_html(
+    row: Mapping[str, Any], evidence: RowEvidence, decision: str, link: str, blinded: bool, is_localizer: bool
+) -> str:
+    """One image's table row; `link` leads to the scored image (relative to the page)."""
+    thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail")
+    thumb = f'<a href="{escape(link)}">{thumb}</a>' if thumb else ""
+    cells = [f"<td>{thumb}</td>", f'<td class="name">{escape(row["path"])}</td>']
+    if not blinded:
+        cells += [
+            f'<td class="score">{score_text(row.get("score"))}</td>',
+            f'<td class="decision">{escape(decision)}</td>',
+        ]
+    cells.append(f'<td class="group">{escape(row.get("group", ""))}</td>')
+    if is_localizer and not blinded:
+        overlay = picture_html(evidence.overlay, evidence.overlay_box, "map overlay")
+        mask = picture_html(evidence.mask, evidence.mask_box, "mask at threshold")
+        share = "" if evidence.pixel_share is None else f"{100 * evidence.pixel_share:.1f} %"
+        cells += [f"<td>{overlay}</td>", f"<td>{mask}</td>", f'<td class="share">{share}</td>']
+    if blinded:
+        cells.append(
+            '<td class="rating"><select aria-label="rating"><option></option><option>genuine</option>'
+            "<option>manipulated</option><option>unsure</option></select></td>"
+        )
+    note = row.get("error") or evidence.problem or ""
+    cells.append(f'<td class="note">{escape(note)}</td>')
+    return f'<tr data-decision="{escape(decision)}">' + "".join(cells) + "</tr>"
+
+
+def table_head(blinded: bool, is_localizer: bool) -> str:
+    names = ["image", "file"] + ([] if blinded else ["score", "decision"]) + ["group"]
+    if is_localizer and not blinded:
+        names += ["map (0-1 scale)", "mask at threshold", "pixels above"]
+    names += (["your rating"] if blinded else []) + ["note"]
+    return "<thead><tr>" + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr></thead>"
+
+
+def pager_html(current: int, pages: int, page_href) -> str:
+    if pages <= 1:
+        return ""
+    links = [
+        f'<a href="{escape(page_href(p))}">{p}</a>' if p != current else f"<strong>{p}</strong>"
+        for p in range(1, pages + 1)
+    ]
+    return f'<nav class="pager" aria-label="pages">Page: {" ".join(links)}</nav>'
+
+
+def mapping_table(title: str, table: Mapping[str, Mapping[str, Any]]) -> str:
+    columns: list[str] = []
+    for values in table.values():
+        columns += [k for k, v in values.items() if k not in columns and not isinstance(v, (Mapping, list))]
+    head = "".join(f"<th>{escape(c)}</th>" for c in [""] + columns)
+    body = "".join(
+        "<tr><th>"
+        + escape(key)
+        + "</th>"
+        + "".join(f"<td>{escape(format_value(values.get(c)))}</td>" for c in columns)
+        + "</tr>"
+        for key, values in table.items()
+    )
+    return f'<h3>{escape(title)}</h3><table class="metrics"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return "–" if not math.isfinite(value) else f"{value:.4f}"
+    return "–" if value is None else str(value)
+
+
+def metrics_html(metrics: Mapping[str, Any], plots: Sequence[str]) -> str:
+    scalars = {k: v for k, v in metrics.items() if not isinstance(v, (Mapping, list))}
+    parts = ['<section id="metrics"><h2>Against the known truth</h2>', '<table class="metrics"><tbody>']
+    parts += [f"<tr><th>{escape(k)}</th><td>{escape(format_value(v))}</td></tr>" for k, v in scalars.items()]
+    parts.append("</tbody></table>")
+    for key, value in metrics.items():
+        if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
+            parts.append(mapping_table(f"By {key}", value))
+    parts += [
+        f'<figure><img class="plot" alt="{escape(Path(p).stem)}" src="{escape(quote(p))}">'
+        f"<figcaption>{escape(Path(p).stem)}</figcaption></figure>"
+        for p in plots
+    ]
+    return "".join(parts) + "</section>"
+
+
+def groups_html(groups: Sequence[Mapping[str, Any]], threshold: float, blinded: bool) -> str:
+    if blinded or not groups:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(g.get('group'))}</td><td>{score_text(g.get('score'))}</td>"
+        f"<td>{escape(decision_of(g, threshold))}</td><td>{escape(g.get('images', ''))}</td></tr>"
+        for g in sorted(groups, key=lambda g: -(g.get("score") or 0))
+    )
+    return (
+        '<section id="groups"><h2>Groups</h2><table><thead><tr><th>group</th><th>score</th><th>decision</th>'
+        f"<th>images</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
+def legend_html(lut: np.ndarray, threshold: float) -> str:
+    stops = ", ".join(f"rgb({r},{g},{b}) {100 * i / 10:.0f}%" for i, (r, g, b) in enumerate(lut[:: 255 // 10][:11]))
+    return (
+        f'<div class="legend"><span>map 0</span><span class="bar" style="background: linear-gradient(to right, '
+        f'{stops})"><span class="mark" style="left: {100 * threshold:.1f}%" title="threshold"></span></span>'
+        f"<span>1</span> <small>one fixed scale for every image; the mark is the threshold "
+        f"{threshold:.3f}</small></div>"
+    )
+
+
+def page_html(header: ReportHeader, body: str, blinded: bool, script: bool, data_src: str | None) -> str:
+    css = (ASSETS / "report.css").read_text(encoding="utf-8")
+    scripts = ""
+    if script:
+        scripts = (
+            (f'<script src="{escape(quote(data_src))}"></script>' if data_src else "")
+            + "<script>"
+            + (ASSETS / "report.js").read_text(encoding="utf-8")
+            + "</script>"
+        )
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src 'self' file: data:; "
+        "style-src 'unsafe-inline'; script-src 'self' file: 'unsafe-inline'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(header.title)}</title><style>{css}</style></head>"
+        f'<body class="{"blinded" if blinded else ""}">{body}{scripts}</body></html>'
+    )
+
+
+def header_html(header: ReportHeader, counts: Mapping[str, int], blinded: bool) -> str:
+    facts = [
+        ("model", header.model),
+        ("model SHA-256", header.model_sha256),
+        ("detector", header.detector),
+        ("input", header.input),
+        ("created", header.created),
+        ("toolkit version", header.version),
+    ]
+    if not blinded:
+        facts.insert(3, ("threshold", header.threshold_note))
+    facts.append(("rows", ", ".join(f"{v} {k}" for k, v in counts.items())))
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in facts if v not in (None, ""))
+    mode = (
+        '<p class="blind">Blinded: scores, decisions and maps are hidden; rows are in random order.</p>'
+        if blinded
+        else ""
+    )
+    return (
+        f'<header><h1>{escape(header.title)}</h1><p class="caveat">{escape(CAVEAT)}</p>{mode}'
+        f'<table class="facts"><tbody>{rows}</tbody></table></header>'
+    )
+
+
+def filters_html(groups: Sequence[str], blinded: bool) -> str:
+    options = "".join(f"<option>{escape(g)}</option>" for g in groups)
+    decision = (
+        ""
+        if blinded
+        else (
+            '<label>decision <select id="f-decision"><option value="">any</option>'
+            "<option>flagged</option><option>not flagged</option><option>error</option>"
+            "</select></label>"
+        )
+    )
+    scores = (
+        ""
+        if blinded
+        else (
+            '<label>score from <input id="f-min" type="number" step="0.01" min="0" max="1"></label>'
+            '<label>to <input id="f-max" type="number" step="0.01" min="0" max="1"></label>'
+        )
+    )
+    return (
+        '<form id="filters" class="filters" hidden onsubmit="return false">'
+        f'<label>search <input id="f-search" type="search" placeholder="file name"></label>{decision}'
+        f'<label>group <select id="f-group"><option value="">any</option>{options}</select></label>{scores}'
+        '<span id="f-count"></span></form>'
+    )

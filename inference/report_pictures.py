@@ -1,0 +1,97 @@
+"""The report page's pictures drawn while a run scores, packed into strips.
+
+The decoding threads shrink each image to its thumbnail as they decode it; the run's map writer
+(`inference.masks.MapWriter`, a background thread) hands it here with the map, if any. Pictures
+are kept in strips of `STRIP` side by side, one JPEG (PNG for masks) per strip: creating a file
+costs more than encoding a thumbnail, so one file per strip instead of one per image is most of
+what keeps the report cheap. The page shows each picture as its box of the strip (`RowEvidence`
+`*_box`: x, width, height).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from inference.html_evidence import RowEvidence, colour_lut, map_pictures, relative, write_picture
+
+STRIP = 16  # pictures per strip file
+
+
+class PictureStrip:
+    """Pictures of one kind (`thumbs`, `overlays` or `masks`) waiting for their strip file."""
+
+    def __init__(self, folder: Path, kind: str, suffix: str) -> None:
+        self.folder, self.kind, self.suffix = folder / kind, kind, suffix
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.waiting: list[tuple[RowEvidence, np.ndarray]] = []
+        self.written = 0
+
+    def add(self, evidence: RowEvidence, picture: np.ndarray) -> None:
+        self.waiting.append((evidence, picture))
+        if len(self.waiting) >= STRIP:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting pictures as one strip (left to right, top-aligned) and tell each row where."""
+        if not self.waiting:
+            return
+        height = max(p.shape[0] for _, p in self.waiting)
+        width = sum(p.shape[1] for _, p in self.waiting)
+        shape = (height, width, 3) if self.waiting[0][1].ndim == 3 else (height, width)
+        strip = np.zeros(shape, np.uint8)
+        target = self.folder / f"strip-{self.written:06d}{self.suffix}"
+        link = relative(target, self.folder.parent.parent)
+        x = 0
+        for evidence, picture in self.waiting:
+            strip[: picture.shape[0], x : x + picture.shape[1]] = picture
+            setattr(evidence, self.kind_field, link)
+            setattr(evidence, f"{self.kind_field}_box", (x, picture.shape[1], picture.shape[0]))
+            x += picture.shape[1]
+        write_picture(target, strip)
+        self.written += 1
+        self.waiting = []
+
+    @property
+    def kind_field(self) -> str:
+        return {"thumbs": "thumb", "overlays": "overlay", "masks": "mask"}[self.kind]
+
+
+class EvidenceDrawer:
+    """Draws each scored row's thumbnail and, for localizers, its map overlay and mask at the
+    threshold (with the share of pixels above it), as the run scores; the page reuses `drawn`.
+
+    Files go under `files` (the page's `<stem>_report_files/`, emptied first); `drawn` maps each
+    input path to its pictures, relative to `files`' parent (the page's folder), complete once
+    `finish` has written the last strips. `maps=False` (blinded pages) draws thumbnails only.
+    """
+
+    def __init__(self, files: Path, threshold: float, maps: bool = True) -> None:
+        if files.exists():
+            shutil.rmtree(files)
+        self.files, self.threshold, self.maps = files, float(threshold), maps
+        self.lut = colour_lut()
+        self.drawn: dict[str, RowEvidence] = {}
+        self.strips = {
+            "thumbs": PictureStrip(files, "thumbs", ".jpg"),
+            "overlays": PictureStrip(files, "overlays", ".jpg"),
+            "masks": PictureStrip(files, "masks", ".png"),
+        }
+
+    def draw(self, index: int, path: str, small: np.ndarray, map_u8: np.ndarray | None = None) -> None:
+        """The row at input position `index`: its thumbnail `small`, and its 8-bit map (original size)."""
+        evidence = RowEvidence()
+        self.drawn[path] = evidence
+        self.strips["thumbs"].add(evidence, small)
+        if map_u8 is not None and self.maps:
+            overlay, mask, evidence.pixel_share = map_pictures(small, map_u8, self.threshold, self.lut)
+            self.strips["overlays"].add(evidence, overlay)
+            self.strips["masks"].add(evidence, mask)
+
+    def finish(self) -> dict[str, RowEvidence]:
+        """Write the strips still waiting (call once the map writer is done); returns `drawn`."""
+        for strip in self.strips.values():
+            strip.flush()
+        return self.drawn

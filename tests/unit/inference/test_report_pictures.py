@@ -1,0 +1,108 @@
+"""The report page's pictures are drawn while the run scores, in strips, and the page reuses them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from datamodules.io import read_image, write_image
+from inference.html_evidence import THUMBNAIL_SIDE, colour_lut, map_overlay, thumbnail
+from inference.report_pictures import STRIP, EvidenceDrawer
+from tests.unit.inference.test_html_report import HOSTILE, open_page
+
+
+def smooth_picture(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+    """A colour gradient (JPEG keeps it close; noise it would not)."""
+    ys, xs = np.mgrid[0:height, 0:width]
+    start = rng.integers(0, 100, 3)
+    return np.stack([start[c] + xs + (c + 1) * ys // 2 for c in range(3)], axis=2).clip(0, 255).astype(np.uint8)
+
+
+def test_a_thumbnail_keeps_the_shape_and_the_longest_side_is_the_thumbnail_side():
+    image = np.random.default_rng(0).integers(0, 256, (900, 500, 3), dtype=np.uint8)
+    small = thumbnail(image)
+    assert small.shape == (THUMBNAIL_SIDE, round(500 * THUMBNAIL_SIDE / 900), 3)
+    flat = np.full((700, 300, 3), 77, np.uint8)
+    assert np.all(thumbnail(flat) == 77)  # averaging, not ringing
+    tiny = np.zeros((20, 30, 3), np.uint8)
+    assert thumbnail(tiny).shape == tiny.shape and thumbnail(tiny) is not tiny  # never enlarged, never shared
+
+
+def test_the_drawer_packs_pictures_into_strips_and_each_row_knows_its_box(tmp_path):
+    files = tmp_path / "scores_report_files"
+    (files / "thumbs").mkdir(parents=True)
+    (files / "thumbs" / "stale.jpg").write_bytes(b"from an earlier run")
+    drawer = EvidenceDrawer(files, threshold=0.5)
+    rng = np.random.default_rng(0)
+    smalls, maps = {}, {}
+    for index in range(STRIP + 3):
+        small = smooth_picture(90 + index, 120, rng)
+        map_u8 = np.zeros((300, 400), np.uint8)
+        map_u8[:, : 20 * index] = 255  # the share above the threshold grows with the index
+        smalls[f"img{index}.png"], maps[f"img{index}.png"] = small, map_u8
+        drawer.draw(index, f"img{index}.png", small, map_u8)
+    drawn = drawer.finish()
+    assert not (files / "thumbs" / "stale.jpg").exists()
+    assert sorted(p.name for p in (files / "thumbs").iterdir()) == ["strip-000000.jpg", "strip-000001.jpg"]
+    assert sorted(p.name for p in (files / "masks").iterdir()) == ["strip-000000.png", "strip-000001.png"]
+    lut = colour_lut()
+    for index in (0, STRIP - 1, STRIP + 2):
+        evidence = drawn[f"img{index}.png"]
+        assert evidence.pixel_share == (20 * index) / 400
+        x, width, height = evidence.thumb_box
+        strip = read_image(tmp_path / evidence.thumb)
+        assert np.abs(strip[:height, x : x + width].astype(int) - smalls[f"img{index}.png"]).mean() < 12  # JPEG
+        x, width, height = evidence.overlay_box
+        overlay = read_image(tmp_path / evidence.overlay)[:height, x : x + width]
+        expected = map_overlay(smalls[f"img{index}.png"], maps[f"img{index}.png"], lut)
+        assert np.abs(overlay.astype(int) - expected).mean() < 12
+        x, width, height = evidence.mask_box
+        mask = read_image(tmp_path / evidence.mask)[:height, x : x + width, 0] > 127
+        assert abs(mask.mean() - evidence.pixel_share) < 0.02
+
+
+def test_a_blinded_drawer_draws_no_maps(tmp_path):
+    drawer = EvidenceDrawer(tmp_path / "files", threshold=0.5, maps=False)
+    drawer.draw(0, "a.png", np.zeros((10, 10, 3), np.uint8), np.full((10, 10), 255, np.uint8))
+    evidence = drawer.finish()["a.png"]
+    assert evidence.thumb and evidence.overlay is None and evidence.pixel_share is None
+    assert list((tmp_path / "files" / "overlays").iterdir()) == []
+
+
+def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_path, browser, monkeypatch):
+    import inference.html_report as page_module
+    from infer import infer
+    from tests.helpers import compose_config, write_tiny_model
+
+    model = write_tiny_model(tmp_path / "model", onnx=False)["ckpt"]
+    folder = tmp_path / "uploads"
+    rng = np.random.default_rng(0)
+    names = [f"{i:02d}.png" for i in range(STRIP + 4)] + [HOSTILE]
+    for i, name in enumerate(names):
+        write_image(folder / name, rng.integers(0, 256, (40 + i, 56, 3), dtype=np.uint8))
+    (folder / "broken.png").write_bytes(b"no image")
+    drawn_by_page: list[str] = []
+    original = page_module.draw_row
+    monkeypatch.setattr(
+        page_module,
+        "draw_row",
+        lambda name, row, *a, **k: drawn_by_page.append(row["path"]) or original(name, row, *a, **k),
+    )
+    output = tmp_path / "out" / "scores.csv"
+    overrides = [f"model={model}", f"input={folder}", f"output={output}", "report=html", "progress=false"]
+    infer(compose_config("infer", [*overrides, "batch_size=4", "num_workers=2"]))
+    assert [Path(p).name for p in drawn_by_page] == ["broken.png"]  # only the row the run could not decode
+    thumbs = sorted(p.name for p in (tmp_path / "out" / "scores_report_files" / "thumbs").iterdir())
+    assert thumbs == ["strip-000000.jpg", "strip-000001.jpg"]  # 21 thumbnails: 16 + 5
+    context, page, seen = open_page(browser, output.with_name("scores_report.html"))
+    thumbnails = page.locator("#rows-body img.thumb")
+    assert thumbnails.count() == len(names)
+    page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
+    boxes = thumbnails.evaluate_all(
+        "images => images.map(i => [i.naturalWidth, i.getBoundingClientRect().width, i.getBoundingClientRect().height])"
+    )
+    assert all(natural > 56 and shown == 56 and 40 <= high <= 40 + len(names) for natural, shown, high in boxes)
+    folder_uri = output.parent.as_uri()
+    assert all(url.startswith(folder_uri) for url in seen["requests"]) and seen["errors"] == []
+    context.close()
