@@ -140,6 +140,7 @@ def test_nothing_scorable_or_unusable_model_is_a_clear_failure(checkpoint, tmp_p
         run_infer(tmp_path / "model.bin", bad, tmp_path / "out.csv")
 
 
+@pytest.mark.slow  # two infer.py processes (~15 s); test_expected_failures covers every exit status
 def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -55,6 +55,7 @@ def one_process(model: Path, manifest: Path, output: Path, *extra: str) -> None:
     infer(compose_config("infer", infer_command(model, manifest, output, *extra)[2:]))
 
 
+@pytest.mark.slow  # two spawned processes (~20 s)
 def test_two_processes_write_the_rows_and_metrics_of_one(tiny_model, tmp_path):
     manifest = labelled_manifest(tmp_path / "data", 21)
     one_process(tiny_model["onnx"], manifest, tmp_path / "one.csv", "batch_size=4")

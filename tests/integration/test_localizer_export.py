@@ -27,6 +27,7 @@ def exported(tmp_path_factory):
     return folder, module, report
 
 
+@pytest.mark.slow  # exports and compares a localizer at several sizes (~10 s)
 def test_mask_output_has_dynamic_batch_height_and_width_and_matches_pytorch(exported):
     folder, module, report = exported
     assert report.outputs == ["score", "mask"]

@@ -111,6 +111,7 @@ def f1_against_trivial_maps(net: torch.nn.Module, held_out: list[dict]) -> tuple
     return tuple(scores)
 
 
+@pytest.mark.slow  # a learning check: 30 training steps per localizer (10 s to a minute each on 2 cores)
 @pytest.mark.parametrize("name", LOCALIZERS)
 def test_a_few_steps_find_pasted_bright_regions(name):
     """Regions pasted with a brightness offset (a splice from a brighter source), held out by seed."""

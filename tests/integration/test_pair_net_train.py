@@ -31,6 +31,9 @@ FEW_PAIRS = [
 ]
 
 
+pytestmark = pytest.mark.slow  # every test here starts from one train.py run (about a minute on 2 cores)
+
+
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
     """Six bundled photos at 200 px (a handful of pairs per split, generated in a second)."""
@@ -115,7 +118,7 @@ def test_infer_py_scores_a_pair_manifest_with_rows_operations_and_masks(trained,
     assert result["metrics"]["operations"]["n"] == 1 and "pixel_f1" in result["metrics"]
 
 
-@pytest.mark.slow  # the ONNX export takes minutes on two busy cores
+# the ONNX export takes minutes on two busy cores
 def test_infer_py_scores_pairs_alike_from_the_checkpoint_and_its_onnx_export(trained, photos, tmp_path):
     from exporting.onnx_export import export_onnx
     from inference.runtime import load_checkpoint
@@ -136,7 +139,7 @@ def test_infer_py_scores_pairs_alike_from_the_checkpoint_and_its_onnx_export(tra
             assert exported["label"] == row["label"]
 
 
-@pytest.mark.slow  # about 10 minutes on two busy cores
+# about 10 minutes on two busy cores
 def test_a_short_run_ranks_held_out_pairs_above_chance(tmp_path):
     extra = [
         "data.pair_sets.positives_per_photo=4",

@@ -60,6 +60,7 @@ def _thumbnail_psnr(image: np.ndarray, factor: int = 4) -> float:
     return psnr((up[0].permute(1, 2, 0) * 255).round().byte().numpy(), image)
 
 
+@pytest.mark.slow  # a training run (~6 s)
 def test_tiny_training_reconstructs_closely(trained):
     train_psnr = psnr(rerender_image(trained, TRAIN[0]), TRAIN[0])
     held_psnr = psnr(rerender_image(trained, HELD_OUT), HELD_OUT)

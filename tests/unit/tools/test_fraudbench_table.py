@@ -98,6 +98,7 @@ def test_table_from_scores_has_the_hand_counted_figures_at_both_thresholds(tmp_p
     assert [r["threshold_kind"] for r in rows] == ["fixed", "calibrated"] and float(rows[1]["tpr_GenB"]) == 0.5
 
 
+@pytest.mark.slow  # trains and scores a model (~15 s)
 def test_table_scores_the_tree_with_a_model_and_calibrates_on_a_genuine_folder(tmp_path):
     make_tree(tmp_path / "tree")
     rng = np.random.default_rng(1)
