@@ -242,7 +242,7 @@ def evaluate_pair_network(net: PairCorrelationNet, pair_set: Any, threshold: flo
     protocol `dup_sift` is measured by (`evaluation.protocols.duplication.duplication_metrics`).
     `given_duplicated` holds the operation and mask figures of the duplicated pairs as if each had
     been judged duplicated (the heads alone, without the pair decision)."""
-    from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts
+    from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts, rates_by_kind
 
     was_training = net.training
     net.eval()
@@ -265,12 +265,7 @@ def evaluate_pair_network(net: PairCorrelationNet, pair_set: Any, threshold: flo
             oracle_counts.append(pair_pixel_counts(pair.mask_a, pair.mask_b, found.mask_a, found.mask_b))
     net.train(was_training)
     metrics = duplication_metrics(rows, threshold, counts)
-    kinds: dict[str, dict[str, Any]] = {}
-    for kind in sorted({r["kind"] for r in rows}):
-        subset = [r for r in rows if r["kind"] == kind]
-        flagged = float(np.mean([r["score"] >= threshold for r in subset]))
-        kinds[kind] = {"n": len(subset), "label": subset[0]["label"], ("tpr" if subset[0]["label"] else "fpr"): flagged}
-    metrics["by_kind"] = kinds
+    metrics["by_kind"] = rates_by_kind(rows, threshold)
     if oracle_rows:
         given = duplication_metrics(oracle_rows, 0.5, oracle_counts)
         metrics["given_duplicated"] = {

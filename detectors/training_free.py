@@ -22,7 +22,7 @@ from detectors.duplication import PairDuplicationDetector
 from detectors.matching import Panel
 from detectors.pair_matching import PairMatch
 from evaluation import calibrate_threshold, calibration_check, write_metrics_json
-from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts
+from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts, rates_by_kind
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +71,7 @@ def evaluate_pair_set(
         else:
             counts.append(None)
     metrics = duplication_metrics(rows, threshold, counts)
-    kinds: dict[str, dict[str, Any]] = {}
-    for kind in sorted({r["kind"] for r in rows}):
-        subset = [r for r in rows if r["kind"] == kind]
-        flagged = float(np.mean([r["score"] >= threshold for r in subset]))
-        kinds[kind] = {"n": len(subset), "label": subset[0]["label"], ("tpr" if subset[0]["label"] else "fpr"): flagged}
-    metrics["by_kind"] = kinds
+    metrics["by_kind"] = rates_by_kind(rows, threshold)
     return metrics, rows
 
 

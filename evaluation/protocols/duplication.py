@@ -153,3 +153,15 @@ def duplication_metrics(
         out["n_mask_pairs"] = len(per_pair)
         out["pixel_protocol"] = PAIR_PIXEL_PROTOCOL
     return out
+
+
+def rates_by_kind(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[str, dict[str, Any]]:
+    """Per kind of pair (`kind`: every pair of a kind shares its label), the share flagged at
+    `threshold`: the TPR of a kind of duplication, the FPR of a kind of negative (hard negatives
+    are where a matcher fails first)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for kind in sorted({r["kind"] for r in rows}):
+        subset = [r for r in rows if r["kind"] == kind]
+        flagged = float(np.mean([r["score"] >= threshold for r in subset]))
+        kinds[kind] = {"n": len(subset), "label": subset[0]["label"], ("tpr" if subset[0]["label"] else "fpr"): flagged}
+    return kinds
