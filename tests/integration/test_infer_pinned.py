@@ -170,6 +170,7 @@ def assert_same_maps(actual: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ci  # what users see, pinned: CI runs it
 def test_infer_writes_the_pinned_rows_metrics_reports_and_maps(tmp_path):
     expected = json.loads(EXPECTED.read_text(encoding="utf-8"))
     actual = pinned_outcome(tmp_path)

@@ -12,6 +12,7 @@ from tests.helpers import ROOT
 
 
 @pytest.mark.slow
+@pytest.mark.ci  # the README's quickstart promise: CI runs it
 def test_python_train_py_with_no_arguments_reaches_auroc_0_9(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), f"paths.root_dir={tmp_path}"],

@@ -51,6 +51,7 @@ def test_accepted_survivors_each_give_a_reason_and_are_still_mutants_of_the_code
 
 
 @pytest.mark.slow  # every mutant of one module runs its tests (minutes)
+@pytest.mark.ci  # the mutation check gates CI on one module
 def test_no_unexplained_survivor_in_the_merge_of_part_files(tmp_path):
     """Run as a command: a fresh process, so the mutated modules are imported from the copy."""
     status = ["git", "status", "--porcelain"]
