@@ -43,7 +43,8 @@ def run_tests(copy_root: Path, tests: list[str], timeout: float) -> tuple[str, f
             os.dup2(devnull, 2)
             import pytest
 
-            code = pytest.main([*tests, "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-W", "ignore"])
+            one_process = ["-p", "xdist.plugin", "-n", "0"]  # xdist reads the default options' `-n`; none here
+            code = pytest.main([*tests, "-x", "-q", *one_process, "-p", "no:cacheprovider", "-W", "ignore"])
         except BaseException:  # noqa: BLE001 - any crash of the child is a failed run
             code = 3
         os._exit(int(code))
