@@ -87,3 +87,20 @@ def test_splits_are_held_out_by_photo_and_a_stereo_pair_stays_together():
     fitting, held_out = split_sources(names, 0.3, seed=0)
     assert not set(fitting) & set(held_out) and sorted(fitting + held_out) == sorted(names)
     assert ("bike_left.png" in held_out) == ("bike_right.png" in held_out)
+
+
+def test_more_training_rounds_add_training_pairs_and_leave_val_and_test_as_they_were(photos, tmp_path):
+    from synthesis.pair_set import pair_splits
+
+    for i, name in enumerate(["p0.png", "p1.png", "p2.png", "p3.png", "p4.png", "p5.png"]):
+        cv2.imwrite(str(tmp_path / name), textured_photo(10 + i, (40 * i, 120, 200 - 30 * i), size=200))
+    small = {"positives_per_photo": 1, "negatives_per_photo": 1, "figure_pairs": 0, "held_out": 0.3}
+    once = pair_splits(str(tmp_path), **small)
+    thrice = pair_splits(str(tmp_path), train_rounds=3, **small)
+    for split in ("val", "test"):
+        assert [(p.id_a, p.id_b, p.kind, p.operations) for p in thrice[split].pairs] == [
+            (p.id_a, p.id_b, p.kind, p.operations) for p in once[split].pairs
+        ]
+        assert all(np.array_equal(thrice[split].panels[k], v) for k, v in once[split].panels.items())
+    assert len(thrice["train"].pairs) > len(once["train"].pairs)
+    assert {p.id_a for p in once["train"].pairs} <= {p.id_a for p in thrice["train"].pairs}
