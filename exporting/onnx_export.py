@@ -113,6 +113,36 @@ def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None
     onnx.checker.check_model(str(path))
 
 
+def export_graph(
+    graph: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    outputs: list[str],
+    dynamic_shapes: dict[str, dict],
+    path: Path,
+    opset: int,
+) -> None:
+    """`torch.onnx.export` (dynamo, one file, its warnings silenced), with any exporter failure
+    reported as an ExportError naming the network."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                graph,
+                tuple(inputs.values()),
+                str(path),
+                input_names=list(inputs),
+                output_names=outputs,
+                dynamic_shapes=dynamic_shapes,
+                opset_version=opset,
+                dynamo=True,
+                external_data=False,
+                verbose=False,
+            )
+        except Exception as error:  # the exporter raises many internal types; report them uniformly
+            name = type(getattr(graph, "net", graph)).__name__
+            raise ExportError(f"torch.onnx.export failed for {name}: {error}") from error
+
+
 def export_onnx(
     module: DetectorModule,
     output: str | os.PathLike,
@@ -149,24 +179,7 @@ def export_onnx(
     if module.net.is_localizer:
         dims.update({2: torch.export.Dim("height", min=32, max=8192), 3: torch.export.Dim("width", min=32, max=8192)})
     tmp = output.with_name(f".{output.stem}.partial.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(
-                graph,
-                (example,),
-                str(tmp),
-                input_names=["image"],
-                output_names=names,
-                dynamic_shapes={"image": dims},
-                opset_version=opset,
-                dynamo=True,
-                external_data=False,
-                verbose=False,
-            )
-        except Exception as error:  # the exporter raises many internal types; report them uniformly
-            raise ExportError(f"torch.onnx.export failed for {type(module.net).__name__}: {error}") from error
-
+    export_graph(graph, {"image": example}, names, {"image": dims}, tmp, opset)
     stamp_metadata(tmp, module, names)
 
     probes = parity_probes(module, size, generator)

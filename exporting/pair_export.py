@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ def export_pair_onnx(
     """`exporting.onnx_export.export_onnx` for pair detectors (it delegates here)."""
     import onnxruntime as ort
 
-    from exporting.onnx_export import ExportError, ExportReport, stamp_metadata
+    from exporting.onnx_export import ExportError, ExportReport, export_graph, stamp_metadata
 
     output.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval().cpu()
@@ -59,23 +58,8 @@ def export_pair_onnx(
     example = tuple(torch.rand(2, 3, size, size, generator=generator) for _ in range(2))
     batch = torch.export.Dim("batch", min=1, max=4096)
     tmp = output.with_name(f".{output.stem}.partial.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(
-                graph,
-                example,
-                str(tmp),
-                input_names=["image_a", "image_b"],
-                output_names=PAIR_OUTPUTS,
-                dynamic_shapes={"image_a": {0: batch}, "image_b": {0: batch}},
-                opset_version=opset,
-                dynamo=True,
-                external_data=False,
-                verbose=False,
-            )
-        except Exception as error:  # the exporter raises many internal types; report them uniformly
-            raise ExportError(f"torch.onnx.export failed for {type(module.net).__name__}: {error}") from error
+    inputs = {"image_a": example[0], "image_b": example[1]}
+    export_graph(graph, inputs, PAIR_OUTPUTS, {"image_a": {0: batch}, "image_b": {0: batch}}, tmp, opset)
     stamp_metadata(tmp, module, PAIR_OUTPUTS)
     annotate_operations(tmp)
     probe = tuple(torch.rand(3, 3, size, size, generator=generator) for _ in range(2))
