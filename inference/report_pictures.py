@@ -41,16 +41,16 @@ class PictureStrip:
         height = max(p.shape[0] for _, p in self.waiting)
         width = sum(p.shape[1] for _, p in self.waiting)
         shape = (height, width, 3) if self.waiting[0][1].ndim == 3 else (height, width)
-        strip = np.zeros(shape, np.uint8)
+        strip = np.zeros(shape, np.uint8)  # in OpenCV's BGR order: the encoder reads it as it is
         target = self.folder / f"strip-{self.written:06d}{self.suffix}"
         link = relative(target, self.folder.parent.parent)
         x = 0
         for evidence, picture in self.waiting:
-            strip[: picture.shape[0], x : x + picture.shape[1]] = picture
+            strip[: picture.shape[0], x : x + picture.shape[1]] = picture[..., ::-1] if picture.ndim == 3 else picture
             setattr(evidence, self.kind_field, link)
             setattr(evidence, f"{self.kind_field}_box", (x, picture.shape[1], picture.shape[0]))
             x += picture.shape[1]
-        write_picture(target, strip)
+        write_picture(target, strip, bgr=True)
         self.written += 1
         self.waiting = []
 

@@ -19,12 +19,20 @@ def smooth_picture(height: int, width: int, rng: np.random.Generator) -> np.ndar
     return np.stack([start[c] + xs + (c + 1) * ys // 2 for c in range(3)], axis=2).clip(0, 255).astype(np.uint8)
 
 
-def test_a_thumbnail_keeps_the_shape_and_the_longest_side_is_the_thumbnail_side():
-    image = np.random.default_rng(0).integers(0, 256, (900, 500, 3), dtype=np.uint8)
-    small = thumbnail(image)
-    assert small.shape == (THUMBNAIL_SIDE, round(500 * THUMBNAIL_SIDE / 900), 3)
+def test_a_thumbnail_keeps_the_shape_and_its_longest_side_is_at_most_the_thumbnail_side():
+    rng = np.random.default_rng(0)
+    for height, width in [(900, 500), (192, 256), (768, 1024), (3000, 4000), (170, 100), (1080, 1920)]:
+        small = thumbnail(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        longest = max(small.shape[:2])
+        assert THUMBNAIL_SIDE / 2 <= longest <= THUMBNAIL_SIDE, (height, width, small.shape)
+        if max(height, width) >= 2 * THUMBNAIL_SIDE:
+            assert longest >= 0.7 * THUMBNAIL_SIDE, (height, width, small.shape)
+        assert abs(small.shape[1] / small.shape[0] - width / height) < 0.02 * width / height + 1 / small.shape[0]
     flat = np.full((700, 300, 3), 77, np.uint8)
     assert np.all(thumbnail(flat) == 77)  # averaging, not ringing
+    halves = np.zeros((600, 800, 3), np.uint8)
+    halves[:, 400:] = 200
+    assert np.abs(thumbnail(halves).mean() - 100) < 2  # both halves kept, in proportion
     tiny = np.zeros((20, 30, 3), np.uint8)
     assert thumbnail(tiny).shape == tiny.shape and thumbnail(tiny) is not tiny  # never enlarged, never shared
 
