@@ -48,7 +48,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     model = f"{runtime.name} ({Path(cfg.model).suffix}, threshold {threshold:.4f})"
     log.info("%s: %d inputs -> %s", model, len(records), output)
     pixel = PixelReduction(records) if masks_dir is not None else None
-    drawer = pictures_while_scoring(cfg, output, threshold, one_process=processes.world_size == 1 and shard.count == 1)
+    one_process = processes.world_size == 1 and shard.count == 1
+    drawer = pictures_while_scoring(cfg, output, threshold, len(records), one_process)
     if cfg.merge:
         rows = merged_rows(output, records, columns, pixel)
         scored = ScoredRun({"ok": 0, "error": 0, "skipped": len(rows)}, rows)
@@ -97,12 +98,12 @@ def pair_run(cfg: DictConfig, runtime: Runtime) -> dict[str, Any] | None:
     return None
 
 
-def pictures_while_scoring(cfg: DictConfig, output: Path, threshold: float, one_process: bool) -> Any:
+def pictures_while_scoring(cfg: DictConfig, output: Path, threshold: float, rows: int, one_process: bool) -> Any:
     """`report=html`: one process scoring everything draws the page's pictures as it goes (the map
     writer's thread); other runs (several processes, shards, a merge) draw them at the end."""
     if cfg.get("report") != "html" or cfg.merge or not one_process:
         return None
-    return page_drawer(output, threshold, bool(cfg.get("blinded", False)))
+    return page_drawer(output, threshold, bool(cfg.get("blinded", False)), rows)
 
 
 def tiled(cfg: DictConfig, runtime: Runtime) -> Runtime:

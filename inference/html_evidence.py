@@ -61,11 +61,14 @@ def thumbnail(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> np.ndarray:
     return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
 
 
-def write_picture(path: Path, picture: np.ndarray, bgr: bool = False) -> None:
-    """A thumbnail-size RGB (`bgr`: already in OpenCV's order) or grey picture as JPEG (.jpg) or
-    PNG: OpenCV encodes without holding Python's lock and one write makes the file (the page that
-    names it is written after it)."""
-    path.write_bytes(encode_picture(picture if bgr or picture.ndim == 2 else picture[..., ::-1], path.suffix))
+def write_picture(path: Path, picture: np.ndarray) -> None:
+    """A thumbnail-size RGB or grey picture as JPEG (.jpg) or PNG: OpenCV encodes without holding
+    Python's lock and one write makes the file (the page that names it is written after it)."""
+    import cv2
+
+    # OpenCV's own conversion to its BGR order: a reversed numpy view costs as much as the encoding
+    bgr = cv2.cvtColor(picture, cv2.COLOR_RGB2BGR) if picture.ndim == 3 else picture
+    path.write_bytes(encode_picture(bgr, path.suffix))
 
 
 def encode_picture(bgr: np.ndarray, suffix: str) -> bytes:

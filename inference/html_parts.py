@@ -172,12 +172,17 @@ def legend_html(lut: np.ndarray, threshold: float) -> str:
     )
 
 
-def page_html(header: ReportHeader, body: str, blinded: bool, script: bool, data_src: str | None) -> str:
+def page_html(
+    header: ReportHeader, body: str, blinded: bool, script: bool, data_src: str | None, data_inline: str | None = None
+) -> str:
+    """The whole page; with `script`, the rows' data from the file `data_src` or inline (`data_inline`,
+    script text that cannot close its element: `html_embed.data_script`)."""
     css = (ASSETS / "report.css").read_text(encoding="utf-8")
     scripts = ""
     if script:
+        data = f'<script src="{escape(quote(data_src))}"></script>' if data_src else ""
         scripts = (
-            (f'<script src="{escape(quote(data_src))}"></script>' if data_src else "")
+            (f"<script>{data_inline}</script>" if data_inline else data)
             + "<script>"
             + (ASSETS / "report.js").read_text(encoding="utf-8")
             + "</script>"

@@ -7,9 +7,12 @@ On disk, beside the results file `<stem>.csv`:
     <stem>_report_files/      thumbnails, overlays and masks (JPEG/PNG), the remaining rows as static
                               pages (read with scripts off), and rows.js for the filters and search
 
+A small report (every row on one page, its pictures within `EMBED_LIMIT_BYTES`) is the one HTML
+file instead, pictures as data: URIs and rows inline (`inference.html_embed`); a larger one keeps
+the sibling folder, so the browser loads only the pictures it shows.
 The page needs no server and no network: styles and scripts are inline or in the sibling folder,
-and every image it shows is a file in that folder. The only links that leave it point at the scored
-images themselves. Every name that came from the user (file names, groups, errors) is escaped, or
+and every image it shows is embedded or a file in that folder. The only links that leave it point
+at the scored images themselves. Every name that came from the user (file names, groups, errors) is escaped, or
 set as text by the script, never parsed as HTML. Maps are drawn on one fixed 0-1 colour scale (the
 legend), never rescaled per image, so two overlays can be compared by eye.
 """
@@ -29,6 +32,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from inference import html_embed
 from inference.html_evidence import RowEvidence, colour_lut, draw_row, folder_link, image_link
 from inference.html_pairs import pair_counts, pairs_html
 from inference.html_parts import (
@@ -122,10 +126,14 @@ def write_html_report(
     pairs: Sequence[Mapping[str, Any]] = (),
     blinded: bool = False,
     evidence: Mapping[str, RowEvidence] | None = None,
-    page_size: int = PAGE_SIZE,
+    page_size: int | None = None,
     workers: int = 2,
+    embed_limit: int | None = None,
 ) -> Path:
-    """Write the report page `target` (.html) and its sibling `<stem>_files/` folder; returns `target`.
+    """Write the report page `target` (.html) and its sibling `<stem>_files/` folder, or the page alone
+    with its pictures embedded when every row fits on one page (`page_size`, default `PAGE_SIZE`)
+    and its pictures take at most `embed_limit` bytes (default `html_embed.EMBED_LIMIT_BYTES`; 0:
+    always the folder); returns `target`.
 
     `rows`: the results rows (`path`, `score`, `status`, `error`, optionally `group`, `mask` (the saved
     8-bit map), `label`). `evidence`: what the scoring run already drew into `<stem>_files/` (by
@@ -136,6 +144,8 @@ def write_html_report(
     Kept in one piece: the page's parts are assembled in the order a reviewer reads them.
     """
     target = Path(target)
+    page_size = page_size or PAGE_SIZE
+    embed_limit = html_embed.EMBED_LIMIT_BYTES if embed_limit is None else embed_limit
     files = target.with_name(f"{target.stem}_files")
     clear_page_files(files, keep_evidence=evidence is not None)
     lut = colour_lut()
@@ -191,9 +201,17 @@ def write_html_report(
                 + (filters_html(group_names, blinded) if show_rows else "")
                 + table
             )
-            data = _write_rows_js(files / "rows.js", rows, drawn, decisions, links, blinded, is_localizer)
-            script = show_rows
-            text = page_html(header, body, blinded, script=script, data_src=os.path.relpath(data, target.parent))
+            payload = rows_payload(rows, drawn, decisions, links, blinded, is_localizer)
+            single = html_embed.embedded_body(body, payload, files, target.parent, embed_limit) if pages == 1 else None
+            if single is not None:
+                _write_text(
+                    target, page_html(header, single[0], blinded, show_rows, None, html_embed.data_script(single[1]))
+                )
+                shutil.rmtree(files)
+                return target
+            data = files / "rows.js"
+            _write_text(data, html_embed.data_script(payload))
+            text = page_html(header, body, blinded, script=show_rows, data_src=os.path.relpath(data, target.parent))
         else:
             back = f'<p><a href="{escape(quote(os.path.relpath(target, page.parent)))}">back to the summary</a></p>'
             text = page_html(header, f"<h1>{escape(header.title)}</h1>{back}{table}", blinded, False, None)
@@ -287,15 +305,14 @@ def relocate(evidence: RowEvidence, up: str) -> RowEvidence:
     return replace(evidence, thumb=move(evidence.thumb), overlay=move(evidence.overlay), mask=move(evidence.mask))
 
 
-def _write_rows_js(
-    path: Path,
+def rows_payload(
     rows: Sequence[Mapping[str, Any]],
     evidence: Sequence[RowEvidence],
     decisions: Sequence[str],
     links: Sequence[str],
     blinded: bool,
     is_localizer: bool,
-) -> Path:
+) -> dict[str, Any]:
     """All rows for the page's script, as data (set as text by the script, never as HTML)."""
     records = []
     for row, drawn, decision, link in zip(rows, evidence, decisions, links):
@@ -320,9 +337,7 @@ def _write_rows_js(
                     }
                 )
         records.append(item)
-    payload = {"blinded": blinded, "localizer": is_localizer, "rows": records}
-    _write_text(path, "window.REPORT_DATA = " + json.dumps(payload, ensure_ascii=True, allow_nan=False) + ";\n")
-    return path
+    return {"blinded": blinded, "localizer": is_localizer, "rows": records}
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -23,15 +23,15 @@ STRIP = 16  # pictures per strip file
 class PictureStrip:
     """Pictures of one kind (`thumbs`, `overlays` or `masks`) waiting for their strip file."""
 
-    def __init__(self, folder: Path, kind: str, suffix: str) -> None:
-        self.folder, self.kind, self.suffix = folder / kind, kind, suffix
+    def __init__(self, folder: Path, kind: str, suffix: str, size: int = STRIP) -> None:
+        self.folder, self.kind, self.suffix, self.size = folder / kind, kind, suffix, size
         self.folder.mkdir(parents=True, exist_ok=True)
         self.waiting: list[tuple[RowEvidence, np.ndarray]] = []
         self.written = 0
 
     def add(self, evidence: RowEvidence, picture: np.ndarray) -> None:
         self.waiting.append((evidence, picture))
-        if len(self.waiting) >= STRIP:
+        if len(self.waiting) >= self.size:
             self.flush()
 
     def flush(self) -> None:
@@ -41,16 +41,16 @@ class PictureStrip:
         height = max(p.shape[0] for _, p in self.waiting)
         width = sum(p.shape[1] for _, p in self.waiting)
         shape = (height, width, 3) if self.waiting[0][1].ndim == 3 else (height, width)
-        strip = np.zeros(shape, np.uint8)  # in OpenCV's BGR order: the encoder reads it as it is
+        strip = np.zeros(shape, np.uint8)
         target = self.folder / f"strip-{self.written:06d}{self.suffix}"
         link = relative(target, self.folder.parent.parent)
         x = 0
         for evidence, picture in self.waiting:
-            strip[: picture.shape[0], x : x + picture.shape[1]] = picture[..., ::-1] if picture.ndim == 3 else picture
+            strip[: picture.shape[0], x : x + picture.shape[1]] = picture  # whole rows: a copy numpy makes fast
             setattr(evidence, self.kind_field, link)
             setattr(evidence, f"{self.kind_field}_box", (x, picture.shape[1], picture.shape[0]))
             x += picture.shape[1]
-        write_picture(target, strip, bgr=True)
+        write_picture(target, strip)
         self.written += 1
         self.waiting = []
 
@@ -66,18 +66,20 @@ class EvidenceDrawer:
     Files go under `files` (the page's `<stem>_report_files/`, emptied first); `drawn` maps each
     input path to its pictures, relative to `files`' parent (the page's folder), complete once
     `finish` has written the last strips. `maps=False` (blinded pages) draws thumbnails only.
+    `per_strip`: pictures per file; 1 for a page that may embed them (each picture then appears
+    once on the page, not once per row that shows a box of its strip).
     """
 
-    def __init__(self, files: Path, threshold: float, maps: bool = True) -> None:
+    def __init__(self, files: Path, threshold: float, maps: bool = True, per_strip: int = STRIP) -> None:
         if files.exists():
             shutil.rmtree(files)
         self.files, self.threshold, self.maps = files, float(threshold), maps
         self.lut = colour_lut()
         self.drawn: dict[str, RowEvidence] = {}
         self.strips = {
-            "thumbs": PictureStrip(files, "thumbs", ".jpg"),
-            "overlays": PictureStrip(files, "overlays", ".jpg"),
-            "masks": PictureStrip(files, "masks", ".png"),
+            "thumbs": PictureStrip(files, "thumbs", ".jpg", per_strip),
+            "overlays": PictureStrip(files, "overlays", ".jpg", per_strip),
+            "masks": PictureStrip(files, "masks", ".png", per_strip),
         }
 
     def draw(self, index: int, path: str, small: np.ndarray, map_u8: np.ndarray | None = None) -> None:

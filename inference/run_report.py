@@ -79,12 +79,15 @@ def page_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}_report.html")
 
 
-def page_drawer(output: Path, threshold: float, blinded: bool) -> Any:
-    """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`)."""
-    from inference.report_pictures import EvidenceDrawer
+def page_drawer(output: Path, threshold: float, blinded: bool, rows: int) -> Any:
+    """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`):
+    a picture per file when the `rows` fit on one page, which may then embed them, else strips."""
+    from inference import html_report
+    from inference.report_pictures import STRIP, EvidenceDrawer
 
     page = page_path(output)
-    return EvidenceDrawer(page.with_name(f"{page.stem}_files"), threshold, maps=not blinded)
+    per_strip = 1 if rows <= html_report.PAGE_SIZE else STRIP
+    return EvidenceDrawer(page.with_name(f"{page.stem}_files"), threshold, maps=not blinded, per_strip=per_strip)
 
 
 def report_run(

@@ -16,7 +16,7 @@ from inference.writer import read_results
 from synthesis.duplication import local_duplication
 from tests.duplication_helpers import hand_set_pair_module
 from tests.helpers import compose_config
-from tests.unit.inference.test_html_report import HOSTILE, open_page
+from tests.unit.inference.test_html_report import HOSTILE, open_page, picture_pixels
 
 PAIR_HEIGHT, GAP = 240, 8  # how `inference.html_evidence.draw_pair` lays out A and B
 
@@ -69,7 +69,7 @@ def test_a_pair_row_shows_both_panels_and_the_transform_in_words(pair_run, brows
     panel_a, panel_b = read_image(pair_run.parent.parent / "a.png"), read_image(pair_run.parent.parent / HOSTILE)
     width_a, width_b = (round(p.shape[1] * PAIR_HEIGHT / p.shape[0]) for p in (panel_a, panel_b))
     assert (width, height) == (width_a + GAP + width_b, PAIR_HEIGHT)  # A and B side by side
-    drawn = read_image(next((pair_run.parent / "pairs_report_files" / "pairs").glob("0000000.jpg"))).astype(int)
+    drawn = picture_pixels(picture.get_attribute("src"), pair_run.with_name("pairs_report.html")).astype(int)
     outline = (drawn[..., 0] < 80) & (drawn[..., 1] > 200) & (drawn[..., 2] > 200)  # cyan contours
     lines = (drawn[..., 0] < 80) & (drawn[..., 1] > 150) & (drawn[..., 2] < 80)  # green match lines
     assert outline.sum() > 100 and lines[:, width_a + 2 : width_a + GAP - 2].sum() > 5  # lines cross the gap

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import html
+import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
+import pytest
 
 from datamodules.io import write_image
 from inference.html_evidence import mask_at_threshold, transform_in_words
@@ -67,6 +72,17 @@ def open_page(browser, page_path: Path, javascript: bool = True):
     return context, page, seen
 
 
+def picture_pixels(src: str, page: Path) -> np.ndarray:
+    """The RGB pixels of a picture the page shows: an embedded data: URI or a file beside the page."""
+    import cv2
+
+    if src.startswith("data:"):
+        data = base64.b64decode(src.split(",", 1)[1])
+    else:
+        data = (page.parent / unquote(html.unescape(src))).read_bytes()
+    return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[..., ::-1]
+
+
 def test_rows_are_sorted_most_suspicious_first_with_errors_last():
     rows = [
         {"path": "a", "score": 0.2, "status": "ok"},
@@ -92,7 +108,10 @@ def test_the_transform_reads_as_a_sentence():
     assert transform_in_words({"rotation": 0, "scale": 1.0}) == "B is A reused as it is"
 
 
-def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_the_folder(tmp_path, browser):
+@pytest.mark.parametrize("embed_limit", [None, 0], ids=["embedded", "folder"])
+def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_the_folder(
+    tmp_path, browser, embed_limit
+):
     rows = make_rows(tmp_path, localizer=True)
     report = write_html_report(
         tmp_path / "out" / "scores_report.html",
@@ -100,7 +119,11 @@ def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_
         header(),
         is_localizer=True,
         metrics={"auroc": 0.75, "by_group": {"review-0": {"auroc": 0.5, "n_pos": 1}}},
+        embed_limit=embed_limit,
     )
+    embedded = embed_limit is None  # a small report is one file by default; a limit of 0 keeps the folder
+    assert (tmp_path / "out" / "scores_report_files").exists() is not embedded
+    assert sorted(p.name for p in (tmp_path / "out").iterdir())[0] == "scores_report.html"
     context, page, seen = open_page(browser, report)
     names = page.locator("#rows-body td.name").all_inner_texts()
     scores = [float(s) for s in page.locator("#rows-body td.score").all_inner_texts() if s]
@@ -110,14 +133,50 @@ def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_
     assert seen["dialogs"] == [] and page.locator("img[src='x']").count() == 0  # ...and never runs
     images = page.locator("img")
     assert images.count() >= 7 * 3  # thumbnail, overlay and mask per readable image
-    widths = page.evaluate("Array.from(document.images).map(i => i.complete ? i.naturalWidth : -1)")
+    sources = page.evaluate("Array.from(document.images).map(i => i.src)")
+    assert all(src.startswith("data:image/") for src in sources) is embedded
     page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
     widths = page.evaluate("Array.from(document.images).map(i => i.naturalWidth)")
     assert all(w > 0 for w in widths), widths
     folder = (tmp_path / "out").as_uri()
     assert seen["requests"] and all(url.startswith(folder) or url.startswith("data:") for url in seen["requests"])
+    if embedded:  # nothing but the page itself is read from disk
+        assert [url for url in seen["requests"] if not url.startswith("data:")] == [report.as_uri()]
     assert seen["errors"] == []
     assert "flags for a person to check" in page.inner_text("header")
+    context.close()
+
+
+def test_a_report_too_large_to_embed_keeps_its_pictures_in_the_folder(tmp_path):
+    rows = make_rows(tmp_path, localizer=True)
+    target = tmp_path / "scores_report.html"
+    write_html_report(target, rows, header(), is_localizer=True)
+    embedded = target.read_text(encoding="utf-8")
+    pictures = embedded.count('src="data:image/')
+    assert pictures >= 7 * 3 and not (tmp_path / "scores_report_files").exists()
+    # the same rows over a limit just below what they take: every picture a file beside the page
+    limit = sum(len(m) * 3 // 4 for m in re.findall(r'src="data:image/[a-z]+;base64,([^"]*)"', embedded))
+    write_html_report(target, rows, header(), is_localizer=True, embed_limit=limit // 2)
+    linked = target.read_text(encoding="utf-8")
+    assert "data:image/" not in linked
+    assert len(re.findall(r'<img [^>]*src="scores_report_files/', linked)) == pictures
+    assert (tmp_path / "scores_report_files" / "rows.js").is_file()
+    # more rows than one page: the folder, whatever the pictures weigh
+    write_html_report(target, rows, header(), is_localizer=True, page_size=3)
+    assert "data:image/" not in target.read_text(encoding="utf-8")
+    assert len(list((tmp_path / "scores_report_files" / "pages").glob("*.html"))) == 2
+
+
+def test_a_name_that_closes_a_script_element_stays_data_in_an_embedded_page(tmp_path, browser):
+    path = tmp_path / "images" / "</script><script>alert(1)</script>.png"
+    write_image(path, np.zeros((30, 40, 3), np.uint8))
+    report = write_html_report(
+        tmp_path / "scores_report.html", [{"path": str(path), "score": 0.9, "status": "ok", "error": ""}], header()
+    )
+    assert "<script>alert" not in report.read_text(encoding="utf-8")
+    context, page, seen = open_page(browser, report)
+    assert page.locator("#rows-body td.name").all_inner_texts() == [str(path)]
+    assert seen["dialogs"] == [] and seen["errors"] == []
     context.close()
 
 
@@ -185,5 +244,7 @@ def test_blinded_mode_hides_scores_decisions_and_maps(tmp_path, browser):
     assert "score" not in page.inner_text("thead") and "decision" not in page.inner_text("thead")
     assert "0.7" not in text and "flagged" not in text.replace("not flagged", "")
     assert page.locator("td.rating select").count() == 8
-    assert not any("overlays" in url for url in seen["requests"])
+    alts = page.evaluate("Array.from(document.images).map(i => i.alt)")
+    assert alts.count("thumbnail") == 7 and set(alts) == {"thumbnail"}  # no overlay, no mask
+    assert "0.7" not in report.read_text(encoding="utf-8").replace("0.75", "")  # nor in the rows' data
     context.close()

@@ -78,10 +78,9 @@ def test_a_blinded_drawer_draws_no_maps(tmp_path):
     assert list((tmp_path / "files" / "overlays").iterdir()) == []
 
 
-def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_path, browser, monkeypatch):
-    import inference.html_report as page_module
-    from infer import infer
-    from tests.helpers import compose_config, write_tiny_model
+def scored_folder(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A tiny model and a folder of `STRIP + 5` images (one with a hostile name) and a broken file."""
+    from tests.helpers import write_tiny_model
 
     model = write_tiny_model(tmp_path / "model", onnx=False)["ckpt"]
     folder = tmp_path / "uploads"
@@ -90,6 +89,23 @@ def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_pa
     for i, name in enumerate(names):
         write_image(folder / name, rng.integers(0, 256, (40 + i, 56, 3), dtype=np.uint8))
     (folder / "broken.png").write_bytes(b"no image")
+    return model, names
+
+
+def infer_with_page(tmp_path: Path, model: Path, *options: str) -> Path:
+    from infer import infer
+    from tests.helpers import compose_config
+
+    output = tmp_path / "out" / "scores.csv"
+    overrides = [f"model={model}", f"input={tmp_path / 'uploads'}", f"output={output}", "report=html", "progress=false"]
+    infer(compose_config("infer", [*overrides, "batch_size=4", "num_workers=2", *options]))
+    return output
+
+
+def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_path, browser, monkeypatch):
+    import inference.html_report as page_module
+
+    model, names = scored_folder(tmp_path)
     drawn_by_page: list[str] = []
     original = page_module.draw_row
     monkeypatch.setattr(
@@ -97,9 +113,8 @@ def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_pa
         "draw_row",
         lambda name, row, *a, **k: drawn_by_page.append(row["path"]) or original(name, row, *a, **k),
     )
-    output = tmp_path / "out" / "scores.csv"
-    overrides = [f"model={model}", f"input={folder}", f"output={output}", "report=html", "progress=false"]
-    infer(compose_config("infer", [*overrides, "batch_size=4", "num_workers=2"]))
+    monkeypatch.setattr(page_module, "PAGE_SIZE", STRIP)  # more rows than a page: strips, in the folder
+    output = infer_with_page(tmp_path, model)
     assert [Path(p).name for p in drawn_by_page] == ["broken.png"]  # only the row the run could not decode
     thumbs = sorted(p.name for p in (tmp_path / "out" / "scores_report_files" / "thumbs").iterdir())
     assert thumbs == ["strip-000000.jpg", "strip-000001.jpg"]  # 21 thumbnails: 16 + 5
@@ -114,3 +129,52 @@ def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_pa
     folder_uri = output.parent.as_uri()
     assert all(url.startswith(folder_uri) for url in seen["requests"]) and seen["errors"] == []
     context.close()
+
+
+def test_a_small_run_is_one_page_with_its_pictures_embedded(tmp_path, browser):
+    model, names = scored_folder(tmp_path)
+    output = infer_with_page(tmp_path, model)
+    page_file = output.with_name("scores_report.html")
+    assert sorted(p.name for p in output.parent.iterdir()) == ["scores.csv", "scores_report.html"]
+    context, page, seen = open_page(browser, page_file)
+    thumbnails = page.locator("#rows-body img.thumb")
+    assert thumbnails.count() == len(names)
+    assert all(src.startswith("data:image/jpeg;base64,") for src in thumbnails.evaluate_all("i => i.map(x => x.src)"))
+    page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
+    sizes = thumbnails.evaluate_all("images => images.map(i => [i.naturalWidth, i.naturalHeight])")
+    assert sorted(height for _, height in sizes) == list(range(40, 40 + len(names)))  # one picture each, own size
+    assert [url for url in seen["requests"] if not url.startswith("data:")] == [page_file.as_uri()]
+    assert seen["errors"] == []
+    context.close()
+
+
+def test_only_a_run_in_one_process_draws_the_pictures_while_scoring(tmp_path, monkeypatch):
+    """Shards (and several processes) score parts of the input into part files; a drawer of theirs
+    would empty and fill the one page folder from each of them at once. They draw nothing while
+    scoring: the merge's page draws every row."""
+    import inference.html_report as page_module
+    import inference.report_pictures as pictures_module
+
+    model, names = scored_folder(tmp_path)
+    drawers: list[object] = []
+    original = pictures_module.EvidenceDrawer.__init__
+    monkeypatch.setattr(
+        pictures_module.EvidenceDrawer,
+        "__init__",
+        lambda self, *a, **k: drawers.append(self) or original(self, *a, **k),
+    )
+    drawn_by_page: list[str] = []
+    draw_row = page_module.draw_row
+    monkeypatch.setattr(
+        page_module,
+        "draw_row",
+        lambda name, row, *a, **k: drawn_by_page.append(row["path"]) or draw_row(name, row, *a, **k),
+    )
+    for shard in ("0/2", "1/2"):
+        infer_with_page(tmp_path, model, f"shard={shard}")
+    assert drawers == [] and not (tmp_path / "out" / "scores_report_files").exists()
+    output = infer_with_page(tmp_path, model, "merge=true")
+    assert drawers == [] and len(drawn_by_page) == len(names) + 1  # every row, the broken one too
+    assert output.with_name("scores_report.html").read_text(encoding="utf-8").count('class="thumb"') >= len(names)
+    infer_with_page(tmp_path, model)  # the same run in one process: drawn while scoring
+    assert len(drawers) == 1 and len(drawn_by_page) == len(names) + 2
