@@ -84,7 +84,8 @@ def pairs_html(
             f"{image}{words}</div>"
         )
     rest = len(scored) - PAIRS_SHOWN
-    more = f"<p>{rest} more pairs scored lower; every pair is in the results file.</p>" if rest > 0 else ""
+    fewer = "not shown" if blinded else "scored lower"  # blinded: the sample is random, not the top
+    more = f"<p>{rest} more pairs {fewer}; every pair is in the results file.</p>" if rest > 0 else ""
     errors = "".join(
         f'<tr><td class="name">{escape(p.get("path_a"))}</td><td class="name">{escape(p.get("path_b"))}</td>'
         f'<td class="note">{escape(p.get("error"))}</td></tr>'
@@ -96,4 +97,5 @@ def pairs_html(
         if failed
         else ""
     )
-    return f'<section id="pairs"><h2>Shared content between images</h2>{"".join(items)}{more}{failures}</section>'
+    title = "Pairs of images" if blinded else "Shared content between images"  # blinded: no answer in the title
+    return f'<section id="pairs"><h2>{title}</h2>{"".join(items)}{more}{failures}</section>'
