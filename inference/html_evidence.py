@@ -184,11 +184,17 @@ def image_link(path: str, relative_to: Path) -> str:
 
     Made from the absolute paths as written (no symlink resolution, which costs file-system calls
     per row): a browser joins a relative link to the page's address the same lexical way."""
-    folder, name = os.path.split(os.path.abspath(path))
+    folder, name = os.path.split(path)
+    folder = absolute_folder(folder)  # once per folder: a run's images share a few
     try:
-        return f"{folder_link(folder, os.path.abspath(relative_to))}/{quote(name)}"
+        return f"{folder_link(folder, absolute_folder(str(relative_to)))}/{quote(name)}"
     except ValueError:
         return Path(folder, name).as_uri()
+
+
+@functools.lru_cache(maxsize=4096)
+def absolute_folder(folder: str) -> str:
+    return os.path.abspath(folder)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -4,6 +4,7 @@ reads or draws images (that is `inference.html_evidence`)."""
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 from dataclasses import dataclass, field
@@ -48,6 +49,12 @@ def escape(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+@functools.lru_cache(maxsize=1024)
+def escape_repeated(value: str) -> str:
+    """`escape` of the values rows share (decisions, groups, picture names): once each."""
+    return escape(value)
+
+
 def score_text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{float(value):.4f}"
 
@@ -61,7 +68,13 @@ def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str) ->
     if box is not None:
         x, width, height = box
         where = f' style="width:{int(width)}px;height:{int(height)}px;object-fit:none;object-position:-{int(x)}px 0"'
-    return f'<img loading="lazy" class="thumb" alt="{escape(alt)}" src="{escape(quote(src))}"{where}>'
+    return f'<img loading="lazy" class="thumb" alt="{escape_repeated(alt)}" src="{quoted(src)}"{where}>'
+
+
+@functools.lru_cache(maxsize=1024)
+def quoted(src: str) -> str:
+    """A picture's path as an attribute value (cached: the rows of a strip share its file)."""
+    return escape_repeated(quote(src))
 
 
 def row_html(
@@ -74,9 +87,9 @@ def row_html(
     if not blinded:
         cells += [
             f'<td class="score">{score_text(row.get("score"))}</td>',
-            f'<td class="decision">{escape(decision)}</td>',
+            f'<td class="decision">{escape_repeated(decision)}</td>',
         ]
-    cells.append(f'<td class="group">{escape(row.get("group", ""))}</td>')
+    cells.append(f'<td class="group">{escape_repeated("" if row.get("group") is None else str(row["group"]))}</td>')
     if is_localizer and not blinded:
         overlay = picture_html(evidence.overlay, evidence.overlay_box, "map overlay")
         mask = picture_html(evidence.mask, evidence.mask_box, "mask at threshold")
@@ -88,8 +101,8 @@ def row_html(
             "<option>manipulated</option><option>unsure</option></select></td>"
         )
     note = row.get("error") or evidence.problem or ""
-    cells.append(f'<td class="note">{escape(note)}</td>')
-    return f'<tr data-decision="{escape(decision)}">' + "".join(cells) + "</tr>"
+    cells.append(f'<td class="note">{escape(note) if note else ""}</td>')
+    return f'<tr data-decision="{escape_repeated(decision)}">' + "".join(cells) + "</tr>"
 
 
 def table_head(blinded: bool, is_localizer: bool) -> str:

@@ -19,13 +19,13 @@ legend), never rescaled per image, so two overlays can be compared by eye.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
@@ -169,8 +169,12 @@ def write_html_report(
         shutil.copyfile(plot, copy)
         plot_links.append(os.path.relpath(copy, target.parent))
 
-    def page_href(number: int, current: Path) -> str:
-        return quote(os.path.relpath(page_paths[number - 1], current.parent).replace(os.sep, "/"))
+    @functools.lru_cache(maxsize=None)
+    def href(number: int, folder: Path) -> str:
+        return quote(os.path.relpath(page_paths[number - 1], folder).replace(os.sep, "/"))
+
+    def page_href(number: int, current: Path) -> str:  # the pages below the first share a folder
+        return href(number, current.parent)
 
     head = table_head(blinded, is_localizer)
     show_rows = bool(rows) or not pairs  # a pair run's page is its pairs
@@ -299,10 +303,16 @@ def relocate(evidence: RowEvidence, up: str) -> RowEvidence:
     if up in ("", "."):
         return evidence
 
-    def move(path: str | None) -> str | None:
-        return moved(path, up)
-
-    return replace(evidence, thumb=move(evidence.thumb), overlay=move(evidence.overlay), mask=move(evidence.mask))
+    return RowEvidence(  # not dataclasses.replace: this runs once per row of every page but the first
+        moved(evidence.thumb, up),
+        moved(evidence.overlay, up),
+        moved(evidence.mask, up),
+        evidence.pixel_share,
+        evidence.problem,
+        evidence.thumb_box,
+        evidence.overlay_box,
+        evidence.mask_box,
+    )
 
 
 def rows_payload(
