@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_report_overhead [--images 10000] [--size 256 192] [--detector npr_tiny]
                                                [--repeats 2] [--batch-size 64] [--num-workers 2]
-                                               [--distinct N]
+                                               [--distinct N] [--workdir DIR]
     # a localizer (overlays and masks at the threshold drawn too):
     python -m benchmarks.bench_report_overhead --detector seg_tiny --images 2000
 
@@ -12,7 +12,9 @@ case, since the report's work is per image while the model's share shrinks), the
 `infer.infer` end to end (model load, decode, score, CSV; with the report also the thumbnails,
 overlays and the page) alternately without and with `report=html`, `--repeats` rounds each, in
 the same process. Each figure is the best of its rounds (the machine may be shared; the best
-round is the least disturbed one). `overhead` = time with the report / time without - 1; the
+round is the least disturbed one). `--workdir` keeps the images there for the next run (the same
+`--images`, `--size` and `--distinct` reuse them), so runs of two versions of the toolkit score the
+same files. `overhead` = time with the report / time without - 1; the
 target is at most 0.10. `cpu_overhead`: the same for the CPU seconds of all the run's threads (the work added, whether
 or not idle cores hide it). `page_s` is the part spent writing the page after scoring (its pictures
 were drawn during scoring by the map writer's thread; `page_drawn_later` counts those the page
@@ -113,7 +115,7 @@ def timed_run(cfg) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def alternate_runs(model: Path, folder: Path, args: argparse.Namespace) -> tuple[dict, dict, list, list]:
+def alternate_runs(model: Path, folder: Path, images: Path, args: argparse.Namespace) -> tuple[dict, dict, list, list]:
     """`infer` without and with `report=html`, alternately, `args.repeats` rounds each: (wall
     seconds, CPU seconds by kind, page seconds and pictures the page drew, by round)."""
     times: dict[str, list[float]] = {"plain": [], "report": []}
@@ -123,7 +125,7 @@ def alternate_runs(model: Path, folder: Path, args: argparse.Namespace) -> tuple
         for kind in ("plain", "report"):
             output = folder / kind / "scores.csv"
             shutil.rmtree(output.parent, ignore_errors=True)
-            cfg = infer_config(model, folder / "images", output, args.batch_size, args.num_workers, kind == "report")
+            cfg = infer_config(model, images, output, args.batch_size, args.num_workers, kind == "report")
             timer = PageTimer()
             try:
                 wall, used = timed_run(cfg)
@@ -147,17 +149,25 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the images here, for the next run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         folder = Path(tmp)
         start = time.perf_counter()
-        write_images(folder / "images", args.images, *args.size, distinct=args.distinct)
+        images = folder / "images"
+        if args.workdir is not None:
+            images = args.workdir / f"images-{args.images}-{args.size[0]}x{args.size[1]}-{args.distinct or 'all'}"
+        complete = images.with_name(f"{images.name}.complete")  # beside the folder: only images in it
+        if not complete.exists():
+            shutil.rmtree(images, ignore_errors=True)
+            write_images(images, args.images, *args.size, distinct=args.distinct)
+            complete.write_text("")
         written = time.perf_counter() - start
         module = build_module(args.detector)
         model = folder / "model.ckpt"
         torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, model)
-        times, cpu, page_seconds, drawn_later = alternate_runs(model, folder, args)
+        times, cpu, page_seconds, drawn_later = alternate_runs(model, folder, images, args)
         files = folder / "report" / "scores_report_files"
         best = {kind: min(values) for kind, values in times.items()}
         result = {
