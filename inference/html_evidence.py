@@ -37,8 +37,8 @@ def thumbnail(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> np.ndarray:
     Every scored image gets one, so it must cost little beside decoding: a whole factor keeps
     OpenCV's exact-factor area averaging (2-3x faster than any other ratio), and a large factor
     first takes every `step`-th pixel, so the averaging reads a few pixels per output pixel
-    instead of the whole image (a 4000 px photo costs what a 300 px one does). The longest side
-    lands between half of `side` and `side` (3/4 and more for images of 2 `side` and above)."""
+    instead of the whole image (a 4000 px photo costs what a 300 px one does). The longest side of
+    an image larger than `side` lands between 2/3 of `side` and `side`."""
     import cv2
 
     height, width = image.shape[:2]
