@@ -1,6 +1,7 @@
-"""Redraw docs/report_example.png, the README's picture of the reviewers' page (a script).
+"""Redraw docs/report_example.png, the README's picture of the reviewers' page (a script beside the
+benchmarks: like their figures, the picture is made by a command anyone can rerun).
 
-    python -m tools.report_screenshot [--folder /tmp/report_example] [--png docs/report_example.png]
+    python -m benchmarks.report_screenshot [--folder /tmp/report_example] [--png docs/report_example.png]
 
 Six bundled photos, two with a patch of stronger noise (as a splice from another camera leaves),
 scored by the training-free `noise_level` localizer with `report=html`, the page shot in headless
