@@ -267,12 +267,19 @@ class Agreement:
 
 
 def shared_region(
-    panel_a: Panel, panel_b: Panel, matrix: np.ndarray, min_correlation: float = 0.6, exclude_near: float = 0.0
+    panel_a: Panel,
+    panel_b: Panel,
+    matrix: np.ndarray,
+    min_correlation: float = 0.6,
+    exclude_near: float = 0.0,
+    flat_agrees: bool = True,
 ) -> Agreement:
     """Where A and B (warped onto A) show the same content: the overlap's pixels whose windows
     correlate, plus flat pixels of equal (gain/bias-corrected) level, cleaned and hole-filled.
 
     `exclude_near` (px): drop pixels that the transform moves by less (self-matching).
+    `flat_agrees` False: only correlating textured pixels seed the region (flat parts inside it are
+    still filled); inside one figure a shift maps flat background onto flat background.
     """
     shape = panel_a.shape
     warped = warp_into_a(panel_b.gray, matrix, shape)
@@ -291,7 +298,9 @@ def shared_region(
     a_values, b_values = panel_a.gray[valid].astype(np.float64), warped[valid].astype(np.float64)
     gain, bias = least_squares_line(b_values, a_values)
     level = np.abs(cv2.blur(panel_a.gray, (7, 7)) - (gain * cv2.blur(warped, (7, 7)) + bias))
-    agree = valid & (((correlation > min_correlation) & textured) | (~textured & (level < 10)))
+    agree = valid & (correlation > min_correlation) & textured
+    if flat_agrees:
+        agree |= valid & ~textured & (level < 10)
     agree = cv2.morphologyEx(agree.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
     agree = cv2.morphologyEx(agree, cv2.MORPH_CLOSE, np.ones((9, 9), np.uint8)) > 0
     count, labels, stats, _ = cv2.connectedComponentsWithStats(agree.astype(np.uint8), connectivity=8)

@@ -95,3 +95,42 @@ def test_self_matching_marks_a_rotated_copy_and_not_its_source():
     predicted = outputs["mask_logit"][0, 0].numpy() > 0
     tp = (predicted & forged.mask).sum()
     assert 2 * tp / (predicted.sum() + forged.mask.sum()) > 0.7
+
+
+def _astronaut_256() -> np.ndarray:
+    import cv2
+
+    from datamodules.io import read_image
+    from synthesis.embedded import bundled_photo_paths
+
+    image = next(read_image(p) for p in bundled_photo_paths() if p.name == "astronaut.png")
+    return cv2.resize(image, (256, 256), interpolation=cv2.INTER_AREA)
+
+
+def test_self_matching_marks_a_shrunken_copy_and_not_its_source():
+    """A copy shrunk by 0.8 and barely turned keeps as much fine detail as its source, so fine detail
+    cannot tell them apart; the copy is the one that resampling its source through the map reproduces."""
+    from detectors.matching import describe_panel
+    from detectors.pair_matching import match_self
+    from synthesis.copy_move import copy_move
+
+    forged = copy_move(_astronaut_256(), np.random.default_rng(0), scale=(0.8, 0.8), rotation=(-4.0, -4.0))
+    found = match_self(describe_panel(forged.image, max_side=256))
+    assert found.ordered
+
+    def f1(predicted: np.ndarray) -> float:
+        return 2 * (predicted & forged.mask).sum() / (predicted.sum() + forged.mask.sum())
+
+    assert f1(found.target) > 0.7 and f1(found.source) < 0.2
+
+
+def test_a_copy_moved_by_whole_pixels_marks_both_copies():
+    """A pure shift copies every pixel exactly: nothing tells the copy from its source."""
+    from detectors.matching import describe_panel
+    from detectors.pair_matching import match_self
+    from synthesis.copy_move import copy_move
+
+    forged = copy_move(_astronaut_256(), np.random.default_rng(0))
+    found = match_self(describe_panel(forged.image, max_side=256))
+    assert found.matrix is not None and not found.ordered
+    assert np.array_equal(found.source, found.target) and (found.target & forged.mask).sum() > 0.7 * forged.mask.sum()

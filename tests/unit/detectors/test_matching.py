@@ -106,3 +106,25 @@ def test_chart_axes_and_labels_are_furniture_and_lose_their_keypoints():
     panel = describe_panel(chart)
     inside = furniture[panel.points[:, 1].astype(int), panel.points[:, 0].astype(int)]
     assert not inside.any()
+
+
+def test_a_shift_inside_one_image_does_not_grow_over_flat_background():
+    """A textured square copied 100 px to the right on a flat page: with flat pixels seeding the
+    region (pairs of panels) the shift also 'copies' the page; seeded by texture only (self-matching)
+    the region is the square."""
+    from detectors.matching import shared_region
+
+    rng = np.random.default_rng(0)
+    page = np.full((200, 256, 3), 200, np.uint8)
+    square = rng.integers(0, 256, (60, 60, 1), dtype=np.uint8).repeat(3, axis=2)
+    page[70:130, 20:80] = square
+    page[70:130, 120:180] = square
+    panel = describe_panel(page, max_side=256, mask_furniture=False)
+    shift = np.float32([[1, 0, 100], [0, 1, 0]])
+    truth = np.zeros(page.shape[:2], bool)
+    truth[70:130, 20:80] = True
+    textured = shared_region(panel, panel, shift, exclude_near=20, flat_agrees=False).mask_a
+    with_flat = shared_region(panel, panel, shift, exclude_near=20).mask_a
+    near_square = cv2.dilate(truth.astype(np.uint8), np.ones((17, 17), np.uint8)) > 0  # windows straddle its edge
+    assert (textured & truth).sum() > 0.95 * truth.sum() and not (textured & ~near_square).any()
+    assert with_flat.sum() > 3 * truth.sum()
