@@ -50,7 +50,10 @@ class EvidenceLocalizer(Localizer):
     `evidence`: name -> options of each training-free map (`detectors.evidence.EVIDENCE_DETECTORS`).
     `width`: channels at full resolution (doubled per level); `depth`: down-sampling levels (the
     network pads its input to a multiple of 2 ** (depth + 1) internally, after the maps are computed on the
-    image as given). `residual`: add the luma's high-pass residual as a channel. `cache_mb`: memory
+    image as given). `residual`: add the luma's high-pass residual as a channel. `prior_bias`: the
+    initial map is the sum of the evidence logits plus this (6: with the three default maps, whose
+    logits on unremarkable pixels are about -3, -3 and -6, a pixel where one map fires by about 3
+    or more starts above 0.5). `cache_mb`: memory
     for the per-image maps (0: recompute every time). No normalization layers: a map that is low
     everywhere must stay low, which per-image normalization would undo.
     """
@@ -61,6 +64,7 @@ class EvidenceLocalizer(Localizer):
         width: int = 16,
         depth: int = 3,
         residual: bool = True,
+        prior_bias: float = 6.0,
         cache_mb: float = DEFAULT_CACHE_MB,
         image_score: str = "topk_mean",
         topk_fraction: float = 0.01,
@@ -89,8 +93,17 @@ class EvidenceLocalizer(Localizer):
         self.down = nn.ModuleList(conv_block(widths[i], widths[i + 1], dilation=2) for i in range(self.depth))
         self.up = nn.ModuleList(conv_block(widths[i + 1] + widths[i], widths[i]) for i in reversed(range(self.depth)))
         self.head = nn.Conv2d(widths[0], 1, 1)
-        # a per-pixel linear path at full resolution keeps the sharp edges of the maps (copy-move)
+        # a per-pixel linear path at full resolution keeps the sharp edges of the maps (copy-move);
+        # it starts as the sum of the evidence logits plus `prior_bias` (any map that fires marks
+        # the pixel), and the U-Net's head starts at zero, so training starts from what the
+        # training-free maps say together and learns corrections to it
         self.direct = nn.Conv2d(in_channels, 1, 1)
+        with torch.no_grad():
+            self.direct.weight.zero_()
+            self.direct.weight[:, in_channels - len(self.maps.names) :] = 1.0 / EVIDENCE_INPUT_SCALE
+            self.direct.bias.fill_(float(prior_bias))
+            self.head.weight.zero_()
+            self.head.bias.zero_()
 
     def inputs(self, image: torch.Tensor) -> torch.Tensor:
         """(N, 3 + residual + K, H, W): what the network sees of `image`."""

@@ -77,9 +77,20 @@ def test_the_evidence_channels_change_the_map_and_receive_gradient(monkeypatch):
     monkeypatch.undo()
     mask = torch.zeros_like(with_maps)
     mask[..., 24:48, 32:64] = 1
-    net.loss(net(image), {"mask": mask, "label": torch.ones(1)}).backward()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(2):  # the U-Net's head starts at zero: its first step opens the way to the rest
+        optimizer.zero_grad()
+        net.loss(net(image), {"mask": mask, "label": torch.ones(1)}).backward()
+        optimizer.step()
     first_layer = net.stem[0].weight.grad  # (width, 3 RGB + 1 residual + 1 map, 3, 3)
     assert first_layer[:, -1].abs().sum() > 0 and net.direct.weight.grad[0, -1].abs() > 0
+
+
+def test_training_starts_from_the_sum_of_the_evidence_logits():
+    net = create_detector("evidence_tiny", [*NOISE_ONLY, "net.prior_bias=2.5"]).eval()
+    image = scene()
+    with torch.no_grad():
+        torch.testing.assert_close(net(image)["mask_logit"], net.maps(image) + 2.5)
 
 
 def test_export_is_refused_with_the_reason_when_a_map_is_matched_per_image(tmp_path: Path):
