@@ -35,17 +35,20 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
     ]
 
 
-def data_config(data: DictConfig, localizer: bool) -> DictConfig:
+def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = None) -> DictConfig:
     """The DataModule config; a default data config may carry a `localizers` variant (with masks),
-    which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument."""
+    which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument.
+    `augment`: the detector's own training augmentation (its config's `augment`), used when the data
+    config sets none."""
     variants = data.get("localizers")
-    if variants is None:
+    chosen = variants if variants is not None and localizer else data
+    if chosen is data and variants is None and (augment is None or data.get("augment") is not None):
         return data
-    if localizer:
-        return variants
     # Resolved while `data` still sits in the whole config, so `${paths.data_dir}` and the like resolve.
-    plain = OmegaConf.to_container(data, resolve=True)
-    plain.pop("localizers")
+    plain = OmegaConf.to_container(chosen, resolve=True)
+    plain.pop("localizers", None)
+    if augment is not None and plain.get("augment") is None:
+        plain["augment"] = OmegaConf.to_container(augment, resolve=True)
     return OmegaConf.create(plain)
 
 
@@ -61,12 +64,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         from detectors.training_free import train_training_free
 
         return train_training_free(
-            cfg, module, data_config(cfg.data, module.net.is_localizer), instantiate_group(cfg.get("callbacks"))
+            cfg,
+            module,
+            data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
+            instantiate_group(cfg.get("callbacks")),
         )
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(
-        data_config(cfg.data, module.net.is_localizer), preprocess=module.net.preprocess.to_dict(), _convert_="all"
+        data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
+        preprocess=module.net.preprocess.to_dict(),
+        _convert_="all",
     )
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer,

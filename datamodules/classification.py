@@ -14,11 +14,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
-from datamodules.datasets import ImageDataset, NoiseReinjectedFakes, collate
+from datamodules.datasets import ImageDataset, NoiseReinjectedFakes, SameSizeBatches, collate, image_size
 from datamodules.layouts import read_layout
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
-from datamodules.transforms import build_transform
+from datamodules.transforms import DEFAULT_AUGMENT, build_transform
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,17 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         if train and balanced_by(self.balanced):
             weights = balanced_weights(dataset.records, balanced_by(self.balanced))
             sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True)
+        batch_size = self.batch_size if train else self.eval_batch_size
+        batches = None
+        if not self.preprocess.fixed_size and batch_size != 1:
+            batches, batch_size = self.whole_image_batches(dataset, batch_size, train, sampler), 1
         return DataLoader(
             dataset,
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train and sampler is None,
-            sampler=sampler,
+            **(
+                {"batch_sampler": batches}
+                if batches is not None
+                else {"batch_size": batch_size, "shuffle": train and sampler is None, "sampler": sampler}
+            ),
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -121,6 +127,20 @@ class RecordsDataModule(L.LightningDataModule, ABC):
             pin_memory=False,
             worker_init_fn=partial(seed_worker_augmentations, rank=distributed_rank()),
         )
+
+    def whole_image_batches(
+        self, dataset: Dataset, batch_size: int, train: bool, sampler: Any
+    ) -> SameSizeBatches | None:
+        """Preprocess mode `none` keeps each image's own size, and only images of one size stack:
+        batches of images that share a size (`SameSizeBatches`), or one image per batch (None) when
+        training resizes at random (`augment.rescale`), draws by weight (`balanced`) or runs on
+        several processes."""
+        rescaled = train and float({**DEFAULT_AUGMENT, **self.augment}["rescale"]) > 0
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        if rescaled or sampler is not None or distributed:
+            log.info("preprocess mode 'none': one image per batch")
+            return None
+        return SameSizeBatches([image_size(r.path) for r in dataset.records], batch_size, shuffle=train)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

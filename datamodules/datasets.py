@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, Sampler, default_collate
 
 from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image
 from datamodules.records import Record
@@ -125,3 +125,43 @@ class NoiseReinjectedFakes(Dataset):
             if "group" in sample:
                 sample["group"] = self.group
         return sample
+
+
+def image_size(path: str) -> tuple[int, int] | None:
+    """(width, height) from the file's header, None when it cannot be read (the sample will say why)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except (OSError, ValueError):
+        return None
+
+
+class SameSizeBatches(Sampler[list[int]]):
+    """Batches of at most `batch_size` indices whose images share one size (`sizes[i]`), for whole
+    images (preprocess mode `none`), which can be stacked only when their sizes agree. `shuffle`
+    draws a new order of images and batches every epoch (from torch's generator, which `seed=`
+    seeds); otherwise batches follow the index order within each size."""
+
+    def __init__(self, sizes: Sequence[Any], batch_size: int, shuffle: bool) -> None:
+        self.sizes, self.batch_size, self.shuffle = list(sizes), int(batch_size), bool(shuffle)
+
+    def batches(self) -> list[list[int]]:
+        order = torch.randperm(len(self.sizes)).tolist() if self.shuffle else range(len(self.sizes))
+        groups: dict[Any, list[int]] = {}
+        for index in order:  # an unreadable image (size None) gets a batch of its own
+            groups.setdefault(self.sizes[index] or ("unread", index), []).append(index)
+        batches = [g[k : k + self.batch_size] for g in groups.values() for k in range(0, len(g), self.batch_size)]
+        if self.shuffle:
+            batches = [batches[i] for i in torch.randperm(len(batches)).tolist()]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:  # the count per size does not depend on the order (and draws nothing)
+        counts: dict[Any, int] = {}
+        for index, size in enumerate(self.sizes):
+            counts[size or ("unread", index)] = counts.get(size or ("unread", index), 0) + 1
+        return sum(-(-count // self.batch_size) for count in counts.values())

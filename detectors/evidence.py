@@ -1,4 +1,5 @@
-"""Late fusion of training-free evidence into a learned localizer's map (`evidence` in its config).
+"""Training-free evidence maps for learned localizers: late fusion (`evidence` in a learned
+localizer's config) and the input channels of the `evidence` localizer (`detectors.evidence_net`).
 
 The training-free localizers (noise level, Splicebuster, JPEG ghosts, copy-move self-matching)
 find traces a small learned model trained minutes on a CPU does not. With `evidence` set, a
@@ -10,11 +11,17 @@ fused after the network (late fusion), not fed to its first layer, so every loca
 without a change to its architecture; a detection head (`image_score: head`) does not see them.
 
     python train.py detector=seg_tiny 'detector.net.evidence={noise_level: {}, jpeg_ghost: {}}'
+
+The maps take from a tenth of a second to a second per image on a CPU, and a training run sees the
+same images every epoch: `EvidenceMaps` keeps each image's maps, keyed by a hash of its pixels, up
+to `cache_mb` megabytes, so every epoch after the first costs only the network.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +37,7 @@ EVIDENCE_DETECTORS = {
 }
 # a block far from any evidence reads as a large negative logit; clamped so one map cannot swamp the rest
 EVIDENCE_LOGIT_LIMIT = 10.0
+DEFAULT_CACHE_MB = 512.0
 
 
 def build_evidence_detector(name: str, options: Mapping[str, Any] | None) -> nn.Module:
@@ -41,30 +49,90 @@ def build_evidence_detector(name: str, options: Mapping[str, Any] | None) -> nn.
     return detector.eval()
 
 
-class EvidenceFusion(nn.Module):
-    """Training-free maps as weighted extra logits of a learned map (see the module docstring)."""
+def pixel_key(image: torch.Tensor) -> bytes:
+    """A digest of one image's (3, H, W) pixels and size: equal pixels, equal key."""
+    pixels = image.detach().to("cpu", torch.float32).contiguous()
+    digest = hashlib.blake2b(pixels.numpy().tobytes(), digest_size=16)
+    digest.update(str(tuple(pixels.shape)).encode())
+    return digest.digest()
 
-    def __init__(self, evidence: Mapping[str, Mapping[str, Any] | None]) -> None:
+
+class EvidenceMaps(nn.Module):
+    """The clamped pixel logits of the named training-free localizers, (N, K, H, W), no gradients.
+
+    `evidence`: name -> options of each map (`EVIDENCE_DETECTORS`). `cache_mb`: how many megabytes
+    of maps (float32, on the CPU) are kept, oldest dropped first; 0 keeps none. The cache
+    lives in memory only, never in a checkpoint.
+    """
+
+    def __init__(self, evidence: Mapping[str, Mapping[str, Any] | None], cache_mb: float = DEFAULT_CACHE_MB) -> None:
         super().__init__()
         if not evidence:
             raise ValueError("evidence must name at least one training-free localizer")
+        if cache_mb < 0:
+            raise ValueError(f"evidence cache_mb must be >= 0, got {cache_mb}")
         self.names = list(evidence)
         self.detectors = nn.ModuleDict({name: build_evidence_detector(name, evidence[name]) for name in self.names})
-        self.weight = nn.Parameter(torch.zeros(len(self.names)))
         refusals = [getattr(d, "onnx_export_refusal", None) for d in self.detectors.values()]
         self.onnx_export_refusal = next((f"evidence: {r}" for r in refusals if r), None)
+        self.cache_bytes = int(cache_mb * 2**20)
+        self.cache: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self.cached_bytes = 0
+        self.computed = 0  # images whose maps were computed (not taken from the cache)
 
-    def train(self, mode: bool = True) -> "EvidenceFusion":
-        """The evidence detectors always score as at inference; only the weights train."""
+    def train(self, mode: bool = True) -> "EvidenceMaps":
+        """The evidence detectors always score as at inference."""
         super().train(mode)
         self.detectors.eval()
         return self
 
-    def logits(self, image: torch.Tensor) -> torch.Tensor:
-        """(N, K, H, W) clamped pixel logits of the K evidence maps of `image` (no gradients)."""
+    def compute(self, image: torch.Tensor) -> torch.Tensor:
+        """(N, K, H, W) clamped logits, computed now (no cache)."""
+        self.computed += len(image)
         with torch.no_grad():
             maps = [self.detectors[name](image)["mask_logit"].float() for name in self.names]
-        return torch.cat(maps, dim=1).clamp(-EVIDENCE_LOGIT_LIMIT, EVIDENCE_LOGIT_LIMIT).to(image.dtype)
+        return torch.cat(maps, dim=1).clamp(-EVIDENCE_LOGIT_LIMIT, EVIDENCE_LOGIT_LIMIT)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        """(N, K, H, W) clamped logits of `image`, from the cache where its pixels were seen before."""
+        if (
+            not self.cache_bytes
+            or torch.jit.is_tracing()
+            or torch.compiler.is_compiling()
+            or torch.compiler.is_exporting()
+        ):
+            return self.compute(image).to(image.dtype)
+        keys = [pixel_key(single) for single in image]
+        missing = [i for i, key in enumerate(keys) if key not in self.cache]
+        if missing:
+            computed = self.compute(image[missing]).cpu()
+            for i, maps in zip(missing, computed):
+                self.remember(keys[i], maps)
+        found = []
+        for key in keys:
+            self.cache.move_to_end(key)
+            found.append(self.cache[key])
+        return torch.stack(found).to(image.device, image.dtype)
+
+    def remember(self, key: bytes, maps: torch.Tensor) -> None:
+        size = maps.numel() * maps.element_size()
+        self.cache[key] = maps
+        self.cached_bytes += size
+        while self.cached_bytes > self.cache_bytes and len(self.cache) > 1:
+            _, dropped = self.cache.popitem(last=False)
+            self.cached_bytes -= dropped.numel() * dropped.element_size()
+
+
+class EvidenceFusion(EvidenceMaps):
+    """Training-free maps as weighted extra logits of a learned map (see the module docstring)."""
+
+    def __init__(self, evidence: Mapping[str, Mapping[str, Any] | None], cache_mb: float = DEFAULT_CACHE_MB) -> None:
+        super().__init__(evidence, cache_mb)
+        self.weight = nn.Parameter(torch.zeros(len(self.names)))
+
+    def logits(self, image: torch.Tensor) -> torch.Tensor:
+        """(N, K, H, W) clamped pixel logits of the K evidence maps of `image` (no gradients)."""
+        return self(image)
 
     def fuse(self, mask_logit: torch.Tensor, evidence: torch.Tensor) -> torch.Tensor:
         """`mask_logit` plus the weighted evidence logits (both at the input's size)."""

@@ -3,7 +3,8 @@
 `python train.py detector=<a localizer>` with no data argument trains on this set, so a fresh
 machine can train and test a localizer offline in minutes. It is the full generator
 (`synthesis.dataset`) at a small size, restricted to the operations that need no trained image
-generator (copy-move, splicing, inpainting, damage); splits are drawn per authentic photo.
+generator (copy-move, splicing, inpainting, damage), with the processing traces real edits leave
+(`forgery_options`), at most 256 px; splits are drawn per authentic photo.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ from typing import Any, Sequence
 EMBEDDED_LOCALIZATION = {
     "kind": "forgery",
     "ops": {"copy_move": 1.0, "splicing": 0.5, "inpainting": 0.5, "damage": 0.5},
-    "max_side": 160,
+    "max_side": 256,
     "crops_per_photo": 3,
-    "crop_size": 96,
-    "crop_scales": (0.4, 0.8),
+    "crop_size": 192,
+    "crop_scales": (0.5, 1.0),
     "min_panel_side": 96,
+    # the traces real edits leave: a copy scaled and rotated (so resampled), a donor with another
+    # processing history (compressed, downscaled or blurred before it was pasted)
+    "forgery_options": {
+        "copy_move": {"scale": [0.8, 1.25], "rotation": [-30.0, 30.0], "interpolation": "bilinear"},
+        "splicing": {"donor_chains": ["jpeg75", "resize0.5_area", "blur1.0"]},
+    },
 }
 
 
