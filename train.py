@@ -42,12 +42,13 @@ def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = 
     config sets none."""
     variants = data.get("localizers")
     chosen = variants if variants is not None and localizer else data
-    if chosen is data and variants is None and (augment is None or data.get("augment") is not None):
+    needs_augment = augment is not None and chosen.get("augment") is None
+    if variants is None and not needs_augment:
         return data
     # Resolved while `data` still sits in the whole config, so `${paths.data_dir}` and the like resolve.
     plain = OmegaConf.to_container(chosen, resolve=True)
     plain.pop("localizers", None)
-    if augment is not None and plain.get("augment") is None:
+    if needs_augment:
         plain["augment"] = OmegaConf.to_container(augment, resolve=True)
     return OmegaConf.create(plain)
 
