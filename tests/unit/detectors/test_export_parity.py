@@ -1,12 +1,12 @@
 """The shipped exporter (`exporting.onnx_export.export_onnx`, what `export.py` runs) on every detector.
 
 Detectors are the registry's tiny variants (`list_detectors(tiny=True)`), so a new detector is
-covered as soon as its configs exist (one that is no fixed graph says why in `onnx_export_refusal`
-and is refused, tests/unit/detectors/test_training_free.py); those whose config says `cpu_checks.slow`
-(their export takes
-minutes on a busy 2-core machine) run with `pytest -m slow`. Each export must pass the exporter's
-own parity check at the default tolerance, and the written file must reproduce PyTorch on a batch
-size it was not traced with.
+covered as soon as its configs exist. One that is no fixed graph says why in `onnx_export_refusal`
+and is refused (tests/unit/detectors/test_training_free.py); one whose config makes it so, such as
+the evidence localizer over matching maps, is refused here, with no file written. Those whose
+config says `cpu_checks.slow` (their export takes minutes on a busy 2-core machine) run with
+`pytest -m slow`. Each export must pass the exporter's own parity check at the default tolerance,
+and the written file must reproduce PyTorch on a batch size it was not traced with.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from detectors.registry import create_module, detector_class, detector_config, list_detectors
-from exporting.onnx_export import export_onnx
+from exporting.onnx_export import ExportError, export_onnx
 
 # variants of a tiny config that change the exported graph (adapter, fusion, artifact branch)
 VARIANTS = {
@@ -51,6 +51,12 @@ def test_shipped_export_reproduces_pytorch(name, overrides, tmp_path):
     with torch.no_grad():  # non-trivial running statistics, so normalization layers are really tested
         module.net(torch.rand(4, 3, size, size))
     module.threshold.fill_(0.37)
+    refusal = getattr(module.net, "onnx_export_refusal", None)  # set by its config (e.g. the evidence maps)
+    if refusal:
+        with pytest.raises(ExportError, match="cannot be exported to ONNX"):
+            export_onnx(module, tmp_path / "model.onnx")
+        assert not (tmp_path / "model.onnx").exists()
+        return
     report = export_onnx(module, tmp_path / "model.onnx")
     assert report.max_score_difference <= 1e-4
 
