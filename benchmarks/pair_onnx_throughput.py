@@ -68,6 +68,52 @@ def rate(run_once: Callable[[], None], count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def torch_pass(graph: Any, tensors: list[torch.Tensor], threads: int, batch: int) -> Callable[[], None]:
+    """One PyTorch pass over all pairs, `batch` at a time, on `threads` threads."""
+
+    def run() -> None:
+        torch.set_num_threads(threads)
+        with torch.inference_mode():
+            for first in range(0, len(tensors[0]), batch):
+                graph(tensors[0][first : first + batch], tensors[1][first : first + batch])
+
+    return run
+
+
+def onnx_pass(session: Any, arrays: list[np.ndarray], batch: int) -> Callable[[], None]:
+    """One onnxruntime pass over all pairs, `batch` at a time."""
+
+    def run() -> None:
+        for first in range(0, len(arrays[0]), batch):
+            session.run(
+                PAIR_OUTPUTS, {"image_a": arrays[0][first : first + batch], "image_b": arrays[1][first : first + batch]}
+            )
+
+    return run
+
+
+def lone_pair_pass(pair_net: Any, panels: np.ndarray, count: int) -> Callable[[], None]:
+    """`count` pairs through the per-pair path infer.py takes (describe both panels, then predict)."""
+
+    def run() -> None:
+        for _ in range(count):
+            pair_net.predict_pair(pair_net.describe(panels[0]), pair_net.describe(panels[1]), 0.5)
+
+    return run
+
+
+def timed_rounds(settings: dict[str, tuple[Callable[[], None], int]], rounds: int) -> dict[str, list[float]]:
+    """Pairs/s of every setting per round, the settings alternating within each round (after a
+    warm-up call each: first calls allocate and pick kernels)."""
+    for run_once, _ in settings.values():
+        run_once()
+    rates: dict[str, list[float]] = {label: [] for label in settings}
+    for _ in range(rounds):
+        for label, (run_once, count) in settings.items():
+            rates[label].append(rate(run_once, count))
+    return rates
+
+
 def measure(
     name: str, threads: list[int], batch_sizes: list[int], pairs: int, rounds: int, panel_side: int
 ) -> dict[str, Any]:
@@ -83,31 +129,6 @@ def measure(
     tensors = [torch.from_numpy(a) for a in arrays]
     panels = rng.integers(0, 256, size=(2, panel_side, panel_side, 3), dtype=np.uint8)
     lone_pairs = max(4, pairs // 4)
-
-    def torch_pass(count: int, batch: int) -> Callable[[], None]:
-        def run() -> None:
-            torch.set_num_threads(count)
-            with torch.inference_mode():
-                for first in range(0, pairs, batch):
-                    graph(tensors[0][first : first + batch], tensors[1][first : first + batch])
-
-        return run
-
-    def onnx_pass(session: Any, batch: int) -> Callable[[], None]:
-        def run() -> None:
-            for first in range(0, pairs, batch):
-                feed = {"image_a": arrays[0][first : first + batch], "image_b": arrays[1][first : first + batch]}
-                session.run(PAIR_OUTPUTS, feed)
-
-        return run
-
-    def lone_pair_pass(pair_net: OnnxPairNet) -> Callable[[], None]:
-        def run() -> None:
-            for _ in range(lone_pairs):
-                pair_net.predict_pair(pair_net.describe(panels[0]), pair_net.describe(panels[1]), 0.5)
-
-        return run
-
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{name}.onnx"
         started = time.perf_counter()
@@ -117,18 +138,13 @@ def measure(
         for count in threads:
             session = onnx_session(path, count)
             for batch in batch_sizes:
-                settings[f"torch, {count} thread(s), batch {batch}"] = (torch_pass(count, batch), pairs)
-                settings[f"onnx, {count} thread(s), batch {batch}"] = (onnx_pass(session, batch), pairs)
+                settings[f"torch, {count} thread(s), batch {batch}"] = (torch_pass(graph, tensors, count, batch), pairs)
+                settings[f"onnx, {count} thread(s), batch {batch}"] = (onnx_pass(session, arrays, batch), pairs)
             settings[f"onnx, {count} thread(s), lone pair from {panel_side} px panels"] = (
-                lone_pair_pass(OnnxPairNet(session, size)),
+                lone_pair_pass(OnnxPairNet(session, size), panels, lone_pairs),
                 lone_pairs,
             )
-        for run_once, _ in settings.values():  # warm-up: first calls allocate and pick kernels
-            run_once()
-        rates: dict[str, list[float]] = {label: [] for label in settings}
-        for _ in range(rounds):
-            for label, (run_once, count) in settings.items():
-                rates[label].append(rate(run_once, count))
+        rates = timed_rounds(settings, rounds)
     medians = {label: statistics.median(values) for label, values in rates.items()}
     return {
         "input_size": size,
