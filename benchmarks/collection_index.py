@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from collection.build import build_index
-from collection.query import open_index, retrieve, verify
+from collection.query import open_index, retrieve, verify_candidates
 from datamodules.io import write_image
 from synthesis.collection import COPY_OPERATIONS, distractor, photo_tiles, planted_copy, texture_panel
 from synthesis.pair_set import load_photos, scene_of, split_sources
@@ -79,18 +79,15 @@ def fitted_detector(args: argparse.Namespace):
     return detector, float(fitted["threshold"])
 
 
-def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
+def ask(store, detector, query: dict, top_k: int) -> dict:
     started = time.perf_counter()
     candidates = retrieve(store, query["image"], top_k, exclude_same="none")
     retrieved = time.perf_counter()
-    described = detector.describe(query["image"]) if detector is not None else None
-    verified = []
-    for candidate, _ in candidates if detector is not None else []:
-        found = verify(detector, described, candidate, -np.inf)
-        verified.append((candidate["path"], found.score))
+    answers = verify_candidates(detector, query["image"], candidates, -np.inf) if detector is not None else []
     return {
         "candidates": [c["path"] for c, _ in candidates],
-        "verified": verified,
+        "checked": [c["path"] for c, _, _ in answers],  # passed the geometric check: asked to the pair detector
+        "verified": [(c["path"], found.score) for c, _, found in answers],
         "retrieval_s": retrieved - started,
         "total_s": time.perf_counter() - started,
     }
@@ -98,10 +95,10 @@ def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
 
 def measure(index_dir: Path, detector, queries: list, calibration: list, model_threshold: float, top_k: int) -> dict:
     store = open_index(index_dir)
-    negatives = [s for q in calibration for _, s in ask(store, detector, q, model_threshold, top_k)["verified"]]
+    negatives = [s for q in calibration for _, s in ask(store, detector, q, top_k)["verified"]]
     calibration = calibration if detector is not None else []
     threshold = max(model_threshold, max(negatives, default=0.0) + 1e-6)
-    answers = [ask(store, detector, q, threshold, top_k) for q in queries]
+    answers = [ask(store, detector, q, top_k) for q in queries]
     store.close()
     planted = [(q, a) for q, a in zip(queries, answers) if q["source"]]
     rows = [(q, path) for q, a in zip(queries, answers) for path, score in a["verified"] if score >= threshold]
@@ -122,6 +119,8 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
         "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
         "recall_at_k_retrieved": float(np.mean([q["source"] in a["candidates"] for q, a in planted])),
+        "recall_at_k_checked": float(np.mean([q["source"] in a["checked"] for q, a in planted])),
+        "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
         "verified_rows": len(rows),
         "planted": len(planted),
@@ -172,7 +171,9 @@ def run(args: argparse.Namespace) -> dict:
             source.write_text("path,review\n" + "".join(f"{p},{p.parent.name}\n" for p in keep))
         for name in names:
             index_dir = root / f"index_{name}"
-            built = build_index(source, index_dir, name, index_type=args.index_type, commit_every=1000)
+            built = build_index(
+                source, index_dir, name, index_type=args.index_type, commit_every=1000, workers=args.workers
+            )
             panels = built["total_panels"]
             entry = {
                 "panels": panels,
@@ -207,6 +208,7 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--index-type", default="auto", help="auto | flat | ivf | ivf_pq")
     parser.add_argument("--max-side", type=int, default=256, help="the pair detector's working size")
+    parser.add_argument("--workers", type=int, default=1, help="processes describing panels during the build")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--keep", action="store_true")
