@@ -1,6 +1,6 @@
 """Collection search measured on planted copies among distractors (docs/collection_index.md):
 
-  OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/collection_index.py --distractors 10000 --json out.json
+  OMP_NUM_THREADS=2 PYTHONPATH=. python benchmarks/collection_index.py --distractors 10000 --workers 2 --json out.json
 
 1. A collection on disk: source panels (256 px grid crops of one photo per scene, and textures)
    among distractors (128 px grid crops of the other photos, generated textures, figure panels;
@@ -12,7 +12,9 @@
    threshold is raised to the highest score of calibration negatives (a separate set of queries
    without a copy in the index, never measured), so that ten candidates per query keep precision.
 4. Reported: recall@K after verification (the source among the verified rows of its copy),
-   precision of all verified rows, retrieval recall@K (before verification), latency per query
+   precision of all verified rows, retrieval recall@K (before verification), recall@K after the
+   geometric check (the source among the candidates given to the pair detector) and the pair
+   detector's calls per query, latency per query
    panel with the index in memory (retrieval, verification, total), build rate (panels/s),
    bytes per panel (FAISS file, SQLite table), and, with `--compare N`, the four descriptors on
    the first N distractors.

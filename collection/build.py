@@ -5,7 +5,8 @@ a killed build resumes at its last commit). A file no decoder reads is recorded 
 (`files.status = error`, its reason in `error`) and retried when it changes. With `shard=i/n` the
 build describes every n-th file into `<index>/parts/<i>-of-<n>/`, an index of its own;
 `merge=true` folds the parts into the index with FAISS's `merge_from` (ids shifted past the
-index's own) and records their panels.
+index's own) and records their panels. With `workers=N` the panels are described in N processes
+on one machine; their vectors are added and committed by the build's own process.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ file, then one SQLite transaction records the new panels, their files and the ne
 build killed at any point leaves the last commit intact; rerun, it skips the committed files.
 
 Index type by size (vectors; a panel has up to 64 with `local_sift`, 10 with the regional ones):
-`flat` (exact, `IDMap2,Flat`) up to `FLAT_MAX`; above, `ivf_pq` (`IVF<nlist>,PQ<m>`, nlist about
-4 sqrt(n), m = dim / 4 one-byte codes, `nprobe` 32), trained on the vectors at hand when the flat
-index outgrows its limit. `index_type=ivf` (`IVF<nlist>,Flat`) trades memory for exact distances.
+`flat` (exact, `IDMap2,Flat`) up to `FLAT_MAX`; `ivf` (`IVF<nlist>,SQ8`, 8-bit scalar codes) up to
+`IVF_MAX`; above, `ivf_pq` (`IVF<nlist>,PQ<dim / 4>`); nlist about sqrt(n), `nprobe` 32. The
+inverted lists are trained on the vectors at hand when the flat index outgrows its limit.
+`on_search_device` moves an index to the GPUs for searching (faiss-gpu), when asked and present.
 """
 
 from __future__ import annotations
