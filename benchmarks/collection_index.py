@@ -40,7 +40,9 @@ from synthesis.pair_set import load_photos, scene_of, split_sources
 
 
 def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list]:
-    """Writes sources and distractors under root/collection; returns (sources, queries, calibration)."""
+    """Writes sources and distractors under root/collection (with --reuse: draws them only, the
+    files are there from a kept run); returns (sources, queries, calibration)."""
+    write = (lambda path, image: None) if args.reuse else write_image
     rng = np.random.default_rng(args.seed)
     photos = load_photos(max_side=1024)
     source_photos, distractor_photos = split_sources(sorted(photos), 0.4, args.seed)
@@ -54,11 +56,11 @@ def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, 
     files = {}
     for number, (name, panel) in enumerate(sources.items()):
         files[name] = root / "collection" / f"src{number // 50:02d}" / f"source{number:05d}.jpg"
-        write_image(files[name], panel)
+        write(files[name], panel)
     distractors = photo_tiles({n: photos[n] for n in distractor_photos}, 128)[: args.distractors // 10]
     for number in range(args.distractors):
         panel = distractors[number][1] if number < len(distractors) else distractor(rng, int(rng.integers(128, 193)))
-        write_image(root / "collection" / f"d{number // 1000:04d}" / f"panel{number:06d}.jpg", panel)
+        write(root / "collection" / f"d{number // 1000:04d}" / f"panel{number:06d}.jpg", panel)
     queries = []
     for number, (name, panel) in enumerate(sources.items()):
         copy = planted_copy(panel, rng, COPY_OPERATIONS[number % len(COPY_OPERATIONS)], min_area=0.3)
@@ -105,6 +107,7 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
     planted = [(q, a) for q, a in zip(queries, answers) if q["source"]]
     rows = [(q, path) for q, a in zip(queries, answers) for path, score in a["verified"] if score >= threshold]
     correct = sum(path == q["source"] for q, path in rows)
+    wrong = [{"query_source": q["source"], "match": path} for q, path in rows if path != q["source"]]
     found = [
         any(p == q["source"] and s >= threshold for p, s in a["verified"])
         if detector is not None
@@ -125,6 +128,7 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
         "verified_rows": len(rows),
+        "wrong_rows": wrong,
         "planted": len(planted),
         "negative_queries": len(queries) - len(planted),
         "missed_by_operation": missed_operations,  # after verification (retrieval with --retrieval-only)
@@ -180,7 +184,7 @@ def run(args: argparse.Namespace) -> dict:
             entry = {
                 "panels": panels,
                 "index_type": built["index_type"],
-                "build_panels_per_s": panels / built["seconds"],
+                "build_panels_per_s": panels / built["seconds"] if built["panels"] == panels else None,
                 "bytes_per_panel": bytes_per_panel(index_dir, panels),
                 **measure(index_dir, detector, queries, calibration, model_threshold, args.top_k),
             }
@@ -214,6 +218,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="measure again on a --keep run's --workdir (no build)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     result = run(args)
