@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+import collection.query
 from collection.build import build_index
 from collection.query import open_index, retrieve, verify_candidates
 from datamodules.io import write_image
@@ -219,8 +220,11 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--reuse", action="store_true", help="measure again on a --keep run's --workdir (no build)")
+    parser.add_argument("--check-inliers", type=int, default=None, help="the geometric check's minimum (0: off)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.check_inliers is not None:
+        collection.query.MIN_GEOMETRIC_INLIERS = args.check_inliers
     result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -159,7 +159,7 @@ def geometric_inliers(correspondences: dict[str, np.ndarray]) -> int:
             rows = (correspondences[key][chosen] for key in ("query_row", "panel_row", "similarity"))
             chosen = chosen[one_to_one(*rows)]
         query, panel = correspondences["query"][chosen], correspondences["panel"][chosen]
-        if len(query) < MIN_GEOMETRIC_INLIERS:
+        if len(query) < max(3, MIN_GEOMETRIC_INLIERS):  # two pairs fit any similarity: no evidence
             continue
         matrix, inliers = cv2.estimateAffinePartial2D(
             query, panel, method=cv2.RANSAC, ransacReprojThreshold=REPROJECTION_PX, maxIters=2000
@@ -178,7 +178,9 @@ def agrees_geometrically(candidate: dict[str, Any]) -> bool:
     """The cheap check before the pair detector: do the retrieval's keypoint pairs fit one map?
     A candidate without stored positions (the regional descriptors) is not pruned."""
     correspondences = candidate.get("correspondences")
-    return correspondences is None or geometric_inliers(correspondences) >= MIN_GEOMETRIC_INLIERS
+    if correspondences is None or MIN_GEOMETRIC_INLIERS <= 0:
+        return True
+    return geometric_inliers(correspondences) >= MIN_GEOMETRIC_INLIERS
 
 
 def verify(detector: Any, query_panel: Any, candidate: dict[str, Any], threshold: float) -> Any:
