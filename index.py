@@ -38,6 +38,7 @@ def index(cfg: DictConfig) -> dict[str, Any]:
             cfg.shard,
             cfg.index_type,
             int(cfg.commit_every),
+            int(cfg.get("workers", 1)),
         )
     except (IndexRefused, IndexBusy, LayoutError, ValueError) as error:
         raise IndexFailed(str(error)) from None

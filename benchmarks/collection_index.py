@@ -1,6 +1,6 @@
 """Collection search measured on planted copies among distractors (docs/collection_index.md):
 
-  OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/collection_index.py --distractors 10000 --json out.json
+  OMP_NUM_THREADS=2 PYTHONPATH=. python benchmarks/collection_index.py --distractors 10000 --workers 2 --json out.json
 
 1. A collection on disk: source panels (256 px grid crops of one photo per scene, and textures)
    among distractors (128 px grid crops of the other photos, generated textures, figure panels;
@@ -12,7 +12,9 @@
    threshold is raised to the highest score of calibration negatives (a separate set of queries
    without a copy in the index, never measured), so that ten candidates per query keep precision.
 4. Reported: recall@K after verification (the source among the verified rows of its copy),
-   precision of all verified rows, retrieval recall@K (before verification), latency per query
+   precision of all verified rows, retrieval recall@K (before verification), recall@K after the
+   geometric check (the source among the candidates given to the pair detector) and the pair
+   detector's calls per query, latency per query
    panel with the index in memory (retrieval, verification, total), build rate (panels/s),
    bytes per panel (FAISS file, SQLite table), and, with `--compare N`, the four descriptors on
    the first N distractors.
@@ -30,15 +32,18 @@ from pathlib import Path
 
 import numpy as np
 
+import collection.query
 from collection.build import build_index
-from collection.query import open_index, retrieve, verify
+from collection.query import open_index, retrieve, verify_candidates
 from datamodules.io import write_image
 from synthesis.collection import COPY_OPERATIONS, distractor, photo_tiles, planted_copy, texture_panel
 from synthesis.pair_set import load_photos, scene_of, split_sources
 
 
 def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list]:
-    """Writes sources and distractors under root/collection; returns (sources, queries, calibration)."""
+    """Writes sources and distractors under root/collection (with --reuse: draws them only, the
+    files are there from a kept run); returns (sources, queries, calibration)."""
+    write = (lambda path, image: None) if args.reuse else write_image
     rng = np.random.default_rng(args.seed)
     photos = load_photos(max_side=1024)
     source_photos, distractor_photos = split_sources(sorted(photos), 0.4, args.seed)
@@ -52,11 +57,11 @@ def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, 
     files = {}
     for number, (name, panel) in enumerate(sources.items()):
         files[name] = root / "collection" / f"src{number // 50:02d}" / f"source{number:05d}.jpg"
-        write_image(files[name], panel)
+        write(files[name], panel)
     distractors = photo_tiles({n: photos[n] for n in distractor_photos}, 128)[: args.distractors // 10]
     for number in range(args.distractors):
         panel = distractors[number][1] if number < len(distractors) else distractor(rng, int(rng.integers(128, 193)))
-        write_image(root / "collection" / f"d{number // 1000:04d}" / f"panel{number:06d}.jpg", panel)
+        write(root / "collection" / f"d{number // 1000:04d}" / f"panel{number:06d}.jpg", panel)
     queries = []
     for number, (name, panel) in enumerate(sources.items()):
         copy = planted_copy(panel, rng, COPY_OPERATIONS[number % len(COPY_OPERATIONS)], min_area=0.3)
@@ -79,18 +84,15 @@ def fitted_detector(args: argparse.Namespace):
     return detector, float(fitted["threshold"])
 
 
-def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
+def ask(store, detector, query: dict, top_k: int) -> dict:
     started = time.perf_counter()
     candidates = retrieve(store, query["image"], top_k, exclude_same="none")
     retrieved = time.perf_counter()
-    described = detector.describe(query["image"]) if detector is not None else None
-    verified = []
-    for candidate, _ in candidates if detector is not None else []:
-        found = verify(detector, described, candidate, -np.inf)
-        verified.append((candidate["path"], found.score))
+    answers = verify_candidates(detector, query["image"], candidates, -np.inf) if detector is not None else []
     return {
         "candidates": [c["path"] for c, _ in candidates],
-        "verified": verified,
+        "checked": [c["path"] for c, _, _ in answers],  # passed the geometric check: asked to the pair detector
+        "verified": [(c["path"], found.score) for c, _, found in answers],
         "retrieval_s": retrieved - started,
         "total_s": time.perf_counter() - started,
     }
@@ -98,14 +100,15 @@ def ask(store, detector, query: dict, threshold: float, top_k: int) -> dict:
 
 def measure(index_dir: Path, detector, queries: list, calibration: list, model_threshold: float, top_k: int) -> dict:
     store = open_index(index_dir)
-    negatives = [s for q in calibration for _, s in ask(store, detector, q, model_threshold, top_k)["verified"]]
+    negatives = [s for q in calibration for _, s in ask(store, detector, q, top_k)["verified"]]
     calibration = calibration if detector is not None else []
     threshold = max(model_threshold, max(negatives, default=0.0) + 1e-6)
-    answers = [ask(store, detector, q, threshold, top_k) for q in queries]
+    answers = [ask(store, detector, q, top_k) for q in queries]
     store.close()
     planted = [(q, a) for q, a in zip(queries, answers) if q["source"]]
     rows = [(q, path) for q, a in zip(queries, answers) for path, score in a["verified"] if score >= threshold]
     correct = sum(path == q["source"] for q, path in rows)
+    wrong = [{"query_source": q["source"], "match": path} for q, path in rows if path != q["source"]]
     found = [
         any(p == q["source"] and s >= threshold for p, s in a["verified"])
         if detector is not None
@@ -122,8 +125,11 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
         "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
         "recall_at_k_retrieved": float(np.mean([q["source"] in a["candidates"] for q, a in planted])),
+        "recall_at_k_checked": float(np.mean([q["source"] in a["checked"] for q, a in planted])),
+        "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
         "verified_rows": len(rows),
+        "wrong_rows": wrong,
         "planted": len(planted),
         "negative_queries": len(queries) - len(planted),
         "missed_by_operation": missed_operations,  # after verification (retrieval with --retrieval-only)
@@ -172,12 +178,14 @@ def run(args: argparse.Namespace) -> dict:
             source.write_text("path,review\n" + "".join(f"{p},{p.parent.name}\n" for p in keep))
         for name in names:
             index_dir = root / f"index_{name}"
-            built = build_index(source, index_dir, name, index_type=args.index_type, commit_every=1000)
+            built = build_index(
+                source, index_dir, name, index_type=args.index_type, commit_every=1000, workers=args.workers
+            )
             panels = built["total_panels"]
             entry = {
                 "panels": panels,
                 "index_type": built["index_type"],
-                "build_panels_per_s": panels / built["seconds"],
+                "build_panels_per_s": panels / built["seconds"] if built["panels"] == panels else None,
                 "bytes_per_panel": bytes_per_panel(index_dir, panels),
                 **measure(index_dir, detector, queries, calibration, model_threshold, args.top_k),
             }
@@ -207,11 +215,16 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--index-type", default="auto", help="auto | flat | ivf | ivf_pq")
     parser.add_argument("--max-side", type=int, default=256, help="the pair detector's working size")
+    parser.add_argument("--workers", type=int, default=1, help="processes describing panels during the build")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="measure again on a --keep run's --workdir (no build)")
+    parser.add_argument("--check-inliers", type=int, default=None, help="the geometric check's minimum (0: off)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.check_inliers is not None:
+        collection.query.MIN_GEOMETRIC_INLIERS = args.check_inliers
     result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -5,18 +5,21 @@ a killed build resumes at its last commit). A file no decoder reads is recorded 
 (`files.status = error`, its reason in `error`) and retried when it changes. With `shard=i/n` the
 build describes every n-th file into `<index>/parts/<i>-of-<n>/`, an index of its own;
 `merge=true` folds the parts into the index with FAISS's `merge_from` (ids shifted past the
-index's own) and records their panels.
+index's own) and records their panels. With `workers=N` the panels are described in N processes
+on one machine; their vectors are added and committed by the build's own process.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import cv2
 import numpy as np
 
 from collection.descriptors import SLOTS, make_descriptor
@@ -50,12 +53,59 @@ def file_panels(image: np.ndarray, split: bool) -> list[tuple[tuple[int, int, in
     return [((x0, y0, x1, y1), image[y0:y1, x0:x1]) for x0, y0, x1, y1 in boxes]
 
 
+def described(descriptor: Any, panel: np.ndarray) -> tuple[np.ndarray, bytes]:
+    """A panel's vectors and, for a descriptor with keypoints (`local_sift`), their packed positions."""
+    if hasattr(descriptor, "describe_located"):
+        return descriptor.describe_located(panel)
+    return descriptor.describe(panel), b""
+
+
+def describe_file(path: str, split_panels: bool, descriptor: Any) -> tuple[list[tuple[Any, ...]], str]:
+    """([(box, vectors, points) per panel], "") of a readable file, ([], reason) of another."""
+    try:
+        panels = file_panels(read_image(path), split_panels)
+        return [(box, *described(descriptor, panel)) for box, panel in panels], ""
+    except (ImageReadError, OSError, ValueError) as error:
+        return [], str(error)
+
+
+_worker_descriptor: Any = None
+
+
+def _start_worker(descriptor: str, index_dir: str) -> None:
+    global _worker_descriptor
+    cv2.setNumThreads(1)
+    _worker_descriptor = make_descriptor(descriptor, index_dir)
+
+
+def _describe_in_worker(job: tuple[str, bool]) -> tuple[list[tuple[Any, ...]], str]:
+    return describe_file(*job, _worker_descriptor)
+
+
+def described_files(
+    paths: list[str], descriptor: Any, split_panels: bool, workers: int, index_dir: str = ""
+) -> Iterator[tuple[list[tuple[Any, ...]], str]]:
+    """`describe_file` of each path, in order; with `workers` > 1 in that many fresh processes (the
+    describing is nearly all of a build's time, the FAISS adds and commits stay in this one; forked
+    copies of a process whose thread pools have run can deadlock, hence spawned ones)."""
+    if workers <= 1:
+        yield from (describe_file(path, split_panels, descriptor) for path in paths)
+        return
+    name = descriptor.name.split("-")[0]
+    pool = multiprocessing.get_context("spawn").Pool(workers, _start_worker, (name, index_dir))
+    try:
+        yield from pool.imap(_describe_in_worker, ((path, split_panels) for path in paths), chunksize=8)
+    finally:
+        pool.terminate()
+
+
 def describe_files(
     store: PanelStore,
     items: list[tuple[str, str]],
     split_panels: bool = False,
     commit_every: int = 256,
     progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Describe and add the files not yet in `store` (same size and mtime); commit every `commit_every`."""
     known = store.known_files()
@@ -63,7 +113,8 @@ def describe_files(
     store.expected_vectors = (store.index.ntotal if store.index is not None else 0) + per_panel * len(items)
     counts = {"files": 0, "panels": 0, "errors": 0, "skipped": 0, "seconds": 0.0}
     started = time.perf_counter()
-    for number, (path, source_id) in enumerate(items, 1):
+    todo = []
+    for path, source_id in items:
         try:
             stat = os.stat(path)
             size, mtime = stat.st_size, stat.st_mtime
@@ -71,25 +122,27 @@ def describe_files(
             size, mtime = -1, 0.0
         if path in known and known[path][:2] == (size, mtime):
             counts["skipped"] += 1
-            continue
+        else:
+            todo.append((path, source_id, size, mtime))
+    paths = [path for path, *_ in todo]
+    results = described_files(paths, store.descriptor, split_panels, workers, str(store.directory))
+    for number, ((path, source_id, size, mtime), (panels, error)) in enumerate(zip(todo, results), 1):
         if path in known:
             store.forget(path)
-        try:
-            image = read_image(path)
-            panels = file_panels(image, split_panels)
-            for box, panel in panels:
-                store.add_panel(path, box, source_id, store.descriptor.describe(panel))
+        if error:
+            log.warning("%s: %s", path, error)
+            store.add_file(path, size, mtime, "error", error, 0)
+            counts["errors"] += 1
+        else:
+            for box, vectors, points in panels:
+                store.add_panel(path, box, source_id, vectors, points)
             store.add_file(path, size, mtime, "ok", "", len(panels))
             counts["files"] += 1
             counts["panels"] += len(panels)
-        except (ImageReadError, OSError, ValueError) as error:
-            log.warning("%s: %s", path, error)
-            store.add_file(path, size, mtime, "error", str(error), 0)
-            counts["errors"] += 1
-        if (counts["files"] + counts["errors"]) % commit_every == 0:
+        if number % commit_every == 0:
             store.commit()
         if progress is not None:
-            progress(number, len(items))
+            progress(number, len(todo))
     store.commit()
     counts["seconds"] = time.perf_counter() - started
     return counts
@@ -104,6 +157,7 @@ def build_index(
     shard: str | None = None,
     index_type: str = "auto",
     commit_every: int = 256,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Add the input's new panels to the index at `index_dir` (created when absent)."""
     items = source_ids(input, layout)
@@ -118,7 +172,7 @@ def build_index(
             index_type = part_template(store, index_dir, descriptor)
         with store.db:
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('requested_type', ?)", (index_type,))
-        counts = describe_files(store, items, split_panels, commit_every)
+        counts = describe_files(store, items, split_panels, commit_every, workers=workers)
         counts.update({"index": str(target), "index_type": store.index_type, "total_panels": store.n_panels})
         return counts
     finally:
@@ -155,7 +209,9 @@ def merge_parts(index_dir: str | os.PathLike, descriptor: str = "local_sift") ->
         for part_dir in parts:
             part = open_store(part_dir, descriptor).lock()
             offset = main.next_id
-            rows = part.db.execute("SELECT id, path, box, source_id, n_vectors FROM panels ORDER BY id").fetchall()
+            rows = part.db.execute(
+                "SELECT id, path, box, source_id, n_vectors, points FROM panels ORDER BY id"
+            ).fetchall()
             if part.index is not None and part.index.ntotal:
                 if main.index is None:
                     main.index = faiss.clone_index(part.index)
@@ -167,7 +223,7 @@ def merge_parts(index_dir: str | os.PathLike, descriptor: str = "local_sift") ->
                     vectors = part.index.index.reconstruct_n(0, part.index.ntotal)
                     ids = faiss.vector_to_array(part.index.id_map).astype(np.int64) + offset * SLOTS
                     main.add_vectors(vectors, ids)
-            main.pending.extend((pid + offset, path, box, source, n) for pid, path, box, source, n in rows)
+            main.pending.extend((pid + offset, *rest) for pid, *rest in rows)
             main.pending_files.extend(part.db.execute("SELECT * FROM files").fetchall())
             main.next_id = offset + (rows[-1][0] + 1 if rows else 0)
             merged["panels"] += len(rows)

@@ -206,7 +206,8 @@ class LocalSift:
         self.keypoints, self.query_keypoints, self.working_side = keypoints, query_keypoints, working_side
         self.name = f"local_sift-v1-{keypoints}kp-{working_side}px"
 
-    def features(self, image: np.ndarray, count: int) -> np.ndarray:
+    def located(self, image: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """(points (N, 2) in working px, RootSIFT (N, 128), working (height, width)) of the `count` strongest."""
         rgb = np.ascontiguousarray(image[..., :3])
         factor = self.working_side / max(rgb.shape[:2])  # every panel at one working size: crops enlarged
         interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_CUBIC
@@ -220,15 +221,38 @@ class LocalSift:
         if raw is None or len(keypoints) < count // 2:  # faint texture: weaker extrema too
             keypoints, raw = cv2.SIFT_create(nfeatures=count, contrastThreshold=0.01).detectAndCompute(gray, None)
         if raw is None:
-            return np.zeros((0, 128), np.float32)
-        return unit(np.sqrt(raw / np.maximum(raw.sum(1, keepdims=True), 1e-7)))[:count]
+            return np.zeros((0, 2), np.float32), np.zeros((0, 128), np.float32), gray.shape
+        points = np.asarray([k.pt for k in keypoints], np.float32)[:count]
+        return points, unit(np.sqrt(raw / np.maximum(raw.sum(1, keepdims=True), 1e-7)))[:count], gray.shape
 
     def describe(self, image: np.ndarray) -> np.ndarray:
-        return self.features(image, self.keypoints)
+        return self.located(image, self.keypoints)[1]
+
+    def describe_located(self, image: np.ndarray) -> tuple[np.ndarray, bytes]:
+        """The stored vectors and their keypoints' positions, packed for the panel table (`unpack_points`)."""
+        points, vectors, _ = self.located(image, self.keypoints)
+        return vectors, self.pack_points(points)
+
+    def pack_points(self, points: np.ndarray) -> bytes:
+        """Working-size positions as one byte per coordinate (1 px steps at 256 px): 2 B per keypoint."""
+        return np.clip(np.round(points * (255 / self.working_side)), 0, 255).astype(np.uint8).tobytes()
+
+    def unpack_points(self, packed: bytes | None) -> np.ndarray:
+        if not packed:
+            return np.zeros((0, 2), np.float32)
+        return np.frombuffer(packed, np.uint8).reshape(-1, 2).astype(np.float32) * (self.working_side / 255)
+
+    def query_located(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(vectors, points, mirrored): the query's keypoints then their mirror permutations; a mirrored
+        row's point is mirrored too (x -> width - 1 - x), so both halves fit a similarity to a source."""
+        points, vectors, (_, width) = self.located(image, self.query_keypoints)
+        flipped = points.copy()
+        flipped[:, 0] = width - 1 - flipped[:, 0]
+        mirrored = np.repeat([False, True], len(points))
+        return np.concatenate([vectors, vectors[:, MIRROR_ORDER]]), np.concatenate([points, flipped]), mirrored
 
     def query(self, image: np.ndarray) -> np.ndarray:
-        features = self.features(image, self.query_keypoints)
-        return np.concatenate([features, features[:, MIRROR_ORDER]])
+        return self.query_located(image)[0]
 
 
 DESCRIPTORS = ("local_sift", "pooled_sift", "phash", "cnn")

@@ -23,11 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from collection.build import file_panels, source_ids
 from collection.descriptors import make_descriptor, query_vectors
-from collection.store import PanelStore, faiss_module
+from collection.store import PanelStore, faiss_module, on_search_device
 from datamodules.io import ImageReadError, read_image, write_image
 from inference.masks import safe_mask_name
 from inference.writer import ResultWriter
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
 MIN_VOTES = 2  # a single keypoint in common is chance
+MIN_GEOMETRIC_INLIERS = 5  # keypoint pairs one similarity map must carry before the pair detector is asked
+REPROJECTION_PX = 8.0  # at the 256 px working size (positions are stored to 1 px)
+MAX_SCALE = 4.0  # a fitted map scaling more than this (either way) is no copy
 NEIGHBOURS = 10
 EXCLUDE = ("none", "path", "review")
 INDEX_COLUMNS = (
@@ -65,34 +69,45 @@ def descriptor_of(index_dir: str | Path) -> str:
     return json.loads(meta.read_text())["descriptor"].split("-")[0]
 
 
-def open_index(index_dir: str | Path, descriptor: str | None = None) -> PanelStore:
-    """The index for querying; a `descriptor` other than the stored one is refused by the store."""
+def open_index(index_dir: str | Path, descriptor: str | None = None, gpu: str | bool = "auto") -> PanelStore:
+    """The index for querying (on the GPU with `gpu`, see `on_search_device`); a `descriptor` other
+    than the stored one is refused by the store."""
     faiss_module()
     name = descriptor or descriptor_of(index_dir)
-    return PanelStore(index_dir, make_descriptor(name, index_dir))
+    store = PanelStore(index_dir, make_descriptor(name, index_dir))
+    store.index, store.on_gpu = on_search_device(store.index, gpu)
+    return store
 
 
 def retrieve(
     store: PanelStore, image: np.ndarray, top_k: int, source_id: str = "", path: str = "", exclude_same: str = "path"
 ) -> list[tuple[dict[str, Any], float]]:
-    """The `top_k` indexed panels most like `image` as (panel row, similarity), best first."""
+    """The `top_k` indexed panels most like `image` as (panel row, similarity), best first. With
+    `local_sift` a row also holds its `correspondences` with the query (for `agrees_geometrically`)."""
     if exclude_same not in EXCLUDE:
         raise ValueError(f"exclude_same must be one of {', '.join(EXCLUDE)}, got {exclude_same!r}")
-    vectors = query_vectors(store.descriptor, image)
+    votes = store.descriptor.aggregate == "votes"
+    if hasattr(store.descriptor, "query_located"):
+        vectors, points, mirrored = store.descriptor.query_located(image)
+    else:
+        vectors, points, mirrored = query_vectors(store.descriptor, image), None, None
     if not len(vectors):
         return []
-    sims, ids = store.search(vectors, NEIGHBOURS if store.descriptor.aggregate == "votes" else 4 * top_k + 40)
+    sims, ids, slots = store.search(vectors, NEIGHBOURS if votes else 4 * top_k + 40)
     scores: dict[int, float] = defaultdict(float)
-    if store.descriptor.aggregate == "votes":
-        for row_sims, row_ids in zip(sims, ids):
-            for pid in set(row_ids[(row_sims >= VOTE_SIMILARITY) & (row_ids >= 0)].tolist()):
+    pairs: dict[int, list[tuple[int, int, float]]] = defaultdict(list)  # panel -> (query row, panel row, sim)
+    if votes:
+        for row, (row_sims, row_ids, row_slots) in enumerate(zip(sims, ids, slots)):
+            near = (row_sims >= VOTE_SIMILARITY) & (row_ids >= 0)
+            for pid in set(row_ids[near].tolist()):
                 scores[pid] += 1.0
+            for pid, slot, sim in zip(row_ids[near].tolist(), row_slots[near].tolist(), row_sims[near].tolist()):
+                pairs[pid].append((row, slot, sim))
+        scores = {pid: count for pid, count in scores.items() if count >= MIN_VOTES}
     else:
         for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
             if pid >= 0 and sim > scores.get(pid, -2.0):
                 scores[pid] = sim
-    if store.descriptor.aggregate == "votes":
-        scores = {pid: votes for pid, votes in scores.items() if votes >= MIN_VOTES}
     ranked = sorted(scores.items(), key=lambda item: -item[1])
     kept: list[tuple[dict[str, Any], float]] = []
     for start in range(0, len(ranked), 4 * top_k):
@@ -104,10 +119,68 @@ def retrieve(
                 continue
             if exclude_same == "review" and source_id and row["source_id"] == source_id:
                 continue
+            if points is not None and row.get("points"):
+                query_rows, panel_rows, similarity = np.asarray(pairs[pid]).T
+                query_rows, panel_rows = query_rows.astype(np.int64), panel_rows.astype(np.int64)
+                row["correspondences"] = {
+                    "query": points[query_rows],
+                    "mirrored": mirrored[query_rows],
+                    "panel": store.descriptor.unpack_points(row["points"])[panel_rows],
+                    "query_row": query_rows,
+                    "panel_row": panel_rows,
+                    "similarity": similarity,
+                }
             kept.append((row, float(score)))
             if len(kept) == top_k:
                 return kept
     return kept
+
+
+def one_to_one(query_rows: np.ndarray, panel_rows: np.ndarray, similarity: np.ndarray) -> np.ndarray:
+    """Indices of the pairs kept, the most similar first, each query and each panel keypoint used
+    once: a repeated texture would otherwise pile many query keypoints onto one panel keypoint, and
+    RANSAC prefer the degenerate map that shrinks the query onto it."""
+    used_query, used_panel, kept = set(), set(), []
+    for index in np.argsort(-similarity, kind="stable").tolist():
+        if query_rows[index] not in used_query and panel_rows[index] not in used_panel:
+            used_query.add(query_rows[index])
+            used_panel.add(panel_rows[index])
+            kept.append(index)
+    return np.asarray(kept, np.int64)
+
+
+def geometric_inliers(correspondences: dict[str, np.ndarray]) -> int:
+    """Distinct panel keypoints that one similarity map (RANSAC; rotation, scale, translation) carries
+    query keypoints onto, the mirrored query's correspondences fitted apart: the query's flips."""
+    best = 0
+    for mirrored in (False, True):
+        chosen = np.flatnonzero(correspondences["mirrored"] == mirrored)
+        if "similarity" in correspondences:
+            rows = (correspondences[key][chosen] for key in ("query_row", "panel_row", "similarity"))
+            chosen = chosen[one_to_one(*rows)]
+        query, panel = correspondences["query"][chosen], correspondences["panel"][chosen]
+        if len(query) < max(3, MIN_GEOMETRIC_INLIERS):  # two pairs fit any similarity: no evidence
+            continue
+        matrix, inliers = cv2.estimateAffinePartial2D(
+            query, panel, method=cv2.RANSAC, ransacReprojThreshold=REPROJECTION_PX, maxIters=2000
+        )
+        if matrix is None:
+            continue
+        scale = float(np.hypot(matrix[0, 0], matrix[1, 0]))
+        if not 1 / MAX_SCALE <= scale <= MAX_SCALE:
+            continue
+        distinct = {tuple(point) for point in np.round(panel[inliers.ravel() == 1]).tolist()}
+        best = max(best, len(distinct))
+    return best
+
+
+def agrees_geometrically(candidate: dict[str, Any]) -> bool:
+    """The cheap check before the pair detector: do the retrieval's keypoint pairs fit one map?
+    A candidate without stored positions (the regional descriptors) is not pruned."""
+    correspondences = candidate.get("correspondences")
+    if correspondences is None or MIN_GEOMETRIC_INLIERS <= 0:
+        return True
+    return geometric_inliers(correspondences) >= MIN_GEOMETRIC_INLIERS
 
 
 def verify(detector: Any, query_panel: Any, candidate: dict[str, Any], threshold: float) -> Any:
@@ -115,6 +188,24 @@ def verify(detector: Any, query_panel: Any, candidate: dict[str, Any], threshold
     x0, y0, x1, y1 = candidate["box"]
     image = read_image(candidate["path"])[y0:y1, x0:x1]
     return detector.predict_pair(query_panel, detector.describe(image), threshold)
+
+
+def verify_candidates(
+    detector: Any, panel: np.ndarray, candidates: list[tuple[dict[str, Any], float]], threshold: float
+) -> list[tuple[dict[str, Any], float, Any]]:
+    """(candidate, similarity, pair prediction) of the candidates that pass `agrees_geometrically`:
+    the pair detector decides on those alone (the query is described only when one passes)."""
+    described = None
+    answers = []
+    for candidate, similarity in candidates:
+        if not agrees_geometrically(candidate):
+            continue
+        described = detector.describe(panel) if described is None else described
+        try:
+            answers.append((candidate, similarity, verify(detector, described, candidate, threshold)))
+        except (ImageReadError, OSError) as error:
+            log.warning("indexed panel %s is unreadable now: %s", candidate["path"], error)
+    return answers
 
 
 def query_panel_rows(
@@ -125,14 +216,8 @@ def query_panel_rows(
     candidates = retrieve(
         store, panel, int(cfg.top_k), query["source_id"], query["path"], str(cfg.get("exclude_same", "path"))
     )
-    described = detector.describe(panel)
     rows = []
-    for candidate, similarity in candidates:
-        try:
-            found = verify(detector, described, candidate, threshold)
-        except (ImageReadError, OSError) as error:
-            log.warning("indexed panel %s is unreadable now: %s", candidate["path"], error)
-            continue
+    for candidate, similarity, found in verify_candidates(detector, panel, candidates, threshold):
         if not found.duplicated:
             continue
         row = {
@@ -166,7 +251,7 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         raise ValueError(
             f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
         )
-    store = open_index(cfg.index, cfg.get("descriptor"))
+    store = open_index(cfg.index, cfg.get("descriptor"), cfg.get("index_gpu", "auto"))
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)
     masks_dir = None
@@ -176,7 +261,13 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
     columns = list(INDEX_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
     counts = {"queries": 0, "panels": 0, "matches": 0, "errors": 0}
     log.info(
-        "searching %s (%d panels, %s) for %s -> %s", cfg.index, store.n_panels, store.index_type, cfg.input, output
+        "searching %s (%d panels, %s%s) for %s -> %s",
+        cfg.index,
+        store.n_panels,
+        store.index_type,
+        " on GPU" if store.on_gpu else "",
+        cfg.input,
+        output,
     )
     started = time.perf_counter()
     with ResultWriter(output, columns) as writer:

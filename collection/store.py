@@ -1,8 +1,9 @@
 """An index directory: FAISS vectors, a SQLite table of panels and files, and the build lock.
 
     <index>/meta.json        format version, descriptor name, dimension (checked on every open)
-    <index>/panels.sqlite    panels (id, path, box, source_id), files (path, size, mtime, status,
-                             error) and state (which vectors file holds the committed vectors)
+    <index>/panels.sqlite    panels (id, path, box, source_id, n_vectors, points: the stored keypoints'
+                             positions, 2 B each, for the geometric check of `query`), files (path,
+                             size, mtime, status, error) and state (which vectors file is committed)
     <index>/vectors-N.faiss  the FAISS index of the committed panels
     <index>/codebook.npy     the descriptor's own data, when it has some (pooled_sift)
     <index>/build.lock       held (flock) by the one build writing the index
@@ -12,15 +13,17 @@ file, then one SQLite transaction records the new panels, their files and the ne
 build killed at any point leaves the last commit intact; rerun, it skips the committed files.
 
 Index type by size (vectors; a panel has up to 64 with `local_sift`, 10 with the regional ones):
-`flat` (exact, `IDMap2,Flat`) up to `FLAT_MAX`; above, `ivf_pq` (`IVF<nlist>,PQ<m>`, nlist about
-4 sqrt(n), m = dim / 4 one-byte codes, `nprobe` 32), trained on the vectors at hand when the flat
-index outgrows its limit. `index_type=ivf` (`IVF<nlist>,Flat`) trades memory for exact distances.
+`flat` (exact, `IDMap2,Flat`) up to `FLAT_MAX`; `ivf` (`IVF<nlist>,SQ8`, 8-bit scalar codes) up to
+`IVF_MAX`; above, `ivf_pq` (`IVF<nlist>,PQ<dim / 4>`); nlist about sqrt(n), `nprobe` 32. The
+inverted lists are trained on the vectors at hand when the flat index outgrows its limit.
+`on_search_device` moves an index to the GPUs for searching (faiss-gpu), when asked and present.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -31,12 +34,15 @@ import numpy as np
 
 from collection.descriptors import SLOTS
 
-FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2  # 2: keypoint positions in the panel table (format 1 had none)
 FLAT_MAX = 20_000  # vectors (about 300 panels of local_sift): exact search is cheap up to here
 IVF_MAX = 2_000_000  # vectors (about 30,000 panels): 8-bit scalar codes; above, product quantization
 TRAIN_PER_LIST = 40  # training vectors per inverted list (FAISS warns below 39)
 NPROBE = 32
 INDEX_TYPES = ("auto", "flat", "ivf", "ivf_pq")
+GPU_CHOICES = ("auto", "true", "false")
 
 
 class IndexRefused(ValueError):
@@ -53,6 +59,33 @@ def faiss_module() -> Any:
     except ImportError:
         raise IndexRefused("collection search needs FAISS: pip install faiss-cpu (extra `index`)") from None
     return faiss
+
+
+def on_search_device(index: Any, gpu: str | bool = "auto") -> tuple[Any, bool]:
+    """(index to search, on GPU): `gpu=auto` moves it to every GPU FAISS sees (a faiss-gpu build)
+    and keeps it on the CPU when there is none; `true` requires one; `false` stays on the CPU."""
+    choice = str(gpu).lower()
+    if choice not in GPU_CHOICES:
+        raise ValueError(f"index_gpu must be one of {', '.join(GPU_CHOICES)}, got {gpu!r}")
+    faiss = faiss_module()
+    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if choice == "false" or (choice == "auto" and gpus == 0) or index is None:
+        return index, False
+    if gpus == 0:
+        raise IndexRefused(
+            "index_gpu=true but FAISS sees no GPU: install faiss-gpu on a machine with a CUDA GPU, "
+            "or search on the CPU with index_gpu=auto or false"
+        )
+    try:
+        moved = faiss.index_cpu_to_all_gpus(index)
+    except RuntimeError as error:
+        if choice == "true":
+            raise IndexRefused(f"FAISS could not move this index to the GPU: {error}") from None
+        log.warning("searching on the CPU: FAISS could not move this index to the GPU (%s)", error)
+        return index, False
+    if hasattr(index, "nprobe"):
+        faiss.GpuParameterSpace().set_index_parameter(moved, "nprobe", index.nprobe)
+    return moved, True
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -100,18 +133,19 @@ class PanelStore:
         self.db = sqlite3.connect(self.directory / "panels.sqlite", timeout=60)
         self.db.executescript(
             "CREATE TABLE IF NOT EXISTS panels (id INTEGER PRIMARY KEY, path TEXT, box TEXT, source_id TEXT,"
-            " n_vectors INTEGER);"
+            " n_vectors INTEGER, points BLOB);"
             "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, status TEXT,"
             " error TEXT, panels INTEGER);"
             "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);"
         )
         self.index = self.load_index()
-        self.pending: list[tuple[int, str, str, str, int]] = []
+        self.pending: list[tuple[int, str, str, str, int, bytes]] = []
         self.pending_files: list[tuple[str, int, float, str, str, int]] = []
         self.forgotten: list[int] = []
         self.expected_vectors = 0  # set by a build: how large the index is about to grow
         self.next_id = (self.db.execute("SELECT MAX(id) FROM panels").fetchone()[0] or -1) + 1
         self._lock: Any = None
+        self.on_gpu = False  # set by `on_search_device` when querying
 
     def check_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
         if meta.get("format_version") != FORMAT_VERSION:
@@ -176,10 +210,10 @@ class PanelStore:
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            for pid, path, box, source in self.db.execute(
-                f"SELECT id, path, box, source_id FROM panels WHERE id IN ({marks})", chunk
+            for pid, path, box, source, points in self.db.execute(
+                f"SELECT id, path, box, source_id, points FROM panels WHERE id IN ({marks})", chunk
             ):
-                rows[pid] = {"id": pid, "path": path, "box": json.loads(box), "source_id": source}
+                rows[pid] = {"id": pid, "path": path, "box": json.loads(box), "source_id": source, "points": points}
         return rows
 
     @property
@@ -190,20 +224,23 @@ class PanelStore:
     def index_type(self) -> str:
         return getattr(self, "_new_type", None) or self.state("index_type", "none") or "none"
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(similarities, panel ids) of each vector's k nearest; -1 where fewer exist."""
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(similarities, panel ids, rows within the panel) of each vector's k nearest; -1 where fewer exist."""
         if self.index is None or self.index.ntotal == 0:
             empty = np.full((len(vectors), k), -1, np.int64)
-            return np.zeros((len(vectors), k), np.float32), empty
+            return np.zeros((len(vectors), k), np.float32), empty, empty
         sims, ids = self.index.search(np.ascontiguousarray(vectors, np.float32), k)
-        return sims, np.where(ids >= 0, ids // SLOTS, -1)
+        return sims, np.where(ids >= 0, ids // SLOTS, -1), np.where(ids >= 0, ids % SLOTS, -1)
 
     # --- writing (under the lock) ---------------------------------------------------------------
-    def add_panel(self, path: str, box: tuple[int, int, int, int], source_id: str, vectors: np.ndarray) -> int:
+    def add_panel(
+        self, path: str, box: tuple[int, int, int, int], source_id: str, vectors: np.ndarray, points: bytes = b""
+    ) -> int:
+        """A panel's vectors (ids panel id * SLOTS + row) and, when the descriptor has them, their positions."""
         panel_id = self.next_id
         self.next_id += 1
         vectors = np.asarray(vectors, np.float32)[:SLOTS]
-        self.pending.append((panel_id, path, json.dumps(list(box)), source_id, len(vectors)))
+        self.pending.append((panel_id, path, json.dumps(list(box)), source_id, len(vectors), points))
         if len(vectors):
             self.add_vectors(vectors, panel_id * SLOTS + np.arange(len(vectors), dtype=np.int64))
         return panel_id
@@ -269,7 +306,7 @@ class PanelStore:
             os.replace(temporary, self.directory / name)
         with self.db:
             self.db.executemany("DELETE FROM panels WHERE id = ?", [(pid,) for pid in self.forgotten])
-            self.db.executemany("INSERT INTO panels VALUES (?, ?, ?, ?, ?)", self.pending)
+            self.db.executemany("INSERT INTO panels VALUES (?, ?, ?, ?, ?, ?)", self.pending)
             self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)", self.pending_files)
             if self.index is not None:
                 values = {"vectors_file": name, "generation": str(generation)}

@@ -51,8 +51,8 @@ def test_adding_a_folder_later_describes_only_the_new_panels(tmp_path, tiles, mo
     first = build_index(tmp_path / "collection", tmp_path / "index")
     write_panels(tmp_path / "collection", tiles[8:], start=8)
     calls = []
-    original = LocalSift.describe
-    monkeypatch.setattr(LocalSift, "describe", lambda self, image: calls.append(1) or original(self, image))
+    original = LocalSift.describe_located
+    monkeypatch.setattr(LocalSift, "describe_located", lambda self, image: calls.append(1) or original(self, image))
     second = build_index(tmp_path / "collection", tmp_path / "index")
     assert first["panels"] == 8
     assert second["panels"] == len(calls) == 8
@@ -67,7 +67,7 @@ def test_adding_a_folder_later_describes_only_the_new_panels(tmp_path, tiles, mo
 
 def test_a_killed_build_resumes_from_its_last_commit(tmp_path, tiles, monkeypatch):
     write_panels(tmp_path / "collection", tiles)
-    original = LocalSift.describe
+    original = LocalSift.describe_located
     calls = []
 
     def dies_on_the_eleventh(self, image):
@@ -76,7 +76,7 @@ def test_a_killed_build_resumes_from_its_last_commit(tmp_path, tiles, monkeypatc
             raise KeyboardInterrupt
         return original(self, image)
 
-    monkeypatch.setattr(LocalSift, "describe", dies_on_the_eleventh)
+    monkeypatch.setattr(LocalSift, "describe_located", dies_on_the_eleventh)
     with pytest.raises(KeyboardInterrupt):
         build_index(tmp_path / "collection", tmp_path / "index", commit_every=4)
     store = open_index(tmp_path / "index")

@@ -1,0 +1,116 @@
+"""Verifying retrieved candidates: the cheap geometric check prunes, the pair detector decides; GPU choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+
+from collection.build import build_index  # noqa: E402
+from collection.query import agrees_geometrically, open_index, retrieve, verify_candidates  # noqa: E402
+from collection.store import IndexRefused, on_search_device  # noqa: E402
+from datamodules.io import read_image, write_image  # noqa: E402
+from synthesis.collection import planted_copy, texture_panel  # noqa: E402
+
+
+class RecordingDetector:
+    """Stands in for the pair detector: records what it is asked, says every pair is duplicated."""
+
+    def __init__(self) -> None:
+        self.described: list[tuple[int, ...]] = []
+        self.asked: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def describe(self, image: np.ndarray) -> tuple[int, ...]:
+        self.described.append(image.shape)
+        return image.shape
+
+    def predict_pair(self, panel_a, panel_b, threshold: float) -> SimpleNamespace:
+        self.asked.append((panel_a, panel_b))
+        return SimpleNamespace(score=1.0, duplicated=True)
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory) -> dict:
+    """Twelve generated textures (two reviews) indexed, and a mirrored 40 % crop of one of them."""
+    root = tmp_path_factory.mktemp("verification")
+    rng = np.random.default_rng(7)
+    paths = []
+    for number in range(12):
+        paths.append(root / "collection" / f"review{number % 2}" / f"panel{number:02d}.png")
+        write_image(paths[-1], texture_panel(rng, 192))
+    build_index(root / "collection", root / "index")
+    copy = planted_copy(read_image(paths[5]), np.random.default_rng(3), "vflip", min_area=0.4)
+    return {"root": root, "source": str(paths[5]), "copy": copy.image}
+
+
+def test_a_planted_copy_passes_the_geometric_check_and_reaches_the_pair_detector(collection):
+    store = open_index(collection["root"] / "index")
+    candidates = retrieve(store, collection["copy"], top_k=5, exclude_same="none")
+    source = next(c for c, _ in candidates if c["path"] == collection["source"])
+    assert len(source["correspondences"]["query"]) == len(source["correspondences"]["panel"]) >= 4
+    assert agrees_geometrically(source)
+    detector = RecordingDetector()
+    verified = verify_candidates(detector, collection["copy"], candidates, threshold=0.5)
+    assert collection["source"] in [c["path"] for c, _, _ in verified]
+    assert len(detector.described) == len(verified) + 1  # the query once, then each checked candidate
+
+
+def test_a_candidate_failing_the_geometric_check_never_reaches_the_pair_detector(collection):
+    store = open_index(collection["root"] / "index")
+    candidates = retrieve(store, collection["copy"], top_k=5, exclude_same="none")
+    source, similarity = next((c, s) for c, s in candidates if c["path"] == collection["source"])
+    pairs = source["correspondences"]
+    scrambled = {**pairs, "panel": np.random.default_rng(0).uniform(0, 256, pairs["panel"].shape).astype(np.float32)}
+    assert not agrees_geometrically({**source, "correspondences": scrambled})
+    detector = RecordingDetector()
+    assert verify_candidates(detector, collection["copy"], [({**source, "correspondences": scrambled}, 9.0)], 0.5) == []
+    assert detector.asked == [] and detector.described == []  # nothing passed: not even the query is described
+    assert len(verify_candidates(detector, collection["copy"], [(source, similarity)], 0.5)) == 1
+
+
+def test_an_index_without_keypoint_positions_is_refused_with_what_to_do(collection, tmp_path):
+    old = tmp_path / "old_index"
+    build_index(collection["root"] / "collection", old)
+    meta = old / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format_version": 1}))
+    with pytest.raises(IndexRefused, match="built with index format 1, this toolkit reads format 2: rebuild it"):
+        open_index(old)
+
+
+def test_gpu_auto_searches_on_the_cpu_when_faiss_sees_no_gpu(collection, monkeypatch):
+    import faiss
+
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)
+    store = open_index(collection["root"] / "index", gpu="auto")
+    assert store.on_gpu is False and type(store.index).__name__.startswith("Index")
+    assert retrieve(store, collection["copy"], top_k=1, exclude_same="none")[0][0]["path"] == collection["source"]
+
+
+def test_gpu_true_without_a_gpu_fails_with_what_to_do(collection, monkeypatch):
+    import faiss
+
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)
+    with pytest.raises(IndexRefused, match="index_gpu=true but FAISS sees no GPU: install faiss-gpu"):
+        open_index(collection["root"] / "index", gpu=True)
+    with pytest.raises(ValueError, match="index_gpu must be one of auto, true, false"):
+        on_search_device(None, "cuda")
+
+
+def test_two_describing_processes_build_the_same_index_as_one(collection, tmp_path):
+    one = build_index(collection["root"] / "collection", tmp_path / "one", commit_every=5)
+    two = build_index(collection["root"] / "collection", tmp_path / "two", commit_every=5, workers=2)
+    assert (one["panels"], one["total_panels"]) == (two["panels"], two["total_panels"]) == (12, 12)
+    rows = {}
+    for name in ("one", "two"):
+        store = open_index(tmp_path / name)
+        rows[name] = store.db.execute("SELECT id, path, n_vectors, points FROM panels ORDER BY id").fetchall()
+        vectors = store.index.index.reconstruct_n(0, store.index.ntotal)
+        rows[name].append(np.round(vectors, 5).tobytes())
+    assert rows["one"] == rows["two"]
+    assert all(len(points) == 2 * n_vectors > 0 for _, _, n_vectors, points in rows["one"][:-1])
+    assert Path(rows["two"][0][1]).is_file()
