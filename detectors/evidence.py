@@ -103,16 +103,15 @@ class EvidenceMaps(nn.Module):
         ):
             return self.compute(image).to(image.dtype)
         keys = [pixel_key(single) for single in image]
-        missing = [i for i, key in enumerate(keys) if key not in self.cache]
-        if missing:
-            computed = self.compute(image[missing]).cpu()
-            for i, maps in zip(missing, computed):
-                self.remember(keys[i], maps)
-        found = []
-        for key in keys:
+        found = {key: self.cache[key] for key in keys if key in self.cache}
+        for key in found:
             self.cache.move_to_end(key)
-            found.append(self.cache[key])
-        return torch.stack(found).to(image.device, image.dtype)
+        missing = [i for i, key in enumerate(keys) if key not in found]
+        if missing:  # kept here too: a cache smaller than the batch may drop them at once
+            for i, maps in zip(missing, self.compute(image[missing]).cpu()):
+                found[keys[i]] = maps
+                self.remember(keys[i], maps)
+        return torch.stack([found[key] for key in keys]).to(image.device, image.dtype)
 
     def remember(self, key: bytes, maps: torch.Tensor) -> None:
         size = maps.numel() * maps.element_size()

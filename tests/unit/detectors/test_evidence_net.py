@@ -63,6 +63,17 @@ def test_the_cache_holds_at_most_cache_mb_and_drops_the_oldest_maps():
     assert net.maps.computed == 5  # the oldest was dropped
 
 
+def test_a_batch_larger_than_the_cache_still_gets_every_image_its_own_maps():
+    one_image = 64 * 80 * 4
+    small = create_detector("evidence_tiny", [*NOISE_ONLY, f"net.cache_mb={1.5 * one_image / 2**20}"]).eval()
+    uncached = create_detector("evidence_tiny", [*NOISE_ONLY, "net.cache_mb=0"]).eval()
+    uncached.load_state_dict(small.state_dict())
+    images = torch.rand(3, 3, 64, 80)
+    with torch.no_grad():
+        torch.testing.assert_close(small(images)["mask_logit"], uncached(images)["mask_logit"])
+    assert len(small.maps.cache) == 1
+
+
 def test_the_evidence_channels_change_the_map_and_receive_gradient(monkeypatch):
     torch.manual_seed(0)
     net = create_detector("evidence_tiny", [*NOISE_ONLY, "net.cache_mb=0"]).eval()
