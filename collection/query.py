@@ -94,16 +94,16 @@ def retrieve(
     if not len(vectors):
         return []
     sims, ids, slots = store.search(vectors, NEIGHBOURS if votes else 4 * top_k + 40)
-    scores: dict[int, float] = defaultdict(float)
+    scores: dict[int, float] = {}
     pairs: dict[int, list[tuple[int, int, float]]] = defaultdict(list)  # panel -> (query row, panel row, sim)
     if votes:
         for row, (row_sims, row_ids, row_slots) in enumerate(zip(sims, ids, slots)):
             near = (row_sims >= VOTE_SIMILARITY) & (row_ids >= 0)
-            for pid in set(row_ids[near].tolist()):
-                scores[pid] += 1.0
             for pid, slot, sim in zip(row_ids[near].tolist(), row_slots[near].tolist(), row_sims[near].tolist()):
                 pairs[pid].append((row, slot, sim))
-        scores = {pid: count for pid, count in scores.items() if count >= MIN_VOTES}
+        # a panel's votes: the query keypoints with a near neighbour in it
+        votes_of = {pid: len({row for row, _, _ in found}) for pid, found in pairs.items()}
+        scores = {pid: float(count) for pid, count in votes_of.items() if count >= MIN_VOTES}
     else:
         for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
             if pid >= 0 and sim > scores.get(pid, -2.0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -147,11 +148,15 @@ class SameSizeBatches(Sampler[list[int]]):
     def __init__(self, sizes: Sequence[Any], batch_size: int, shuffle: bool) -> None:
         self.sizes, self.batch_size, self.shuffle = list(sizes), int(batch_size), bool(shuffle)
 
+    def group(self, index: int) -> Any:
+        """The size an image is batched by; an unreadable image (size None) gets a batch of its own."""
+        return self.sizes[index] or ("unread", index)
+
     def batches(self) -> list[list[int]]:
         order = torch.randperm(len(self.sizes)).tolist() if self.shuffle else range(len(self.sizes))
         groups: dict[Any, list[int]] = {}
-        for index in order:  # an unreadable image (size None) gets a batch of its own
-            groups.setdefault(self.sizes[index] or ("unread", index), []).append(index)
+        for index in order:
+            groups.setdefault(self.group(index), []).append(index)
         batches = [g[k : k + self.batch_size] for g in groups.values() for k in range(0, len(g), self.batch_size)]
         if self.shuffle:
             batches = [batches[i] for i in torch.randperm(len(batches)).tolist()]
@@ -161,7 +166,5 @@ class SameSizeBatches(Sampler[list[int]]):
         return iter(self.batches())
 
     def __len__(self) -> int:  # the count per size does not depend on the order (and draws nothing)
-        counts: dict[Any, int] = {}
-        for index, size in enumerate(self.sizes):
-            counts[size or ("unread", index)] = counts.get(size or ("unread", index), 0) + 1
+        counts = Counter(self.group(index) for index in range(len(self.sizes)))
         return sum(-(-count // self.batch_size) for count in counts.values())
