@@ -41,6 +41,7 @@ FLAT_MAX = 20_000  # vectors (about 300 panels of local_sift): exact search is c
 IVF_MAX = 2_000_000  # vectors (about 30,000 panels): 8-bit scalar codes; above, product quantization
 TRAIN_PER_LIST = 40  # training vectors per inverted list (FAISS warns below 39)
 NPROBE = 32
+ADD_BATCH = 65_536  # vectors handed to FAISS at once: one add per panel costs more in OpenMP's waits than in work
 INDEX_TYPES = ("auto", "flat", "ivf", "ivf_pq")
 GPU_CHOICES = ("auto", "true", "false")
 
@@ -142,6 +143,8 @@ class PanelStore:
         self.pending: list[tuple[int, str, str, str, int, bytes]] = []
         self.pending_files: list[tuple[str, int, float, str, str, int]] = []
         self.forgotten: list[int] = []
+        self.waiting: list[tuple[np.ndarray, np.ndarray]] = []  # (vectors, ids) not yet in the FAISS index
+        self.waiting_vectors = 0
         self.expected_vectors = 0  # set by a build: how large the index is about to grow
         self.next_id = (self.db.execute("SELECT MAX(id) FROM panels").fetchone()[0] or -1) + 1
         self._lock: Any = None
@@ -242,11 +245,22 @@ class PanelStore:
         vectors = np.asarray(vectors, np.float32)[:SLOTS]
         self.pending.append((panel_id, path, json.dumps(list(box)), source_id, len(vectors), points))
         if len(vectors):
-            self.add_vectors(vectors, panel_id * SLOTS + np.arange(len(vectors), dtype=np.int64))
+            self.waiting.append((vectors, panel_id * SLOTS + np.arange(len(vectors), dtype=np.int64)))
+            self.waiting_vectors += len(vectors)
+            if self.waiting_vectors >= ADD_BATCH:
+                self.add_waiting()
         return panel_id
+
+    def add_waiting(self) -> None:
+        """Hand the panels' vectors gathered since the last call to FAISS in one add."""
+        if self.waiting:
+            vectors, ids = (np.concatenate(parts) for parts in zip(*self.waiting))
+            self.waiting, self.waiting_vectors = [], 0
+            self.add_vectors(vectors, ids)
 
     def forget(self, path: str) -> None:
         """Drop a changed file's panels: their vectors now, their rows at the next commit."""
+        self.add_waiting()
         ids = [pid for (pid,) in self.db.execute("SELECT id FROM panels WHERE path = ?", (path,))]
         if ids and self.index is not None:
             vector_ids = np.concatenate([pid * SLOTS + np.arange(SLOTS, dtype=np.int64) for pid in ids])
@@ -294,6 +308,7 @@ class PanelStore:
 
     def commit(self) -> None:
         """Write the vectors to a new file, then switch to it and record the panels in one transaction."""
+        self.add_waiting()
         if not self.pending and not self.pending_files and not self.forgotten:
             return
         faiss = faiss_module()

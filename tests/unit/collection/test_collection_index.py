@@ -90,6 +90,25 @@ def test_a_killed_build_resumes_from_its_last_commit(tmp_path, tiles, monkeypatc
     assert len(list((tmp_path / "index").glob("vectors-*.faiss"))) == 1
 
 
+@pytest.mark.parametrize("batch", [100, 1_000_000])
+def test_panels_vectors_reach_faiss_in_batches_and_every_committed_one_is_there(tmp_path, tiles, monkeypatch, batch):
+    import collection.store
+
+    monkeypatch.setattr(collection.store, "ADD_BATCH", batch)
+    adds = []
+    original = collection.store.PanelStore.add_vectors
+    counted = lambda self, vectors, ids, *rest: adds.append(len(vectors)) or original(self, vectors, ids, *rest)  # noqa: E731
+    monkeypatch.setattr(collection.store.PanelStore, "add_vectors", counted)
+    write_panels(tmp_path / "collection", tiles)
+    build_index(tmp_path / "collection", tmp_path / "index", commit_every=8)
+    store = open_index(tmp_path / "index")
+    stored = store.db.execute("SELECT SUM(n_vectors) FROM panels").fetchone()[0]
+    assert store.index.ntotal == stored == sum(adds)
+    assert len(adds) <= stored // batch + 2 < len(tiles)  # per full batch or commit (two), not per panel
+    found = retrieve(store, read_image(tmp_path / "collection" / "review1" / "panel15.png"), top_k=1)
+    assert found[0][0]["path"].endswith("panel15.png")  # the last panel, added by the final commit
+
+
 def test_a_second_build_cannot_take_the_lock(tmp_path, tiles):
     write_panels(tmp_path / "collection", tiles[:2])
     build_index(tmp_path / "collection", tmp_path / "index")
