@@ -152,6 +152,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="keep the images here, for the next run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         folder = Path(tmp)
         start = time.perf_counter()
