@@ -65,18 +65,30 @@ def test_a_block_is_never_matched_with_one_of_its_own_neighbourhood():
     assert np.all(np.linalg.norm(points[rows] - points[cols], axis=1) >= 20.0)
 
 
-def test_a_turned_rescaled_copy_in_a_smooth_image_is_found_by_the_dense_fallback_and_marked():
+def turned_copy_in_smooth_image():
+    """A smooth image with an ellipse copied, turned by 20 degrees and enlarged by 1.1."""
     object_mask = np.zeros((256, 256), np.uint8)
     cv2.ellipse(object_mask, (72, 72), (52, 40), 0, 0, 360, 1, -1)
-    forged = copy_move(
-        smooth_field(2), np.random.default_rng(0), object_mask=object_mask > 0, scale=(1.1, 1.1), rotation=(20, 20)
-    )
+    rng = np.random.default_rng(0)
+    return copy_move(smooth_field(2), rng, object_mask=object_mask > 0, scale=(1.1, 1.1), rotation=(20, 20))
+
+
+def test_a_turned_rescaled_copy_in_a_smooth_image_is_found_by_the_dense_fallback_and_marked():
+    forged = turned_copy_in_smooth_image()
     _, keypoint_logits, keypoints_only = SelfMatchLocalizer(max_side=256, dense_min_inliers=0).locate(forged.image)
     assert keypoints_only.matrix is None and not (keypoint_logits > 0).any()  # SIFT alone finds nothing
     logit, logits, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
     assert found.method == "dense" and logit > 0
     assert f1(logits > 0, forged.mask) > 0.6
     assert f1(found.source & ~found.target, forged.mask) < 0.1  # the source is not marked as the copy
+
+
+def test_a_dense_match_is_kept_only_when_resampling_reproduces_the_copy_to_the_set_residual():
+    forged = turned_copy_in_smooth_image()
+    _, _, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
+    assert found.method == "dense" and 0 < found.residual <= 1.0
+    _, logits, strict = SelfMatchLocalizer(max_side=256, dense_max_residual=found.residual / 2).locate(forged.image)
+    assert strict.matrix is None and not (logits > 0).any() and "resampling" in strict.reason
 
 
 @pytest.mark.parametrize("seed", [0, 1, 3])
