@@ -129,3 +129,52 @@ def test_flat_pixels_join_a_copy_only_inside_its_hull_and_where_the_partner_repe
     assert not filled[25, 50]  # outside the hull
     assert not filled[42, 30]  # inside the hull, but its partner is 80 levels darker
     assert not fill_flat_in_hull(gray, np.zeros_like(region), shift_right).any()
+
+
+def c_shaped_copy() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(image, mask of both boxes, map from one onto the other): a box whose texture forms a C
+    around a flat inside of the background's level, pasted 120 px to the right, whole (a pure
+    shift: nothing tells the copy from its source, so both are marked)."""
+    rng = np.random.default_rng(0)
+    image = np.full((200, 256), 90.0, np.float32)
+    texture = rng.normal(90, 40, (60, 60)).astype(np.float32)
+    texture[15:45, 15:60] = 90.0  # the C opens to the right
+    image[70:130, 20:80] = texture
+    image[70:130, 140:200] = texture
+    mask = np.zeros(image.shape, bool)
+    mask[70:130, 140:200] = mask[70:130, 20:80] = True
+    shift = np.array([[1.0, 0.0, 120.0], [0.0, 1.0, 0.0]])
+    return np.repeat(np.clip(image, 0, 255).astype(np.uint8)[..., None], 3, axis=2), mask, shift
+
+
+def test_the_flat_inside_of_a_copy_left_open_by_its_texture_is_filled_into_the_copy():
+    from detectors.matching import describe_panel
+    from detectors.pair_matching import self_match_regions
+
+    image, mask, shift = c_shaped_copy()
+    panel = describe_panel(image, max_side=256)
+    filled = self_match_regions(panel, shift, 50, gap=12.8)
+    seeded = self_match_regions(panel, shift, 50, gap=12.8, fill_hull=False)
+    recall = lambda found: (found.target & mask).sum() / mask.sum()  # noqa: E731
+    assert recall(filled) > 0.9 and recall(seeded) < 0.85
+    outside = lambda found: (found.target & ~mask).sum()  # noqa: E731
+    assert outside(filled) - outside(seeded) < 0.1 * mask.sum()  # the flat background around stays out
+
+
+def test_the_dense_fallback_never_reports_a_pure_shift(monkeypatch):
+    """Rendered content (bars, lanes, letters) repeats exactly by pure shifts; a pasted copy that was
+    only shifted is left to the keypoints."""
+    import detectors.duplication as duplication
+
+    image, mask, shift = c_shaped_copy()
+    monkeypatch.setattr(duplication, "dense_self_match", lambda *args, **kwargs: (shift, 500))
+    monkeypatch.setattr(duplication, "match_self", lambda *args, **kwargs: missed_copy(image.shape[:2]))
+    _, logits, found = SelfMatchLocalizer(max_side=256).locate(image)
+    assert found.matrix is None and "pure shift" in found.reason and not (logits > 0).any()
+
+
+def missed_copy(shape: tuple[int, int]):
+    from detectors.pair_matching import SelfMatch
+
+    empty = np.zeros(shape, bool)
+    return SelfMatch(None, 0, empty, empty, False, "no consistent self-matches", "none")
