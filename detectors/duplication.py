@@ -238,6 +238,8 @@ class SelfMatchLocalizer(Localizer):
 
     A match whose two copies overlap by more than `max_copy_overlap` of the smaller is a repeated
     structure matching itself one period away (lines of text, a brick wall), not a copy: dropped.
+    So is a match whose copy its resampled source reproduces only to more than `max_copy_residual`
+    grey levels (median): look-alike content, such as the same words typeset twice.
     Where SIFT finds no consistent self-matches, `dense_min_inliers` > 0 tries the dense block
     fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
     `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
@@ -261,6 +263,7 @@ class SelfMatchLocalizer(Localizer):
         image_score: str = "head",
         confidence: float = 6.0,
         max_copy_overlap: float = 0.5,
+        max_copy_residual: float = 4.0,
         dense_min_inliers: int = 30,
         dense_radius: int = 6,
         dense_grid: int = 96,
@@ -269,6 +272,7 @@ class SelfMatchLocalizer(Localizer):
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
+        self.max_copy_residual = float(max_copy_residual)
         self.dense_radius, self.dense_grid = int(dense_radius), int(dense_grid)
         self.dense_min_distance, self.dense_max_residual = float(dense_min_distance), float(dense_max_residual)
         if mark not in ("target", "both"):
@@ -290,6 +294,8 @@ class SelfMatchLocalizer(Localizer):
             found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
         if found.matrix is not None and found.overlap > self.max_copy_overlap:
             found = missed(found, "the copies overlap: a repeated structure")
+        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.max_copy_residual:
+            found = missed(found, "the copy is not its source resampled: look-alike content")
         if found.matrix is None and self.dense_min_inliers > 0:
             found = self.dense_fallback(panel, found)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)

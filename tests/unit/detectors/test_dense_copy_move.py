@@ -179,3 +179,17 @@ def missed_copy(shape: tuple[int, int]):
 
     empty = np.zeros(shape, bool)
     return SelfMatch(None, 0, empty, empty, False, "no consistent self-matches", "none")
+
+
+@pytest.mark.parametrize(("residual", "marked"), [(1.0, True), (4.0, True), (9.0, False)])
+def test_a_self_match_is_kept_only_when_its_copy_is_its_source_resampled(monkeypatch, residual, marked):
+    """The same words typeset twice match by keypoints, but no resampling of one reproduces the
+    other: a copy whose median residual exceeds `max_copy_residual` (4 grey levels) is dropped."""
+    import detectors.duplication as duplication
+    from detectors.pair_matching import SelfMatch
+
+    image, mask, shift = c_shaped_copy()
+    found = SelfMatch(shift, 40, mask, mask, False, residual=residual)
+    monkeypatch.setattr(duplication, "match_self", lambda *args, **kwargs: found)
+    _, logits, kept = SelfMatchLocalizer(max_side=256).locate(image)
+    assert (logits > 0).any() == marked and (kept.matrix is not None) == marked
