@@ -3,14 +3,16 @@
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m benchmarks.localization_table
         [--localizers noise_level splicebuster jpeg_ghost copy_move_selfmatch]
         [--learned seg_tiny mvss_tiny trufor_tiny] [--minutes 3] [--epochs 30]
-        [--kinds-per 8] [--output-dir outputs/localization_table] [--docs docs/training_free.md]
+        [--kinds-per 8] [--seed 0] [--output-dir outputs/localization_table] [--docs docs/training_free.md]
 
 1. Generates (once, a few minutes) copy-move (scaled 0.8-1.25 x and rotated up to 30 degrees,
    bilinear), splicing (feathered objects from other photos, each donor first processed by JPEG 75,
    area downscaling to 0.5 or a blur) and inpainting (OpenCV's Telea or Navier-Stokes) from the
    bundled photographs and from genuine images of the users' kinds (`synthesis.genuine_kinds`), at
    most 256 px; splits drawn by source photo (50 / 20 / 30 %), so a photo's genuine panels and all
-   its forgeries share one split.
+   its forgeries share one split. `--seed` draws another set (a fresh test split once levers were
+   chosen on one already seen) and `--kinds-per` more sources per kind; each set has its own folder
+   (`data_folder`).
 2. Scores every validation and test image with each localizer, whole, as `infer.py` does; the
    training-free ones have nothing to train. `--learned` configs are first trained by `train.py` on
    the train split for at most `--minutes` (`benchmarks.localization_quality.train`; a finished run
@@ -90,6 +92,14 @@ def dataset_spec(kinds_per: int = 8, crops_per_photo: int = 2, seed: int = 0) ->
         },
         "genuine_kinds": {kind: kinds_per for kind in GENUINE_KINDS} if kinds_per else {},
     }
+
+
+def data_folder(output_dir: Path, kinds_per: int = 8, crops_per_photo: int = 2, seed: int = 0) -> Path:
+    """The generated set's folder: `data` for the default set, else one named after what differs,
+    so a set drawn with another seed or size is never mistaken for one already there."""
+    if (kinds_per, crops_per_photo, seed) == (8, 2, 0):
+        return output_dir / "data"
+    return output_dir / f"data_seed{seed}_kinds{kinds_per}_crops{crops_per_photo}"
 
 
 def kind_group(category: str | None) -> str:
@@ -244,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--kinds-per", type=int, default=8, help="sources of every genuine kind (0: photos only)")
     parser.add_argument("--crops-per-photo", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="draws the generated set (and its splits)")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_table")
     parser.add_argument("--docs", type=Path, default=None, help="also write the tables into this file")
     args = parser.parse_args(argv)
@@ -251,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for spec in [*args.localizers, *args.learned]:
         parse_variant(spec)  # fail on a typo before generating anything
-    manifest = make_data(args.output_dir / "data", dataset_spec(args.kinds_per, args.crops_per_photo))
+    spec = dataset_spec(args.kinds_per, args.crops_per_photo, args.seed)
+    manifest = make_data(data_folder(args.output_dir, args.kinds_per, args.crops_per_photo, args.seed), spec)
     records = [r for r in read_layout(manifest.parent, "auto") if r.label == 0 or (r.group in OPERATIONS and r.mask)]
     val, test = [r for r in records if r.split == "val"], [r for r in records if r.split == "test"]
     nets: dict[str, Callable[[], torch.nn.Module]] = {n: (lambda n=n: create_detector(n)) for n in args.localizers}
@@ -270,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in budgets:
             results[name]["budget"] = budgets[name]
     summary = {
-        "spec": dataset_spec(args.kinds_per, args.crops_per_photo),
+        "spec": spec,
         "n_val": len(val),
         "n_test": len(test),
         "localizers": results,

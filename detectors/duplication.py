@@ -22,9 +22,18 @@ import torch
 
 from datamodules.preprocess import Preprocess
 from detectors.base import Detector
+from detectors.dense_copy_move import dense_self_match
 from detectors.localizer import Localizer
 from detectors.matching import Geometry, Panel, describe_panel
-from detectors.pair_matching import FEATURE_NAMES, PARAMETER_FEATURE_NAMES, PairMatch, match_pair, match_self
+from detectors.pair_matching import (
+    FEATURE_NAMES,
+    PARAMETER_FEATURE_NAMES,
+    PairMatch,
+    SelfMatch,
+    match_pair,
+    match_self,
+    self_match_regions,
+)
 from evaluation.protocols.duplication import cmo_set
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
@@ -225,7 +234,18 @@ class SelfMatchLocalizer(Localizer):
     probability 0.27, visible in saved maps, under the 0.5 cut) when the resampling trace tells
     which copy is which (`mark: target`); `mark: both` marks both copies as manipulated. A pure
     shift carries no such trace, so both copies are marked then. The image logit is the evidence:
-    inliers above `min_inliers`."""
+    inliers above `min_inliers`.
+
+    A match whose two copies overlap by more than `max_copy_overlap` of the smaller is a repeated
+    structure matching itself one period away (lines of text, a brick wall), not a copy: dropped.
+    So is a match whose copy its resampled source reproduces only to more than `max_copy_residual`
+    grey levels (median): look-alike content, such as the same words typeset twice.
+    Where SIFT finds no consistent self-matches, `dense_min_inliers` > 0 tries the dense block
+    fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
+    `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
+    content resembles itself everywhere, so its map is kept only with `dense_min_inliers` inlier
+    blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels, and a
+    turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts."""
 
     has_image_head = True
     fit_without_gradients = True
@@ -242,8 +262,19 @@ class SelfMatchLocalizer(Localizer):
         mark: str = "target",
         image_score: str = "head",
         confidence: float = 6.0,
+        max_copy_overlap: float = 0.5,
+        max_copy_residual: float = 4.0,
+        dense_min_inliers: int = 30,
+        dense_radius: int = 6,
+        dense_grid: int = 96,
+        dense_min_distance: float = 0.15,
+        dense_max_residual: float = 1.0,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
+        self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
+        self.max_copy_residual = float(max_copy_residual)
+        self.dense_radius, self.dense_grid = int(dense_radius), int(dense_grid)
+        self.dense_min_distance, self.dense_max_residual = float(dense_min_distance), float(dense_max_residual)
         if mark not in ("target", "both"):
             raise ValueError(f"mark must be target or both, got {mark!r}")
         self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
@@ -261,13 +292,38 @@ class SelfMatchLocalizer(Localizer):
             faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
             panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
             found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
+        if found.matrix is not None and found.overlap > self.max_copy_overlap:
+            found = missed(found, "the copies overlap: a repeated structure")
+        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.max_copy_residual:
+            found = missed(found, "the copy is not its source resampled: look-alike content")
+        if found.matrix is None and self.dense_min_inliers > 0:
+            found = self.dense_fallback(panel, found)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)
         if found.matrix is not None:
             marked_source = self.confidence if (self.mark == "both" or not found.ordered) else -1.0
             logits[found.source] = marked_source
             logits[found.target] = self.confidence
-        evidence = (found.n_inliers - self.min_inliers) / 2.0 if found.target.any() else -self.confidence
+        evidence = -self.confidence
+        if found.target.any():  # a dense match counts blocks: put them on the keypoints' scale
+            floor = self.dense_min_inliers if found.method == "dense" else self.min_inliers
+            evidence = (found.n_inliers - floor) / 2.0 * self.min_inliers / floor
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
+
+    def dense_fallback(self, panel: Any, keypoints: SelfMatch) -> SelfMatch:
+        """The dense block match of a panel whose keypoints found no copy (`keypoints` when it finds none)."""
+        gap = self.dense_min_distance * max(panel.shape)
+        threshold = max(2.0, 0.01 * max(panel.shape))
+        matrix, count = dense_self_match(panel, gap, threshold, self.dense_radius, self.dense_grid)
+        if matrix is None or count < self.dense_min_inliers:
+            return keypoints
+        if is_pure_shift(matrix):
+            return missed(keypoints, "dense match is a pure shift: a repeated structure")
+        found = self_match_regions(panel, matrix, count, gap, method="dense")
+        if not found.target.any() or found.residual > self.dense_max_residual:
+            return missed(keypoints, "dense match not reproduced by resampling")
+        if found.overlap > self.max_copy_overlap:
+            return missed(keypoints, "the copies overlap: a repeated structure")
+        return found
 
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         heads, maps = [], []
@@ -277,3 +333,19 @@ class SelfMatchLocalizer(Localizer):
             maps.append(torch.from_numpy(logits))
         mask_logit = torch.stack(maps)[:, None].to(image.device)
         return {"mask_logit": mask_logit, "head_logit": torch.tensor(heads, dtype=torch.float32, device=image.device)}
+
+
+def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
+    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
+    geometry = Geometry.of(matrix)
+    return (
+        not geometry.flipped
+        and abs(geometry.rotation) <= angle
+        and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
+    )
+
+
+def missed(found: SelfMatch, reason: str) -> SelfMatch:
+    """No copy: `found`'s evidence (its inlier count) kept, its map and regions dropped."""
+    empty = np.zeros(found.target.shape, bool)
+    return SelfMatch(None, found.n_inliers, empty, empty, False, reason, "none")

@@ -24,6 +24,7 @@ from detectors.matching import (
     mutual_matches,
     photometric_fit,
     shared_region,
+    warp_into_a,
 )
 
 
@@ -227,6 +228,9 @@ class SelfMatch:
     target: np.ndarray
     ordered: bool  # whether the resampling trace told which copy is the target
     reason: str = ""
+    method: str = "sift"  # "sift" | "dense" (`detectors.dense_copy_move`) | "none"
+    residual: float = float("inf")  # median grey difference of the copy from its resampled source
+    overlap: float = 0.0  # shared part of the two copies, as a fraction of the smaller
 
 
 def match_self(
@@ -246,12 +250,11 @@ def match_self(
     two residuals differ by less than `order_margin` (a pure shift by whole pixels copies exactly
     both ways), both regions are returned as targets, `ordered` False.
 
-    Kept in one piece: matching, fitting, growing both regions and ordering them all
-    turn on one map and its inverse.
+    Kept in one piece: matching both ways and fitting turn on one set of keypoints and its mirror.
     """
     empty = np.zeros(panel.original_shape, bool)
     if len(panel.points) < 4:
-        return SelfMatch(None, 0, empty, empty, False, "too few keypoints")
+        return SelfMatch(None, 0, empty, empty, False, "too few keypoints", "none")
     gap = min_distance * max(panel.shape)
     threshold = max(2.0, ransac_threshold * max(panel.shape))
     near = np.linalg.norm(panel.points[:, None] - panel.points[None], axis=2) < gap
@@ -277,7 +280,22 @@ def match_self(
             best = (count, matrix)
     count, matrix = best
     if matrix is None or count < min_inliers:
-        return SelfMatch(None, count, empty, empty, False, "no consistent self-matches")
+        return SelfMatch(None, count, empty, empty, False, "no consistent self-matches", "none")
+    return self_match_regions(panel, matrix, count, gap, order_margin)
+
+
+def self_match_regions(
+    panel: Panel,
+    matrix: np.ndarray,
+    count: int,
+    gap: float,
+    order_margin: float = 0.1,
+    method: str = "sift",
+    fill_hull: bool = True,
+) -> SelfMatch:
+    """Both copies of a self-match map (working px, one copy onto the other), grown by local
+    correlation, and which one is the target (see `match_self`). `fill_hull`: flat pixels inside a
+    copy's convex hull whose level its partner repeats join it (`fill_flat_in_hull`)."""
     # Only correlating texture seeds the regions: inside one image a shift maps flat background onto
     # flat background (charts, documents), which is no evidence of a copy.
     region = shared_region(panel, panel, matrix, exclude_near=gap, flat_agrees=False)  # x sees x' = M x
@@ -285,16 +303,19 @@ def match_self(
     back = shared_region(panel, panel, inverse, exclude_near=gap, flat_agrees=False)
     # `region.mask_a` holds x whose M-image matches: the source under M; `back` the target.
     source, target = region.mask_a, back.mask_a
-    ordered = False
+    ordered, forward, backward, overlap = False, float("inf"), float("inf"), 0.0
     if source.any() and target.any():
+        overlap = float((source & target).sum() / min(source.sum(), target.sum()))
         forward = copy_residual(panel.gray, target, matrix)  # target as a resampled copy of source
         backward = copy_residual(panel.gray, source, inverse)  # or the other way round
         # Two equal residuals (0 for a shift by whole pixels, which copies exactly both ways) tell nothing.
         ordered = bool(np.isfinite(forward + backward)) and abs(forward - backward) > order_margin * min(
             forward, backward
         )
-        if ordered and backward < forward:  # the map runs from the copy to the original
-            source, target, matrix = target, source, inverse
+    if fill_hull:  # after ordering: filled flat pixels repeat exactly both ways and would hide the trace
+        source, target = fill_flat_in_hull(panel.gray, source, matrix), fill_flat_in_hull(panel.gray, target, inverse)
+    if ordered and backward < forward:  # the map runs from the copy to the original
+        source, target, matrix = target, source, inverse
     if not ordered:
         source = target = source | target
     return SelfMatch(
@@ -303,7 +324,28 @@ def match_self(
         resize_mask(source, panel.original_shape),
         resize_mask(target, panel.original_shape),
         ordered,
+        method=method,
+        residual=min(forward, backward),
+        overlap=overlap,
     )
+
+
+def fill_flat_in_hull(
+    gray: np.ndarray, region: np.ndarray, to_partner: np.ndarray, max_step: float = 10.0
+) -> np.ndarray:
+    """`region` with the pixels of its convex hull whose smoothed level the partner copy (through
+    `to_partner`) repeats within `max_step` grey levels. Correlation seeds a copy only where it has
+    texture, so the flat parts of a copied gel band or chart cell at its edge were left out; inside
+    the hull, a flat pixel equal to its partner is part of the same copy, whereas flat background
+    anywhere else repeats by chance."""
+    if not region.any():
+        return region
+    hull = np.zeros(region.shape, np.uint8)
+    cv2.fillConvexPoly(hull, cv2.convexHull(cv2.findNonZero(region.astype(np.uint8))), 1)
+    partner = warp_into_a(gray, to_partner, gray.shape)
+    inside = warp_into_a(np.ones(gray.shape, np.uint8), to_partner, gray.shape, cv2.INTER_NEAREST) > 0
+    level = np.abs(cv2.blur(gray, (7, 7)) - cv2.blur(partner, (7, 7))) < max_step
+    return region | ((hull > 0) & inside & level)
 
 
 def copy_residual(gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode: int = 9) -> float:

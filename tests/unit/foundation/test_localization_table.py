@@ -133,3 +133,12 @@ def test_the_script_writes_the_table_into_the_docs_between_its_markers(tmp_path,
     assert "#### Copy-move" in text and "noise_level_tiny" in text and "F1 JPEG 75" in text
     assert "#### Splicing" not in text  # no splice in the set: no empty table
     assert markdown(summary) in text
+
+
+def test_a_set_drawn_with_another_seed_or_size_gets_its_own_folder_and_spec(tmp_path):
+    default = table.data_folder(tmp_path)
+    fresh = table.data_folder(tmp_path, kinds_per=24, seed=1)
+    assert default == tmp_path / "data" and fresh != default
+    assert table.data_folder(tmp_path, seed=2) not in (default, fresh)
+    spec = table.dataset_spec(24, seed=1)
+    assert spec["seed"] == 1 and set(spec["genuine_kinds"].values()) == {24}
