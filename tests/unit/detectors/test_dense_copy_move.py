@@ -4,6 +4,8 @@ structures repeat (bars, ticks, labels, smooth shading) left unmarked."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -193,3 +195,21 @@ def test_a_self_match_is_kept_only_when_its_copy_is_its_source_resampled(monkeyp
     monkeypatch.setattr(duplication, "match_self", lambda *args, **kwargs: found)
     _, logits, kept = SelfMatchLocalizer(max_side=256).locate(image)
     assert (logits > 0).any() == marked and (kept.matrix is not None) == marked
+
+
+@pytest.mark.parametrize(("blocks", "kept"), [(29, False), (30, True)])
+def test_a_dense_match_needs_the_documented_floor_of_inlier_blocks(monkeypatch, blocks, kept):
+    """Smooth content resembles itself everywhere: a dense map carried by fewer than
+    `dense_min_inliers` (30, the config's value) blocks is chance, not a copy."""
+    import yaml
+
+    import detectors.duplication as duplication
+
+    config_file = Path(__file__).resolve().parents[3] / "configs" / "detector" / "copy_move_selfmatch.yaml"
+    config = yaml.safe_load(config_file.read_text())["net"]
+    assert config["dense_min_inliers"] == SelfMatchLocalizer().dense_min_inliers == 30
+    forged = turned_copy_in_smooth_image()
+    real = duplication.dense_self_match
+    monkeypatch.setattr(duplication, "dense_self_match", lambda *args, **kwargs: (real(*args, **kwargs)[0], blocks))
+    _, logits, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
+    assert (found.method == "dense") == kept and (logits > 0).any() == kept
