@@ -109,7 +109,7 @@ def chart(rng: np.random.Generator) -> GenuineImage:
             elif kind == "scatter":
                 axes.scatter(rng.normal(s, 1, 40), rng.normal(0, 1, 40), s=8, label=label)
             else:
-                axes.errorbar(x[:10], y[:10], yerr=rng.uniform(0.2, 1.0, 10), capsize=2, label=label)
+                axes.errorbar(x[:10], y[:10], yerr=rng.uniform(0.2, 1.0, x[:10].size), capsize=2, label=label)
         axes.set_xlabel(str(rng.choice(["time (h)", "dose (uM)", "day", "concentration"])))
         axes.set_ylabel(str(rng.choice(["intensity (a.u.)", "fold change", "viability (%)", "count"])))
         axes.set_title(str(rng.choice(["", "Figure 2B", "Expression", "Response"])))

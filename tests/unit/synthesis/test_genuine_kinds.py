@@ -40,6 +40,12 @@ def test_every_kind_is_an_rgb_image_that_the_seed_fixes_and_varies(kind):
     assert first.codec in ("png", "jpeg")
 
 
+def test_a_chart_with_fewer_points_than_its_error_bars_would_take_still_renders():
+    """Seed 22 draws an error-bar chart of fewer than 10 points: a bar for each point there is."""
+    chart = GENUINE_KINDS["chart"](np.random.default_rng(22))
+    assert chart.pixels.ndim == 3 and chart.pixels.std() > 5
+
+
 def test_grainy_kinds_are_grainier_than_charts():
     charts = [grain(GENUINE_KINDS["chart"](np.random.default_rng(s)).pixels) for s in range(3)]
     for kind in ("fluorescence", "electron_micrograph"):
