@@ -72,14 +72,17 @@ class PairNetEmbedding:
 
 
 def pairnet_descriptor(checkpoint: str | Path | None, index_dir: str | Path | None) -> PairNetEmbedding:
-    """The descriptor of `checkpoint`, else of the checkpoint an existing index at `index_dir` was
-    built with (its meta.json), refused when that file no longer has the hash recorded there."""
+    """The descriptor of `checkpoint`, else of the checkpoint an existing index at `index_dir` (or
+    its shard parts) was built with (meta.json), refused when that file no longer has the hash
+    recorded there."""
     from collection.store import IndexRefused
 
     if checkpoint:
         return PairNetEmbedding(checkpoint)
-    meta_path = Path(index_dir) / "meta.json" if index_dir is not None else None
-    meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path is not None and meta_path.is_file() else {}
+    folder = Path(index_dir) if index_dir is not None else None
+    metas = [folder / "meta.json", *sorted(folder.glob("parts/*-of-*/meta.json"))] if folder is not None else []
+    found = [path for path in metas if path.is_file()]  # the index's own, else its shard parts' (before a merge)
+    meta: dict[str, Any] = json.loads(found[0].read_text()) if found else {}
     stored = meta.get("descriptor_checkpoint")
     if not stored:
         raise ValueError(

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("faiss")
 
-from collection.build import build_index  # noqa: E402
+from collection.build import build_index, merge_parts  # noqa: E402
 from collection.descriptors import REGIONS, make_descriptor, query_vectors  # noqa: E402
 from collection.learned_descriptor import file_sha256  # noqa: E402
 from collection.query import open_index, retrieve  # noqa: E402
@@ -87,6 +87,19 @@ def test_an_index_is_refused_with_another_checkpoint_or_a_changed_file(tmp_path,
     with pytest.raises(IndexRefused, match="no longer exists"):
         open_index(tmp_path / "index")
     open_index(tmp_path / "index", checkpoint=str(checkpoints[0])).close()  # the original file, moved
+
+
+def test_shard_parts_merge_and_search_with_the_checkpoint_they_recorded(tmp_path, checkpoints, tiles):
+    paths = write_collection(tmp_path / "collection", tiles[:6])
+    for part in range(2):
+        build_index(
+            tmp_path / "collection", tmp_path / "index", "pairnet", shard=f"{part}/2", checkpoint=str(checkpoints[0])
+        )
+    assert merge_parts(tmp_path / "index", "pairnet")["total_panels"] == 6
+    store = open_index(tmp_path / "index")
+    assert store.descriptor.sha256 == file_sha256(checkpoints[0])
+    assert retrieve(store, tiles[4], top_k=1, exclude_same="none")[0][0]["path"] == str(paths[4])
+    store.close()
 
 
 def test_a_missing_or_foreign_checkpoint_is_a_clear_error(tmp_path):
