@@ -93,11 +93,11 @@ def pairnet_descriptor(checkpoint: str | Path | None, index_dir: str | Path | No
             f"{index_dir} was built with the pairnet checkpoint {stored}, which no longer exists: "
             "give descriptor_checkpoint=PATH of the same file"
         )
-    expected, found = meta.get("descriptor_checkpoint_sha256", ""), file_sha256(stored)
-    if found != expected:
+    expected, actual = meta.get("descriptor_checkpoint_sha256", ""), file_sha256(stored)
+    if actual != expected:
         raise IndexRefused(
             f"{index_dir} was built with the pairnet checkpoint {stored} of SHA-256 {expected[:12]}, but that file "
-            f"now has SHA-256 {found[:12]}: its vectors are not comparable; give descriptor_checkpoint=PATH of the "
+            f"now has SHA-256 {actual[:12]}: its vectors are not comparable; give descriptor_checkpoint=PATH of the "
             "original file, or build another index"
         )
     return PairNetEmbedding(stored)
