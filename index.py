@@ -24,7 +24,7 @@ def index(cfg: DictConfig) -> dict[str, Any]:
     """Add the input's new panels to the index (or fold shard parts in with `merge=true`)."""
     try:
         if cfg.merge:
-            result = merge_parts(cfg.index, cfg.descriptor)
+            result = merge_parts(cfg.index, cfg.descriptor, cfg.get("descriptor_checkpoint"))
             log.info(
                 "merged %(parts)d parts, %(panels)d panels: %(total_panels)d in the index (%(index_type)s)", result
             )
@@ -39,6 +39,7 @@ def index(cfg: DictConfig) -> dict[str, Any]:
             cfg.index_type,
             int(cfg.commit_every),
             int(cfg.get("workers", 1)),
+            cfg.get("descriptor_checkpoint"),
         )
     except (IndexRefused, IndexBusy, LayoutError, ValueError) as error:
         raise IndexFailed(str(error)) from None

@@ -16,8 +16,8 @@
    geometric check (the source among the candidates given to the pair detector) and the pair
    detector's calls per query, latency per query
    panel with the index in memory (retrieval, verification, total), build rate (panels/s),
-   bytes per panel (FAISS file, SQLite table), and, with `--compare N`, the four descriptors on
-   the first N distractors.
+   bytes per panel (FAISS file, SQLite table), and, with `--compare N`, the descriptors on
+   the first N distractors (`pairnet`, the learned one, with `--descriptor-checkpoint PATH`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, 
     queries = []
     for number, (name, panel) in enumerate(sources.items()):
         copy = planted_copy(panel, rng, COPY_OPERATIONS[number % len(COPY_OPERATIONS)], min_area=0.3)
-        queries.append({"image": copy.image, "source": str(files[name]), "operations": copy.operations})
+        kind = "texture" if name.startswith("texture") else "photo"
+        queries.append({"image": copy.image, "source": str(files[name]), "operations": copy.operations, "kind": kind})
     negatives = [t for _, t in spare_tiles[: args.sources // 2]]
     negatives += [distractor(rng, 224, figure_share=0.3) for _ in range(2 * args.sources - len(negatives))]
     queries += [{"image": image, "source": None} for image in negatives[: args.sources]]
@@ -125,6 +126,10 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
         "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
         "recall_at_k_retrieved": float(np.mean([q["source"] in a["candidates"] for q, a in planted])),
+        "recall_at_k_retrieved_by_source_kind": {  # photo tiles and generated textures among the sources
+            kind: float(np.mean([q["source"] in a["candidates"] for q, a in planted if q["kind"] == kind]))
+            for kind in sorted({q["kind"] for q, _ in planted})
+        },
         "recall_at_k_checked": float(np.mean([q["source"] in a["checked"] for q, a in planted])),
         "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
@@ -179,10 +184,17 @@ def run(args: argparse.Namespace) -> dict:
         for name in names:
             index_dir = root / f"index_{name}"
             built = build_index(
-                source, index_dir, name, index_type=args.index_type, commit_every=1000, workers=args.workers
+                source,
+                index_dir,
+                name,
+                index_type=args.index_type,
+                commit_every=1000,
+                workers=args.workers,
+                checkpoint=args.descriptor_checkpoint,
             )
             panels = built["total_panels"]
             entry = {
+                "descriptor": json.loads((index_dir / "meta.json").read_text())["descriptor"],
                 "panels": panels,
                 "index_type": built["index_type"],
                 "build_panels_per_s": panels / built["seconds"] if built["panels"] == panels else None,
@@ -209,8 +221,11 @@ def main() -> None:
     parser.add_argument("--distractors", type=int, default=10_000)
     parser.add_argument("--sources", type=int, default=100)
     parser.add_argument("--descriptor", default="local_sift")
-    parser.add_argument("--compare", type=int, default=0, help="compare the four descriptors on N distractors")
+    parser.add_argument("--compare", type=int, default=0, help="compare the descriptors on N distractors")
     parser.add_argument("--descriptors", default="local_sift,pooled_sift,phash,cnn", help="with --compare")
+    parser.add_argument(
+        "--descriptor-checkpoint", default=None, help="pairnet: a trained pairnet checkpoint (its encoder embeds)"
+    )
     parser.add_argument("--retrieval-only", action="store_true", help="no verification: retrieval recall only")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--index-type", default="auto", help="auto | flat | ivf | ivf_pq")

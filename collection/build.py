@@ -38,9 +38,12 @@ def source_ids(input: str | os.PathLike, layout: str = "auto") -> list[tuple[str
     return [(r.path, r.review or r.group or Path(r.path).parent.name) for r in records]
 
 
-def open_store(index_dir: str | os.PathLike, descriptor: str, create: bool = False) -> PanelStore:
-    """The index at `index_dir`, described by `descriptor` (checked against the stored name)."""
-    described = make_descriptor(descriptor, index_dir)
+def open_store(
+    index_dir: str | os.PathLike, descriptor: str, create: bool = False, checkpoint: str | None = None
+) -> PanelStore:
+    """The index at `index_dir`, described by `descriptor` (checked against the stored name); `checkpoint`:
+    the weights of a learned descriptor (`pairnet`), else those recorded in the index."""
+    described = make_descriptor(descriptor, index_dir, checkpoint)
     store = PanelStore(index_dir, described, create=create)
     codebook = getattr(described, "codebook", None)
     if codebook is not None and not (Path(index_dir) / "codebook.npy").is_file():
@@ -158,18 +161,20 @@ def build_index(
     index_type: str = "auto",
     commit_every: int = 256,
     workers: int = 1,
+    checkpoint: str | None = None,
 ) -> dict[str, Any]:
-    """Add the input's new panels to the index at `index_dir` (created when absent)."""
+    """Add the input's new panels to the index at `index_dir` (created when absent); `checkpoint`:
+    the weights of a learned descriptor (`pairnet`)."""
     items = source_ids(input, layout)
     parsed = Shard.parse(shard)
     target = Path(index_dir)
     if parsed.count > 1:
         items = [item for position, item in enumerate(items) if position % parsed.count == parsed.index]
         target = target / "parts" / f"{parsed.index}-of-{parsed.count}"
-    store = open_store(target, descriptor, create=True).lock()
+    store = open_store(target, descriptor, create=True, checkpoint=checkpoint).lock()
     try:
         if parsed.count > 1:
-            index_type = part_template(store, index_dir, descriptor)
+            index_type = part_template(store, index_dir, descriptor, checkpoint)
         with store.db:
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('requested_type', ?)", (index_type,))
         counts = describe_files(store, items, split_panels, commit_every, workers=workers)
@@ -179,12 +184,14 @@ def build_index(
         store.close()
 
 
-def part_template(part: PanelStore, index_dir: str | os.PathLike, descriptor: str) -> str:
+def part_template(
+    part: PanelStore, index_dir: str | os.PathLike, descriptor: str, checkpoint: str | None = None
+) -> str:
     """What a shard's part starts from: a trained IVF index of the main index emptied (so the parts
     merge with `merge_from`), else a flat index (the merge trains the IVF when the total needs one)."""
     if part.index is not None or not (Path(index_dir) / "meta.json").is_file():
         return part.state("requested_type", "flat") or "flat"
-    main = open_store(index_dir, descriptor)
+    main = open_store(index_dir, descriptor, checkpoint=checkpoint)
     try:
         if main.index is None or main.index_type == "flat":
             return "flat"
@@ -196,10 +203,12 @@ def part_template(part: PanelStore, index_dir: str | os.PathLike, descriptor: st
         main.close()
 
 
-def merge_parts(index_dir: str | os.PathLike, descriptor: str = "local_sift") -> dict[str, Any]:
+def merge_parts(
+    index_dir: str | os.PathLike, descriptor: str = "local_sift", checkpoint: str | None = None
+) -> dict[str, Any]:
     """Fold `<index>/parts/*` into the index: vectors with FAISS's merge_from, panels and files re-numbered."""
     faiss = faiss_module()
-    main = open_store(index_dir, descriptor, create=True).lock()
+    main = open_store(index_dir, descriptor, create=True, checkpoint=checkpoint).lock()
     parts = sorted((Path(index_dir) / "parts").glob("*-of-*"))
     if not parts:
         main.close()
@@ -207,7 +216,7 @@ def merge_parts(index_dir: str | os.PathLike, descriptor: str = "local_sift") ->
     merged = {"parts": len(parts), "panels": 0}
     try:
         for part_dir in parts:
-            part = open_store(part_dir, descriptor).lock()
+            part = open_store(part_dir, descriptor, checkpoint=checkpoint).lock()
             offset = main.next_id
             rows = part.db.execute(
                 "SELECT id, path, box, source_id, n_vectors, points FROM panels ORDER BY id"

@@ -1,4 +1,4 @@
-"""What a panel is reduced to for collection search: four descriptors, compared (docs/collection_index.md).
+"""What a panel is reduced to for collection search: five descriptors, compared (docs/collection_index.md).
 
 - `local_sift` (the default): the panel's 64 strongest RootSIFT keypoints, each a vector; a query's
   keypoints and their mirrors vote for the panels holding a near neighbour. Local features survive
@@ -19,8 +19,10 @@ regions. Inner product is the similarity (FAISS `METRIC_INNER_PRODUCT`).
 - `cnn`: a timm ResNet-18 trunk with seeded random weights (nothing is downloaded; no pretrained
   weights are present here), regions max-pooled from its stride-16 feature map (R-MAC style).
   Random convolutions keep some texture statistics, but it is the weakest by construction.
+- `pairnet` (collection/learned_descriptor.py): the encoder of a trained `pairnet` checkpoint given
+  by the user, pooled the same way: features learned to recur between copies of the same content.
 
-The flips and the 180 degree rotation of THEMIS are handled at query time for `phash` and `cnn`:
+The flips and the 180 degree rotation of THEMIS are handled at query time for `phash`, `cnn` and `pairnet`:
 the query is described in its four variants (`VARIANTS`) and the best similarity counts.
 """
 
@@ -255,11 +257,12 @@ class LocalSift:
         return self.query_located(image)[0]
 
 
-DESCRIPTORS = ("local_sift", "pooled_sift", "phash", "cnn")
+DESCRIPTORS = ("local_sift", "pooled_sift", "phash", "cnn", "pairnet")
 
 
-def make_descriptor(name: str, index_dir: str | Path | None = None) -> Descriptor:
-    """A descriptor by its short name; `pooled_sift` reads its codebook from `index_dir` when stored there."""
+def make_descriptor(name: str, index_dir: str | Path | None = None, checkpoint: str | Path | None = None) -> Descriptor:
+    """A descriptor by its short name; `pooled_sift` reads its codebook from `index_dir` when stored
+    there; `pairnet` embeds with `checkpoint`, else with the one recorded in `index_dir`'s meta.json."""
     if name == "phash":
         return PerceptualHash()
     if name == "cnn":
@@ -269,6 +272,10 @@ def make_descriptor(name: str, index_dir: str | Path | None = None) -> Descripto
     if name == "pooled_sift":
         path = Path(index_dir) / "codebook.npy" if index_dir is not None else None
         return PooledSift(np.load(path) if path is not None and path.is_file() else None)
+    if name == "pairnet":
+        from collection.learned_descriptor import pairnet_descriptor
+
+        return pairnet_descriptor(checkpoint, index_dir)
     raise ValueError(f"unknown descriptor {name!r}; expected one of {', '.join(DESCRIPTORS)}")
 
 

@@ -69,12 +69,15 @@ def descriptor_of(index_dir: str | Path) -> str:
     return json.loads(meta.read_text())["descriptor"].split("-")[0]
 
 
-def open_index(index_dir: str | Path, descriptor: str | None = None, gpu: str | bool = "auto") -> PanelStore:
+def open_index(
+    index_dir: str | Path, descriptor: str | None = None, gpu: str | bool = "auto", checkpoint: str | None = None
+) -> PanelStore:
     """The index for querying (on the GPU with `gpu`, see `on_search_device`); a `descriptor` other
-    than the stored one is refused by the store."""
+    than the stored one is refused by the store. `checkpoint`: a learned descriptor's weights
+    (`pairnet`), by default those recorded in the index (refused when that file has changed)."""
     faiss_module()
     name = descriptor or descriptor_of(index_dir)
-    store = PanelStore(index_dir, make_descriptor(name, index_dir))
+    store = PanelStore(index_dir, make_descriptor(name, index_dir, checkpoint))
     store.index, store.on_gpu = on_search_device(store.index, gpu)
     return store
 
@@ -251,7 +254,7 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         raise ValueError(
             f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
         )
-    store = open_index(cfg.index, cfg.get("descriptor"), cfg.get("index_gpu", "auto"))
+    store = open_index(cfg.index, cfg.get("descriptor"), cfg.get("index_gpu", "auto"), cfg.get("descriptor_checkpoint"))
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)
     masks_dir = None

@@ -1,6 +1,7 @@
 """An index directory: FAISS vectors, a SQLite table of panels and files, and the build lock.
 
-    <index>/meta.json        format version, descriptor name, dimension (checked on every open)
+    <index>/meta.json        format version, descriptor name, dimension (checked on every open), and
+                             for `pairnet` its checkpoint's path and SHA-256
     <index>/panels.sqlite    panels (id, path, box, source_id, n_vectors, points: the stored keypoints'
                              positions, 2 B each, for the geometric check of `query`), files (path,
                              size, mtime, status, error) and state (which vectors file is committed)
@@ -129,6 +130,7 @@ class PanelStore:
                 raise IndexRefused(f"{self.directory} holds no index (no meta.json): build it with index.py first")
             self.directory.mkdir(parents=True, exist_ok=True)
             meta = {"format_version": FORMAT_VERSION, "descriptor": descriptor.name, "dim": descriptor.dim}
+            meta.update(getattr(descriptor, "stored_meta", {}))  # what finds the descriptor again (pairnet's file)
             atomic_write_text(meta_path, json.dumps(meta, indent=1))
         self.meta = self.check_meta(json.loads(meta_path.read_text()))
         self.db = sqlite3.connect(self.directory / "panels.sqlite", timeout=60)
@@ -156,7 +158,14 @@ class PanelStore:
                 f"{self.directory} was built with index format {meta.get('format_version')}, this toolkit reads "
                 f"format {FORMAT_VERSION}: rebuild it with index.py into a new folder"
             )
-        if meta.get("descriptor") != self.descriptor.name:
+        stored = str(meta.get("descriptor"))
+        if stored != self.descriptor.name and stored.split("-")[0] == self.descriptor.name.split("-")[0]:
+            raise IndexRefused(
+                f"{self.directory} holds {stored} descriptors, not {self.descriptor.name}: the same descriptor with "
+                "other settings or weights (another descriptor_checkpoint); use the one the index was built with, "
+                "or build another index"
+            )
+        if stored != self.descriptor.name:
             raise IndexRefused(
                 f"{self.directory} holds {meta.get('descriptor')} descriptors, not {self.descriptor.name}: "
                 f"query it with descriptor={str(meta.get('descriptor')).split('-')[0]}, or build another index"

@@ -89,6 +89,23 @@ def write_tiny_model(folder: Path, preprocess: dict | None = None, onnx: bool = 
     return {"ckpt": ckpt, "onnx": path, "module": module}
 
 
+def write_pairnet_checkpoint(path: Path, seed: int) -> Path:
+    """An untrained `pairnet_tiny` (configs/detector/pairnet_tiny.yaml) in train.py's checkpoint layout
+    (`hyper_parameters.net`, the network's weights under `net.` and the `threshold` buffer)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from detectors.build import build_detector, to_plain
+
+    torch.manual_seed(seed)
+    config = OmegaConf.load(CONFIGS / "detector" / "pairnet_tiny.yaml")
+    net = build_detector(config.net)
+    state = {f"net.{key}": value for key, value in net.state_dict().items()} | {"threshold": torch.tensor(0.5)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"hyper_parameters": {"net": to_plain(config.net), "name": str(config.name)}, "state_dict": state}, path)
+    return path
+
+
 def write_images(folder: Path, sizes: list[tuple[int, int]], seed: int = 0, suffix: str = ".png") -> list[Path]:
     """Random RGB images of the given (height, width) sizes, named 000.png, 001.png, ..."""
     from PIL import Image

@@ -38,9 +38,9 @@ def indexed(tmp_path_factory) -> dict:
     return {"root": root, "model": model, "source": str(root / "archive" / "paper1" / "panel3.png")}
 
 
-def search(indexed: dict, output: Path, *extra: str) -> list[dict]:
+def search(indexed: dict, output: Path, *extra: str, index_dir: Path | None = None) -> list[dict]:
     root = indexed["root"]
-    overrides = [f"model={indexed['model']}", f"input={root / 'queries'}", f"index={root / 'index'}"]
+    overrides = [f"model={indexed['model']}", f"input={root / 'queries'}", f"index={index_dir or root / 'index'}"]
     infer(compose_config("infer", [*overrides, f"output={output}", "progress=false", *extra]))
     return read_results(output)
 
@@ -83,3 +83,19 @@ def test_an_index_of_another_descriptor_or_no_index_is_refused_with_a_message(in
                 [f"input={indexed['root'] / 'queries'}", f"index={indexed['root'] / 'index'}", "descriptor=phash"],
             )
         )
+
+
+def test_a_pairnet_index_finds_its_checkpoint_again_and_refuses_a_changed_one(indexed, tmp_path):
+    from tests.helpers import write_pairnet_checkpoint
+
+    root, checkpoint = indexed["root"], write_pairnet_checkpoint(tmp_path / "pairnet.ckpt", seed=0)
+    with pytest.raises(IndexFailed, match="needs descriptor_checkpoint"):
+        index(compose_config("index", [f"input={root / 'archive'}", f"index={tmp_path / 'x'}", "descriptor=pairnet"]))
+    learned = [f"input={root / 'archive'}", f"index={tmp_path / 'index'}", "descriptor=pairnet"]
+    index(compose_config("index", [*learned, f"descriptor_checkpoint={checkpoint}"]))
+    found = search(indexed, tmp_path / "a.csv", "top_k=8", index_dir=tmp_path / "index")
+    rows = {Path(r["path"]).name: r for r in found}
+    assert rows["copy.png"]["match"] == indexed["source"]  # every panel is a candidate: the verification decides
+    write_pairnet_checkpoint(checkpoint, seed=1)
+    with pytest.raises(InferenceFailed, match="now has SHA-256"):
+        search(indexed, tmp_path / "b.csv", index_dir=tmp_path / "index")
