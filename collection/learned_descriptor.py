@@ -14,7 +14,6 @@ checkpoint refuses a descriptor of another; the index stores the file's path and
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,9 @@ from typing import Any
 import numpy as np
 
 from collection.descriptors import region_boxes, unit
+from datamodules.io import file_sha256
 
 PAIRNET_CLASS = "detectors.pair_net.PairCorrelationNet"
-
-
-def file_sha256(path: str | Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 class PairNetEmbedding:

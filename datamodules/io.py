@@ -1,6 +1,6 @@
 """Robust image reading: the one place where files become 8-bit RGB arrays; and the few facts about
 datasets on disk that the makers of datasets (`synthesis`) and their readers share: split names, the
-split assigner, the manifest writer, and the named processing chains (`apply_chain`) that both
+split assigner, the manifest writer, file hashes, and the named processing chains (`apply_chain`) that both
 fingerprint training and splice donors use.
 
 Training, inference and synthesis all read through `read_image`, so every odd file (EXIF-rotated
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import os
 import random
 import re
@@ -125,6 +126,12 @@ def write_image(path: str | os.PathLike, image: np.ndarray, quality: int = 95) -
     options = {"quality": quality} if fmt in ("JPEG", "WEBP") else {}
     pil.save(tmp, format=fmt, **options)
     os.replace(tmp, path)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file (a model or checkpoint named in reports and indexes), read in blocks."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def split_keys(keys: Iterable[str], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0) -> dict[str, str]:

@@ -20,7 +20,6 @@ legend), never rescaled per image, so two overlays can be compared by eye.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from datamodules.io import file_sha256
 from inference import html_embed
 from inference.html_evidence import RowEvidence, colour_lut, draw_row, folder_link, image_link
 from inference.html_pairs import pair_counts, pairs_html
@@ -53,14 +53,6 @@ from inference.html_parts import (
 __all__ = ["PAGE_SIZE", "ReportHeader", "decision_of", "ordered", "write_html_report", "write_run_report"]
 
 PAGE_SIZE = 200  # rows per static page (scripts off); the script pages its own way
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def threshold_note(threshold: float, calibration: Mapping[str, Any] | None, chosen_by_user: bool) -> str:
