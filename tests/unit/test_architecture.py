@@ -68,6 +68,12 @@ def test_every_package_has_a_declared_place_in_the_rule():
     assert top_level_packages() == set(ALLOWED), "declare a new package's allowed imports in ALLOWED"
 
 
+def test_every_package_of_the_rule_has_its_row_in_the_architecture_page():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {line.split("`")[1] for line in page.splitlines() if line.startswith("| `")}
+    assert set(ALLOWED) <= rows, f"docs/architecture.md has no row for {sorted(set(ALLOWED) - rows)}"
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_what_the_rule_allows(package):
     assert violations(package) == []
