@@ -32,6 +32,7 @@ from detectors.pair_matching import (
     SelfMatch,
     match_pair,
     match_self,
+    noise_sigma,
     self_match_regions,
 )
 from evaluation.protocols.duplication import cmo_set
@@ -238,8 +239,11 @@ class SelfMatchLocalizer(Localizer):
 
     A match whose two copies overlap by more than `max_copy_overlap` of the smaller is a repeated
     structure matching itself one period away (lines of text, a brick wall), not a copy: dropped.
-    So is a match whose copy its resampled source reproduces only to more than `max_copy_residual`
-    grey levels (median): look-alike content, such as the same words typeset twice.
+    So is a match whose copy its resampled source reproduces only to more than the residual gate
+    (median grey levels): look-alike content, such as the same words typeset twice. The gate is
+    `max_copy_residual`, raised to `copy_residual_noise_factor` x the image's noise level
+    (`noise_sigma`; JPEG recompression raises a real copy's residual with it), at most
+    `copy_residual_ceiling` (look-alike text and texture sit above it however noisy the image).
     Where SIFT finds no consistent self-matches, `dense_min_inliers` > 0 tries the dense block
     fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
     `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
@@ -264,6 +268,8 @@ class SelfMatchLocalizer(Localizer):
         confidence: float = 6.0,
         max_copy_overlap: float = 0.5,
         max_copy_residual: float = 4.0,
+        copy_residual_noise_factor: float = 3.0,
+        copy_residual_ceiling: float = 5.0,
         dense_min_inliers: int = 30,
         dense_radius: int = 6,
         dense_grid: int = 96,
@@ -273,6 +279,10 @@ class SelfMatchLocalizer(Localizer):
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
         self.max_copy_residual = float(max_copy_residual)
+        self.copy_residual_noise_factor, self.copy_residual_ceiling = (
+            float(copy_residual_noise_factor),
+            float(copy_residual_ceiling),
+        )
         self.dense_radius, self.dense_grid = int(dense_radius), int(dense_grid)
         self.dense_min_distance, self.dense_max_residual = float(dense_min_distance), float(dense_max_residual)
         if mark not in ("target", "both"):
@@ -294,7 +304,7 @@ class SelfMatchLocalizer(Localizer):
             found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
         if found.matrix is not None and found.overlap > self.max_copy_overlap:
             found = missed(found, "the copies overlap: a repeated structure")
-        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.max_copy_residual:
+        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
             found = missed(found, "the copy is not its source resampled: look-alike content")
         if found.matrix is None and self.dense_min_inliers > 0:
             found = self.dense_fallback(panel, found)
@@ -308,6 +318,11 @@ class SelfMatchLocalizer(Localizer):
             floor = self.dense_min_inliers if found.method == "dense" else self.min_inliers
             evidence = (found.n_inliers - floor) / 2.0 * self.min_inliers / floor
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
+
+    def residual_gate(self, panel: Any) -> float:
+        """The most grey levels (median) by which a copy may differ from its resampled source."""
+        relative = self.copy_residual_noise_factor * noise_sigma(panel.gray) if self.copy_residual_noise_factor else 0.0
+        return max(self.max_copy_residual, min(self.copy_residual_ceiling, relative))
 
     def dense_fallback(self, panel: Any, keypoints: SelfMatch) -> SelfMatch:
         """The dense block match of a panel whose keypoints found no copy (`keypoints` when it finds none)."""

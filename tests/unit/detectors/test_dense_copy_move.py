@@ -213,3 +213,54 @@ def test_a_dense_match_needs_the_documented_floor_of_inlier_blocks(monkeypatch, 
     monkeypatch.setattr(duplication, "dense_self_match", lambda *args, **kwargs: (real(*args, **kwargs)[0], blocks))
     _, logits, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
     assert (found.method == "dense") == kept and (logits > 0).any() == kept
+
+
+def test_the_residual_gate_rises_with_the_images_noise_up_to_its_ceiling():
+    """4 grey levels on a clean image; 3 x the noise level on a noisy one; never over 5, so
+    look-alike content in a noisy image is still dropped."""
+    from detectors.matching import describe_panel
+
+    flat = np.full((128, 128, 3), 128, np.uint8)
+    rng = np.random.default_rng(0)
+    noisy = lambda sd: np.clip(flat + rng.normal(0, sd, flat.shape[:2])[..., None], 0, 255).astype(np.uint8)  # noqa: E731
+    gate = lambda image: SelfMatchLocalizer().residual_gate(describe_panel(image, 256, 100))  # noqa: E731
+    assert gate(flat) == 4.0
+    assert 4.0 < gate(noisy(1.5)) < 5.0
+    assert gate(noisy(10.0)) == 5.0
+
+
+def test_a_turned_copy_in_gravel_recompressed_by_jpeg_75_is_kept():
+    """Recompression raises a real copy's residual over 4 grey levels in a textured photo; the gate
+    follows the image's noise, so the copy is still marked (a fixed gate of 4 drops it)."""
+    import imageops
+    from datamodules.io import read_image
+    from synthesis.embedded import bundled_photo_paths
+
+    photo = next(read_image(p) for p in bundled_photo_paths() if p.name == "gravel.png")
+    photo = cv2.resize(photo, (256, 256), interpolation=cv2.INTER_AREA)
+    forged = copy_move(photo, np.random.default_rng(1), scale=(0.8, 1.25), rotation=(-30.0, 30.0))
+    image = imageops.jpeg(forged.image, 75)
+    _, logits, found = SelfMatchLocalizer(max_side=256).locate(image)
+    assert found.method == "sift" and found.residual > 4.0
+    assert f1(logits > 0, forged.mask) > 0.7
+    _, fixed_logits, _ = SelfMatchLocalizer(max_side=256, copy_residual_noise_factor=0.0).locate(image)
+    assert not (fixed_logits > 0).any()
+
+
+def test_the_same_words_typeset_twice_and_recompressed_are_not_marked():
+    """Words typeset twice at slightly different positions match by keypoints; after JPEG 75 no
+    resampling of one reproduces the other to the gate's ceiling, so the keypoint match is dropped
+    (the dense fallback, off here, leaves pure shifts alone anyway)."""
+    import imageops
+
+    page = np.full((1024, 1024, 3), 255, np.uint8)
+    results, blot = "Results and methods", "of the western blot"
+    lines = [results, blot, results, "were compared with", blot]
+    for i, line in enumerate(lines):
+        cv2.putText(page, line, (32 + i, 120 + 180 * i), cv2.FONT_HERSHEY_SIMPLEX, 2.6, (20, 20, 20), 5, cv2.LINE_AA)
+    image = imageops.jpeg(cv2.resize(page, (256, 256), interpolation=cv2.INTER_AREA), 75)
+    ungated = SelfMatchLocalizer(max_side=256, max_copy_residual=1e9, copy_residual_ceiling=1e9, dense_min_inliers=0)
+    _, matched, _ = ungated.locate(image)
+    assert (matched > 0).any()  # the look-alike words do match
+    _, logits, found = SelfMatchLocalizer(max_side=256, dense_min_inliers=0).locate(image)
+    assert "look-alike" in found.reason and not (logits > 0).any()
