@@ -23,8 +23,6 @@ import numpy as np
 from collection.descriptors import region_boxes, unit
 from datamodules.io import file_sha256
 
-PAIRNET_CLASS = "detectors.pair_net.PairCorrelationNet"
-
 
 class PairNetEmbedding:
     """A trained `pairnet`'s projected encoder features, max-pooled per region at the network's input size."""
