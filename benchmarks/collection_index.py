@@ -126,10 +126,9 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
         "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
         "recall_at_k_retrieved": float(np.mean([q["source"] in a["candidates"] for q, a in planted])),
-        "recall_at_k_retrieved_by_source_kind": {  # photo tiles and generated textures among the sources
-            kind: float(np.mean([q["source"] in a["candidates"] for q, a in planted if q["kind"] == kind]))
-            for kind in sorted({q["kind"] for q, _ in planted})
-        },
+        # photo tiles and generated textures among the sources
+        "recall_at_k_retrieved_by_source_kind": by_kind(planted, [q["source"] in a["candidates"] for q, a in planted]),
+        "recall_at_k_verified_by_source_kind": by_kind(planted, found) if detector is not None else None,
         "recall_at_k_checked": float(np.mean([q["source"] in a["checked"] for q, a in planted])),
         "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
@@ -144,6 +143,12 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
             "total_p95": float(np.quantile(latency, 0.95)),
         },
     }
+
+
+def by_kind(planted: list, hits: list) -> dict[str, float]:
+    """The share of hits among the planted queries of each kind of source."""
+    kinds = [q["kind"] for q, _ in planted]
+    return {kind: float(np.mean([hit for k, hit in zip(kinds, hits) if k == kind])) for kind in sorted(set(kinds))}
 
 
 def reference_seconds(repeats: int = 5) -> float:
