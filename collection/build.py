@@ -39,11 +39,16 @@ def source_ids(input: str | os.PathLike, layout: str = "auto") -> list[tuple[str
 
 
 def open_store(
-    index_dir: str | os.PathLike, descriptor: str, create: bool = False, checkpoint: str | None = None
+    index_dir: str | os.PathLike,
+    descriptor: str,
+    create: bool = False,
+    checkpoint: str | None = None,
+    device: str = "cpu",
 ) -> PanelStore:
     """The index at `index_dir`, described by `descriptor` (checked against the stored name); `checkpoint`:
-    the weights of a learned descriptor (`pairnet`), else those recorded in the index."""
-    described = make_descriptor(descriptor, index_dir, checkpoint)
+    the weights of a learned descriptor (`pairnet`), else those recorded in the index; `device`: where
+    a learned descriptor's network runs."""
+    described = make_descriptor(descriptor, index_dir, checkpoint, device)
     store = PanelStore(index_dir, described, create=create)
     codebook = getattr(described, "codebook", None)
     if codebook is not None and not (Path(index_dir) / "codebook.npy").is_file():
@@ -75,10 +80,10 @@ def describe_file(path: str, split_panels: bool, descriptor: Any) -> tuple[list[
 _worker_descriptor: Any = None
 
 
-def _start_worker(descriptor: str, index_dir: str) -> None:
+def _start_worker(descriptor: str, index_dir: str, device: str) -> None:
     global _worker_descriptor
     cv2.setNumThreads(1)
-    _worker_descriptor = make_descriptor(descriptor, index_dir)
+    _worker_descriptor = make_descriptor(descriptor, index_dir, device=device)
 
 
 def _describe_in_worker(job: tuple[str, bool]) -> tuple[list[tuple[Any, ...]], str]:
@@ -94,8 +99,8 @@ def described_files(
     if workers <= 1:
         yield from (describe_file(path, split_panels, descriptor) for path in paths)
         return
-    name = descriptor.name.split("-")[0]
-    pool = multiprocessing.get_context("spawn").Pool(workers, _start_worker, (name, index_dir))
+    name, device = descriptor.name.split("-")[0], getattr(descriptor, "device", "cpu")
+    pool = multiprocessing.get_context("spawn").Pool(workers, _start_worker, (name, index_dir, device))
     try:
         yield from pool.imap(_describe_in_worker, ((path, split_panels) for path in paths), chunksize=8)
     finally:
@@ -162,16 +167,17 @@ def build_index(
     commit_every: int = 256,
     workers: int = 1,
     checkpoint: str | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Add the input's new panels to the index at `index_dir` (created when absent); `checkpoint`:
-    the weights of a learned descriptor (`pairnet`)."""
+    the weights of a learned descriptor (`pairnet`), run on `device`."""
     items = source_ids(input, layout)
     parsed = Shard.parse(shard)
     target = Path(index_dir)
     if parsed.count > 1:
         items = [item for position, item in enumerate(items) if position % parsed.count == parsed.index]
         target = target / "parts" / f"{parsed.index}-of-{parsed.count}"
-    store = open_store(target, descriptor, create=True, checkpoint=checkpoint).lock()
+    store = open_store(target, descriptor, create=True, checkpoint=checkpoint, device=device).lock()
     try:
         if parsed.count > 1:
             index_type = part_template(store, index_dir, descriptor, checkpoint)

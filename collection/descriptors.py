@@ -166,8 +166,10 @@ class RandomCnn:
 
     dim, invariant, aggregate = 256, False, "max"
 
-    def __init__(self, size: int = 128, seed: int = 0) -> None:
-        self.size, self.seed = size, seed
+    def __init__(self, size: int = 128, seed: int = 0, device: str = "cpu") -> None:
+        from inference.runtime import resolve_device
+
+        self.size, self.seed, self.device = size, seed, resolve_device(device)
         self.name = f"cnn-resnet18-random{seed}-v1-{size}px"
 
     @cached_property
@@ -179,16 +181,16 @@ class RandomCnn:
         torch.manual_seed(self.seed)
         net = timm.create_model("resnet18", pretrained=False, features_only=True, out_indices=(3,)).eval()
         torch.random.set_rng_state(state)
-        return net
+        return net.to(self.device)
 
     def describe(self, image: np.ndarray) -> np.ndarray:
         import torch
 
         rgb = cv2.resize(np.ascontiguousarray(image[..., :3]), (self.size, self.size), interpolation=cv2.INTER_AREA)
         tensor = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255.0
-        tensor = (tensor - 0.45) / 0.25
+        tensor = (tensor.to(self.device) - 0.45) / 0.25
         with torch.no_grad():
-            features = self.net(tensor)[0][0].numpy()  # 256 x 8 x 8
+            features = self.net(tensor)[0][0].cpu().numpy()  # 256 x 8 x 8
         _, height, width = features.shape
         rows = [features[:, y0:y1, x0:x1].max(axis=(1, 2)) for x0, y0, x1, y1 in region_boxes(height, width)]
         return unit(np.stack(rows))
@@ -260,13 +262,16 @@ class LocalSift:
 DESCRIPTORS = ("local_sift", "pooled_sift", "phash", "cnn", "pairnet")
 
 
-def make_descriptor(name: str, index_dir: str | Path | None = None, checkpoint: str | Path | None = None) -> Descriptor:
+def make_descriptor(
+    name: str, index_dir: str | Path | None = None, checkpoint: str | Path | None = None, device: str = "cpu"
+) -> Descriptor:
     """A descriptor by its short name; `pooled_sift` reads its codebook from `index_dir` when stored
-    there; `pairnet` embeds with `checkpoint`, else with the one recorded in `index_dir`'s meta.json."""
+    there; `pairnet` embeds with `checkpoint`, else with the one recorded in `index_dir`'s meta.json.
+    The networks (`cnn`, `pairnet`) run on `device` (auto: the GPU when there is one)."""
     if name == "phash":
         return PerceptualHash()
     if name == "cnn":
-        return RandomCnn()
+        return RandomCnn(device=device)
     if name == "local_sift":
         return LocalSift()
     if name == "pooled_sift":
@@ -275,7 +280,7 @@ def make_descriptor(name: str, index_dir: str | Path | None = None, checkpoint: 
     if name == "pairnet":
         from collection.learned_descriptor import pairnet_descriptor
 
-        return pairnet_descriptor(checkpoint, index_dir)
+        return pairnet_descriptor(checkpoint, index_dir, device)
     raise ValueError(f"unknown descriptor {name!r}; expected one of {', '.join(DESCRIPTORS)}")
 
 

@@ -29,9 +29,9 @@ class PairNetEmbedding:
 
     invariant, aggregate = False, "max"
 
-    def __init__(self, checkpoint: str | Path) -> None:
+    def __init__(self, checkpoint: str | Path, device: str = "cpu") -> None:
         from detectors.pair_net import PairCorrelationNet
-        from inference.runtime import ModelLoadError, load_detector
+        from inference.runtime import ModelLoadError, load_detector, resolve_device
 
         path = Path(checkpoint).expanduser()
         if not path.is_file():
@@ -45,7 +45,8 @@ class PairNetEmbedding:
                 f"descriptor_checkpoint {path} holds a {type(loaded.net).__name__} ({loaded.name}), not a pairnet "
                 "(PairCorrelationNet) checkpoint: the pairnet descriptor embeds panels with a trained pairnet's encoder"
             )
-        self.net = loaded.net.eval()
+        self.device = resolve_device(device)
+        self.net = loaded.net.eval().to(self.device)
         self.checkpoint = str(path.resolve())
         self.sha256 = file_sha256(path)
         self.size = int(self.net.preprocess.size)
@@ -56,22 +57,24 @@ class PairNetEmbedding:
     def describe(self, image: np.ndarray) -> np.ndarray:
         import torch
 
-        tensor = self.net.describe(np.ascontiguousarray(image[..., :3])).tensor[None]
+        tensor = self.net.describe(np.ascontiguousarray(image[..., :3])).tensor[None].to(self.device)
         with torch.inference_mode():
-            features = self.net.features(tensor)[0].numpy()  # dim x h x w, unit per position
+            features = self.net.features(tensor)[0].cpu().numpy()  # dim x h x w, unit per position
         _, height, width = features.shape
         rows = [features[:, y0:y1, x0:x1].max(axis=(1, 2)) for x0, y0, x1, y1 in region_boxes(height, width)]
         return unit(np.stack(rows))
 
 
-def pairnet_descriptor(checkpoint: str | Path | None, index_dir: str | Path | None) -> PairNetEmbedding:
+def pairnet_descriptor(
+    checkpoint: str | Path | None, index_dir: str | Path | None, device: str = "cpu"
+) -> PairNetEmbedding:
     """The descriptor of `checkpoint`, else of the checkpoint an existing index at `index_dir` (or
     its shard parts) was built with (meta.json), refused when that file no longer has the hash
     recorded there."""
     from collection.store import IndexRefused
 
     if checkpoint:
-        return PairNetEmbedding(checkpoint)
+        return PairNetEmbedding(checkpoint, device)
     folder = Path(index_dir) if index_dir is not None else None
     metas = [folder / "meta.json", *sorted(folder.glob("parts/*-of-*/meta.json"))] if folder is not None else []
     found = [path for path in metas if path.is_file()]  # the index's own, else its shard parts' (before a merge)
@@ -93,4 +96,4 @@ def pairnet_descriptor(checkpoint: str | Path | None, index_dir: str | Path | No
             f"now has SHA-256 {actual[:12]}: its vectors are not comparable; give descriptor_checkpoint=PATH of the "
             "original file, or build another index"
         )
-    return PairNetEmbedding(stored)
+    return PairNetEmbedding(stored, device)
