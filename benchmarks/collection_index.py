@@ -5,10 +5,12 @@
 1. A collection on disk: source panels (256 px grid crops of one photo per scene, and textures)
    among distractors (128 px grid crops of the other photos, generated textures, figure panels;
    128-192 px), in folders of 1000 (one source id each).
-2. Queries: a planted copy of every source (direct reuse, rotate180, hflip, vflip, scaling in turn;
-   half cropped to 30-100 % of the panel; 0-2 parameter changes; JPEG 75) and as many negatives
-   (fresh textures and figure panels, other tiles of the sources' photos: no content in the index).
-3. The pair detector's score models are fitted on generated pairs (`pair_splits`, small) and its
+2. Queries: `--copies-per-source` planted copies of every source (direct reuse, rotate180, hflip,
+   vflip, scaling in turn; half cropped to 30-100 % of the panel; 0-2 parameter changes; JPEG 75)
+   and as many negatives (fresh textures and figure panels, other tiles of the sources' photos:
+   no content in the index).
+3. The pair detector's score models are fitted on generated pairs (`pair_splits`, small) cut from
+   the photographs no source comes from (the sources' photographs stay unseen by it), and its
    threshold is raised to the highest score of calibration negatives (a separate set of queries
    without a copy in the index, never measured), so that ten candidates per query keep precision.
 4. Reported: recall@K after verification (the source among the verified rows of its copy),
@@ -40,9 +42,10 @@ from synthesis.collection import COPY_OPERATIONS, distractor, photo_tiles, plant
 from synthesis.pair_set import load_photos, scene_of, split_sources
 
 
-def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list]:
+def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list, list]:
     """Writes sources and distractors under root/collection (with --reuse: draws them only, the
-    files are there from a kept run); returns (sources, queries, calibration)."""
+    files are there from a kept run); returns (sources, queries, calibration, the names of the
+    photographs no source comes from)."""
     write = (lambda path, image: None) if args.reuse else write_image
     rng = np.random.default_rng(args.seed)
     photos = load_photos(max_side=1024)
@@ -64,22 +67,40 @@ def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, 
         write(root / "collection" / f"d{number // 1000:04d}" / f"panel{number:06d}.jpg", panel)
     queries = []
     for number, (name, panel) in enumerate(sources.items()):
-        copy = planted_copy(panel, rng, COPY_OPERATIONS[number % len(COPY_OPERATIONS)], min_area=0.3)
-        kind = "texture" if name.startswith("texture") else "photo"
-        queries.append({"image": copy.image, "source": str(files[name]), "operations": copy.operations, "kind": kind})
-    negatives = [t for _, t in spare_tiles[: args.sources // 2]]
-    negatives += [distractor(rng, 224, figure_share=0.3) for _ in range(2 * args.sources - len(negatives))]
-    queries += [{"image": image, "source": None} for image in negatives[: args.sources]]
-    calibration = [{"image": image, "source": None} for image in negatives[args.sources :]]
-    return files, queries, calibration
+        for copy_number in range(args.copies_per_source):
+            geometric = COPY_OPERATIONS[(number + copy_number) % len(COPY_OPERATIONS)]
+            copy = planted_copy(panel, rng, geometric, min_area=0.3)
+            kind = "texture" if name.startswith("texture") else "photo"
+            queries.append(
+                {"image": copy.image, "source": str(files[name]), "operations": copy.operations, "kind": kind}
+            )
+    planted = len(queries)
+    negatives = [t for _, t in spare_tiles[: planted // 2]]
+    calibrating = args.calibration_queries
+    negatives += [distractor(rng, 224, figure_share=0.3) for _ in range(planted + calibrating - len(negatives))]
+    queries += [{"image": image, "source": None} for image in negatives[:planted]]
+    calibration = [{"image": image, "source": None} for image in negatives[planted:]]
+    for name in distractor_photos:  # lossless copies for fitting the pair detector
+        write_image(root / "fitting" / f"{Path(name).stem}.png", photos[name])
+    return files, queries, calibration, distractor_photos
 
 
-def fitted_detector(args: argparse.Namespace):
+def fitted_detector(args: argparse.Namespace, photos_folder: Path):
+    """The pair detector as `train.py detector=dup_sift data.photos=FOLDER` fits it (at the
+    benchmark's working size): score models on pairs cut from the photographs of `photos_folder`
+    (none of them a source's), threshold at 1 % false positives there."""
+    from omegaconf import OmegaConf
+
     from detectors.duplication import PairDuplicationDetector
     from detectors.training_free import fit_pair_detector
     from synthesis.pair_set import pair_splits
 
-    splits = pair_splits(positives_per_photo=2, negatives_per_photo=4, figure_pairs=4, splits=("train", "val"))
+    recipe = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs/data/duplication_pairs.yaml"))
+    for key in ("_target_", "photos", "held_out", "seed"):
+        recipe.pop(key)
+    # train.py detector=dup_sift's pairs, from these photographs: one scene is left out (unused),
+    # every other one fits the score models or calibrates the threshold
+    splits = pair_splits(str(photos_folder), held_out=0.01, seed=0, splits=("train", "val"), **recipe)
     detector = PairDuplicationDetector(max_side=args.max_side)
     fitted = fit_pair_detector(detector, splits, target_fpr=0.01)
     return detector, float(fitted["threshold"])
@@ -93,7 +114,8 @@ def ask(store, detector, query: dict, top_k: int) -> dict:
     return {
         "candidates": [c["path"] for c, _ in candidates],
         "checked": [c["path"] for c, _, _ in answers],  # passed the geometric check: asked to the pair detector
-        "verified": [(c["path"], found.score) for c, _, found in answers],
+        # the pair detector's score, unless the map does not reproduce the content (`content_mismatch`)
+        "verified": [(c["path"], found.score) for c, _, found in answers if found.duplicated],
         "retrieval_s": retrieved - started,
         "total_s": time.perf_counter() - started,
     }
@@ -175,9 +197,10 @@ def run(args: argparse.Namespace) -> dict:
     root = Path(args.workdir or tempfile.mkdtemp(prefix="collection_bench_"))
     try:
         started = time.perf_counter()
-        files, queries, calibration = write_collection(root, args)
+        files, queries, calibration, fitting_photos = write_collection(root, args)
         result: dict = {"setup_s": round(time.perf_counter() - started, 1), "args": vars(args)}
-        detector, model_threshold = (None, 0.5) if args.retrieval_only else fitted_detector(args)
+        result["pair_detector_photos"] = fitting_photos
+        detector, model_threshold = (None, 0.5) if args.retrieval_only else fitted_detector(args, root / "fitting")
         names = tuple(args.descriptors.split(",")) if args.compare else (args.descriptor,)
         source: Path = root / "collection"
         if args.compare:  # the sources and the first N distractors, as a manifest
@@ -225,6 +248,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--distractors", type=int, default=10_000)
     parser.add_argument("--sources", type=int, default=100)
+    parser.add_argument("--copies-per-source", type=int, default=3, help="planted copies of each source")
+    parser.add_argument(
+        "--calibration-queries", type=int, default=300, help="queries without a copy that set the threshold"
+    )
     parser.add_argument("--descriptor", default="local_sift")
     parser.add_argument("--compare", type=int, default=0, help="compare the descriptors on N distractors")
     parser.add_argument("--descriptors", default="local_sift,pooled_sift,phash,cnn", help="with --compare")

@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,12 @@ MIN_GEOMETRIC_INLIERS = 5  # keypoint pairs one similarity map must carry before
 REPROJECTION_PX = 8.0  # at the 256 px working size (positions are stored to 1 px)
 MAX_SCALE = 4.0  # a fitted map scaling more than this (either way) is no copy
 NEIGHBOURS = 10
+# a copy reproduces its source's content: mapped onto the query by the pair's fitted map, with a gain
+# and bias fitted (brightness, contrast), through JPEG 75 and colour changes, at most this share of
+# the overlap differs by more than MISMATCH_GREY_LEVELS; a panel drawn from the same template (a
+# chart's axes, legend and bar positions, other bars) matches keypoints but differs in far more
+MISMATCH_GREY_LEVELS = 60
+MAX_MISMATCH_SHARE = 0.04
 EXCLUDE = ("none", "path", "review")
 INDEX_COLUMNS = (
     "path",
@@ -186,11 +193,48 @@ def agrees_geometrically(candidate: dict[str, Any]) -> bool:
     return geometric_inliers(correspondences) >= MIN_GEOMETRIC_INLIERS
 
 
-def verify(detector: Any, query_panel: Any, candidate: dict[str, Any], threshold: float) -> Any:
-    """The pair detector's answer for (query, candidate): its crop read again from its file."""
+def verify(
+    detector: Any, query_panel: Any, candidate: dict[str, Any], threshold: float, query_image: np.ndarray | None = None
+) -> Any:
+    """The pair detector's answer for (query, candidate): its crop read again from its file. With
+    `query_image`, a duplicate whose map does not reproduce the candidate's content there
+    (`content_mismatch` over `MAX_MISMATCH_SHARE`) is answered not duplicated, with the reason."""
     x0, y0, x1, y1 = candidate["box"]
     image = read_image(candidate["path"])[y0:y1, x0:x1]
-    return detector.predict_pair(query_panel, detector.describe(image), threshold)
+    found = detector.predict_pair(query_panel, detector.describe(image), threshold)
+    matrix = found.transform.get("matrix")
+    if query_image is None or not found.duplicated or matrix is None:
+        return found
+    mismatch = content_mismatch(query_image, image, np.asarray(matrix))
+    if mismatch <= MAX_MISMATCH_SHARE:
+        return found
+    return replace(
+        found,
+        duplicated=False,
+        operations=[],
+        geometric=[],
+        mask_a=np.zeros_like(found.mask_a),
+        mask_b=np.zeros_like(found.mask_b),
+        reason=f"the map does not reproduce the content: {mismatch:.0%} of the overlap differs (a shared layout)",
+    )
+
+
+def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray) -> float:
+    """Share of the overlap where the candidate, mapped onto the query by `matrix` (query -> candidate
+    pixels) and a least-squares gain and bias, differs from the query by more than
+    `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when they hardly overlap)."""
+    query = cv2.cvtColor(np.ascontiguousarray(query_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    other = cv2.cvtColor(np.ascontiguousarray(candidate_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    size, inverse = (query.shape[1], query.shape[0]), cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    warped = cv2.warpAffine(other, matrix.astype(np.float32), size, flags=inverse)
+    inside = cv2.warpAffine(np.ones_like(other, np.uint8), matrix.astype(np.float32), size, flags=inverse)
+    inside = cv2.erode(inside, np.ones((5, 5), np.uint8)) > 0  # interpolated borders left out
+    if inside.sum() < 100:
+        return 1.0
+    target, mapped = query[inside], warped[inside]
+    design = np.stack([mapped, np.ones_like(mapped)], axis=1)
+    gain_bias, *_ = np.linalg.lstsq(design, target, rcond=None)
+    return float(np.mean(np.abs(target - design @ gain_bias) > MISMATCH_GREY_LEVELS))
 
 
 def verify_candidates(
@@ -205,7 +249,7 @@ def verify_candidates(
             continue
         described = detector.describe(panel) if described is None else described
         try:
-            answers.append((candidate, similarity, verify(detector, described, candidate, threshold)))
+            answers.append((candidate, similarity, verify(detector, described, candidate, threshold, panel)))
         except (ImageReadError, OSError) as error:
             log.warning("indexed panel %s is unreadable now: %s", candidate["path"], error)
     return answers

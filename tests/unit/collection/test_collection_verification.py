@@ -12,10 +12,20 @@ import pytest
 pytest.importorskip("faiss")
 
 from collection.build import build_index  # noqa: E402
-from collection.query import agrees_geometrically, open_index, retrieve, verify_candidates  # noqa: E402
+from collection.query import (  # noqa: E402
+    MAX_MISMATCH_SHARE,
+    agrees_geometrically,
+    content_mismatch,
+    open_index,
+    retrieve,
+    verify,
+    verify_candidates,
+)
 from collection.store import IndexRefused, on_search_device  # noqa: E402
 from datamodules.io import read_image, write_image  # noqa: E402
-from synthesis.collection import planted_copy, texture_panel  # noqa: E402
+from detectors.duplication import PairPrediction  # noqa: E402
+from synthesis.collection import jpeg, planted_copy, texture_panel  # noqa: E402
+from synthesis.figure_panels import chart_panel  # noqa: E402
 
 
 class RecordingDetector:
@@ -31,7 +41,7 @@ class RecordingDetector:
 
     def predict_pair(self, panel_a, panel_b, threshold: float) -> SimpleNamespace:
         self.asked.append((panel_a, panel_b))
-        return SimpleNamespace(score=1.0, duplicated=True)
+        return SimpleNamespace(score=1.0, duplicated=True, transform={})
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +124,45 @@ def test_two_describing_processes_build_the_same_index_as_one(collection, tmp_pa
     assert rows["one"] == rows["two"]
     assert all(len(points) == 2 * n_vectors > 0 for _, _, n_vectors, points in rows["one"][:-1])
     assert Path(rows["two"][0][1]).is_file()
+
+
+def test_a_mirrored_recoloured_jpeg_crop_reproduces_its_source_under_its_map():
+    source = texture_panel(np.random.default_rng(4), 192)
+    y, x, height, width = 30, 40, 120, 100
+    crop = source[y : y + height, x : x + width, :].astype(np.int16)
+    copy = jpeg(np.clip(crop[:, ::-1] * 1.15 - 20, 0, 255).astype(np.uint8), 75)  # mirrored, brighter, contrast
+    query_to_source = np.array([[-1.0, 0.0, x + width - 1], [0.0, 1.0, y]])
+    assert content_mismatch(copy, source, query_to_source) <= MAX_MISMATCH_SHARE / 4
+
+
+def test_two_charts_of_one_template_share_keypoints_but_not_content():
+    one, other = (chart_panel(np.random.default_rng(seed)) for seed in (1, 2))
+    assert content_mismatch(one, other, np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])) > 2 * MAX_MISMATCH_SHARE
+
+
+def test_panels_that_hardly_overlap_under_the_map_count_as_all_different():
+    panel = texture_panel(np.random.default_rng(5), 128)
+    far_away = np.array([[1.0, 0.0, 5000.0], [0.0, 1.0, 0.0]])
+    assert content_mismatch(panel, panel, far_away) == 1.0
+
+
+class IdentityMatcher:
+    """Stands in for the pair detector: every pair duplicated, under the identity map."""
+
+    def describe(self, image: np.ndarray) -> np.ndarray:
+        return image
+
+    def predict_pair(self, panel_a: np.ndarray, panel_b: np.ndarray, threshold: float) -> PairPrediction:
+        masks = np.ones(panel_a.shape[:2], bool), np.ones(panel_b.shape[:2], bool)
+        identity = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+        return PairPrediction(0.9, True, ["direct"], [], {"matrix": identity}, *masks, "sift", "")
+
+
+def test_a_match_on_a_shared_layout_alone_is_answered_not_duplicated_with_the_reason(tmp_path):
+    one, other = (chart_panel(np.random.default_rng(seed)) for seed in (1, 2))
+    write_image(tmp_path / "archived.png", other)
+    candidate = {"path": str(tmp_path / "archived.png"), "box": [0, 0, other.shape[1], other.shape[0]]}
+    found = verify(IdentityMatcher(), one, candidate, 0.5, query_image=one)
+    assert not found.duplicated and "shared layout" in found.reason
+    assert not found.mask_a.any() and not found.mask_b.any() and found.operations == []
+    assert verify(IdentityMatcher(), other, candidate, 0.5, query_image=other).duplicated
