@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
 MIN_VOTES = 2  # a single keypoint in common is chance
-MIN_GEOMETRIC_INLIERS = 5  # keypoint pairs one similarity map must carry before the pair detector is asked
+MIN_GEOMETRIC_INLIERS = 4  # keypoint pairs one similarity map must carry before the pair detector is asked
 REPROJECTION_PX = 8.0  # at the 256 px working size (positions are stored to 1 px)
 MAX_SCALE = 4.0  # a fitted map scaling more than this (either way) is no copy
 NEIGHBOURS = 10
