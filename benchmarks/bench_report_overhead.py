@@ -129,7 +129,9 @@ class PartTimer:
         lock = threading.Lock()
         for part, (module_name, name) in self.PARTS.items():
             module = importlib.import_module(module_name)
-            original = getattr(module, name)
+            original = getattr(module, name, None)
+            if original is None:  # an older version of the toolkit, without this part
+                continue
 
             def timed(*args, _original=original, _part=part, **kwargs):
                 start = time.thread_time()
