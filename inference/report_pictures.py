@@ -55,7 +55,8 @@ class PictureStrip:
                 cv2.cvtColor(picture, cv2.COLOR_RGB2BGR, dst=place)
             else:
                 place[...] = picture
-            strip[rows:, x : x + columns] = 0  # below a shorter picture
+            if rows < height:  # below a shorter picture
+                strip[rows:, x : x + columns] = 0
             setattr(evidence, field, link)
             setattr(evidence, box_field, (x, columns, rows))
             x += columns
