@@ -18,7 +18,11 @@ same files. `overhead` = time with the report / time without - 1; the
 target is at most 0.10. `cpu_overhead`: the same for the CPU seconds of all the run's threads (the work added, whether
 or not idle cores hide it). `page_s` is the part spent writing the page after scoring (its pictures
 were drawn during scoring by the map writer's thread; `page_drawn_later` counts those the page
-had to draw itself, 0 in a one-process run).
+had to draw itself, 0 in a one-process run). `--parts` also reports the CPU time of each part of the
+report's work in microseconds per image (the thread time of the calls, whichever thread makes them:
+shrinking to thumbnails in the decoding threads, drawing and encoding strips in the map writer's
+thread, writing the page), from the rounds with the report; the timers cost a little themselves,
+so the headline figures are best taken without it.
 """
 
 from __future__ import annotations
@@ -106,6 +110,45 @@ class PageTimer:
         self.module.write_html_report, self.module.draw_row = self.original, self.original_draw
 
 
+class PartTimer:
+    """Adds the thread CPU time of each call of the report's parts to `seconds[part]` (any thread)."""
+
+    PARTS = {  # part: (module, function)
+        "thumbnails (decoding threads)": ("inference.html_evidence", "thumbnail"),
+        "pictures (writer thread, all)": ("inference.masks", "draw_evidence"),
+        "pictures: of which encoding strips": ("inference.report_pictures", "encode_picture"),
+        "pictures: of which creating strip files": ("inference.report_pictures", "write_strip_file"),
+        "page (after scoring)": ("inference.html_report", "write_html_report"),
+    }
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        import importlib
+        import threading
+
+        self.restore = []
+        lock = threading.Lock()
+        for part, (module_name, name) in self.PARTS.items():
+            module = importlib.import_module(module_name)
+            original = getattr(module, name, None)
+            if original is None:  # an older version of the toolkit, without this part
+                continue
+
+            def timed(*args, _original=original, _part=part, **kwargs):
+                start = time.thread_time()
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    with lock:
+                        seconds[_part] = seconds.get(_part, 0.0) + time.thread_time() - start
+
+            setattr(module, name, timed)
+            self.restore.append((module, name, original))
+
+    def close(self) -> None:
+        for module, name, original in self.restore:
+            setattr(module, name, original)
+
+
 def timed_run(cfg) -> tuple[float, float]:
     """(wall seconds, CPU seconds of every thread of this process) of one `infer.infer` run."""
     from infer import infer
@@ -117,7 +160,8 @@ def timed_run(cfg) -> tuple[float, float]:
 
 def alternate_runs(model: Path, folder: Path, images: Path, args: argparse.Namespace) -> tuple[dict, dict, list, list]:
     """`infer` without and with `report=html`, alternately, `args.repeats` rounds each: (wall
-    seconds, CPU seconds by kind, page seconds and pictures the page drew, by round)."""
+    seconds, CPU seconds by kind, page seconds and pictures the page drew, by round). With
+    `args.parts`, `args.parts` collects the thread CPU seconds of each part of the report."""
     times: dict[str, list[float]] = {"plain": [], "report": []}
     cpu: dict[str, list[float]] = {"plain": [], "report": []}
     page_seconds, drawn_later = [], []
@@ -127,10 +171,13 @@ def alternate_runs(model: Path, folder: Path, images: Path, args: argparse.Names
             shutil.rmtree(output.parent, ignore_errors=True)
             cfg = infer_config(model, images, output, args.batch_size, args.num_workers, kind == "report")
             timer = PageTimer()
+            parts = PartTimer(args.parts) if args.parts is not None and kind == "report" else None
             try:
                 wall, used = timed_run(cfg)
             finally:
                 timer.close()
+                if parts is not None:
+                    parts.close()
             times[kind].append(wall)
             cpu[kind].append(used)
             if kind == "report":
@@ -150,7 +197,9 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the images here, for the next run")
+    parser.add_argument("--parts", action="store_true", help="also time each part of the report (see above)")
     args = parser.parse_args()
+    args.parts = {} if args.parts else None
     torch.set_num_threads(args.threads)
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +241,9 @@ def main() -> None:
             "page_html_bytes": (folder / "report" / "scores_report.html").stat().st_size,
             "files_mb": round(sum(p.stat().st_size for p in files.rglob("*") if p.is_file()) / 1e6, 1),
         }
+        if args.parts is not None:  # summed over the rounds with the report
+            per_image = 1e6 / (args.images * args.repeats)
+            result["parts_us_per_image"] = {part: round(s * per_image, 1) for part, s in args.parts.items()}
     print(json.dumps(result, indent=2))
 
 

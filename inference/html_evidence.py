@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -179,17 +180,28 @@ def relative(path: Path, folder: Path) -> str:
     return os.path.relpath(path, folder).replace(os.sep, "/")
 
 
-def image_link(path: str, relative_to: Path) -> str:
+def image_link(path: str, relative_to: str | os.PathLike) -> str:
     """A link to a scored image: relative when it shares a drive with the page, else a file URL.
 
     Made from the absolute paths as written (no symlink resolution, which costs file-system calls
     per row): a browser joins a relative link to the page's address the same lexical way."""
     folder, name = os.path.split(path)
-    folder = absolute_folder(folder)  # once per folder: a run's images share a few
+    prefix = folder_prefix(folder, os.fspath(relative_to))  # once per folder: a run's images share a few
+    if prefix is None:
+        return Path(absolute_folder(folder), name).as_uri()
+    return f"{prefix}/{name if URL_SAFE_NAME.fullmatch(name) else quote(name)}"
+
+
+URL_SAFE_NAME = re.compile(r"[A-Za-z0-9_.~-]+")  # what `quote` leaves as it is
+
+
+@functools.lru_cache(maxsize=4096)
+def folder_prefix(folder: str, relative_to: str) -> str | None:
+    """`folder` as a quoted URL path relative to `relative_to`; None when it cannot be (another drive)."""
     try:
-        return f"{folder_link(folder, absolute_folder(str(relative_to)))}/{quote(name)}"
+        return folder_link(absolute_folder(folder), absolute_folder(relative_to))
     except ValueError:
-        return Path(folder, name).as_uri()
+        return None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -59,50 +59,62 @@ def score_text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{float(value):.4f}"
 
 
-def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str) -> str:
+def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str, up: str = "") -> str:
     """An <img> of a picture file, or of its box in a strip file (shown at its own size, the strip
-    shifted under it)."""
+    shifted under it); `up`: the way back to the main page's folder from a page below it."""
     if not src:
         return ""
     where = ""
     if box is not None:
         x, width, height = box
         where = f' style="width:{int(width)}px;height:{int(height)}px;object-fit:none;object-position:-{int(x)}px 0"'
-    return f'<img loading="lazy" class="thumb" alt="{escape_repeated(alt)}" src="{quoted(src)}"{where}>'
+    return f'<img loading="lazy" class="thumb" alt="{escape_repeated(alt)}" src="{quoted(src, up)}"{where}>'
 
 
-@functools.lru_cache(maxsize=1024)
-def quoted(src: str) -> str:
-    """A picture's path as an attribute value (cached: the rows of a strip share its file)."""
-    return escape_repeated(quote(src))
+@functools.lru_cache(maxsize=4096)
+def quoted(src: str, up: str = "") -> str:
+    """A picture's path, seen from a page `up` below the main page, as an attribute value (cached:
+    the rows of a strip share its file)."""
+    return escape_repeated(quote(src if up in ("", ".") else f"{up}/{src}"))
+
+
+RATING_CELL = (
+    '<td class="rating"><select aria-label="rating"><option></option><option>genuine</option>'
+    "<option>manipulated</option><option>unsure</option></select></td>"
+)
 
 
 def row_html(
-    row: Mapping[str, Any], evidence: RowEvidence, decision: str, link: str, blinded: bool, is_localizer: bool
+    row: Mapping[str, Any],
+    evidence: RowEvidence,
+    decision: str,
+    link: str,
+    blinded: bool,
+    is_localizer: bool,
+    up: str = "",
 ) -> str:
-    """One image's table row; `link` leads to the scored image (relative to the page)."""
-    thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail")
-    thumb = f'<a href="{escape(link)}">{thumb}</a>' if thumb else ""
-    cells = [f"<td>{thumb}</td>", f'<td class="name">{escape(row["path"])}</td>']
-    if not blinded:
-        cells += [
-            f'<td class="score">{score_text(row.get("score"))}</td>',
-            f'<td class="decision">{escape_repeated(decision)}</td>',
-        ]
-    cells.append(f'<td class="group">{escape_repeated("" if row.get("group") is None else str(row["group"]))}</td>')
+    """One image's table row; `link` leads to the scored image (relative to the page). `up`: the
+    way back to the main page's folder, for a page below it (the pictures' paths are relative to
+    the main page). One string per row, put together once: the static pages hold every row."""
+    thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail", up)
+    if thumb:
+        thumb = f'<a href="{escape(link)}">{thumb}</a>'
+    decision_text = escape_repeated(decision)
+    group = row.get("group")
+    score = "" if blinded else score_text(row.get("score"))
+    verdict = "" if blinded else f'<td class="score">{score}</td><td class="decision">{decision_text}</td>'
+    maps = ""
     if is_localizer and not blinded:
-        overlay = picture_html(evidence.overlay, evidence.overlay_box, "map overlay")
-        mask = picture_html(evidence.mask, evidence.mask_box, "mask at threshold")
+        overlay = picture_html(evidence.overlay, evidence.overlay_box, "map overlay", up)
+        mask = picture_html(evidence.mask, evidence.mask_box, "mask at threshold", up)
         share = "" if evidence.pixel_share is None else f"{100 * evidence.pixel_share:.1f} %"
-        cells += [f"<td>{overlay}</td>", f"<td>{mask}</td>", f'<td class="share">{share}</td>']
-    if blinded:
-        cells.append(
-            '<td class="rating"><select aria-label="rating"><option></option><option>genuine</option>'
-            "<option>manipulated</option><option>unsure</option></select></td>"
-        )
+        maps = f'<td>{overlay}</td><td>{mask}</td><td class="share">{share}</td>'
     note = row.get("error") or evidence.problem or ""
-    cells.append(f'<td class="note">{escape(note) if note else ""}</td>')
-    return f'<tr data-decision="{escape_repeated(decision)}">' + "".join(cells) + "</tr>"
+    return (
+        f'<tr data-decision="{decision_text}"><td>{thumb}</td><td class="name">{escape(row["path"])}</td>{verdict}'
+        f'<td class="group">{escape_repeated("" if group is None else str(group))}</td>{maps}'
+        f'{RATING_CELL if blinded else ""}<td class="note">{escape(note) if note else ""}</td></tr>'
+    )
 
 
 def table_head(blinded: bool, is_localizer: bool) -> str:
@@ -113,14 +125,13 @@ def table_head(blinded: bool, is_localizer: bool) -> str:
     return "<thead><tr>" + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr></thead>"
 
 
-def pager_html(current: int, pages: int, page_href) -> str:
-    if pages <= 1:
+def pager_html(current: int, links: Sequence[str]) -> str:
+    """Links to every static page (`links`: each page's `<a>`, made once for the pages that share
+    a folder), the current one in bold."""
+    if len(links) <= 1:
         return ""
-    links = [
-        f'<a href="{escape(page_href(p))}">{p}</a>' if p != current else f"<strong>{p}</strong>"
-        for p in range(1, pages + 1)
-    ]
-    return f'<nav class="pager" aria-label="pages">Page: {" ".join(links)}</nav>'
+    shown = [*links[: current - 1], f"<strong>{current}</strong>", *links[current:]]
+    return f'<nav class="pager" aria-label="pages">Page: {" ".join(shown)}</nav>'
 
 
 def mapping_table(title: str, table: Mapping[str, Mapping[str, Any]]) -> str:
@@ -190,15 +201,12 @@ def page_html(
 ) -> str:
     """The whole page; with `script`, the rows' data from the file `data_src` or inline (`data_inline`,
     script text that cannot close its element: `html_embed.data_script`)."""
-    css = (ASSETS / "report.css").read_text(encoding="utf-8")
+    css = asset("report.css")
     scripts = ""
     if script:
         data = f'<script src="{escape(quote(data_src))}"></script>' if data_src else ""
         scripts = (
-            (f"<script>{data_inline}</script>" if data_inline else data)
-            + "<script>"
-            + (ASSETS / "report.js").read_text(encoding="utf-8")
-            + "</script>"
+            (f"<script>{data_inline}</script>" if data_inline else data) + "<script>" + asset("report.js") + "</script>"
         )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -208,6 +216,12 @@ def page_html(
         f"<title>{escape(header.title)}</title><style>{css}</style></head>"
         f'<body class="{"blinded" if blinded else ""}">{body}{scripts}</body></html>'
     )
+
+
+@functools.lru_cache(maxsize=None)
+def asset(name: str) -> str:
+    """A file of `report_assets` (the style and the script every page carries), read once."""
+    return (ASSETS / name).read_text(encoding="utf-8")
 
 
 def header_html(header: ReportHeader, counts: Mapping[str, int], blinded: bool) -> str:

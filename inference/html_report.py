@@ -165,21 +165,22 @@ def write_html_report(
     def href(number: int, folder: Path) -> str:
         return quote(os.path.relpath(page_paths[number - 1], folder).replace(os.sep, "/"))
 
-    def page_href(number: int, current: Path) -> str:  # the pages below the first share a folder
-        return href(number, current.parent)
+    @functools.lru_cache(maxsize=None)
+    def pager_links(folder: Path) -> list[str]:  # the pages below the first share a folder
+        return [f'<a href="{escape(href(p, folder))}">{p}</a>' for p in range(1, pages + 1)]
 
     head = table_head(blinded, is_localizer)
     show_rows = bool(rows) or not pairs  # a pair run's page is its pairs
-    links = [image_link(row["path"], target.parent) for row in rows]
+    base = str(target.parent)
+    links = [image_link(row["path"], base) for row in rows]
     for number, page in enumerate(page_paths, start=1):
         chunk = range((number - 1) * page_size, min(number * page_size, len(rows)))
         # links and evidence paths are relative to the main page; the other pages live below it
         up = folder_link(str(target.parent.absolute()), str(page.parent.absolute()))
         body_rows = "".join(
-            row_html(rows[i], relocate(drawn[i], up), decisions[i], moved(links[i], up), blinded, is_localizer)
-            for i in chunk
+            row_html(rows[i], drawn[i], decisions[i], moved(links[i], up), blinded, is_localizer, up) for i in chunk
         )
-        pager = pager_html(number, pages, lambda p, page=page: page_href(p, page))
+        pager = pager_html(number, pager_links(page.parent))
         table = (
             f'<section id="rows"><h2>Images</h2>{pager}<table id="rows-table">{head}'
             f'<tbody id="rows-body">{body_rows}</tbody></table>{pager}</section>'
@@ -288,23 +289,6 @@ def moved(link: str | None, up: str) -> str | None:
     if link is None or up in ("", ".") or link.startswith("file:"):
         return link
     return f"{up}/{link}"
-
-
-def relocate(evidence: RowEvidence, up: str) -> RowEvidence:
-    """Evidence paths (relative to the main page's folder) as seen from a page `up` below it."""
-    if up in ("", "."):
-        return evidence
-
-    return RowEvidence(  # not dataclasses.replace: this runs once per row of every page but the first
-        moved(evidence.thumb, up),
-        moved(evidence.overlay, up),
-        moved(evidence.mask, up),
-        evidence.pixel_share,
-        evidence.problem,
-        evidence.thumb_box,
-        evidence.overlay_box,
-        evidence.mask_box,
-    )
 
 
 def rows_payload(

@@ -5,11 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from datamodules.io import read_image, write_image
+from inference import report_pictures
 from inference.html_evidence import THUMBNAIL_SIDE, colour_lut, map_overlay, thumbnail
-from inference.report_pictures import STRIP, EvidenceDrawer
+from inference.report_pictures import EvidenceDrawer
 from tests.unit.inference.test_html_report import HOSTILE, open_page
+
+STRIP = 8  # pictures per strip here: two strips are then a few rows (a page's pictures load as they scroll into view)
+
+
+@pytest.fixture(autouse=True)
+def strips_of_a_few_pictures(monkeypatch):
+    monkeypatch.setattr(report_pictures, "STRIP", STRIP)
 
 
 def smooth_picture(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
@@ -36,6 +45,11 @@ def test_a_thumbnail_keeps_the_shape_and_its_longest_side_is_at_most_the_thumbna
     assert thumbnail(tiny).shape == tiny.shape and thumbnail(tiny) is not tiny  # never enlarged, never shared
 
 
+def columns_above(index: int) -> int:
+    """Columns of a 400-wide map above the threshold for row `index` of `STRIP + 3`."""
+    return 400 * index // (STRIP + 3)
+
+
 def test_the_drawer_packs_pictures_into_strips_and_each_row_knows_its_box(tmp_path):
     files = tmp_path / "scores_report_files"
     (files / "thumbs").mkdir(parents=True)
@@ -46,7 +60,7 @@ def test_the_drawer_packs_pictures_into_strips_and_each_row_knows_its_box(tmp_pa
     for index in range(STRIP + 3):
         small = smooth_picture(90 + index, 120, rng)
         map_u8 = np.zeros((300, 400), np.uint8)
-        map_u8[:, : 20 * index] = 255  # the share above the threshold grows with the index
+        map_u8[:, : columns_above(index)] = 255  # the share above the threshold grows with the index
         smalls[f"img{index}.png"], maps[f"img{index}.png"] = small, map_u8
         drawer.draw(index, f"img{index}.png", small, map_u8)
     drawn = drawer.finish()
@@ -56,7 +70,7 @@ def test_the_drawer_packs_pictures_into_strips_and_each_row_knows_its_box(tmp_pa
     lut = colour_lut()
     for index in (0, STRIP - 1, STRIP + 2):
         evidence = drawn[f"img{index}.png"]
-        assert evidence.pixel_share == (20 * index) / 400
+        assert evidence.pixel_share == columns_above(index) / 400
         x, width, height = evidence.thumb_box
         strip = read_image(tmp_path / evidence.thumb)
         assert np.abs(strip[:height, x : x + width].astype(int) - smalls[f"img{index}.png"]).mean() < 12  # JPEG
@@ -116,7 +130,7 @@ def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_pa
     output = infer_with_page(tmp_path, model)
     assert [Path(p).name for p in drawn_by_page] == ["broken.png"]  # only the row the run could not decode
     thumbs = sorted(p.name for p in (tmp_path / "out" / "scores_report_files" / "thumbs").iterdir())
-    assert thumbs == ["strip-000000.jpg", "strip-000001.jpg"]  # 21 thumbnails: 16 + 5
+    assert thumbs == ["strip-000000.jpg", "strip-000001.jpg"]  # STRIP + 5 thumbnails
     context, page, seen = open_page(browser, output.with_name("scores_report.html"))
     thumbnails = page.locator("#rows-body img.thumb")
     assert thumbnails.count() == len(names)
