@@ -17,6 +17,7 @@ from collection.query import (  # noqa: E402
     MIN_GEOMETRIC_INLIERS,
     agrees_geometrically,
     content_mismatch,
+    geometric_inliers,
     open_index,
     retrieve,
     verify,
@@ -166,3 +167,56 @@ def test_a_match_on_a_shared_layout_alone_is_answered_not_duplicated_with_the_re
     assert not found.duplicated and "shared layout" in found.reason
     assert not found.mask_a.any() and not found.mask_b.any() and found.operations == []
     assert verify(IdentityMatcher(), other, candidate, 0.5, query_image=other).duplicated
+
+
+def mapped_correspondences(inliers: int, outliers: int = 0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Retrieval pairs: `inliers` query keypoints carried onto the panel by one similarity map
+    (turned 0.4 rad, scaled 1.3, shifted), `outliers` placed 40-80 px off that map."""
+    rng = np.random.default_rng(seed)
+    query = rng.uniform(20, 236, (inliers + outliers, 2))
+    turn = 1.3 * np.array([[np.cos(0.4), -np.sin(0.4)], [np.sin(0.4), np.cos(0.4)]])
+    panel = query @ turn.T + [15.0, -10.0]
+    angles = rng.uniform(0, 2 * np.pi, outliers)
+    panel[inliers:] += rng.uniform(40, 80, (outliers, 1)) * np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    rows = np.arange(inliers + outliers)
+    return {
+        "query": query.astype(np.float32),
+        "panel": panel.astype(np.float32),
+        "mirrored": np.zeros(len(rows), bool),
+        "query_row": rows,
+        "panel_row": rows,
+        "similarity": np.full(len(rows), 0.95),
+    }
+
+
+def test_the_check_counts_the_keypoints_one_map_carries_not_those_off_it():
+    assert geometric_inliers(mapped_correspondences(10, outliers=5)) == 10
+
+
+def test_a_query_keypoint_paired_twice_keeps_its_more_similar_pair():
+    pairs = mapped_correspondences(10)
+    decoy = {  # query keypoint 0 also near an unrelated panel keypoint, less similar
+        "query": pairs["query"][:1],
+        "panel": pairs["panel"][:1] + np.float32(60.0),
+        "mirrored": np.zeros(1, bool),
+        "query_row": np.array([0]),
+        "panel_row": np.array([10]),
+        "similarity": np.array([0.93]),
+    }
+    both = {key: np.concatenate([pairs[key], decoy[key]]) for key in pairs}
+    assert geometric_inliers(both) == 10
+
+
+def test_exactly_the_minimum_of_inliers_passes_the_check_and_one_fewer_does_not():
+    passes = agrees_geometrically({"correspondences": mapped_correspondences(MIN_GEOMETRIC_INLIERS)})
+    fails = agrees_geometrically({"correspondences": mapped_correspondences(MIN_GEOMETRIC_INLIERS - 1)})
+    assert passes and not fails
+
+
+def test_the_candidate_is_verified_on_its_own_box_of_its_file(tmp_path):
+    panel = chart_panel(np.random.default_rng(3))
+    height, width = panel.shape[:2]
+    beside = texture_panel(np.random.default_rng(6), height)[:, :width]
+    write_image(tmp_path / "figure.png", np.concatenate([beside, panel], axis=1))
+    boxed = {"path": str(tmp_path / "figure.png"), "box": [beside.shape[1], 0, beside.shape[1] + width, height]}
+    assert verify(IdentityMatcher(), panel, boxed, 0.5, query_image=panel).duplicated
