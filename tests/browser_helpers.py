@@ -37,3 +37,15 @@ def browser():
         launched = playwright.chromium.launch(executable_path=executable, headless=True, args=BROWSER_FLAGS)
         yield launched
         launched.close()
+
+
+DECODE_ALL = """seconds => Promise.race([
+  Promise.all(Array.from(document.images).map(image => { image.loading = "eager"; return image.decode(); })),
+  new Promise((_, reject) => setTimeout(() => reject(new Error(`not decoded in ${seconds} s`)), seconds * 1000)),
+])"""
+
+
+def decode_all_images(page, seconds: float = 30.0) -> None:
+    """Wait until every image of the page has decoded (lazy ones are loaded now: a lazy image far
+    below the window would otherwise never decode); a decoding error or the time running out fails."""
+    page.evaluate(DECODE_ALL, seconds)

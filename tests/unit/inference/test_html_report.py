@@ -14,6 +14,7 @@ import pytest
 from datamodules.io import write_image
 from inference.html_evidence import mask_at_threshold, transform_in_words
 from inference.html_report import ReportHeader, decision_of, ordered, write_html_report
+from tests.browser_helpers import decode_all_images
 
 HOSTILE = "<img src=x onerror=alert(1)>.png"
 
@@ -135,7 +136,7 @@ def test_the_reviewer_sees_rows_in_order_every_image_decodes_and_nothing_leaves_
     assert images.count() >= 7 * 3  # thumbnail, overlay and mask per readable image
     sources = page.evaluate("Array.from(document.images).map(i => i.src)")
     assert all(src.startswith("data:image/") for src in sources) is embedded
-    page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
+    decode_all_images(page)
     widths = page.evaluate("Array.from(document.images).map(i => i.naturalWidth)")
     assert all(w > 0 for w in widths), widths
     folder = (tmp_path / "out").as_uri()

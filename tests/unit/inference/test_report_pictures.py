@@ -11,6 +11,7 @@ from datamodules.io import read_image, write_image
 from inference import report_pictures
 from inference.html_evidence import THUMBNAIL_SIDE, colour_lut, map_overlay, thumbnail
 from inference.report_pictures import EvidenceDrawer
+from tests.browser_helpers import decode_all_images
 from tests.unit.inference.test_html_report import HOSTILE, open_page
 
 STRIP = 8  # pictures per strip here: two strips are then a few rows (a page's pictures load as they scroll into view)
@@ -134,7 +135,7 @@ def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_pa
     context, page, seen = open_page(browser, output.with_name("scores_report.html"))
     thumbnails = page.locator("#rows-body img.thumb")
     assert thumbnails.count() == len(names)
-    page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
+    decode_all_images(page)
     boxes = thumbnails.evaluate_all(
         "images => images.map(i => [i.naturalWidth, i.getBoundingClientRect().width, i.getBoundingClientRect().height])"
     )
@@ -153,7 +154,7 @@ def test_a_small_run_is_one_page_with_its_pictures_embedded(tmp_path, browser):
     thumbnails = page.locator("#rows-body img.thumb")
     assert thumbnails.count() == len(names)
     assert all(src.startswith("data:image/jpeg;base64,") for src in thumbnails.evaluate_all("i => i.map(x => x.src)"))
-    page.evaluate("Promise.all(Array.from(document.images).map(i => i.decode()))")
+    decode_all_images(page)
     sizes = thumbnails.evaluate_all("images => images.map(i => [i.naturalWidth, i.naturalHeight])")
     assert sorted(height for _, height in sizes) == list(range(40, 40 + len(names)))  # one picture each, own size
     assert [url for url in seen["requests"] if not url.startswith("data:")] == [page_file.as_uri()]
