@@ -84,6 +84,18 @@ def test_the_drawer_packs_pictures_into_strips_and_each_row_knows_its_box(tmp_pa
         assert abs(mask.mean() - evidence.pixel_share) < 0.02
 
 
+def test_a_strip_is_black_below_its_shorter_pictures(tmp_path):
+    drawer = EvidenceDrawer(tmp_path / "files", threshold=0.5)
+    rng = np.random.default_rng(1)
+    for index in range(STRIP):
+        drawer.draw(index, f"img{index}.png", np.full((40 + 6 * index, 80, 3), rng.integers(200, 256), np.uint8))
+    drawn = drawer.finish()
+    strip = read_image(tmp_path / drawn["img0.png"].thumb)
+    for index in range(STRIP - 2):  # at least 12 px shorter than the last, the tallest
+        x, width, height = drawn[f"img{index}.png"].thumb_box
+        assert strip[height + 8 :, x : x + width].mean() < 4  # past the JPEG block it shares with the picture
+
+
 def test_a_blinded_drawer_draws_no_maps(tmp_path):
     drawer = EvidenceDrawer(tmp_path / "files", threshold=0.5, maps=False)
     drawer.draw(0, "a.png", np.zeros((10, 10, 3), np.uint8), np.full((10, 10), 255, np.uint8))
