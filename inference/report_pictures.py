@@ -70,7 +70,8 @@ class PictureStrip:
 
 
 def write_strip_file(target: Path, encoded: bytes) -> None:
-    """One write makes the file (the page that names it is written after it)."""
+    """One write makes the file (the page that names it is written after it). A function of its own
+    so that `benchmarks/bench_report_overhead.py --parts` can time file creation apart from encoding."""
     target.write_bytes(encoded)
 
 
