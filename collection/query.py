@@ -2,9 +2,12 @@
 
 `retrieve` ranks the indexed panels for one query panel: with `local_sift` each query keypoint
 (and its mirror) votes for the panels holding one of its nearest neighbours at cosine similarity
->= `VOTE_SIMILARITY`; with the regional descriptors a panel scores its best region similarity over
-the query's regions and variants. `exclude_same`: `path` drops the query's own file, `review` every
-panel of the query's source id (its review / paper, or folder), `none` nothing.
+>= `VOTE_SIMILARITY`, and the `RERANK` panels with most votes are ranked again by how many of
+those keypoint pairs one similarity map carries (`geometric_inliers`): a generated texture shares
+many generic keypoints with other textures, a copy fewer but in place. With the regional
+descriptors a panel scores its best region similarity over the query's regions and variants.
+`exclude_same`: `path` drops the query's own file, `review` every panel of the query's source id
+(its review / paper, or folder), `none` nothing.
 
 `infer_index` (`infer.py model=<dup_sift ckpt> input=... index=DIR top_k=K`) verifies the top K
 with the pair detector (`match_pair`: SIFT, mirror, RANSAC, photometric fit) and writes one row per
@@ -39,6 +42,11 @@ log = logging.getLogger(__name__)
 VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
 MIN_VOTES = 2  # a single keypoint in common is chance
 MIN_GEOMETRIC_INLIERS = 4  # keypoint pairs one similarity map must carry before the pair detector is asked
+# ... except for the best candidate, asked whenever a map fits at all (two pairs fit any similarity):
+# a 30 % crop keeps few of its source's indexed keypoints among its neighbours, and one more
+# pair-detector call per query is affordable
+MIN_BEST_INLIERS = 2
+RERANK = 50  # candidates ranked again by their geometric inliers (about 0.1 ms each)
 REPROJECTION_PX = 8.0  # at the 256 px working size (positions are stored to 1 px)
 MAX_SCALE = 4.0  # a fitted map scaling more than this (either way) is no copy
 NEIGHBOURS = 10
@@ -119,8 +127,12 @@ def retrieve(
             if pid >= 0 and sim > scores.get(pid, -2.0):
                 scores[pid] = sim
     ranked = sorted(scores.items(), key=lambda item: -item[1])
+    wanted = max(top_k, RERANK) if points is not None else top_k
     kept: list[tuple[dict[str, Any], float]] = []
+    inliers: list[int] = []  # of each kept candidate, with positions
     for start in range(0, len(ranked), 4 * top_k):
+        if len(kept) == wanted:
+            break
         chunk = ranked[start : start + 4 * top_k]
         rows = store.panels(pid for pid, _ in chunk)
         for pid, score in chunk:
@@ -140,10 +152,13 @@ def retrieve(
                     "panel_row": panel_rows,
                     "similarity": similarity,
                 }
+            inliers.append(geometric_inliers(row["correspondences"]) if "correspondences" in row else 0)
             kept.append((row, float(score)))
-            if len(kept) == top_k:
-                return kept
-    return kept
+            if len(kept) == wanted:
+                break
+    if points is not None:  # the most consistent first; votes break ties (the sort is stable)
+        kept = [kept[i] for i in sorted(range(len(kept)), key=lambda i: -inliers[i])]
+    return kept[:top_k]
 
 
 def one_to_one(query_rows: np.ndarray, panel_rows: np.ndarray, similarity: np.ndarray) -> np.ndarray:
@@ -184,13 +199,15 @@ def geometric_inliers(correspondences: dict[str, np.ndarray]) -> int:
     return best
 
 
-def agrees_geometrically(candidate: dict[str, Any]) -> bool:
-    """The cheap check before the pair detector: do the retrieval's keypoint pairs fit one map?
-    A candidate without stored positions (the regional descriptors) is not pruned."""
+def agrees_geometrically(candidate: dict[str, Any], best: bool = False) -> bool:
+    """The cheap check before the pair detector: do the retrieval's keypoint pairs fit one map
+    (`MIN_GEOMETRIC_INLIERS`, or `MIN_BEST_INLIERS` for the `best` candidate)? A candidate without
+    stored positions (the regional descriptors) is not pruned."""
     correspondences = candidate.get("correspondences")
     if correspondences is None or MIN_GEOMETRIC_INLIERS <= 0:
         return True
-    return geometric_inliers(correspondences) >= MIN_GEOMETRIC_INLIERS
+    minimum = min(MIN_BEST_INLIERS, MIN_GEOMETRIC_INLIERS) if best else MIN_GEOMETRIC_INLIERS
+    return geometric_inliers(correspondences) >= minimum
 
 
 def verify(
@@ -240,12 +257,13 @@ def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matri
 def verify_candidates(
     detector: Any, panel: np.ndarray, candidates: list[tuple[dict[str, Any], float]], threshold: float
 ) -> list[tuple[dict[str, Any], float, Any]]:
-    """(candidate, similarity, pair prediction) of the candidates that pass `agrees_geometrically`:
-    the pair detector decides on those alone (the query is described only when one passes)."""
+    """(candidate, similarity, pair prediction) of the candidates that pass `agrees_geometrically`
+    (the first, `retrieve`'s most consistent, as the best): the pair detector decides on those alone
+    (the query is described only when one passes)."""
     described = None
     answers = []
-    for candidate, similarity in candidates:
-        if not agrees_geometrically(candidate):
+    for rank, (candidate, similarity) in enumerate(candidates):
+        if not agrees_geometrically(candidate, best=rank == 0):
             continue
         described = detector.describe(panel) if described is None else described
         try:

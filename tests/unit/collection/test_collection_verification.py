@@ -12,8 +12,10 @@ import pytest
 pytest.importorskip("faiss")
 
 from collection.build import build_index  # noqa: E402
+from collection.descriptors import LocalSift  # noqa: E402
 from collection.query import (  # noqa: E402
     MAX_MISMATCH_SHARE,
+    MIN_BEST_INLIERS,
     MIN_GEOMETRIC_INLIERS,
     agrees_geometrically,
     content_mismatch,
@@ -220,3 +222,66 @@ def test_the_candidate_is_verified_on_its_own_box_of_its_file(tmp_path):
     write_image(tmp_path / "figure.png", np.concatenate([beside, panel], axis=1))
     boxed = {"path": str(tmp_path / "figure.png"), "box": [beside.shape[1], 0, beside.shape[1] + width, height]}
     assert verify(IdentityMatcher(), panel, boxed, 0.5, query_image=panel).duplicated
+
+
+class VotingStore:
+    """Stands in for an index: each query keypoint's nearest neighbours are given, not searched."""
+
+    def __init__(self, query_points: np.ndarray, neighbours: list[list[tuple[int, int]]], panel_points: dict) -> None:
+        local = LocalSift()
+        self.points = query_points.astype(np.float32)
+        self.neighbours = neighbours  # per query keypoint: (panel id, keypoint row in that panel)
+        self.rows = {
+            pid: {"path": f"panel{pid}", "source_id": "", "points": local.pack_points(p)}
+            for pid, p in panel_points.items()
+        }
+        self.descriptor = SimpleNamespace(
+            aggregate="votes",
+            unpack_points=local.unpack_points,
+            query_located=lambda image: (
+                np.ones((len(self.points), 4), np.float32),
+                self.points,
+                np.zeros(len(self.points), bool),
+            ),
+        )
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ids = np.full((len(vectors), k), -1)
+        slots = np.full((len(vectors), k), -1)
+        for row, found in enumerate(self.neighbours):
+            for column, (pid, slot) in enumerate(found[:k]):
+                ids[row, column], slots[row, column] = pid, slot
+        return np.where(ids >= 0, 0.99, 0.0).astype(np.float32), ids, slots
+
+    def panels(self, ids) -> dict:
+        return {pid: dict(self.rows[pid]) for pid in ids}
+
+
+def test_retrieval_ranks_keypoints_in_place_above_more_keypoints_scattered():
+    """A generated texture shares many generic keypoints with other textures; a copy fewer, on one map."""
+    mapped = mapped_correspondences(5)
+    rng = np.random.default_rng(1)
+    query = np.concatenate([mapped["query"], rng.uniform(20, 236, (9, 2))])
+    neighbours = [[(1, row)] for row in range(5)] + [[(2, row)] for row in range(9)]
+    panel_points = {1: mapped["panel"], 2: rng.uniform(0, 255, (9, 2))}
+    store = VotingStore(query, neighbours, panel_points)
+    query_image = np.zeros((8, 8, 3), np.uint8)
+    ranked = [(row["path"], votes) for row, votes in retrieve(store, query_image, top_k=2, exclude_same="none")]
+    assert ranked == [("panel1", 5.0), ("panel2", 9.0)]  # the similarity reported stays the vote count
+    # the panel with fewer votes is ranked again from beyond the top K
+    assert [row["path"] for row, _ in retrieve(store, query_image, top_k=1, exclude_same="none")] == ["panel1"]
+
+
+def test_only_the_best_candidate_reaches_the_pair_detector_with_fewer_than_the_minimum_inliers(tmp_path):
+    write_image(tmp_path / "few.png", texture_panel(np.random.default_rng(0), 32))
+    few = {
+        "correspondences": mapped_correspondences(MIN_BEST_INLIERS + 1, outliers=1),
+        "path": str(tmp_path / "few.png"),
+        "box": [0, 0, 8, 8],
+    }
+    assert MIN_BEST_INLIERS + 1 < MIN_GEOMETRIC_INLIERS and not agrees_geometrically(few)
+    assert agrees_geometrically(few, best=True)
+    assert not agrees_geometrically({"correspondences": mapped_correspondences(MIN_GEOMETRIC_INLIERS - 1)}, best=True)
+    detector = RecordingDetector()
+    first = verify_candidates(detector, np.zeros((8, 8, 3), np.uint8), [(few, 3.0), ({**few}, 3.0)], 0.5)
+    assert [c is few for c, _, _ in first] == [True] and len(detector.asked) == 1
