@@ -114,15 +114,9 @@ def retrieve(
         return []
     sims, ids, slots = store.search(vectors, NEIGHBOURS if votes else 4 * top_k + 40)
     scores: dict[int, float] = {}
-    pairs: dict[int, list[tuple[int, int, float]]] = defaultdict(list)  # panel -> (query row, panel row, sim)
+    pairs: dict[int, list[tuple[int, int, float]]] = {}
     if votes:
-        for row, (row_sims, row_ids, row_slots) in enumerate(zip(sims, ids, slots)):
-            near = (row_sims >= VOTE_SIMILARITY) & (row_ids >= 0)
-            for pid, slot, sim in zip(row_ids[near].tolist(), row_slots[near].tolist(), row_sims[near].tolist()):
-                pairs[pid].append((row, slot, sim))
-        # a panel's votes: the query keypoints with a near neighbour in it
-        votes_of = {pid: len({row for row, _, _ in found}) for pid, found in pairs.items()}
-        scores = {pid: float(count) for pid, count in votes_of.items() if count >= MIN_VOTES}
+        scores, pairs = keypoint_votes(sims, ids, slots)
     else:
         for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
             if pid >= 0 and sim > scores.get(pid, -2.0):
@@ -160,6 +154,20 @@ def retrieve(
     if points is not None:  # the most consistent first; votes break ties (the sort is stable)
         kept = [kept[i] for i in sorted(range(len(kept)), key=lambda i: -inliers[i])]
     return kept[:top_k]
+
+
+def keypoint_votes(
+    sims: np.ndarray, ids: np.ndarray, slots: np.ndarray
+) -> tuple[dict[int, float], dict[int, list[tuple[int, int, float]]]]:
+    """(panel -> votes: the query keypoints with a neighbour in it at `VOTE_SIMILARITY`, at least
+    `MIN_VOTES`; panel -> its keypoint pairs as (query row, panel row, similarity))."""
+    pairs: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
+    for row, (row_sims, row_ids, row_slots) in enumerate(zip(sims, ids, slots)):
+        near = (row_sims >= VOTE_SIMILARITY) & (row_ids >= 0)
+        for pid, slot, sim in zip(row_ids[near].tolist(), row_slots[near].tolist(), row_sims[near].tolist()):
+            pairs[pid].append((row, slot, sim))
+    votes_of = {pid: len({row for row, _, _ in found}) for pid, found in pairs.items()}
+    return {pid: float(count) for pid, count in votes_of.items() if count >= MIN_VOTES}, pairs
 
 
 def one_to_one(query_rows: np.ndarray, panel_rows: np.ndarray, similarity: np.ndarray) -> np.ndarray:
