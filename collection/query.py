@@ -56,6 +56,7 @@ NEIGHBOURS = 10
 # chart's axes, legend and bar positions, other bars) matches keypoints but differs in far more
 MISMATCH_GREY_LEVELS = 60
 MAX_MISMATCH_SHARE = 0.04
+CLIPPED_GREY_LEVELS = 3  # a copy's grey levels this close to 0 or 255 may have been clipped by its edit
 EXCLUDE = ("none", "path", "review")
 INDEX_COLUMNS = (
     "path",
@@ -192,7 +193,7 @@ def geometric_inliers(correspondences: dict[str, np.ndarray]) -> int:
             rows = (correspondences[key][chosen] for key in ("query_row", "panel_row", "similarity"))
             chosen = chosen[one_to_one(*rows)]
         query, panel = correspondences["query"][chosen], correspondences["panel"][chosen]
-        if len(query) < max(3, MIN_GEOMETRIC_INLIERS):  # two pairs fit any similarity: no evidence
+        if len(query) < 3:  # two pairs fit any similarity; three are the fewest that can disagree
             continue
         matrix, inliers = cv2.estimateAffinePartial2D(
             query, panel, method=cv2.RANSAC, ransacReprojThreshold=REPROJECTION_PX, maxIters=2000
@@ -246,8 +247,8 @@ def verify(
 
 def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray) -> float:
     """Share of the overlap where the candidate, mapped onto the query by `matrix` (query -> candidate
-    pixels) and a least-squares gain and bias, differs from the query by more than
-    `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when they hardly overlap)."""
+    pixels) and a least-squares gain and bias (fitted where the query is not clipped), differs from
+    the query by more than `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when they hardly overlap)."""
     query = cv2.cvtColor(np.ascontiguousarray(query_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
     other = cv2.cvtColor(np.ascontiguousarray(candidate_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
     size, inverse = (query.shape[1], query.shape[0]), cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
@@ -258,8 +259,12 @@ def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matri
         return 1.0
     target, mapped = query[inside], warped[inside]
     design = np.stack([mapped, np.ones_like(mapped)], axis=1)
-    gain_bias, *_ = np.linalg.lstsq(design, target, rcond=None)
-    return float(np.mean(np.abs(target - design @ gain_bias) > MISMATCH_GREY_LEVELS))
+    # a copy brightened or contrasted was stored in 8 bits: where it clipped, it tells nothing of the
+    # gain, and the mapped source is compared clipped as the copy was
+    unclipped = (target > CLIPPED_GREY_LEVELS) & (target < 255 - CLIPPED_GREY_LEVELS)
+    fitted = unclipped if unclipped.sum() >= 100 else np.ones_like(unclipped)
+    gain_bias, *_ = np.linalg.lstsq(design[fitted], target[fitted], rcond=None)
+    return float(np.mean(np.abs(target - np.clip(design @ gain_bias, 0, 255)) > MISMATCH_GREY_LEVELS))
 
 
 def verify_candidates(

@@ -78,8 +78,9 @@ def test_a_candidate_failing_the_geometric_check_never_reaches_the_pair_detector
     store = open_index(collection["root"] / "index")
     candidates = retrieve(store, collection["copy"], top_k=5, exclude_same="none")
     source, similarity = next((c, s) for c, s in candidates if c["path"] == collection["source"])
-    too_few = {key: value[: MIN_GEOMETRIC_INLIERS - 1] for key, value in source["correspondences"].items()}
-    assert agrees_geometrically(source) and not agrees_geometrically({**source, "correspondences": too_few})
+    # two pairs fit any map: no evidence, even for the first candidate
+    too_few = {key: value[:2] for key, value in source["correspondences"].items()}
+    assert agrees_geometrically(source) and not agrees_geometrically({**source, "correspondences": too_few}, best=True)
     detector = RecordingDetector()
     assert verify_candidates(detector, collection["copy"], [({**source, "correspondences": too_few}, 9.0)], 0.5) == []
     assert detector.asked == [] and detector.described == []  # nothing passed: not even the query is described
@@ -136,6 +137,15 @@ def test_a_mirrored_recoloured_jpeg_crop_reproduces_its_source_under_its_map():
     copy = jpeg(np.clip(crop[:, ::-1] * 0.4 + 5, 0, 255).astype(np.uint8), 75)  # mirrored, darker, less contrast
     query_to_source = np.array([[-1.0, 0.0, x + width - 1], [0.0, 1.0, y]])
     assert content_mismatch(copy, source, query_to_source) <= MAX_MISMATCH_SHARE / 4
+
+
+def test_a_copy_contrasted_until_its_highlights_clip_still_reproduces_its_source():
+    from skimage import data
+
+    source = data.astronaut()[::2, ::2]
+    copy = jpeg(np.clip(source.astype(np.float32) * 2.0 + 30, 0, 255).astype(np.uint8), 75)
+    assert np.mean(copy.mean(2) >= 252) > 0.25  # a good part of it clipped white
+    assert content_mismatch(copy, source, np.eye(2, 3)) <= MAX_MISMATCH_SHARE / 4
 
 
 def test_two_charts_of_one_template_share_keypoints_but_not_content():
@@ -207,6 +217,13 @@ def test_a_query_keypoint_paired_twice_keeps_its_more_similar_pair():
     }
     both = {key: np.concatenate([pairs[key], decoy[key]]) for key in pairs}
     assert geometric_inliers(both) == 10
+
+
+def test_three_pairs_on_one_map_count_and_two_never_do():
+    """Two pairs fit any similarity; a third can disagree with it, so three is the fewest that count."""
+    assert geometric_inliers(mapped_correspondences(2)) == 0
+    assert geometric_inliers(mapped_correspondences(3)) == 3
+    assert geometric_inliers(mapped_correspondences(3, outliers=1)) == 3
 
 
 def test_exactly_the_minimum_of_inliers_passes_the_check_and_one_fewer_does_not():
@@ -281,7 +298,7 @@ def test_only_the_best_candidate_reaches_the_pair_detector_with_fewer_than_the_m
     }
     assert MIN_BEST_INLIERS + 1 < MIN_GEOMETRIC_INLIERS and not agrees_geometrically(few)
     assert agrees_geometrically(few, best=True)
-    assert not agrees_geometrically({"correspondences": mapped_correspondences(MIN_GEOMETRIC_INLIERS - 1)}, best=True)
+    assert not agrees_geometrically({"correspondences": mapped_correspondences(2)}, best=True)  # fits any map
     detector = RecordingDetector()
     first = verify_candidates(detector, np.zeros((8, 8, 3), np.uint8), [(few, 3.0), ({**few}, 3.0)], 0.5)
     assert [c is few for c, _, _ in first] == [True] and len(detector.asked) == 1
