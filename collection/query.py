@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
 MIN_VOTES = 2  # a single keypoint in common is chance
 MIN_GEOMETRIC_INLIERS = 4  # keypoint pairs one similarity map must carry before the pair detector is asked
-# ... except for the best candidate, asked whenever a map fits at all (two pairs fit any similarity):
+# ... except for the best candidate, asked whenever a map fits at all (from three pairs, `geometric_inliers`):
 # a 30 % crop keeps few of its source's indexed keypoints among its neighbours, and one more
 # pair-detector call per query is affordable
 MIN_BEST_INLIERS = 2
