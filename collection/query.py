@@ -113,14 +113,7 @@ def retrieve(
     if not len(vectors):
         return []
     sims, ids, slots = store.search(vectors, NEIGHBOURS if votes else 4 * top_k + 40)
-    scores: dict[int, float] = {}
-    pairs: dict[int, list[tuple[int, int, float]]] = {}
-    if votes:
-        scores, pairs = keypoint_votes(sims, ids, slots)
-    else:
-        for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
-            if pid >= 0 and sim > scores.get(pid, -2.0):
-                scores[pid] = sim
+    scores, pairs = keypoint_votes(sims, ids, slots) if votes else (best_similarity(sims, ids), {})
     ranked = sorted(scores.items(), key=lambda item: -item[1])
     wanted = max(top_k, RERANK) if points is not None else top_k
     kept: list[tuple[dict[str, Any], float]] = []
@@ -168,6 +161,15 @@ def keypoint_votes(
             pairs[pid].append((row, slot, sim))
     votes_of = {pid: len({row for row, _, _ in found}) for pid, found in pairs.items()}
     return {pid: float(count) for pid, count in votes_of.items() if count >= MIN_VOTES}, pairs
+
+
+def best_similarity(sims: np.ndarray, ids: np.ndarray) -> dict[int, float]:
+    """Panel -> its best similarity over the query's vectors (the regional descriptors)."""
+    scores: dict[int, float] = {}
+    for pid, sim in zip(ids.ravel().tolist(), sims.ravel().tolist()):
+        if pid >= 0 and sim > scores.get(pid, -2.0):
+            scores[pid] = sim
+    return scores
 
 
 def one_to_one(query_rows: np.ndarray, panel_rows: np.ndarray, similarity: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from skimage import data
 
 pytest.importorskip("faiss")
 
@@ -140,8 +141,6 @@ def test_a_mirrored_recoloured_jpeg_crop_reproduces_its_source_under_its_map():
 
 
 def test_a_copy_contrasted_until_its_highlights_clip_still_reproduces_its_source():
-    from skimage import data
-
     source = data.astronaut()[::2, ::2]
     copy = jpeg(np.clip(source.astype(np.float32) * 2.0 + 30, 0, 255).astype(np.uint8), 75)
     assert np.mean(copy.mean(2) >= 252) > 0.25  # a good part of it clipped white
