@@ -39,6 +39,8 @@ from detectors.matching import MIRROR_ORDER
 
 # (x0, y0, x1, y1) as fractions of the panel: the whole panel, then a 3 x 3 grid of half-side windows
 REGIONS = ((0.0, 0.0, 1.0, 1.0),) + tuple((x, y, x + 0.5, y + 0.5) for y in (0.0, 0.25, 0.5) for x in (0.0, 0.25, 0.5))
+SPREAD_CELLS = 4  # a stored panel's keypoints are spread over 4 x 4 cells
+SPREAD_POOL = 4  # ... chosen from 4 times as many detected
 SLOTS = 256  # vector id = panel id * SLOTS + row: at most SLOTS vectors per panel
 VARIANTS = ("identity", "hflip", "vflip", "rotate180")
 
@@ -197,21 +199,26 @@ class RandomCnn:
 
 
 class LocalSift:
-    """The panel's strongest RootSIFT keypoints, each a vector of its own; a query votes per panel.
+    """The panel's RootSIFT keypoints, each a vector of its own; a query votes per panel.
 
     Not one vector per panel but `keypoints` of them: a 30 % crop still shares dozens of keypoints
-    with its source where a pooled vector of the whole has changed. The query also asks with the
-    mirror permutation of its descriptors (flips; SIFT is rotation-invariant already).
+    with its source where a pooled vector of the whole has changed. The stored keypoints are spread
+    over the panel (`spread_over_cells`): the strongest alone gather where the contrast is, and a
+    crop of the quieter rest would find few of them. The query keeps its own strongest and also
+    asks with their mirror permutation (flips; SIFT is rotation-invariant already).
     """
 
     dim, invariant, aggregate = 128, True, "votes"
 
     def __init__(self, keypoints: int = 64, query_keypoints: int = 128, working_side: int = 256) -> None:
         self.keypoints, self.query_keypoints, self.working_side = keypoints, query_keypoints, working_side
-        self.name = f"local_sift-v1-{keypoints}kp-{working_side}px"
+        self.name = f"local_sift-v2-{keypoints}kp-{working_side}px"
 
-    def located(self, image: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-        """(points (N, 2) in working px, RootSIFT (N, 128), working (height, width)) of the `count` strongest."""
+    def located(
+        self, image: np.ndarray, count: int, spread: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """(points (N, 2) in working px, RootSIFT (N, 128), working (height, width)) of the `count`
+        strongest, or with `spread` of `count` chosen over the panel's cells from SPREAD_POOL times as many."""
         rgb = np.ascontiguousarray(image[..., :3])
         factor = self.working_side / max(rgb.shape[:2])  # every panel at one working size: crops enlarged
         interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_CUBIC
@@ -221,20 +228,26 @@ class LocalSift:
             interpolation=interpolation,
         )
         gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
-        keypoints, raw = cv2.SIFT_create(nfeatures=count).detectAndCompute(gray, None)
+        detected = count * SPREAD_POOL if spread else count
+        keypoints, raw = cv2.SIFT_create(nfeatures=detected).detectAndCompute(gray, None)
         if raw is None or len(keypoints) < count // 2:  # faint texture: weaker extrema too
-            keypoints, raw = cv2.SIFT_create(nfeatures=count, contrastThreshold=0.01).detectAndCompute(gray, None)
-        if raw is None:
+            keypoints, raw = cv2.SIFT_create(nfeatures=detected, contrastThreshold=0.01).detectAndCompute(gray, None)
+        if raw is None or not len(keypoints):
             return np.zeros((0, 2), np.float32), np.zeros((0, 128), np.float32), gray.shape
-        points = np.asarray([k.pt for k in keypoints], np.float32)[:count]
-        return points, unit(np.sqrt(raw / np.maximum(raw.sum(1, keepdims=True), 1e-7)))[:count], gray.shape
+        points = np.asarray([k.pt for k in keypoints], np.float32)
+        if spread:
+            chosen = spread_over_cells(points, np.asarray([k.response for k in keypoints]), count, gray.shape)
+        else:
+            chosen = np.arange(min(count, len(points)))
+        vectors = unit(np.sqrt(raw / np.maximum(raw.sum(1, keepdims=True), 1e-7)))
+        return points[chosen], vectors[chosen], gray.shape
 
     def describe(self, image: np.ndarray) -> np.ndarray:
-        return self.located(image, self.keypoints)[1]
+        return self.located(image, self.keypoints, spread=True)[1]
 
     def describe_located(self, image: np.ndarray) -> tuple[np.ndarray, bytes]:
         """The stored vectors and their keypoints' positions, packed for the panel table (`unpack_points`)."""
-        points, vectors, _ = self.located(image, self.keypoints)
+        points, vectors, _ = self.located(image, self.keypoints, spread=True)
         return vectors, self.pack_points(points)
 
     def pack_points(self, points: np.ndarray) -> bytes:
@@ -257,6 +270,24 @@ class LocalSift:
 
     def query(self, image: np.ndarray) -> np.ndarray:
         return self.query_located(image)[0]
+
+
+def spread_over_cells(
+    points: np.ndarray, responses: np.ndarray, count: int, shape: tuple[int, int], cells: int = SPREAD_CELLS
+) -> np.ndarray:
+    """Indices of `count` keypoints taken in turn from each of `cells` x `cells` cells of the panel,
+    the strongest of each cell first: each cell's best, then each cell's second best, and so on
+    (a cell with fewer keypoints than its turn is passed over). Returned in detection order."""
+    height, width = shape
+    row = np.minimum(points[:, 1] * cells // height, cells - 1)
+    column = np.minimum(points[:, 0] * cells // width, cells - 1)
+    cell = (row * cells + column).astype(np.int64)
+    turn = np.zeros(len(points), np.int64)
+    taken: dict[int, int] = {}
+    for index in np.argsort(-responses, kind="stable").tolist():
+        turn[index] = taken.get(cell[index], 0)
+        taken[cell[index]] = turn[index] + 1
+    return np.sort(np.lexsort((-responses, turn))[:count])
 
 
 DESCRIPTORS = ("local_sift", "pooled_sift", "phash", "cnn", "pairnet")

@@ -62,7 +62,7 @@ def test_exclude_same_review_skips_matches_from_the_query_s_own_review(indexed, 
 
 
 def test_an_index_of_another_descriptor_or_no_index_is_refused_with_a_message(indexed, tmp_path):
-    with pytest.raises(InferenceFailed, match="holds local_sift-v1.* descriptors, not phash"):
+    with pytest.raises(InferenceFailed, match="holds local_sift-v2.* descriptors, not phash"):
         search(indexed, tmp_path / "x.csv", "descriptor=phash")
     with pytest.raises(InferenceFailed, match="no meta.json"):
         infer(

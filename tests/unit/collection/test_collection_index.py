@@ -177,3 +177,33 @@ def test_white_gutters_cut_a_figure_into_its_panels():
         figure[y0:y1, x0:x1] = rng.integers(0, 200, (y1 - y0, x1 - x0, 3))
     assert split_figure(figure) == boxes
     assert split_figure(figure[10:140, 10:200]) == [(0, 0, 190, 130)]
+
+
+
+@pytest.fixture(scope="module")
+def faint_right_half() -> np.ndarray:
+    """The bundled astronaut photograph at 256 px with its right half at 30 % of its contrast."""
+    import cv2
+    from skimage import data
+
+    photo = cv2.resize(data.astronaut(), (256, 256), interpolation=cv2.INTER_AREA).astype(np.float32)
+    right = photo[:, 128:]
+    photo[:, 128:] = right.mean() + (right - right.mean()) * 0.3
+    return np.clip(photo, 0, 255).astype(np.uint8)
+
+
+def test_stored_keypoints_cover_the_faint_half_of_a_panel_too(faint_right_half):
+    points, vectors, (_, width) = LocalSift().located(faint_right_half, 64, spread=True)
+    strongest, _, _ = LocalSift().located(faint_right_half, 64)
+    assert len(points) == len(vectors) == 64
+    assert np.mean(points[:, 0] >= width / 2) >= 0.25
+    assert np.mean(strongest[:, 0] >= width / 2) < 0.05  # what the strongest alone would store
+
+
+def test_a_crop_of_the_faint_half_of_a_panel_finds_it(tmp_path, tiles, faint_right_half):
+    paths = write_panels(tmp_path / "collection", [faint_right_half] + tiles)
+    build_index(tmp_path / "collection", tmp_path / "index")
+    store = open_index(tmp_path / "index")
+    crop = faint_right_half[30:226, 140:]  # 116 x 196 px of the faint half: a third of the panel
+    assert [row["path"] for row, _ in retrieve(store, crop, 3)][:1] == [str(paths[0])]
+    store.close()
