@@ -179,7 +179,6 @@ def test_white_gutters_cut_a_figure_into_its_panels():
     assert split_figure(figure[10:140, 10:200]) == [(0, 0, 190, 130)]
 
 
-
 @pytest.fixture(scope="module")
 def faint_right_half() -> np.ndarray:
     """The bundled astronaut photograph at 256 px with its right half at 30 % of its contrast."""
