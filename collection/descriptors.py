@@ -243,7 +243,7 @@ class LocalSift:
         return points[chosen], vectors[chosen], gray.shape
 
     def describe(self, image: np.ndarray) -> np.ndarray:
-        return self.located(image, self.keypoints, spread=True)[1]
+        return self.describe_located(image)[0]
 
     def describe_located(self, image: np.ndarray) -> tuple[np.ndarray, bytes]:
         """The stored vectors and their keypoints' positions, packed for the panel table (`unpack_points`)."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
+from skimage import data
 
 pytest.importorskip("faiss")
 
@@ -182,9 +184,6 @@ def test_white_gutters_cut_a_figure_into_its_panels():
 @pytest.fixture(scope="module")
 def faint_right_half() -> np.ndarray:
     """The bundled astronaut photograph at 256 px with its right half at 30 % of its contrast."""
-    import cv2
-    from skimage import data
-
     photo = cv2.resize(data.astronaut(), (256, 256), interpolation=cv2.INTER_AREA).astype(np.float32)
     right = photo[:, 128:]
     photo[:, 128:] = right.mean() + (right - right.mean()) * 0.3
