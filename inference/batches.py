@@ -19,6 +19,7 @@ from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image
 
 log = logging.getLogger(__name__)
 Sample = dict[str, Any]
+Thumbnailer = Callable[[str, np.ndarray], "np.ndarray | None"]  # (path, decoded image) -> the report's picture
 
 
 def load_sample(
@@ -26,20 +27,18 @@ def load_sample(
     path: str,
     geometry: Callable[[np.ndarray], np.ndarray],
     max_pixels: int = DEFAULT_MAX_PIXELS,
-    thumbnail_side: int | None = None,
+    thumbnailer: Thumbnailer | None = None,
 ) -> Sample:
     """{"index", "path", "image" (network-size uint8), "size" (original H, W)} or {"index", "path", "error"};
-    with `thumbnail_side` also "thumb", the decoded image shrunk for the report page (while it is
-    in memory, so the page never decodes it again)."""
+    with a `thumbnailer` also "thumb", what it makes of the decoded image for the report page (while
+    it is in memory, so the page never decodes it again; None where the page shows the file itself)."""
     try:
         image = read_image(path, max_pixels)
     except ImageReadError as error:
         return {"index": index, "path": path, "error": error.reason}
     sample = {"index": index, "path": path, "image": geometry(image), "size": image.shape[:2]}
-    if thumbnail_side:
-        from inference.html_evidence import thumbnail
-
-        sample["thumb"] = thumbnail(image, thumbnail_side)
+    if thumbnailer is not None:
+        sample["thumb"] = thumbnailer(path, image)
     return sample
 
 
@@ -78,7 +77,7 @@ def iter_batches(
     batch_size: int,
     workers: int = 2,
     read_ahead: int = 2,
-    thumbnail_side: int | None = None,
+    thumbnailer: Thumbnailer | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Batches of `(index, path)` items in order, decoded by `workers` threads while the caller
     scores; at most `read_ahead` batches wait decoded in memory.
@@ -86,17 +85,17 @@ def iter_batches(
     Each batch is also stacked and converted to float on a worker (after its images, which come
     first in the pool's queue, so it never waits on work queued behind it): the caller's thread
     only runs the model, instead of leaving the cores idle while it converts pixels.
-    `thumbnail_side`: each sample also carries its thumbnail (see `load_sample`).
+    `thumbnailer`: each sample also carries its thumbnail (see `load_sample`).
     """
     chunks = (items[start : start + batch_size] for start in range(0, len(items), batch_size))
     if workers <= 0:
         for chunk in chunks:
-            yield collate_samples([load_sample(i, p, geometry, thumbnail_side=thumbnail_side) for i, p in chunk])
+            yield collate_samples([load_sample(i, p, geometry, thumbnailer=thumbnailer) for i, p in chunk])
         return
     pending: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode") as pool:
         for chunk in chunks:
-            samples = [pool.submit(load_sample, i, p, geometry, DEFAULT_MAX_PIXELS, thumbnail_side) for i, p in chunk]
+            samples = [pool.submit(load_sample, i, p, geometry, DEFAULT_MAX_PIXELS, thumbnailer) for i, p in chunk]
             pending.append(pool.submit(collate_futures, samples))
             if len(pending) > read_ahead:
                 yield pending.popleft().result()

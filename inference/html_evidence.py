@@ -19,6 +19,11 @@ from datamodules.io import ImageReadError, read_image, write_image
 THUMBNAIL_SIDE = 160  # px, longest side
 OVERLAY_ALPHA = 0.55  # how much of the colour map covers the thumbnail
 PICTURE_QUALITY = 75  # JPEG quality of thumbnails and overlays
+# A scored image this small, in a format browsers show, can be its own thumbnail: the page shows
+# the file instead of a drawn copy (a sharper picture, and no work while scoring).
+SOURCE_AS_THUMBNAIL_SIDE = 4 * THUMBNAIL_SIDE  # px, longest side (the browser shrinks it at most 4 times)
+SOURCE_AS_THUMBNAIL_BYTES = 256_000
+BROWSER_FORMATS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"})
 
 
 def colour_lut() -> np.ndarray:
@@ -32,34 +37,39 @@ def colour_lut() -> np.ndarray:
 
 
 def thumbnail(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> np.ndarray:
-    """The image shrunk by a whole factor so its longest side is at most `side` (never enlarged; a
-    copy either way).
+    """The image shrunk so its longest side is at most `side` (never enlarged; a copy either way).
 
-    Every scored image gets one, so it must cost little beside decoding: a whole factor keeps
-    OpenCV's exact-factor area averaging (2-3x faster than any other ratio), and a large factor
-    first takes every `step`-th pixel, so the averaging reads a few pixels per output pixel
-    instead of the whole image (a 4000 px photo costs what a 300 px one does). The longest side of
-    an image larger than `side` lands between 2/3 of `side` and `side`."""
+    Every drawn image gets one, so it must cost little beside decoding. Halving by 2 x 2 area
+    averaging is OpenCV's fast path: an image up to twice `side` is halved (its longest side lands
+    between 3/4 of `side` and `side`), one up to four times `side` is first resampled bilinearly
+    to twice the thumbnail and then halved (16 samples per thumbnail pixel). A larger one is
+    resampled bilinearly straight to the thumbnail (4 samples per pixel), so a 4000 px photo costs
+    what an 800 px one does."""
     import cv2
 
     height, width = image.shape[:2]
     longest = max(height, width)
     if longest <= side:
         return image.copy()
-    factor = -(-longest // side)
-    if factor == 2 and longest < 1.5 * side:  # halving would leave a small thumbnail: bilinear instead
-        size = (max(1, round(width * side / longest)), max(1, round(height * side / longest)))
+    size = (max(1, round(width * side / longest)), max(1, round(height * side / longest)))
+    if longest < 1.5 * side or longest > 4 * side:
         return cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    if factor % 2 and factor % 3 and factor > 3:
-        factor += 1  # even: every (factor/2)-th pixel, averaged in 2 x 2 blocks
-    average = 2 if factor % 2 == 0 else 3
-    step = factor // average
-    if step > 1:
-        image = np.ascontiguousarray(image[::step, ::step])
+    if longest > 2 * side:
+        image = cv2.resize(image, (2 * size[0], 2 * size[1]), interpolation=cv2.INTER_LINEAR)
         height, width = image.shape[:2]
-    image = image[: height // average * average or average, : width // average * average or average]
-    size = (max(1, width // average), max(1, height // average))
-    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    image = image[: height // 2 * 2 or 2, : width // 2 * 2 or 2]
+    return cv2.resize(image, (max(1, width // 2), max(1, height // 2)), interpolation=cv2.INTER_AREA)
+
+
+def shown_as_itself(path: str, shape: tuple[int, ...]) -> bool:
+    """Whether the scored file at `path` (decoded to `shape`) is small enough to be its own
+    thumbnail: a browser format, at most `SOURCE_AS_THUMBNAIL_SIDE` px and `SOURCE_AS_THUMBNAIL_BYTES`."""
+    if max(shape[:2]) > SOURCE_AS_THUMBNAIL_SIDE or os.path.splitext(path)[1].lower() not in BROWSER_FORMATS:
+        return False
+    try:
+        return os.stat(path).st_size <= SOURCE_AS_THUMBNAIL_BYTES
+    except OSError:
+        return False
 
 
 def write_picture(path: Path, picture: np.ndarray) -> None:
@@ -104,6 +114,7 @@ class RowEvidence:
     """The files drawn for one row, relative to the page, and what they say."""
 
     thumb: str | None = None
+    thumb_is_source: bool = False  # the page shows the scored file itself (`shown_as_itself`)
     overlay: str | None = None
     mask: str | None = None
     pixel_share: float | None = None

@@ -96,7 +96,10 @@ def row_html(
     """One image's table row; `link` leads to the scored image (relative to the page). `up`: the
     way back to the main page's folder, for a page below it (the pictures' paths are relative to
     the main page). One string per row, put together once: the static pages hold every row."""
-    thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail", up)
+    if evidence.thumb_is_source:  # `link` is already a URL
+        thumb = f'<img loading="lazy" class="thumb" alt="thumbnail" src="{escape(link)}">'
+    else:
+        thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail", up)
     if thumb:
         thumb = f'<a href="{escape(link)}">{thumb}</a>'
     decision_text = escape_repeated(decision)

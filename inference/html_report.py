@@ -305,7 +305,7 @@ def rows_payload(
         item = {
             "name": str(row["path"]),
             "link": link,
-            "thumb": drawn.thumb,
+            "thumb": link if drawn.thumb_is_source else drawn.thumb,
             "thumb_box": drawn.thumb_box,
             "group": "" if row.get("group") is None else str(row["group"]),
             "note": row.get("error") or drawn.problem or "",

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import cv2
 import numpy as np
 
-from inference.html_evidence import RowEvidence, colour_lut, encode_picture, map_pictures, relative
+from inference.html_evidence import (
+    RowEvidence,
+    colour_lut,
+    encode_picture,
+    map_pictures,
+    relative,
+    shown_as_itself,
+    thumbnail,
+)
 
 STRIP = 64  # pictures per strip file
 KIND_FIELDS = {"thumbs": "thumb", "overlays": "overlay", "masks": "mask"}  # RowEvidence field of each kind
@@ -84,12 +93,16 @@ class EvidenceDrawer:
     `finish` has written the last strips. `maps=False` (blinded pages) draws thumbnails only.
     `per_strip`: pictures per file (default `STRIP`); 1 for a page that may embed them (each
     picture then appears once on the page, not once per row that shows a box of its strip).
+    `link_sources`: a scored file small enough to be its own thumbnail (`shown_as_itself`) is shown
+    as it is instead of drawn (not for a page that embeds its pictures, which must hold them all).
     """
 
-    def __init__(self, files: Path, threshold: float, maps: bool = True, per_strip: int | None = None) -> None:
+    def __init__(
+        self, files: Path, threshold: float, maps: bool = True, per_strip: int | None = None, link_sources: bool = False
+    ) -> None:
         if files.exists():
             shutil.rmtree(files)
-        self.files, self.threshold, self.maps = files, float(threshold), maps
+        self.files, self.threshold, self.maps, self.link_sources = files, float(threshold), maps, link_sources
         self.lut = colour_lut()
         self.drawn: dict[str, RowEvidence] = {}
         self.strips = {
@@ -98,10 +111,24 @@ class EvidenceDrawer:
             "masks": PictureStrip(files, "masks", ".png", per_strip or STRIP),
         }
 
-    def draw(self, index: int, path: str, small: np.ndarray, map_u8: np.ndarray | None = None) -> None:
-        """The row at input position `index`: its thumbnail `small`, and its 8-bit map (original size)."""
+    def thumbnailer(self, localizer: bool) -> Callable[[str, np.ndarray], np.ndarray | None]:
+        """What the decoding threads make of each decoded image: its thumbnail, or None where the
+        page shows the scored file itself (never for a localizer's maps: they are drawn over the thumbnail)."""
+        linked = self.link_sources and not (localizer and self.maps)
+
+        def picture(path: str, image: np.ndarray) -> np.ndarray | None:
+            return None if linked and shown_as_itself(path, image.shape) else thumbnail(image)
+
+        return picture
+
+    def draw(self, index: int, path: str, small: np.ndarray | None, map_u8: np.ndarray | None = None) -> None:
+        """The row at input position `index`: its thumbnail `small` (None: the page shows the scored
+        file), and its 8-bit map (original size)."""
         evidence = RowEvidence()
         self.drawn[path] = evidence
+        if small is None:
+            evidence.thumb_is_source = True
+            return
         self.strips["thumbs"].add(evidence, small)
         if map_u8 is not None and self.maps:
             overlay, mask, evidence.pixel_share = map_pictures(small, map_u8, self.threshold, self.lut)

@@ -81,13 +81,20 @@ def page_path(output: Path) -> Path:
 
 def page_drawer(output: Path, threshold: float, blinded: bool, rows: int) -> Any:
     """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`):
-    a picture per file when the `rows` fit on one page, which may then embed them, else strips."""
+    a picture per file when the `rows` fit on one page, which may then embed them, else strips, and
+    small scored files shown as they are."""
     from inference import html_report
     from inference.report_pictures import STRIP, EvidenceDrawer
 
     page = page_path(output)
-    per_strip = 1 if rows <= html_report.PAGE_SIZE else STRIP
-    return EvidenceDrawer(page.with_name(f"{page.stem}_files"), threshold, maps=not blinded, per_strip=per_strip)
+    one_page = rows <= html_report.PAGE_SIZE
+    return EvidenceDrawer(
+        page.with_name(f"{page.stem}_files"),
+        threshold,
+        maps=not blinded,
+        per_strip=1 if one_page else STRIP,
+        link_sources=not one_page,
+    )
 
 
 def report_run(

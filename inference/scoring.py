@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from datamodules.records import Record
-from inference.batches import iter_batches
+from inference.batches import Thumbnailer, iter_batches
 from inference.masks import MapCollector, MapWriter
 from inference.runtime import Runtime, runtime_transform
 from inference.writer import ResultWriter
@@ -39,16 +39,16 @@ def predictions(
     num_workers: int = 2,
     perturb: Perturb | None = None,
     keep_going: bool = True,
-    thumbnail_side: int | None = None,
+    thumbnailer: Thumbnailer | None = None,
 ) -> Iterator[Prediction]:
     """The prediction loop: `(input position, path)` items decoded by `num_workers` threads (0:
     inline), `perturb` applied to the decoded pixels, brought to the network by the runtime's own
     geometry, in batches, in order. A model failure on a batch is logged and reported in
-    `failure` (`keep_going`) or raised. `thumbnail_side`: batches also carry each image's thumbnail."""
+    `failure` (`keep_going`) or raised. `thumbnailer`: batches also carry each image's thumbnail."""
     geometry = runtime_transform(runtime)
     prepare = geometry if perturb is None else (lambda image: geometry(perturb(image)))
     size = effective_batch_size(runtime, batch_size)
-    for batch in iter_batches(items, prepare, size, workers=num_workers, thumbnail_side=thumbnail_side):
+    for batch in iter_batches(items, prepare, size, workers=num_workers, thumbnailer=thumbnailer):
         if "image" not in batch:
             yield Prediction(batch, None)
             continue
@@ -193,9 +193,7 @@ def score_items(
     batch_size = effective_batch_size(runtime, batch_size)  # warns once; predictions keep it
     total = -(-len(items) // batch_size)
     maps = MapWriter() if masks_dir is not None or overlays_dir is not None or evidence is not None else None
-    thumbnail_side = None
-    if evidence is not None:
-        from inference.html_evidence import THUMBNAIL_SIDE as thumbnail_side
+    thumbnailer = evidence.thumbnailer(runtime.is_localizer) if evidence is not None else None
 
     def write(rows: list[dict[str, Any]], saving: list[Any]) -> None:
         for future in saving:  # the maps these rows name are on disk before the rows are
@@ -207,7 +205,7 @@ def score_items(
     waiting: tuple[list[dict[str, Any]], list[Any]] | None = None  # a batch whose maps are being written
     try:
         for prediction in tqdm(
-            predictions(runtime, items, batch_size, num_workers, thumbnail_side=thumbnail_side),
+            predictions(runtime, items, batch_size, num_workers, thumbnailer=thumbnailer),
             desc="scoring",
             unit="batch",
             total=total,

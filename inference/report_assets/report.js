@@ -46,7 +46,7 @@
     img.className = "thumb";
     img.loading = "lazy";
     img.alt = alt;
-    img.src = encodeURI(src);
+    img.src = src === href ? href : encodeURI(src);  // the scored file shown as itself: its link is a URL already
     if (box) {  // a box [x, width, height] of a strip file holding several pictures
       img.style.width = box[1] + "px";
       img.style.height = box[2] + "px";

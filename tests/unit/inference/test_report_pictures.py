@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
 
 from datamodules.io import read_image, write_image
-from inference import report_pictures
+from inference import html_evidence, report_pictures
 from inference.html_evidence import THUMBNAIL_SIDE, colour_lut, map_overlay, thumbnail
 from inference.report_pictures import EvidenceDrawer
 from tests.browser_helpers import decode_all_images
@@ -20,6 +21,52 @@ STRIP = 8  # pictures per strip here: two strips are then a few rows (a page's p
 @pytest.fixture(autouse=True)
 def strips_of_a_few_pictures(monkeypatch):
     monkeypatch.setattr(report_pictures, "STRIP", STRIP)
+
+
+def test_a_thumbnail_of_a_photograph_of_any_size_is_close_to_its_area_average():
+    """Fast is not allowed to mean aliased: against OpenCV's exact area averaging to the same size."""
+    import cv2
+    from skimage import data
+
+    photograph = data.astronaut()
+    for longest in (384, 640, 800, 1024, 2000, 4000):
+        image = cv2.resize(photograph, (longest, longest * 3 // 4), interpolation=cv2.INTER_CUBIC)
+        small = thumbnail(image)
+        reference = cv2.resize(image, small.shape[1::-1], interpolation=cv2.INTER_AREA)
+        error = np.mean((small.astype(float) - reference) ** 2)
+        assert 10 * np.log10(255**2 / error) > 28, longest  # PSNR in dB; taking every n-th pixel gives 24-26
+
+
+def test_a_scored_file_is_its_own_thumbnail_only_when_small_and_in_a_format_browsers_show(tmp_path, monkeypatch):
+    monkeypatch.setattr(html_evidence, "SOURCE_AS_THUMBNAIL_BYTES", 5_000)
+    side = html_evidence.SOURCE_AS_THUMBNAIL_SIDE
+    small, large = tmp_path / "small.png", tmp_path / "large.png"
+    small.write_bytes(b"x" * 5_000)
+    large.write_bytes(b"x" * 5_001)
+    assert html_evidence.shown_as_itself(str(small), (side, side // 2, 3))
+    assert not html_evidence.shown_as_itself(str(small), (side + 1, side // 2, 3))  # too many pixels
+    assert not html_evidence.shown_as_itself(str(large), (10, 10, 3))  # too many bytes
+    tiff = tmp_path / "small.tif"
+    tiff.write_bytes(b"x")
+    assert not html_evidence.shown_as_itself(str(tiff), (10, 10, 3))  # browsers do not show TIFF
+    assert not html_evidence.shown_as_itself(str(tmp_path / "gone.png"), (10, 10, 3))
+
+
+def test_only_a_page_of_files_shows_scored_files_themselves_and_never_under_a_map(tmp_path):
+    image = np.zeros((40, 56, 3), np.uint8)
+    path = tmp_path / "a.png"
+    write_image(path, image)
+    linking = EvidenceDrawer(tmp_path / "files", threshold=0.5, link_sources=True)
+    assert linking.thumbnailer(localizer=False)(str(path), image) is None
+    assert linking.thumbnailer(localizer=True)(str(path), image).shape == image.shape  # the overlay needs it
+    blinded = EvidenceDrawer(tmp_path / "blind", threshold=0.5, maps=False, link_sources=True)
+    assert blinded.thumbnailer(localizer=True)(str(path), image) is None  # no map is drawn
+    embedding = EvidenceDrawer(tmp_path / "one", threshold=0.5)
+    assert embedding.thumbnailer(localizer=False)(str(path), image).shape == image.shape
+    linking.draw(0, str(path), None)
+    evidence = linking.finish()[str(path)]
+    assert evidence.thumb_is_source and evidence.thumb is None
+    assert list((tmp_path / "files" / "thumbs").iterdir()) == []
 
 
 def smooth_picture(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
@@ -34,9 +81,9 @@ def test_a_thumbnail_keeps_the_shape_and_its_longest_side_is_at_most_the_thumbna
     for height, width in [(900, 500), (192, 256), (768, 1024), (3000, 4000), (170, 100), (1080, 1920)]:
         small = thumbnail(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
         assert abs(small.shape[1] / small.shape[0] - width / height) < 0.02 * width / height + 1 / small.shape[0]
-    for longest in range(THUMBNAIL_SIDE + 1, 2600, 23):  # every whole factor up to 17
+    for longest in range(THUMBNAIL_SIDE + 1, 2600, 23):
         small = thumbnail(np.zeros((longest * 3 // 4, longest, 3), np.uint8))
-        assert 2 * THUMBNAIL_SIDE / 3 <= small.shape[1] <= THUMBNAIL_SIDE, (longest, small.shape)
+        assert 3 * THUMBNAIL_SIDE / 4 <= small.shape[1] <= THUMBNAIL_SIDE, (longest, small.shape)
     flat = np.full((700, 300, 3), 77, np.uint8)
     assert np.all(thumbnail(flat) == 77)  # averaging, not ringing
     halves = np.zeros((600, 800, 3), np.uint8)
@@ -131,6 +178,7 @@ def infer_with_page(tmp_path: Path, model: Path, *options: str) -> Path:
 def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_path, browser, monkeypatch):
     import inference.html_report as page_module
 
+    monkeypatch.setattr(html_evidence, "SOURCE_AS_THUMBNAIL_SIDE", 0)  # no scored file is its own thumbnail
     model, names = scored_folder(tmp_path)
     drawn_by_page: list[str] = []
     original = page_module.draw_row
@@ -154,6 +202,34 @@ def test_infer_draws_the_thumbnails_while_scoring_and_the_page_shows_them(tmp_pa
     assert all(natural > 56 and shown == 56 and 40 <= high <= 40 + len(names) for natural, shown, high in boxes)
     folder_uri = output.parent.as_uri()
     assert all(url.startswith(folder_uri) for url in seen["requests"]) and seen["errors"] == []
+    context.close()
+
+
+@pytest.mark.parametrize("javascript", [True, False])
+def test_a_run_of_several_pages_shows_small_scored_files_as_they_are(tmp_path, browser, monkeypatch, javascript):
+    """Files as small as a thumbnail, in a format browsers show, are not drawn again: every page
+    (scripts on, or each static page with scripts off) shows the scored file itself, the hostile
+    name's too, decoded, and loads nothing from anywhere else."""
+    import inference.html_report as page_module
+
+    monkeypatch.setattr(page_module, "PAGE_SIZE", STRIP)  # more rows than a page: the pictures are files
+    model, names = scored_folder(tmp_path)
+    output = infer_with_page(tmp_path, model)
+    assert list((tmp_path / "out" / "scores_report_files" / "thumbs").iterdir()) == []
+    context, page, seen = open_page(browser, output.with_name("scores_report.html"), javascript=javascript)
+    pages = [page.url] + ([] if javascript else page.locator("nav.pager a").evaluate_all("a => a.map(x => x.href)"))
+    shown = []
+    for address in dict.fromkeys(pages):
+        page.goto(address)
+        decode_all_images(page)
+        shown += page.locator("#rows-body img.thumb").evaluate_all(
+            "images => images.map(i => [i.src, i.naturalWidth, i.naturalHeight])"
+        )
+    uploads = (tmp_path / "uploads").as_uri() + "/"
+    assert sorted(unquote(src.removeprefix(uploads)) for src, _, _ in shown) == sorted(names)
+    assert sorted(height for _, width, height in shown if width == 56) == list(range(40, 40 + len(names)))
+    assert seen["dialogs"] == [] and seen["errors"] == []
+    assert all(url.startswith(tmp_path.as_uri()) for url in seen["requests"])
     context.close()
 
 
