@@ -1,6 +1,7 @@
 """What the reviewers' page draws: thumbnails, maps in one fixed colour scale over them, masks at
 the threshold, duplication pairs side by side, and links to the scored images. Every picture is a
-file under the page's sibling folder; nothing here writes HTML."""
+file under the page's sibling folder, or the scored file itself where it is small (`shown_as_itself`);
+nothing here writes HTML."""
 
 from __future__ import annotations
 

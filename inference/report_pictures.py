@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Callable
 
 import cv2
 import numpy as np
 
+from inference.batches import Thumbnailer
 from inference.html_evidence import (
     RowEvidence,
     colour_lut,
@@ -111,7 +111,7 @@ class EvidenceDrawer:
             "masks": PictureStrip(files, "masks", ".png", per_strip or STRIP),
         }
 
-    def thumbnailer(self, localizer: bool) -> Callable[[str, np.ndarray], np.ndarray | None]:
+    def thumbnailer(self, localizer: bool) -> Thumbnailer:
         """What the decoding threads make of each decoded image: its thumbnail, or None where the
         page shows the scored file itself (never for a localizer's maps: they are drawn over the thumbnail)."""
         linked = self.link_sources and not (localizer and self.maps)
