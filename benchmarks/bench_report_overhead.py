@@ -192,6 +192,20 @@ def alternate_runs(model: Path, folder: Path, images: Path, args: argparse.Names
     return times, cpu, page_seconds, drawn_later
 
 
+def scored_images(folder: Path, args: argparse.Namespace) -> Path:
+    """The generated images: in `folder`, or kept in `--workdir` (and reused when complete there)."""
+    if args.workdir is None:
+        images = folder / "images"
+    else:
+        images = args.workdir / f"images-{args.images}-{args.size[0]}x{args.size[1]}-{args.distinct or 'all'}"
+    complete = images.with_name(f"{images.name}.complete")  # beside the folder: only images in it
+    if not complete.exists():
+        shutil.rmtree(images, ignore_errors=True)
+        write_images(images, args.images, *args.size, distinct=args.distinct)
+        complete.write_text("")
+    return images
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=10000)
@@ -212,14 +226,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         folder = Path(tmp)
         start = time.perf_counter()
-        images = folder / "images"
-        if args.workdir is not None:
-            images = args.workdir / f"images-{args.images}-{args.size[0]}x{args.size[1]}-{args.distinct or 'all'}"
-        complete = images.with_name(f"{images.name}.complete")  # beside the folder: only images in it
-        if not complete.exists():
-            shutil.rmtree(images, ignore_errors=True)
-            write_images(images, args.images, *args.size, distinct=args.distinct)
-            complete.write_text("")
+        images = scored_images(folder, args)
         written = time.perf_counter() - start
         module = build_module(args.detector)
         model = folder / "model.ckpt"
