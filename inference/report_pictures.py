@@ -1,6 +1,7 @@
 """The report page's pictures drawn while a run scores, packed into strips.
 
-The decoding threads shrink each image to its thumbnail as they decode it; the run's map writer
+The decoding threads shrink each image to its thumbnail as they decode it (a file small enough
+to be its own thumbnail is left as it is: the page shows the file); the run's map writer
 (`inference.masks.MapWriter`, a background thread) hands it here with the map, if any. Pictures
 are kept in strips of `STRIP` side by side, one JPEG (PNG for masks) per strip: creating a file
 costs more than encoding a thumbnail, so one file per strip instead of one per image is most of
