@@ -266,6 +266,8 @@ def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matri
     unclipped = (target > CLIPPED_GREY_LEVELS) & (target < 255 - CLIPPED_GREY_LEVELS)
     fitted = unclipped if unclipped.sum() >= 100 else np.ones_like(unclipped)
     gain_bias, *_ = np.linalg.lstsq(design[fitted], target[fitted], rcond=None)
+    if gain_bias[0] < 0:  # no edit inverts a copy: the best gain that is not negative is 0 (the mean)
+        gain_bias = np.array([0.0, float(target[fitted].mean())])
     return float(np.mean(np.abs(target - np.clip(design @ gain_bias, 0, 255)) > MISMATCH_GREY_LEVELS))
 
 

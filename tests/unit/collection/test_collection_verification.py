@@ -147,6 +147,12 @@ def test_a_copy_contrasted_until_its_highlights_clip_still_reproduces_its_source
     assert content_mismatch(copy, source, np.eye(2, 3)) <= MAX_MISMATCH_SHARE / 4
 
 
+def test_an_inverted_panel_does_not_reproduce_its_source():
+    """A least-squares gain could turn a panel's negative into a perfect fit; no edit inverts a copy."""
+    source = data.astronaut()[::2, ::2]
+    assert content_mismatch(255 - source, source, np.eye(2, 3)) > 2 * MAX_MISMATCH_SHARE
+
+
 def test_two_charts_of_one_template_share_keypoints_but_not_content():
     one, other = (chart_panel(np.random.default_rng(seed)) for seed in (1, 2))
     assert content_mismatch(one, other, np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])) > 2 * MAX_MISMATCH_SHARE
