@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from datamodules.io import ImageReadError, read_image, write_image
+from datamodules.io import IMAGE_EXTENSIONS, ImageReadError, read_image, write_image
 
 THUMBNAIL_SIDE = 160  # px, longest side
 OVERLAY_ALPHA = 0.55  # how much of the colour map covers the thumbnail
@@ -24,7 +24,7 @@ PICTURE_QUALITY = 75  # JPEG quality of thumbnails and overlays
 # the file instead of a drawn copy (a sharper picture, and no work while scoring).
 SOURCE_AS_THUMBNAIL_SIDE = 4 * THUMBNAIL_SIDE  # px, longest side (the browser shrinks it at most 4 times)
 SOURCE_AS_THUMBNAIL_BYTES = 256_000
-BROWSER_FORMATS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"})
+BROWSER_FORMATS = frozenset(IMAGE_EXTENSIONS) - {".tif", ".tiff"}  # what the toolkit reads, but TIFF
 
 
 def colour_lut() -> np.ndarray:
