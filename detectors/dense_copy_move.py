@@ -9,7 +9,7 @@ neighbourhood is found by an exact FAISS search. Where Ryu et al. (and Fridrich 
 sort blocks lexicographically and vote on one shift vector, which only holds for a pure shift, the
 matches here go to the same RANSAC similarity fit as the keypoints (a rotated or scaled copy has no
 single shift vector), and the copy is grown and ordered by
-`detectors.pair_matching.self_match_regions`, as a SIFT match is.
+`detectors.self_matching.self_match_regions`, as a SIFT match is.
 """
 
 from __future__ import annotations

@@ -29,12 +29,11 @@ from detectors.pair_matching import (
     FEATURE_NAMES,
     PARAMETER_FEATURE_NAMES,
     PairMatch,
-    SelfMatch,
     match_pair,
-    match_self,
-    noise_sigma,
-    self_match_regions,
+    match_under,
+    to_working,
 )
+from detectors.self_matching import SelfMatch, match_self, noise_sigma, self_match_regions
 from evaluation.protocols.duplication import cmo_set
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
@@ -169,6 +168,20 @@ class PairDuplicationDetector(Detector):
         match = self.match(panel_a, panel_b)
         score = self.score(match)
         duplicated = score >= threshold
+        return self.prediction(
+            match, score, duplicated, match.reason or ("" if duplicated else "score below threshold")
+        )
+
+    def predict_under(
+        self, panel_a: Panel, panel_b: Panel, matrix: np.ndarray, score: float, reason: str
+    ) -> PairPrediction:
+        """A pair found duplicated by evidence other than this detector's score (a collection search's
+        map whose mapped content correlates with the query): operations, transform and masks
+        described under `matrix` (A's original pixels -> B's); `score` stays this detector's own."""
+        working = to_working(np.asarray(matrix, np.float64), panel_a.factor, panel_b.factor)
+        return self.prediction(match_under(panel_a, panel_b, working, "retrieval_map"), score, True, reason)
+
+    def prediction(self, match: PairMatch, score: float, duplicated: bool, reason: str) -> PairPrediction:
         operations, geometric = self.operations(match) if duplicated else ([], [])
         transform: dict[str, Any] = {}
         if match.matrix is not None:
@@ -184,7 +197,6 @@ class PairDuplicationDetector(Detector):
                 "points": matched_points(match),
             }
         empty_a, empty_b = np.zeros(match.mask_a.shape, bool), np.zeros(match.mask_b.shape, bool)
-        reason = match.reason or ("" if duplicated else "score below threshold")
         return PairPrediction(
             score,
             duplicated,

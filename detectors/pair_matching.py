@@ -1,8 +1,9 @@
-"""Matching a pair of panels, or one panel with itself, from the primitives of `detectors.matching`.
+"""Matching a pair of panels, from the primitives of `detectors.matching`.
 
 `match_pair` matches A with B and with B's mirror, fits and decomposes the map, finds the shared
-content and its colours, and falls back on the correlation search for low-texture panels.
-`match_self` finds copy-move inside one panel and tells the copy from its source.
+content and its colours, and falls back on the correlation search for low-texture panels;
+`match_under` describes a pair under a map chosen elsewhere. One panel matched with itself
+(copy-move) is `detectors.self_matching`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from detectors.matching import (
     mutual_matches,
     photometric_fit,
     shared_region,
-    warp_into_a,
 )
 
 
@@ -112,6 +112,11 @@ def to_original(matrix: np.ndarray, factor_a: float, factor_b: float) -> np.ndar
     return (np.diag([1 / factor_b, 1 / factor_b, 1.0]) @ homogeneous(matrix) @ np.diag([factor_a, factor_a, 1.0]))[:2]
 
 
+def to_working(matrix: np.ndarray, factor_a: float, factor_b: float) -> np.ndarray:
+    """An A original -> B original map as A working -> B working (`to_original` undone)."""
+    return to_original(matrix, 1 / factor_a, 1 / factor_b)
+
+
 def resize_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     if mask.shape == tuple(shape):
         return mask
@@ -158,8 +163,8 @@ def match_pair(
     describes well gain nothing from it (their copies have inliers), and most pairs of a figure
     are such pairs with nothing shared, where the search is the largest cost.
 
-    Kept in one piece: the direct and mirrored fits, the fallback and the statistics
-    share the working coordinates and the chosen map; split, they would pass a dozen values around.
+    The direct and mirrored fits and the fallback choose the map; `match_under` describes the
+    pair under it.
     """
     threshold = max(2.0, ransac_threshold * max(panel_a.shape + panel_b.shape))
     best: tuple[int, np.ndarray | None, np.ndarray, np.ndarray, int] = (0, None, np.zeros(0, bool), np.zeros((0, 2)), 0)
@@ -191,16 +196,34 @@ def match_pair(
             )
             return no_match(panel_a, panel_b, reason, n_matches=n_matches, n_inliers=n_inliers, peak=peak)
         matrix, method, inlier_points = fallback, "correlation", np.zeros((0, 2))
+    return match_under(panel_a, panel_b, matrix, method, n_matches, n_inliers, inlier_points, peak)
+
+
+def match_under(
+    panel_a: Panel,
+    panel_b: Panel,
+    matrix: np.ndarray,
+    method: str,
+    n_matches: int = 0,
+    n_inliers: int = 0,
+    inlier_points: np.ndarray | None = None,
+    peak: float = 0.0,
+) -> PairMatch:
+    """The pair described under a map already chosen (A working -> B working px): its shared
+    content in both panels, their colours and the match statistics. `match_pair` chooses the map
+    from keypoints or the correlation search; a collection search may bring its own."""
+    inlier_points = np.zeros((0, 2)) if inlier_points is None else inlier_points
     region = shared_region(panel_a, panel_b, matrix)
     mask_b = map_mask_to_b(region.mask_a, matrix, panel_b.shape)
     spread = 0.0
     if len(inlier_points) >= 2:
         extent = inlier_points.max(0) - inlier_points.min(0)
         spread = float(extent[0] * extent[1] / (panel_a.shape[0] * panel_a.shape[1]))
+    original = to_original(matrix, panel_a.factor, panel_b.factor)
     return PairMatch(
         method,
-        to_original(matrix, panel_a.factor, panel_b.factor),
-        Geometry.of(matrix),
+        original,
+        Geometry.of(original),  # of the panels as they are: two sizes at work would read as scaling
         n_matches,
         n_inliers,
         n_inliers / max(1, n_matches),
@@ -216,174 +239,3 @@ def match_pair(
         resize_mask(mask_b, panel_b.original_shape),
         extra={"points_a": inlier_points[:MATCHED_POINTS_KEPT] / panel_a.factor},  # A's original pixels
     )
-
-
-@dataclass
-class SelfMatch:
-    """Copy-move found by matching a panel with itself: `matrix` maps source onto target (working px)."""
-
-    matrix: np.ndarray | None
-    n_inliers: int
-    source: np.ndarray  # bool, original size
-    target: np.ndarray
-    ordered: bool  # whether the resampling trace told which copy is the target
-    reason: str = ""
-    method: str = "sift"  # "sift" | "dense" (`detectors.dense_copy_move`) | "none"
-    residual: float = float("inf")  # median grey difference of the copy from its resampled source
-    overlap: float = 0.0  # shared part of the two copies, as a fraction of the smaller
-
-
-def match_self(
-    panel: Panel,
-    ratio: float = 0.8,
-    min_distance: float = 0.05,
-    min_inliers: int = 6,
-    ransac_threshold: float = 0.01,
-    order_margin: float = 0.1,
-) -> SelfMatch:
-    """Copy-move: match the panel's keypoints with each other and with its mirror, excluding pairs
-    closer than `min_distance` of the longer side (a keypoint's own neighbourhood), fit the map
-    from one copy onto the other, and grow both regions by local correlation.
-
-    Which copy is the target is told by the resampling trace (`copy_residual`): a rotated or scaled
-    copy is reproduced by resampling its source through the map, not the other way round. When the
-    two residuals differ by less than `order_margin` (a pure shift by whole pixels copies exactly
-    both ways), both regions are returned as targets, `ordered` False.
-
-    Kept in one piece: matching both ways and fitting turn on one set of keypoints and its mirror.
-    """
-    empty = np.zeros(panel.original_shape, bool)
-    if len(panel.points) < 4:
-        return SelfMatch(None, 0, empty, empty, False, "too few keypoints", "none")
-    gap = min_distance * max(panel.shape)
-    threshold = max(2.0, ransac_threshold * max(panel.shape))
-    near = np.linalg.norm(panel.points[:, None] - panel.points[None], axis=2) < gap
-    mirror_points, mirror_descriptors = panel.mirrored()
-    best: tuple[int, np.ndarray | None] = (0, None)
-    for mirrored, desc in ((False, panel.descriptors), (True, mirror_descriptors)):
-        ia, ib = mutual_matches(panel.descriptors, desc, ratio, forbidden=near if not mirrored else None)
-        if mirrored:  # a keypoint matching its own mirror image is symmetry, not a copy
-            far = np.linalg.norm(panel.points[ia] - panel.points[ib], axis=1) >= gap
-            ia, ib = ia[far], ib[far]
-        if mirrored:
-            src, dst = panel.points[ia], mirror_points[ib]
-        else:  # unordered pairs: both directions, so RANSAC can settle on either copy as the source
-            src = np.concatenate([panel.points[ia], panel.points[ib]])
-            dst = np.concatenate([panel.points[ib], panel.points[ia]])
-        matrix, inliers = fit_similarity(src, dst, threshold)
-        if matrix is None:
-            continue
-        if mirrored:
-            matrix = (mirror_matrix(panel.shape[1]) @ homogeneous(matrix))[:2]
-        count = int(inliers.sum()) // (1 if mirrored else 2)
-        if count > best[0]:
-            best = (count, matrix)
-    count, matrix = best
-    if matrix is None or count < min_inliers:
-        return SelfMatch(None, count, empty, empty, False, "no consistent self-matches", "none")
-    return self_match_regions(panel, matrix, count, gap, order_margin)
-
-
-def self_match_regions(
-    panel: Panel,
-    matrix: np.ndarray,
-    count: int,
-    gap: float,
-    order_margin: float = 0.1,
-    method: str = "sift",
-    fill_hull: bool = True,
-) -> SelfMatch:
-    """Both copies of a self-match map (working px, one copy onto the other), grown by local
-    correlation, and which one is the target (see `match_self`). `fill_hull`: flat pixels inside a
-    copy's convex hull whose level its partner repeats join it (`fill_flat_in_hull`)."""
-    # Only correlating texture seeds the regions: inside one image a shift maps flat background onto
-    # flat background (charts, documents), which is no evidence of a copy.
-    region = shared_region(panel, panel, matrix, exclude_near=gap, flat_agrees=False)  # x sees x' = M x
-    inverse = cv2.invertAffineTransform(matrix)
-    back = shared_region(panel, panel, inverse, exclude_near=gap, flat_agrees=False)
-    # `region.mask_a` holds x whose M-image matches: the source under M; `back` the target.
-    source, target = region.mask_a, back.mask_a
-    ordered, forward, backward, overlap = False, float("inf"), float("inf"), 0.0
-    if source.any() and target.any():
-        overlap = float((source & target).sum() / min(source.sum(), target.sum()))
-        forward = copy_residual(panel.gray, target, matrix)  # target as a resampled copy of source
-        backward = copy_residual(panel.gray, source, inverse)  # or the other way round
-        # Two equal residuals (0 for a shift by whole pixels, which copies exactly both ways) tell nothing.
-        ordered = bool(np.isfinite(forward + backward)) and abs(forward - backward) > order_margin * min(
-            forward, backward
-        )
-    if fill_hull:  # after ordering: filled flat pixels repeat exactly both ways and would hide the trace
-        source, target = fill_flat_in_hull(panel.gray, source, matrix), fill_flat_in_hull(panel.gray, target, inverse)
-    if ordered and backward < forward:  # the map runs from the copy to the original
-        source, target, matrix = target, source, inverse
-    if not ordered:
-        source = target = source | target
-    return SelfMatch(
-        to_original(matrix, panel.factor, panel.factor),
-        count,
-        resize_mask(source, panel.original_shape),
-        resize_mask(target, panel.original_shape),
-        ordered,
-        method=method,
-        residual=min(forward, backward),
-        overlap=overlap,
-    )
-
-
-def fill_flat_in_hull(
-    gray: np.ndarray, region: np.ndarray, to_partner: np.ndarray, max_step: float = 10.0
-) -> np.ndarray:
-    """`region` with the pixels of its convex hull whose smoothed level the partner copy (through
-    `to_partner`) repeats within `max_step` grey levels. Correlation seeds a copy only where it has
-    texture, so the flat parts of a copied gel band or chart cell at its edge were left out; inside
-    the hull, a flat pixel equal to its partner is part of the same copy, whereas flat background
-    anywhere else repeats by chance."""
-    if not region.any():
-        return region
-    hull = np.zeros(region.shape, np.uint8)
-    cv2.fillConvexPoly(hull, cv2.convexHull(cv2.findNonZero(region.astype(np.uint8))), 1)
-    partner = warp_into_a(gray, to_partner, gray.shape)
-    inside = warp_into_a(np.ones(gray.shape, np.uint8), to_partner, gray.shape, cv2.INTER_NEAREST) > 0
-    level = np.abs(cv2.blur(gray, (7, 7)) - cv2.blur(partner, (7, 7))) < max_step
-    return region | ((hull > 0) & inside & level)
-
-
-def copy_residual(gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode: int = 9) -> float:
-    """How exactly `copy` (a region, eroded past the pasted seam) is the image resampled through
-    `to_copy` (a map onto the copy), after refining that map by ECC on the region: the mean absolute
-    grey difference. A pasted copy that was rotated or rescaled is one bilinear resampling of its
-    source, so resampling the source again reproduces it up to rounding; the source read back from
-    the copy went through two resamplings and lost detail. The smaller residual tells the direction.
-    The median, not the mean: edges a tenth of a pixel off and the feathered seam are a minority of
-    the region. Infinite when the region is too small to tell."""
-    inner = cv2.erode(copy.astype(np.uint8), np.ones((erode, erode), np.uint8))
-    if inner.sum() < 50:
-        return float("inf")
-    height, width = gray.shape
-    initial = cv2.invertAffineTransform(to_copy).astype(np.float32)
-    covered = cv2.warpAffine(np.ones_like(inner), initial, (width, height), flags=cv2.WARP_INVERSE_MAP)
-    inside = (inner > 0) & (covered > 0)  # the source lies inside the image
-    if inside.sum() < 50:
-        return float("inf")
-
-    def residual(to_source: np.ndarray) -> float:
-        flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-        resampled = cv2.warpAffine(gray, to_source, (width, height), flags=flags, borderMode=cv2.BORDER_REPLICATE)
-        return float(np.median(np.abs(gray - resampled)[inside]))
-
-    criteria = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 50, 1e-6)
-    try:
-        _, refined = cv2.findTransformECC(gray, gray, initial.copy(), cv2.MOTION_AFFINE, criteria, inner, 1)
-    except cv2.error:  # no convergence: the RANSAC map alone
-        return residual(initial)
-    return min(residual(initial), residual(refined))  # a refinement that drifted away is not taken
-
-
-def noise_sigma(gray: np.ndarray) -> float:
-    """The image's noise level in grey levels (Immerkaer 1996: the mean absolute response of a
-    kernel that cancels planar content, times sqrt(pi/2) / 6). Recompression and sensor noise raise
-    it, and with it the residual of a real copy from its resampled source (`copy_residual`)."""
-    from detectors.noise_level import IMMERKAER_KERNEL, SIGMA_PER_MEAN_ABS  # here: this module imports no torch
-
-    response = cv2.filter2D(gray.astype(np.float32), -1, np.float32(IMMERKAER_KERNEL))[1:-1, 1:-1]
-    return float(SIGMA_PER_MEAN_ABS * np.abs(response).mean()) if response.size else 0.0

@@ -12,7 +12,7 @@ import pytest
 
 from detectors.dense_copy_move import nearest_far_blocks, zernike_features
 from detectors.duplication import SelfMatchLocalizer, is_pure_shift
-from detectors.pair_matching import fill_flat_in_hull
+from detectors.self_matching import fill_flat_in_hull
 from synthesis.copy_move import copy_move
 
 
@@ -152,7 +152,7 @@ def c_shaped_copy() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_the_flat_inside_of_a_copy_left_open_by_its_texture_is_filled_into_the_copy():
     from detectors.matching import describe_panel
-    from detectors.pair_matching import self_match_regions
+    from detectors.self_matching import self_match_regions
 
     image, mask, shift = c_shaped_copy()
     panel = describe_panel(image, max_side=256)
@@ -177,7 +177,7 @@ def test_the_dense_fallback_never_reports_a_pure_shift(monkeypatch):
 
 
 def missed_copy(shape: tuple[int, int]):
-    from detectors.pair_matching import SelfMatch
+    from detectors.self_matching import SelfMatch
 
     empty = np.zeros(shape, bool)
     return SelfMatch(None, 0, empty, empty, False, "no consistent self-matches", "none")
@@ -188,7 +188,7 @@ def test_a_self_match_is_kept_only_when_its_copy_is_its_source_resampled(monkeyp
     """The same words typeset twice match by keypoints, but no resampling of one reproduces the
     other: a copy whose median residual exceeds `max_copy_residual` (4 grey levels) is dropped."""
     import detectors.duplication as duplication
-    from detectors.pair_matching import SelfMatch
+    from detectors.self_matching import SelfMatch
 
     image, mask, shift = c_shaped_copy()
     found = SelfMatch(shift, 40, mask, mask, False, residual=residual)

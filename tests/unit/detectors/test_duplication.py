@@ -55,11 +55,36 @@ def test_a_direct_copy_is_direct_reuse(coffee):
     assert found.operations == ["direct"]
 
 
+def test_a_crop_of_a_panel_larger_than_the_working_size_is_no_scaling(coffee):
+    """The panel is matched shrunk to the working size and its crop is not: the map between the
+    panels as they are has scale 1, and that is what the operations are told from."""
+    detector = hand_set_pair_module().net
+    assert max(coffee.shape[:2]) > detector.max_side >= 160
+    crop = np.ascontiguousarray(coffee[40:200, 60:220])
+    found = detector.predict_pair(detector.describe(coffee), detector.describe(crop), 0.5)
+    assert (
+        found.duplicated and found.operations == ["direct"] and found.transform["scale"] == pytest.approx(1, abs=0.02)
+    )
+
+
 def test_a_pair_under_the_threshold_has_no_operations_and_empty_masks(coffee):
     detector = hand_set_pair_module().net
     other = np.ascontiguousarray(np.random.default_rng(1).integers(0, 255, coffee.shape, dtype=np.uint8))
     found = detector.predict_pair(detector.describe(coffee), detector.describe(other), 0.5)
     assert not found.duplicated and found.operations == [] and not found.mask_a.any() and not found.mask_b.any()
+
+
+def test_a_pair_described_under_a_map_found_elsewhere_keeps_its_score_and_gets_operations_and_masks(coffee):
+    """A collection search confirms a pair by its own map; the row still describes the pair."""
+    detector = hand_set_pair_module().net
+    mirrored = np.ascontiguousarray(coffee[:, ::-1])
+    width = coffee.shape[1]
+    a_to_b = np.array([[-1.0, 0.0, width - 1.0], [0.0, 1.0, 0.0]])  # A's pixels onto B's: the mirror
+    found = detector.predict_under(detector.describe(coffee), detector.describe(mirrored), a_to_b, 0.2, "confirmed")
+    assert found.duplicated and found.score == 0.2 and found.reason == "confirmed"
+    assert found.method == "retrieval_map" and found.operations == ["flip"] and found.transform["flipped"]
+    assert np.allclose(found.transform["matrix"], a_to_b, atol=0.02)
+    assert found.mask_a.mean() > 0.8 and found.mask_b.mean() > 0.8
 
 
 def test_the_pair_forward_takes_two_batches_of_tensors(coffee):
@@ -111,7 +136,7 @@ def test_self_matching_marks_a_shrunken_copy_and_not_its_source():
     """A copy shrunk by 0.8 and barely turned keeps as much fine detail as its source, so fine detail
     cannot tell them apart; the copy is the one that resampling its source through the map reproduces."""
     from detectors.matching import describe_panel
-    from detectors.pair_matching import match_self
+    from detectors.self_matching import match_self
     from synthesis.copy_move import copy_move
 
     forged = copy_move(_astronaut_256(), np.random.default_rng(0), scale=(0.8, 0.8), rotation=(-4.0, -4.0))
@@ -127,7 +152,7 @@ def test_self_matching_marks_a_shrunken_copy_and_not_its_source():
 def test_a_copy_moved_by_whole_pixels_marks_both_copies():
     """A pure shift copies every pixel exactly: nothing tells the copy from its source."""
     from detectors.matching import describe_panel
-    from detectors.pair_matching import match_self
+    from detectors.self_matching import match_self
     from synthesis.copy_move import copy_move
 
     forged = copy_move(_astronaut_256(), np.random.default_rng(0))
