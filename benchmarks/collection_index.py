@@ -34,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-import collection.query
+import collection.verification
 from collection.build import build_index
-from collection.query import open_index, retrieve, verify_candidates
-from datamodules.io import write_image
+from collection.query import open_index, retrieve
+from collection.verification import confirmed_by_retrieval, verify_candidates
+from datamodules.io import read_image, write_image
 from synthesis.collection import COPY_OPERATIONS, distractor, photo_tiles, planted_copy, texture_panel
 from synthesis.pair_set import load_photos, scene_of, split_sources
 
@@ -111,39 +112,54 @@ def ask(store, detector, query: dict, top_k: int) -> dict:
     candidates = retrieve(store, query["image"], top_k, exclude_same="none")
     retrieved = time.perf_counter()
     answers = verify_candidates(detector, query["image"], candidates, -np.inf) if detector is not None else []
+    confirmed = confirmed_first(query["image"], candidates, answers)
     return {
         "candidates": [c["path"] for c, _ in candidates],
         "checked": [c["path"] for c, _, _ in answers],  # passed the geometric check: asked to the pair detector
-        # the pair detector's score, unless the map does not reproduce the content (`content_mismatch`)
-        "verified": [(c["path"], found.score) for c, _, found in answers if found.duplicated],
+        # (path, the pair detector's score, confirmed by retrieval's map): a row where the score reaches
+        # the threshold, unless the map does not reproduce the content (`content_mismatch`), or confirmed
+        "verified": [(c["path"], found.score, c["path"] == confirmed) for c, _, found in answers if found.duplicated],
         "retrieval_s": retrieved - started,
         "total_s": time.perf_counter() - started,
     }
 
 
+def confirmed_first(image: np.ndarray, candidates: list, answers: list) -> str | None:
+    """The first candidate's path where retrieval's own map confirms it (`confirmed_by_retrieval`).
+    `infer.py` tries it when the pair detector refuses that candidate; measured here for every query,
+    as the threshold is only set after the calibration queries, it counts as a row whatever the score."""
+    if not answers or answers[0][0] is not candidates[0][0] or "retrieval_map" not in candidates[0][0]:
+        return None
+    first = candidates[0][0]
+    x0, y0, x1, y1 = first["box"]
+    crop = read_image(first["path"])[y0:y1, x0:x1]
+    return first["path"] if confirmed_by_retrieval(image, crop, first["retrieval_map"]) is not None else None
+
+
 def measure(index_dir: Path, detector, queries: list, calibration: list, model_threshold: float, top_k: int) -> dict:
     store = open_index(index_dir)
-    negatives = [s for q in calibration for _, s in ask(store, detector, q, top_k)["verified"]]
+    calibrated = [ask(store, detector, q, top_k)["verified"] for q in calibration]
+    negatives = [score for verified in calibrated for _, score, confirmed in verified if not confirmed]
     calibration = calibration if detector is not None else []
     threshold = max(model_threshold, max(negatives, default=0.0) + 1e-6)
     answers = [ask(store, detector, q, top_k) for q in queries]
     store.close()
     planted = [(q, a) for q, a in zip(queries, answers) if q["source"]]
-    rows = [(q, path) for q, a in zip(queries, answers) for path, score in a["verified"] if score >= threshold]
+
+    def rows_of(answer: dict, confirming: bool = True) -> list[str]:
+        return [p for p, score, confirmed in answer["verified"] if score >= threshold or (confirming and confirmed)]
+
+    rows = [(q, path) for q, a in zip(queries, answers) for path in rows_of(a)]
     correct = sum(path == q["source"] for q, path in rows)
     wrong = [{"query_source": q["source"], "match": path} for q, path in rows if path != q["source"]]
-    found = [
-        any(p == q["source"] and s >= threshold for p, s in a["verified"])
-        if detector is not None
-        else q["source"] in a["candidates"]
-        for q, a in planted
-    ]
+    found = [q["source"] in rows_of(a) if detector is not None else q["source"] in a["candidates"] for q, a in planted]
     missed_operations: dict[str, int] = {}
     for (q, _), hit in zip(planted, found):
         if not hit:
             for op in q["operations"]:
                 missed_operations[op] = missed_operations.get(op, 0) + 1
     latency = np.asarray([a["total_s"] for a in answers])
+    by_score_alone = [q["source"] in rows_of(a, confirming=False) for q, a in planted]
     return {
         "threshold": {"model": model_threshold, "used": threshold, "calibration_queries": len(calibration)},
         "recall_at_k_verified": float(np.mean(found)) if detector is not None else None,
@@ -152,6 +168,14 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         "recall_at_k_retrieved_by_source_kind": by_kind(planted, [q["source"] in a["candidates"] for q, a in planted]),
         "recall_at_k_verified_by_source_kind": by_kind(planted, found) if detector is not None else None,
         "recall_at_k_checked": float(np.mean([q["source"] in a["checked"] for q, a in planted])),
+        # without the confirmation by retrieval's map (the pair detector's score alone), and what it adds
+        "recall_at_k_by_score_alone": float(np.mean(by_score_alone)) if detector is not None else None,
+        "recall_at_k_by_score_alone_by_source_kind": by_kind(planted, by_score_alone) if detector is not None else None,
+        "rows_confirmed_by_retrieval_map": sum(
+            1 for a in answers for p, score, confirmed in a["verified"] if confirmed and score < threshold
+        ),
+        # calibration queries (no copy in the index) whose first candidate was confirmed: rows no threshold removes
+        "calibration_queries_confirmed": sum(any(confirmed for *_, confirmed in v) for v in calibrated),
         "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
         "verified_rows": len(rows),
@@ -271,7 +295,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.check_inliers is not None:
-        collection.query.MIN_GEOMETRIC_INLIERS = args.check_inliers
+        collection.verification.MIN_GEOMETRIC_INLIERS = args.check_inliers
     result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -220,13 +220,9 @@ class LocalSift:
         """(points (N, 2) in working px, RootSIFT (N, 128), working (height, width)) of the `count`
         strongest, or with `spread` of `count` chosen over the panel's cells from SPREAD_POOL times as many."""
         rgb = np.ascontiguousarray(image[..., :3])
-        factor = self.working_side / max(rgb.shape[:2])  # every panel at one working size: crops enlarged
+        factor, (height, width) = self.working_size(rgb.shape)
         interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_CUBIC
-        rgb = cv2.resize(
-            rgb,
-            (max(1, round(rgb.shape[1] * factor)), max(1, round(rgb.shape[0] * factor))),
-            interpolation=interpolation,
-        )
+        rgb = cv2.resize(rgb, (width, height), interpolation=interpolation)
         gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
         detected = count * SPREAD_POOL if spread else count
         keypoints, raw = cv2.SIFT_create(nfeatures=detected).detectAndCompute(gray, None)
@@ -241,6 +237,12 @@ class LocalSift:
             chosen = np.arange(min(count, len(points)))
         vectors = unit(np.sqrt(raw / np.maximum(raw.sum(1, keepdims=True), 1e-7)))
         return points[chosen], vectors[chosen], gray.shape
+
+    def working_size(self, shape: tuple[int, ...]) -> tuple[float, tuple[int, int]]:
+        """(factor, (height, width)) of a panel of `shape` at the working size: every panel is
+        described at one size, crops enlarged."""
+        factor = self.working_side / max(shape[:2])
+        return factor, (max(1, round(shape[0] * factor)), max(1, round(shape[1] * factor)))
 
     def describe(self, image: np.ndarray) -> np.ndarray:
         return self.describe_located(image)[0]

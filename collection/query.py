@@ -12,7 +12,9 @@ descriptors a panel scores its best region similarity over the query's regions a
 `infer_index` (`infer.py model=<dup_sift ckpt> input=... index=DIR top_k=K`) verifies the top K
 with the pair detector (`match_pair`: SIFT, mirror, RANSAC, photometric fit) and writes one row per
 verified match: `path` (query), `query_box`, `match`, `match_box`, `source_id`, `similarity`
-(retrieval), `score`, `operations`, `geometric`, `transform`, `method`, `status`, `error`, and
+(retrieval), `score`, `operations`, `geometric`, `transform`, `method` (`retrieval_map` where
+retrieval's own map confirmed a first candidate the pair detector refused: `score` stays the
+pair detector's), `status`, `error`, and
 `mask_a` / `mask_b` with `save_masks=true`. A query with no verified match has one row with an
 empty `match`; an unreadable query one error row.
 """
@@ -23,17 +25,17 @@ import json
 import logging
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from collection.build import file_panels, source_ids
 from collection.descriptors import make_descriptor, query_vectors
 from collection.store import PanelStore, faiss_module, on_search_device
+from collection.verification import retrieval_fit, verify_candidates
 from datamodules.io import ImageReadError, read_image, write_image
+from detectors.pair_matching import to_original
 from inference.masks import safe_mask_name
 from inference.writer import ResultWriter
 
@@ -41,22 +43,8 @@ log = logging.getLogger(__name__)
 
 VOTE_SIMILARITY = 0.92  # a keypoint and its copy (JPEG 75, colours changed) stay above; others rarely
 MIN_VOTES = 2  # a single keypoint in common is chance
-MIN_GEOMETRIC_INLIERS = 4  # keypoint pairs one similarity map must carry before the pair detector is asked
-# ... except for the best candidate, asked whenever a map fits at all (from three pairs, `geometric_inliers`):
-# a 30 % crop keeps few of its source's indexed keypoints among its neighbours, and one more
-# pair-detector call per query is affordable
-MIN_BEST_INLIERS = 2
 RERANK = 50  # candidates ranked again by their geometric inliers (about 0.1 ms each)
-REPROJECTION_PX = 8.0  # at the 256 px working size (positions are stored to 1 px)
-MAX_SCALE = 4.0  # a fitted map scaling more than this (either way) is no copy
 NEIGHBOURS = 10
-# a copy reproduces its source's content: mapped onto the query by the pair's fitted map, with a gain
-# and bias fitted (brightness, contrast), through JPEG 75 and colour changes, at most this share of
-# the overlap differs by more than MISMATCH_GREY_LEVELS; a panel drawn from the same template (a
-# chart's axes, legend and bar positions, other bars) matches keypoints but differs in far more
-MISMATCH_GREY_LEVELS = 60
-MAX_MISMATCH_SHARE = 0.04
-CLIPPED_GREY_LEVELS = 3  # a copy's grey levels this close to 0 or 255 may have been clipped by its edit
 EXCLUDE = ("none", "path", "review")
 INDEX_COLUMNS = (
     "path",
@@ -102,7 +90,8 @@ def retrieve(
     store: PanelStore, image: np.ndarray, top_k: int, source_id: str = "", path: str = "", exclude_same: str = "path"
 ) -> list[tuple[dict[str, Any], float]]:
     """The `top_k` indexed panels most like `image` as (panel row, similarity), best first. With
-    `local_sift` a row also holds its `correspondences` with the query (for `agrees_geometrically`)."""
+    `local_sift` a row also holds its `correspondences` with the query, the `geometric_inliers` one
+    map carries (for `agrees_geometrically`) and that map, `retrieval_map` (query -> panel pixels)."""
     if exclude_same not in EXCLUDE:
         raise ValueError(f"exclude_same must be one of {', '.join(EXCLUDE)}, got {exclude_same!r}")
     votes = store.descriptor.aggregate == "votes"
@@ -112,6 +101,8 @@ def retrieve(
         vectors, points, mirrored = query_vectors(store.descriptor, image), None, None
     if not len(vectors):
         return []
+    if points is not None:
+        query_factor, (_, query_width) = store.descriptor.working_size(image.shape)
     sims, ids, slots = store.search(vectors, NEIGHBOURS if votes else 4 * top_k + 40)
     scores, pairs = keypoint_votes(sims, ids, slots) if votes else (best_similarity(sims, ids), {})
     ranked = sorted(scores.items(), key=lambda item: -item[1])
@@ -140,7 +131,13 @@ def retrieve(
                     "panel_row": panel_rows,
                     "similarity": similarity,
                 }
-            inliers.append(geometric_inliers(row["correspondences"]) if "correspondences" in row else 0)
+            if "correspondences" in row:
+                row["geometric_inliers"], working_map = retrieval_fit(row["correspondences"], query_width)
+                if working_map is not None:
+                    x0, y0, x1, y1 = row["box"]
+                    panel_factor, _ = store.descriptor.working_size((y1 - y0, x1 - x0))
+                    row["retrieval_map"] = to_original(working_map, query_factor, panel_factor)
+            inliers.append(row.get("geometric_inliers", 0))
             kept.append((row, float(score)))
             if len(kept) == wanted:
                 break
@@ -170,124 +167,6 @@ def best_similarity(sims: np.ndarray, ids: np.ndarray) -> dict[int, float]:
         if pid >= 0 and sim > scores.get(pid, -2.0):
             scores[pid] = sim
     return scores
-
-
-def one_to_one(query_rows: np.ndarray, panel_rows: np.ndarray, similarity: np.ndarray) -> np.ndarray:
-    """Indices of the pairs kept, the most similar first, each query and each panel keypoint used
-    once: a repeated texture would otherwise pile many query keypoints onto one panel keypoint, and
-    RANSAC prefer the degenerate map that shrinks the query onto it."""
-    used_query, used_panel, kept = set(), set(), []
-    for index in np.argsort(-similarity, kind="stable").tolist():
-        if query_rows[index] not in used_query and panel_rows[index] not in used_panel:
-            used_query.add(query_rows[index])
-            used_panel.add(panel_rows[index])
-            kept.append(index)
-    return np.asarray(kept, np.int64)
-
-
-def geometric_inliers(correspondences: dict[str, np.ndarray]) -> int:
-    """Distinct panel keypoints that one similarity map (RANSAC; rotation, scale, translation) carries
-    query keypoints onto, the mirrored query's correspondences fitted apart: the query's flips."""
-    best = 0
-    for mirrored in (False, True):
-        chosen = np.flatnonzero(correspondences["mirrored"] == mirrored)
-        if "similarity" in correspondences:
-            rows = (correspondences[key][chosen] for key in ("query_row", "panel_row", "similarity"))
-            chosen = chosen[one_to_one(*rows)]
-        query, panel = correspondences["query"][chosen], correspondences["panel"][chosen]
-        if len(query) < 3:  # two pairs fit any similarity; three are the fewest that can disagree
-            continue
-        matrix, inliers = cv2.estimateAffinePartial2D(
-            query, panel, method=cv2.RANSAC, ransacReprojThreshold=REPROJECTION_PX, maxIters=2000
-        )
-        if matrix is None:
-            continue
-        scale = float(np.hypot(matrix[0, 0], matrix[1, 0]))
-        if not 1 / MAX_SCALE <= scale <= MAX_SCALE:
-            continue
-        distinct = {tuple(point) for point in np.round(panel[inliers.ravel() == 1]).tolist()}
-        best = max(best, len(distinct))
-    return best
-
-
-def agrees_geometrically(candidate: dict[str, Any], best: bool = False) -> bool:
-    """The cheap check before the pair detector: do the retrieval's keypoint pairs fit one map
-    (`MIN_GEOMETRIC_INLIERS`, or `MIN_BEST_INLIERS` for the `best` candidate)? A candidate without
-    stored positions (the regional descriptors) is not pruned."""
-    correspondences = candidate.get("correspondences")
-    if correspondences is None or MIN_GEOMETRIC_INLIERS <= 0:
-        return True
-    minimum = min(MIN_BEST_INLIERS, MIN_GEOMETRIC_INLIERS) if best else MIN_GEOMETRIC_INLIERS
-    return geometric_inliers(correspondences) >= minimum
-
-
-def verify(
-    detector: Any, query_panel: Any, candidate: dict[str, Any], threshold: float, query_image: np.ndarray | None = None
-) -> Any:
-    """The pair detector's answer for (query, candidate): its crop read again from its file. With
-    `query_image`, a duplicate whose map does not reproduce the candidate's content there
-    (`content_mismatch` over `MAX_MISMATCH_SHARE`) is answered not duplicated, with the reason."""
-    x0, y0, x1, y1 = candidate["box"]
-    image = read_image(candidate["path"])[y0:y1, x0:x1]
-    found = detector.predict_pair(query_panel, detector.describe(image), threshold)
-    matrix = found.transform.get("matrix")
-    if query_image is None or not found.duplicated or matrix is None:
-        return found
-    mismatch = content_mismatch(query_image, image, np.asarray(matrix))
-    if mismatch <= MAX_MISMATCH_SHARE:
-        return found
-    return replace(
-        found,
-        duplicated=False,
-        operations=[],
-        geometric=[],
-        mask_a=np.zeros_like(found.mask_a),
-        mask_b=np.zeros_like(found.mask_b),
-        reason=f"the map does not reproduce the content: {mismatch:.0%} of the overlap differs (a shared layout)",
-    )
-
-
-def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray) -> float:
-    """Share of the overlap where the candidate, mapped onto the query by `matrix` (query -> candidate
-    pixels) and a least-squares gain and bias (fitted where the query is not clipped), differs from
-    the query by more than `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when they hardly overlap)."""
-    query = cv2.cvtColor(np.ascontiguousarray(query_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
-    other = cv2.cvtColor(np.ascontiguousarray(candidate_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
-    size, inverse = (query.shape[1], query.shape[0]), cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-    warped = cv2.warpAffine(other, matrix.astype(np.float32), size, flags=inverse)
-    inside = cv2.warpAffine(np.ones_like(other, np.uint8), matrix.astype(np.float32), size, flags=inverse)
-    inside = cv2.erode(inside, np.ones((5, 5), np.uint8)) > 0  # interpolated borders left out
-    if inside.sum() < 100:
-        return 1.0
-    target, mapped = query[inside], warped[inside]
-    design = np.stack([mapped, np.ones_like(mapped)], axis=1)
-    # a copy brightened or contrasted was stored in 8 bits: where it clipped, it tells nothing of the
-    # gain, and the mapped source is compared clipped as the copy was
-    unclipped = (target > CLIPPED_GREY_LEVELS) & (target < 255 - CLIPPED_GREY_LEVELS)
-    fitted = unclipped if unclipped.sum() >= 100 else np.ones_like(unclipped)
-    gain_bias, *_ = np.linalg.lstsq(design[fitted], target[fitted], rcond=None)
-    if gain_bias[0] < 0:  # no edit inverts a copy: the best gain that is not negative is 0 (the mean)
-        gain_bias = np.array([0.0, float(target[fitted].mean())])
-    return float(np.mean(np.abs(target - np.clip(design @ gain_bias, 0, 255)) > MISMATCH_GREY_LEVELS))
-
-
-def verify_candidates(
-    detector: Any, panel: np.ndarray, candidates: list[tuple[dict[str, Any], float]], threshold: float
-) -> list[tuple[dict[str, Any], float, Any]]:
-    """(candidate, similarity, pair prediction) of the candidates that pass `agrees_geometrically`
-    (the first, `retrieve`'s most consistent, as the best): the pair detector decides on those alone
-    (the query is described only when one passes)."""
-    described = None
-    answers = []
-    for rank, (candidate, similarity) in enumerate(candidates):
-        if not agrees_geometrically(candidate, best=rank == 0):
-            continue
-        described = detector.describe(panel) if described is None else described
-        try:
-            answers.append((candidate, similarity, verify(detector, described, candidate, threshold, panel)))
-        except (ImageReadError, OSError) as error:
-            log.warning("indexed panel %s is unreadable now: %s", candidate["path"], error)
-    return answers
 
 
 def query_panel_rows(

@@ -1,4 +1,5 @@
-"""Verifying retrieved candidates: the cheap geometric check prunes, the pair detector decides; GPU choice."""
+"""Verifying retrieved candidates: the cheap geometric check prunes, the pair detector decides,
+retrieval's own map may confirm the first candidate; GPU choice."""
 
 from __future__ import annotations
 
@@ -14,23 +15,25 @@ pytest.importorskip("faiss")
 
 from collection.build import build_index  # noqa: E402
 from collection.descriptors import LocalSift  # noqa: E402
-from collection.query import (  # noqa: E402
+from collection.query import open_index, retrieve  # noqa: E402
+from collection.store import IndexRefused, on_search_device  # noqa: E402
+from collection.verification import (  # noqa: E402
+    CONFIRM_CORRELATION,
     MAX_MISMATCH_SHARE,
     MIN_BEST_INLIERS,
     MIN_GEOMETRIC_INLIERS,
     agrees_geometrically,
+    confirmed_by_retrieval,
     content_mismatch,
     geometric_inliers,
-    open_index,
-    retrieve,
     verify,
     verify_candidates,
 )
-from collection.store import IndexRefused, on_search_device  # noqa: E402
 from datamodules.io import read_image, write_image  # noqa: E402
 from detectors.duplication import PairPrediction  # noqa: E402
 from synthesis.collection import jpeg, planted_copy, texture_panel  # noqa: E402
 from synthesis.figure_panels import chart_panel  # noqa: E402
+from tests.duplication_helpers import hand_set_pair_module  # noqa: E402
 
 
 class RecordingDetector:
@@ -81,11 +84,60 @@ def test_a_candidate_failing_the_geometric_check_never_reaches_the_pair_detector
     source, similarity = next((c, s) for c, s in candidates if c["path"] == collection["source"])
     # two pairs fit any map: no evidence, even for the first candidate
     too_few = {key: value[:2] for key, value in source["correspondences"].items()}
-    assert agrees_geometrically(source) and not agrees_geometrically({**source, "correspondences": too_few}, best=True)
+    unfitted = {key: value for key, value in source.items() if key not in ("geometric_inliers", "retrieval_map")}
+    weak = {**unfitted, "correspondences": too_few}
+    assert agrees_geometrically(source) and not agrees_geometrically(weak, best=True)
     detector = RecordingDetector()
-    assert verify_candidates(detector, collection["copy"], [({**source, "correspondences": too_few}, 9.0)], 0.5) == []
+    assert verify_candidates(detector, collection["copy"], [(weak, 9.0)], 0.5) == []
     assert detector.asked == [] and detector.described == []  # nothing passed: not even the query is described
     assert len(verify_candidates(detector, collection["copy"], [(source, similarity)], 0.5)) == 1
+
+
+def test_retrievals_own_map_carries_a_flipped_crop_onto_its_source(collection):
+    store = open_index(collection["root"] / "index")
+    candidates = retrieve(store, collection["copy"], top_k=5, exclude_same="none")
+    source = next(c for c, _ in candidates if c["path"] == collection["source"])
+    source_image, other = read_image(collection["source"]), texture_panel(np.random.default_rng(11), 192)
+    assert confirmed_by_retrieval(collection["copy"], source_image, source["retrieval_map"]) >= CONFIRM_CORRELATION
+    assert confirmed_by_retrieval(collection["copy"], other, source["retrieval_map"]) is None
+
+
+def test_the_first_candidate_the_pair_detector_refuses_is_confirmed_by_retrievals_map_alone(collection):
+    """A crop can leave the pair detector too few keypoints of its own; retrieval's map, fitted on the
+    indexed keypoints, still places it, and the pixels under that map say it is a copy. Only the
+    first candidate is asked so: the others are where false matches would pile up."""
+    store = open_index(collection["root"] / "index")
+    candidates = retrieve(store, collection["copy"], top_k=5, exclude_same="none")
+    source, similarity = next((c, s) for c, s in candidates if c["path"] == collection["source"])
+    detector = hand_set_pair_module().net
+    answers = verify_candidates(detector, collection["copy"], [(source, similarity), (dict(source), similarity)], 1.01)
+    (_, _, first), (_, _, second) = answers
+    assert first.duplicated and first.method == "retrieval_map" and first.score < 1.01
+    assert "correlates" in first.reason and first.geometric == ["vflip"] and "flip" in first.operations
+    assert first.mask_a.mean() > 0.5 and first.mask_b.any()
+    assert not second.duplicated and second.method != "retrieval_map"
+
+
+class RefusingDetector(RecordingDetector):
+    """Stands in for a pair detector that cannot describe a pair under a given map (the learned one)."""
+
+    def predict_pair(self, panel_a, panel_b, threshold: float) -> SimpleNamespace:
+        return SimpleNamespace(score=0.1, duplicated=False, transform={})
+
+
+def test_a_detector_that_cannot_describe_a_given_map_keeps_its_refusal(collection):
+    store = open_index(collection["root"] / "index")
+    candidates = retrieve(store, collection["copy"], top_k=5, exclude_same="none")
+    first = verify_candidates(RefusingDetector(), collection["copy"], candidates, 0.5)[0][2]
+    assert candidates[0][0]["path"] == collection["source"] and not first.duplicated
+
+
+def test_a_query_without_a_copy_in_the_index_is_not_confirmed_by_its_first_candidates_map(collection):
+    store = open_index(collection["root"] / "index")
+    fresh = texture_panel(np.random.default_rng(99), 160)
+    candidates = retrieve(store, fresh, top_k=5, exclude_same="none")
+    answers = verify_candidates(hand_set_pair_module().net, fresh, candidates, 1.01)
+    assert not any(found.duplicated for _, _, found in answers)
 
 
 def test_an_index_without_keypoint_positions_is_refused_with_what_to_do(collection, tmp_path):
@@ -254,12 +306,13 @@ class VotingStore:
         self.points = query_points.astype(np.float32)
         self.neighbours = neighbours  # per query keypoint: (panel id, keypoint row in that panel)
         self.rows = {
-            pid: {"path": f"panel{pid}", "source_id": "", "points": local.pack_points(p)}
+            pid: {"path": f"panel{pid}", "box": [0, 0, 256, 256], "source_id": "", "points": local.pack_points(p)}
             for pid, p in panel_points.items()
         }
         self.descriptor = SimpleNamespace(
             aggregate="votes",
             unpack_points=local.unpack_points,
+            working_size=local.working_size,
             query_located=lambda image: (
                 np.ones((len(self.points), 4), np.float32),
                 self.points,
