@@ -72,7 +72,13 @@ def threshold_note(threshold: float, calibration: Mapping[str, Any] | None, chos
             f"; false-positive rate there {calibration.get('false_positives', '?')}/{n}, "
             f"{confidence:.0%} Clopper-Pearson interval [{interval[0]:.3f}, {interval[1]:.3f}]"
         )
-    if calibration.get("warning"):
+    needed = calibration.get("genuine_needed")
+    if calibration.get("sufficient") is False and needed:  # the interval is given above: not twice
+        text += (
+            f". {n} genuine images are too few for a target of {target:g} (at least {needed} are needed): "
+            "expect more genuine images flagged than the target"
+        )
+    elif calibration.get("warning"):
         text += f". {calibration['warning']}"
     return text
 

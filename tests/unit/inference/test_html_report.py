@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from datamodules.io import write_image
+from evaluation.calibration import calibration_check
 from inference.html_evidence import mask_at_threshold, transform_in_words
-from inference.html_report import ReportHeader, decision_of, ordered, write_html_report
+from inference.html_report import ReportHeader, decision_of, ordered, threshold_note, write_html_report
 from tests.browser_helpers import decode_all_images
 
 HOSTILE = "<img src=x onerror=alert(1)>.png"
@@ -101,6 +102,13 @@ def test_a_score_at_the_threshold_is_flagged_and_a_map_value_at_it_counts():
     assert decision_of({"score": None, "status": "error"}, 0.5) == "error"
     map_u8 = np.array([[127, 128, 255]], np.uint8)
     assert mask_at_threshold(map_u8, 128 / 255).tolist() == [[False, True, True]]
+
+
+def test_the_threshold_line_says_the_interval_once_and_that_the_sample_is_too_small():
+    calibration = calibration_check(np.linspace(0, 0.9, 100), threshold=0.85, target_fpr=0.01)
+    note = threshold_note(0.85, {**calibration, "input": "val"}, chosen_by_user=False)
+    assert note.count("Clopper-Pearson") == 1 and note.count("[0.") == 1
+    assert "100 genuine images are too few for a target of 0.01 (at least 299 are needed)" in note
 
 
 def test_the_transform_reads_as_a_sentence():
