@@ -128,12 +128,22 @@ def table_head(blinded: bool, is_localizer: bool) -> str:
     return "<thead><tr>" + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr></thead>"
 
 
+PAGER_REACH = 5  # a static page links the pages this many before and after it, and the first and last
+
+
 def pager_html(current: int, links: Sequence[str]) -> str:
-    """Links to every static page (`links`: each page's `<a>`, made once for the pages that share
-    a folder), the current one in bold."""
+    """Links to the static pages near the current one (in bold) and to the first and last (`links`:
+    each page's `<a>`, made once for the pages that share a folder). Not every page on every page:
+    100,000 rows are 500 pages, and 500 links on each would make the pages quadratic in size."""
     if len(links) <= 1:
         return ""
-    shown = [*links[: current - 1], f"<strong>{current}</strong>", *links[current:]]
+    near = range(max(1, current - PAGER_REACH), min(len(links), current + PAGER_REACH) + 1)
+    numbers = sorted({1, len(links), *near})
+    shown: list[str] = []
+    for before, number in zip([0, *numbers], numbers):
+        if number - before > 1 and before:
+            shown.append("…")
+        shown.append(f"<strong>{number}</strong>" if number == current else links[number - 1])
     return f'<nav class="pager" aria-label="pages">Page: {" ".join(shown)}</nav>'
 
 

@@ -14,6 +14,7 @@ import pytest
 from datamodules.io import write_image
 from evaluation.calibration import calibration_check
 from inference.html_evidence import mask_at_threshold, transform_in_words
+from inference.html_parts import pager_html
 from inference.html_report import ReportHeader, decision_of, ordered, threshold_note, write_html_report
 from tests.browser_helpers import decode_all_images
 
@@ -227,6 +228,22 @@ def test_with_scripts_off_every_row_is_reachable_through_the_static_pages(tmp_pa
     assert sorted(seen_names) == sorted(r["path"] for r in rows)
     assert not page.locator("#filters").is_visible()
     context.close()
+
+
+def test_a_static_page_links_its_neighbours_and_both_ends_and_every_page_is_reachable():
+    links = [f'<a href="p{n}.html">{n}</a>' for n in range(1, 501)]
+
+    def linked(current: int) -> set[int]:
+        return {int(n) for n in re.findall(r'href="p(\d+)\.html"', pager_html(current, links))}
+
+    assert linked(250) == {1, *range(245, 256), 500} - {250} and "<strong>250</strong>" in pager_html(250, links)
+    assert linked(1) == set(range(2, 7)) | {500}
+    reached, frontier = {1}, [1]
+    while frontier:
+        new = linked(frontier.pop()) - reached
+        reached |= new
+        frontier += new
+    assert reached == set(range(1, 501))
 
 
 def test_paging_keeps_a_large_report_usable_and_the_page_small(tmp_path, browser):
