@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 
 from datamodules.io import ImageReadError, read_image
+from detectors.figure_furniture import furniture_mask
 from detectors.matching import homogeneous, mirror_matrix
 
 log = logging.getLogger(__name__)
@@ -150,44 +151,56 @@ def verify(
 
 def confirmed_by_retrieval(query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray) -> float | None:
     """The correlation of the query with the candidate mapped onto it by `matrix`, when it is at least
-    `CONFIRM_CORRELATION` and the content check passes under the same map (None otherwise). The
-    pair detector refits a map from its own keypoints, and a 30 % crop, recoloured and saved as
-    JPEG, can leave it too few; retrieval's map, fitted on the indexed keypoints, may still place the
-    crop, and the pixels then say whether it is a copy."""
-    overlap = mapped_overlap(query_image, candidate_image, matrix)
+    `CONFIRM_CORRELATION` and the content check passes under the same map (None otherwise), both
+    without the figure furniture of either panel: the pair detector refits a map from its own
+    keypoints, and a 30 % crop, recoloured and saved as JPEG, can leave it too few; retrieval's map,
+    fitted on the indexed keypoints, may still place the crop, and the pixels then say whether it
+    is a copy. Lettering and scale bars in the same places are not such pixels: two different
+    micrographs of one figure style, aligned on them, correlate over a dark background."""
+    overlap = mapped_overlap(query_image, candidate_image, matrix, without_furniture=True)
     if overlap is None:
         return None
     target, mapped = overlap
     if target.std() < 1e-3 or mapped.std() < 1e-3:  # a flat overlap correlates with anything
         return None
     correlation = float(np.corrcoef(target, mapped)[0, 1])
-    if correlation < CONFIRM_CORRELATION or content_mismatch(query_image, candidate_image, matrix) > MAX_MISMATCH_SHARE:
+    if correlation < CONFIRM_CORRELATION:
+        return None
+    if content_mismatch(query_image, candidate_image, matrix, without_furniture=True) > MAX_MISMATCH_SHARE:
         return None
     return correlation
 
 
 def mapped_overlap(
-    query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray
+    query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray, without_furniture: bool = False
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(query grey levels, the candidate's mapped onto them by `matrix`: query -> candidate pixels)
-    where the candidate covers the query, interpolated borders left out; None below 100 pixels."""
-    query = cv2.cvtColor(np.ascontiguousarray(query_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
-    other = cv2.cvtColor(np.ascontiguousarray(candidate_image[..., :3]), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    where the candidate covers the query, interpolated borders left out, and with
+    `without_furniture` the lettering, scale bars and rulings of either panel
+    (`detectors.figure_furniture`); None below 100 pixels."""
+    query = cv2.cvtColor(np.ascontiguousarray(query_image[..., :3]), cv2.COLOR_RGB2GRAY)
+    other = cv2.cvtColor(np.ascontiguousarray(candidate_image[..., :3]), cv2.COLOR_RGB2GRAY)
     size, inverse = (query.shape[1], query.shape[0]), cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     matrix = np.asarray(matrix, np.float32)
-    warped = cv2.warpAffine(other, matrix, size, flags=inverse)
+    warped = cv2.warpAffine(other.astype(np.float32), matrix, size, flags=inverse)
     inside = cv2.warpAffine(np.ones_like(other, np.uint8), matrix, size, flags=inverse)
     inside = cv2.erode(inside, np.ones((5, 5), np.uint8)) > 0
+    if without_furniture:
+        furniture = furniture_mask(other).astype(np.uint8)
+        inside &= ~furniture_mask(query) & (cv2.warpAffine(furniture, matrix, size, flags=inverse) == 0)
     if inside.sum() < 100:
         return None
-    return query[inside], warped[inside]
+    return query.astype(np.float32)[inside], warped[inside]
 
 
-def content_mismatch(query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray) -> float:
-    """Share of the overlap where the candidate, mapped onto the query by `matrix` (query -> candidate
-    pixels) and a least-squares gain and bias (fitted where the query is not clipped), differs from
-    the query by more than `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when they hardly overlap)."""
-    overlap = mapped_overlap(query_image, candidate_image, matrix)
+def content_mismatch(
+    query_image: np.ndarray, candidate_image: np.ndarray, matrix: np.ndarray, without_furniture: bool = False
+) -> float:
+    """Share of the overlap (`mapped_overlap`) where the candidate, mapped onto the query by `matrix`
+    (query -> candidate pixels) and a least-squares gain and bias (fitted where the query is not
+    clipped), differs from the query by more than `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when
+    they hardly overlap)."""
+    overlap = mapped_overlap(query_image, candidate_image, matrix, without_furniture)
     if overlap is None:
         return 1.0
     target, mapped = overlap

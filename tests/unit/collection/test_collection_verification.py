@@ -32,7 +32,7 @@ from collection.verification import (  # noqa: E402
 from datamodules.io import read_image, write_image  # noqa: E402
 from detectors.duplication import PairPrediction  # noqa: E402
 from synthesis.collection import jpeg, planted_copy, texture_panel  # noqa: E402
-from synthesis.figure_panels import chart_panel  # noqa: E402
+from synthesis.figure_panels import chart_panel, micrograph_panel  # noqa: E402
 from tests.duplication_helpers import hand_set_pair_module  # noqa: E402
 
 
@@ -138,6 +138,21 @@ def test_a_query_without_a_copy_in_the_index_is_not_confirmed_by_its_first_candi
     candidates = retrieve(store, fresh, top_k=5, exclude_same="none")
     answers = verify_candidates(hand_set_pair_module().net, fresh, candidates, 1.01)
     assert not any(found.duplicated for _, _, found in answers)
+
+
+def test_micrographs_of_one_figure_style_aligned_on_their_lettering_are_not_confirmed():
+    """Two different fluorescence panels with the panel letter and scale bar in the same places
+    correlate over their dark backgrounds when aligned; without the furniture nothing is shared.
+    A brightened JPEG copy of one of them still is confirmed."""
+
+    def panel(seed: int) -> np.ndarray:
+        return micrograph_panel(np.random.default_rng(seed), (224, 224))
+
+    # pairs whose whole overlap, lettering included, correlates over 0.8 and passes the content check
+    for seed in (28, 31, 34):
+        assert confirmed_by_retrieval(panel(seed), panel(seed + 1000), np.eye(2, 3)) is None
+    copy = jpeg(np.clip(panel(28).astype(np.float32) * 1.3 + 10, 0, 255).astype(np.uint8), 75)
+    assert confirmed_by_retrieval(copy, panel(28), np.eye(2, 3)) >= CONFIRM_CORRELATION
 
 
 def test_an_index_without_keypoint_positions_is_refused_with_what_to_do(collection, tmp_path):
