@@ -16,7 +16,9 @@
 4. Reported: recall@K after verification (the source among the verified rows of its copy),
    precision of all verified rows, retrieval recall@K (before verification), recall@K after the
    geometric check (the source among the candidates given to the pair detector) and the pair
-   detector's calls per query, latency per query
+   detector's calls per query, recall by the pair detector's score alone beside the rows only
+   retrieval's map confirmed (`confirmed_by_retrieval`; calibration queries confirmed are rows
+   no threshold removes), latency per query
    panel with the index in memory (retrieval, verification, total), build rate (panels/s),
    bytes per panel (FAISS file, SQLite table), and, with `--compare N`, the descriptors on
    the first N distractors (`pairnet`, the learned one, with `--descriptor-checkpoint PATH`).
