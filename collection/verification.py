@@ -41,6 +41,7 @@ CLIPPED_GREY_LEVELS = 3  # a copy's grey levels this close to 0 or 255 may have 
 # kept benchmark collection, copies correlated 0.90 or more for nineteen in twenty; the first
 # candidates of queries without a copy in the index at most 0.88, and that one failed the content check
 CONFIRM_CORRELATION = 0.8
+CONFIRM_MIN_INLIERS = 3  # ... and retrieval's map carries at least this many distinct keypoints (as chosen)
 
 
 def one_to_one(query_rows: np.ndarray, panel_rows: np.ndarray, similarity: np.ndarray) -> np.ndarray:
@@ -138,6 +139,8 @@ def verify(
     retrieval_map = candidate.get("retrieval_map")
     describes_under_a_map = hasattr(detector, "predict_under")  # the matching detector; not the learned pairnet
     if found.duplicated or not confirm or retrieval_map is None or not describes_under_a_map:
+        return found
+    if candidate.get("geometric_inliers", 0) < CONFIRM_MIN_INLIERS:  # the first is checked from 2
         return found
     correlation = confirmed_by_retrieval(query_image, image, retrieval_map)
     if correlation is None:

@@ -132,6 +132,19 @@ def test_a_detector_that_cannot_describe_a_given_map_keeps_its_refusal(collectio
     assert candidates[0][0]["path"] == collection["source"] and not first.duplicated
 
 
+def test_retrievals_map_confirms_only_from_three_keypoints_in_place(tmp_path):
+    """The first candidate reaches the pair detector from two inliers; a map carried by two is no
+    evidence to confirm a copy by, however well the pixels under it correlate."""
+    panel = texture_panel(np.random.default_rng(12), 160)
+    write_image(tmp_path / "archived.png", panel)
+    candidate = {"path": str(tmp_path / "archived.png"), "box": [0, 0, 160, 160], "retrieval_map": np.eye(2, 3)}
+    detector = hand_set_pair_module().net
+    described = detector.describe(panel)
+    for inliers, confirmed in ((2, False), (3, True)):
+        found = verify(detector, described, {**candidate, "geometric_inliers": inliers}, 1.01, panel, confirm=True)
+        assert found.duplicated is confirmed
+
+
 def test_a_query_without_a_copy_in_the_index_is_not_confirmed_by_its_first_candidates_map(collection):
     store = open_index(collection["root"] / "index")
     fresh = texture_panel(np.random.default_rng(99), 160)
