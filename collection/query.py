@@ -74,14 +74,25 @@ def descriptor_of(index_dir: str | Path) -> str:
 
 
 def open_index(
-    index_dir: str | Path, descriptor: str | None = None, gpu: str | bool = "auto", checkpoint: str | None = None
+    index_dir: str | Path,
+    descriptor: str | None = None,
+    gpu: str | bool = "auto",
+    checkpoint: str | None = None,
+    nprobe: int | None = None,
 ) -> PanelStore:
     """The index for querying (on the GPU with `gpu`, see `on_search_device`); a `descriptor` other
     than the stored one is refused by the store. `checkpoint`: a learned descriptor's weights
-    (`pairnet`), by default those recorded in the index (refused when that file has changed)."""
+    (`pairnet`), by default those recorded in the index (refused when that file has changed).
+    `nprobe`: inverted lists scanned per query vector (IVF indexes; default `NPROBE`), more for
+    recall, fewer for speed."""
     faiss_module()
     name = descriptor or descriptor_of(index_dir)
     store = PanelStore(index_dir, make_descriptor(name, index_dir, checkpoint))
+    if nprobe is not None:
+        if int(nprobe) < 1:
+            raise ValueError(f"index_nprobe must be at least 1, got {nprobe}")
+        if hasattr(store.index, "nprobe"):
+            store.index.nprobe = int(nprobe)
     store.index, store.on_gpu = on_search_device(store.index, gpu)
     return store
 
@@ -212,7 +223,13 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         raise ValueError(
             f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
         )
-    store = open_index(cfg.index, cfg.get("descriptor"), cfg.get("index_gpu", "auto"), cfg.get("descriptor_checkpoint"))
+    store = open_index(
+        cfg.index,
+        cfg.get("descriptor"),
+        cfg.get("index_gpu", "auto"),
+        cfg.get("descriptor_checkpoint"),
+        cfg.get("index_nprobe"),
+    )
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)
     masks_dir = None

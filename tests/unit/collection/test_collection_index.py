@@ -16,7 +16,7 @@ from collection.build import build_index, merge_parts, open_store  # noqa: E402
 from collection.descriptors import LocalSift  # noqa: E402
 from collection.panels import split_figure  # noqa: E402
 from collection.query import open_index, retrieve  # noqa: E402
-from collection.store import IndexBusy, IndexRefused  # noqa: E402
+from collection.store import NPROBE, IndexBusy, IndexRefused  # noqa: E402
 from datamodules.io import read_image, write_image  # noqa: E402
 from synthesis.collection import planted_copy, texture_panel  # noqa: E402
 
@@ -46,6 +46,20 @@ def test_a_flipped_cropped_recoloured_jpeg_copy_finds_its_source(tmp_path, tiles
     assert found[0] == str(paths[2]), (copy.operations, found)
     rotated = planted_copy(source, np.random.default_rng(4), "rotate180", min_area=0.4)
     assert retrieve(store, rotated.image, top_k=3)[0][0]["path"] == str(paths[2])
+
+
+def test_an_ivf_index_scans_nprobe_lists_and_a_user_can_ask_for_more(tmp_path, tiles):
+    rng = np.random.default_rng(2)  # enough keypoints to train 64 inverted lists
+    paths = write_panels(tmp_path / "collection", tiles + [texture_panel(rng, 192) for _ in range(40)])
+    build_index(tmp_path / "collection", tmp_path / "index", index_type="ivf")
+    copy = planted_copy(read_image(paths[5]), np.random.default_rng(6), "vflip", min_area=0.5)
+    default = open_index(tmp_path / "index")
+    assert default.index_type == "ivf" and default.index.nprobe == NPROBE
+    every_list = open_index(tmp_path / "index", nprobe=64)
+    assert every_list.index.nprobe == 64
+    assert retrieve(every_list, copy.image, top_k=3)[0][0]["path"] == str(paths[5])
+    with pytest.raises(ValueError, match="index_nprobe must be at least 1, got 0"):
+        open_index(tmp_path / "index", nprobe=0)
 
 
 def test_adding_a_folder_later_describes_only_the_new_panels(tmp_path, tiles, monkeypatch):
