@@ -138,15 +138,15 @@ def verify(
         )
     retrieval_map = candidate.get("retrieval_map")
     describes_under_a_map = hasattr(detector, "predict_under")  # the matching detector; not the learned pairnet
-    if found.duplicated or not confirm or retrieval_map is None or not describes_under_a_map:
-        return found
-    if candidate.get("geometric_inliers", 0) < CONFIRM_MIN_INLIERS:  # the first is checked from 2
+    carried = candidate.get("geometric_inliers", 0)  # the first candidate is checked from 2
+    nothing_to_confirm = found.duplicated or not confirm or retrieval_map is None or not describes_under_a_map
+    if nothing_to_confirm or carried < CONFIRM_MIN_INLIERS:
         return found
     correlation = confirmed_by_retrieval(query_image, image, retrieval_map)
     if correlation is None:
         return found
     reason = (
-        f"retrieval's map carries {candidate.get('geometric_inliers', 0)} keypoints and the panel mapped by it "
+        f"retrieval's map carries {carried} keypoints and the panel mapped by it "
         f"correlates {correlation:.2f} with the query (pair detector score {found.score:.3f} below the threshold)"
     )
     return detector.predict_under(query_panel, described, retrieval_map, found.score, reason)
