@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from skimage import data
 
-pytest.importorskip("faiss")
+faiss = pytest.importorskip("faiss")
 
 from collection.build import build_index, merge_parts, open_store  # noqa: E402
 from collection.descriptors import LocalSift  # noqa: E402
@@ -53,6 +53,10 @@ def test_an_ivf_index_scans_nprobe_lists_and_a_user_can_ask_for_more(tmp_path, t
     paths = write_panels(tmp_path / "collection", tiles + [texture_panel(rng, 192) for _ in range(40)])
     build_index(tmp_path / "collection", tmp_path / "index", index_type="ivf")
     copy = planted_copy(read_image(paths[5]), np.random.default_rng(6), "vflip", min_area=0.5)
+    (vectors_file,) = (tmp_path / "index").glob("vectors-*.faiss")
+    built_before = faiss.read_index(str(vectors_file))  # as an index built when the default was 32 lists
+    built_before.nprobe = 32
+    faiss.write_index(built_before, str(vectors_file))
     default = open_index(tmp_path / "index")
     assert default.index_type == "ivf" and default.index.nprobe == NPROBE
     every_list = open_index(tmp_path / "index", nprobe=64)
