@@ -216,6 +216,16 @@ def query_panel_rows(
     return rows or [{**base, "match": ""}]
 
 
+def search_options(cfg: Any) -> dict[str, Any]:
+    """`open_index`'s options from infer.py's configuration."""
+    return {
+        "descriptor": cfg.get("descriptor"),
+        "gpu": cfg.get("index_gpu", "auto"),
+        "checkpoint": cfg.get("descriptor_checkpoint"),
+        "nprobe": cfg.get("index_nprobe"),
+    }
+
+
 def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
     """infer.py with `index=DIR`: each input panel searched in the index and its candidates verified."""
     detector = runtime.net
@@ -223,13 +233,7 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         raise ValueError(
             f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
         )
-    store = open_index(
-        cfg.index,
-        cfg.get("descriptor"),
-        cfg.get("index_gpu", "auto"),
-        cfg.get("descriptor_checkpoint"),
-        cfg.get("index_nprobe"),
-    )
+    store = open_index(cfg.index, **search_options(cfg))
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)
     masks_dir = None
