@@ -212,7 +212,7 @@ class PanelStore:
             raise IndexRefused(f"{path} is missing: the index is incomplete; rebuild it into a new folder")
         index = faiss_module().read_index(str(path))
         if hasattr(index, "nprobe"):
-            index.nprobe = int(self.state("nprobe", str(NPROBE)))
+            index.nprobe = NPROBE  # also for indexes written when the default was another
         return index
 
     def known_files(self) -> dict[str, tuple[int, float, str]]:

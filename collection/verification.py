@@ -169,7 +169,7 @@ def confirmed_by_retrieval(query_image: np.ndarray, candidate_image: np.ndarray,
     correlation = float(np.corrcoef(target, mapped)[0, 1])
     if correlation < CONFIRM_CORRELATION:
         return None
-    if content_mismatch(query_image, candidate_image, matrix, without_furniture=True) > MAX_MISMATCH_SHARE:
+    if mismatch_share(target, mapped) > MAX_MISMATCH_SHARE:  # the same overlap, mapped once
         return None
     return correlation
 
@@ -204,9 +204,11 @@ def content_mismatch(
     clipped), differs from the query by more than `MISMATCH_GREY_LEVELS` (grey levels; 1.0 when
     they hardly overlap)."""
     overlap = mapped_overlap(query_image, candidate_image, matrix, without_furniture)
-    if overlap is None:
-        return 1.0
-    target, mapped = overlap
+    return 1.0 if overlap is None else mismatch_share(*overlap)
+
+
+def mismatch_share(target: np.ndarray, mapped: np.ndarray) -> float:
+    """`content_mismatch` of an overlap already mapped (`mapped_overlap`)."""
     design = np.stack([mapped, np.ones_like(mapped)], axis=1)
     # a copy brightened or contrasted was stored in 8 bits: where it clipped, it tells nothing of the
     # gain, and the mapped source is compared clipped as the copy was
