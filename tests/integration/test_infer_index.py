@@ -61,6 +61,13 @@ def test_exclude_same_review_skips_matches_from_the_query_s_own_review(indexed, 
     assert not [r for r in rows if r["match"]]  # the copy's source is in paper1, as the query
 
 
+def test_index_nprobe_reaches_the_search_and_zero_is_refused_with_a_message(indexed, tmp_path):
+    with pytest.raises(InferenceFailed, match="index_nprobe must be at least 1, got 0"):
+        search(indexed, tmp_path / "none.csv", "index_nprobe=0")
+    rows = {Path(r["path"]).name: r for r in search(indexed, tmp_path / "more.csv", "index_nprobe=64")}
+    assert rows["copy.png"]["match"] == indexed["source"]
+
+
 def test_an_index_of_another_descriptor_or_no_index_is_refused_with_a_message(indexed, tmp_path):
     with pytest.raises(InferenceFailed, match="holds local_sift-v2.* descriptors, not phash"):
         search(indexed, tmp_path / "x.csv", "descriptor=phash")

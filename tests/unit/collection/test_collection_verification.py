@@ -26,6 +26,7 @@ from collection.verification import (  # noqa: E402
     confirmed_by_retrieval,
     content_mismatch,
     geometric_inliers,
+    mapped_overlap,
     verify,
     verify_candidates,
 )
@@ -166,6 +167,19 @@ def test_micrographs_of_one_figure_style_aligned_on_their_lettering_are_not_conf
         assert confirmed_by_retrieval(panel(seed), panel(seed + 1000), np.eye(2, 3)) is None
     copy = jpeg(np.clip(panel(28).astype(np.float32) * 1.3 + 10, 0, 255).astype(np.uint8), 75)
     assert confirmed_by_retrieval(copy, panel(28), np.eye(2, 3)) >= CONFIRM_CORRELATION
+
+
+def test_a_candidate_that_correlates_but_differs_in_a_patch_is_not_confirmed():
+    """Correlation alone is no copy: a panel whose 36 px patch was brightened by 80 grey levels
+    still correlates 0.9 with its original, but the content check under the map refuses it."""
+    original = texture_panel(np.random.default_rng(3), 160)
+    edited = original.astype(int)
+    edited[60:96, 60:96] += 80
+    edited = np.clip(edited, 0, 255).astype(np.uint8)
+    target, mapped = mapped_overlap(original, edited, np.eye(2, 3), without_furniture=True)
+    assert np.corrcoef(target, mapped)[0, 1] >= CONFIRM_CORRELATION
+    assert confirmed_by_retrieval(original, edited, np.eye(2, 3)) is None
+    assert confirmed_by_retrieval(original, original, np.eye(2, 3)) is not None
 
 
 def test_an_index_without_keypoint_positions_is_refused_with_what_to_do(collection, tmp_path):
