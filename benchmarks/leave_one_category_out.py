@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.cross_generator import fmt, train_detector
+from datamodules.io import split_keys_by_group
 from datamodules.records import Record, read_manifest, write_manifest
 from datamodules.splits import DEFAULT_FAMILIES, SplitError, _as_family, family_of
 
@@ -52,11 +52,12 @@ def category_split(
         raise SplitError("leave-one-category-out needs at least two categories")
     # a photo the held-out kind was made from (phone photos of a bundled photo) goes to test whole
     held_sources = {r.source or r.path for r in kept if r.category == held_out}
-    sources = sorted({r.source or r.path for r in kept} - held_sources)
-    random.Random(seed).shuffle(sources)
-    cut1 = round(fractions[0] * len(sources))
-    cut2 = round((fractions[0] + fractions[1]) * len(sources))
-    where = {s: "train" if i < cut1 else "val" if i < cut2 else "test" for i, s in enumerate(sources)}
+    kinds_of: dict[str, set[str]] = {}
+    for r in kept:
+        kinds_of.setdefault(r.source or r.path, set()).add(r.category)
+    # the seen categories' sources are cut within each category, as generate.py cuts them
+    groups = {s: "+".join(sorted(kinds)) for s, kinds in kinds_of.items() if s not in held_sources}
+    where = split_keys_by_group(groups, fractions, seed)
     where.update({s: "test" for s in held_sources})
     out = [_as_family(Record(**{**asdict(r), "split": where[r.source or r.path]}), families) for r in kept]
     counts = {

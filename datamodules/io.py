@@ -161,6 +161,18 @@ def split_keys(keys: Iterable[str], fractions: Sequence[float] = (0.8, 0.1, 0.1)
     }
 
 
+def split_keys_by_group(
+    groups: Mapping[str, str], fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0
+) -> dict[str, str]:
+    """`split_keys` within each group of keys (`groups`: key -> group), so every group (a kind of
+    image) has its sources in train, val and test in the fractions asked: a kind whose few sources
+    all fell in test would otherwise be one the detector never trained on."""
+    members: dict[str, list[str]] = {}
+    for key, group in groups.items():
+        members.setdefault(group, []).append(key)
+    return {key: split for keys in members.values() for key, split in split_keys(keys, fractions, seed).items()}
+
+
 def write_manifest(rows: Iterable[Mapping[str, Any] | Any], path: str | os.PathLike) -> None:
     """Write manifest rows (mappings or `Record`s) as a CSV with `MANIFEST_COLUMNS`, atomically.
 

@@ -28,7 +28,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from datamodules.io import split_keys, write_manifest
+from datamodules.io import split_keys, split_keys_by_group, write_manifest
 from synthesis.items import execute, fragment_path, init_worker, one_thread
 from synthesis.photos import stamped_table
 from synthesis.planning import plan_items
@@ -204,8 +204,13 @@ def _whole_dataset(
 
 
 def _panel_tasks(output: Path, spec: DatasetSpec, table: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """One `panels` task per photo, with the split drawn for its source."""
-    splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
+    """One `panels` task per photo, with the split drawn for its source (within each category when
+    genuine kinds are made, so every kind trains, calibrates and is tested on its own sources)."""
+    if spec.genuine_kinds:  # a source's category is its first entry's (phone photos follow their photo)
+        categories = {p["source"]: p["category"] for p in reversed(table)}
+        splits = split_keys_by_group(categories, spec.split_fractions, spec.seed)
+    else:
+        splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
     spec_dict = {k: v for k, v in asdict(spec).items() if k != "generator"}
     return [
         {

@@ -154,6 +154,8 @@ class DatasetSpec:
         data.pop("forgery_options")
         if not self.genuine_kinds:  # datasets made before genuine kinds existed keep their fingerprint
             data.pop("genuine_kinds")
+        else:  # their sources are split within each category (a folder split otherwise is refused)
+            data["split_by"] = "category"
         if self.changed_forgery_options():  # else the seed's recipe: datasets made before the option match
             data["forgery_options"] = self.changed_forgery_options()
         return json.loads(json.dumps(data, default=list))

@@ -46,6 +46,8 @@ def test_the_held_out_category_is_only_in_test_and_no_photo_straddles_splits(hel
     assert not any(r.group == "ae_transposed_region" for r in out)  # region edits: a localization task
     assert {r.group for r in out if r.label == 1} <= {"latent_ae", "ddpm_pixel"}
     assert summary["counts"]["val"]["genuine"] and summary["counts"]["train"]["fake"]
+    for kind in set(KINDS) - {held_out}:  # each seen kind is cut by itself: it trains, calibrates and is tested
+        assert {r.split for r in out if r.category == kind} == {"train", "val", "test"}
 
 
 def test_unknown_category_is_refused_and_split_only_writes_the_manifests(tmp_path, capsys):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datamodules.io import read_image, split_keys, write_image
+from datamodules.io import read_image, split_keys, split_keys_by_group, write_image
 from synthesis.contact_sheet import contact_sheet
-from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec
+from synthesis.dataset import KINDS, OPERATIONS, DatasetSpec, _panel_tasks
 from synthesis.operations import regions_from_mask
 from synthesis.photos import photo_table
 
@@ -29,6 +29,27 @@ def test_splits_are_drawn_per_source_and_a_few_photos_still_fill_every_split():
     many = split_keys([f"s{i}" for i in range(100)], (0.8, 0.1, 0.1), 1)
     assert sorted(list(many.values()).count(s) for s in ("train", "val", "test")) == [10, 10, 80]
     assert many == split_keys([f"s{i}" for i in reversed(range(100))], (0.8, 0.1, 0.1), 1)
+
+
+def test_each_kind_of_genuine_image_has_its_own_sources_in_train_val_and_test(tmp_path):
+    # 22 photos, then 8 sources of each kind: split over all 46 at once, a kind can land in test only
+    table = [{"photo": f"p{i}.png", "key": f"p{i}", "source": f"p{i}", "category": "photo"} for i in range(22)]
+    table += [{"photo": "pp.png", "key": f"pp{i}", "source": f"p{i}", "category": "phone_photo"} for i in range(4)]
+    for kind in ("blot", "chart", "histology"):
+        table += [{"photo": "k.png", "key": f"{kind}{i}", "source": f"{kind}{i}", "category": kind} for i in range(8)]
+    for seed in range(5):
+        tasks = _panel_tasks(tmp_path, DatasetSpec(seed=seed, genuine_kinds={"blot": 8}), table)
+        split_of = {t["photo"]["key"]: t["split"] for t in tasks}
+        for kind in ("photo", "blot", "chart", "histology"):
+            keys = [p["key"] for p in table if p["category"] == kind]
+            assert sorted(split_of[k] for k in keys).count("train") == round(0.7 * len(keys))
+            assert {split_of[k] for k in keys} == {"train", "val", "test"}
+        assert all(split_of[f"pp{i}"] == split_of[f"p{i}"] for i in range(4))  # a phone photo follows its photo
+    groups = {f"a{i}": "a" for i in range(10)} | {"b0": "b"}
+    alone = split_keys(list(groups)[:10], (0.8, 0.1, 0.1), 0)
+    assert split_keys_by_group(groups, (0.8, 0.1, 0.1), 0) == {**alone, "b0": "train"}
+    assert DatasetSpec(genuine_kinds={"blot": 8}).fingerprint()["split_by"] == "category"
+    assert "split_by" not in DatasetSpec().fingerprint()  # datasets of photos alone keep their splits
 
 
 def test_photo_keys_are_unique_and_a_stereo_pair_is_one_source(tmp_path):
