@@ -9,6 +9,7 @@ from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from detectors.registry import TINY_SUFFIX, detector_config, list_detectors
+from synthesis.genuine_kinds import GRAINY_KINDS
 from tests.helpers import CONFIGS, compose_config
 
 DETECTORS = list_detectors()
@@ -37,6 +38,18 @@ def test_every_option_of_the_other_groups_composes(group):
         entries = [cfg[group]] if "_target_" in cfg[group] else [e for e in cfg[group].values() if "_target_" in e]
         for entry in entries:  # a misspelled class path fails here, not at the start of a long run
             assert callable(get_method(entry._target_)), f"{group}={option}: {entry._target_}"
+
+
+def test_the_genuine_kinds_recipe_builds_on_the_generated_one_and_sets_its_own_calibration():
+    generated = compose_config("train", ["experiment=generated"])
+    kinds = compose_config("train", ["experiment=generated_kinds"])
+    assert kinds.calibration.by == "category" and generated.calibration.by is None  # an experiment may set it
+    assert kinds.detector.name == "dct" and kinds.detector.net.preprocess.size == 64
+    assert set(kinds.data.pseudo_fake_skip_categories) == set(GRAINY_KINDS)
+    assert kinds.data.pseudo_fakes == generated.data.pseudo_fakes
+    assert list(kinds.data.exclude_groups) == list(generated.data.exclude_groups)
+    # a command-line value still wins over the recipe's
+    assert compose_config("train", ["experiment=generated_kinds", "calibration.by=null"]).calibration.by is None
 
 
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
