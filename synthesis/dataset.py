@@ -206,8 +206,10 @@ def _whole_dataset(
 def _panel_tasks(output: Path, spec: DatasetSpec, table: list[dict[str, str]]) -> list[dict[str, Any]]:
     """One `panels` task per photo, with the split drawn for its source (within each category when
     genuine kinds are made, so every kind trains, calibrates and is tested on its own sources)."""
-    if spec.genuine_kinds:  # a source's category is its first entry's (phone photos follow their photo)
-        categories = {p["source"]: p["category"] for p in reversed(table)}
+    if spec.genuine_kinds:
+        categories: dict[str, str] = {}
+        for p in table:  # a source's category is its first entry's: phone photos follow their photograph
+            categories.setdefault(p["source"], p["category"])
         splits = split_keys_by_group(categories, spec.split_fractions, spec.seed)
     else:
         splits = split_keys([p["source"] for p in table], spec.split_fractions, spec.seed)
