@@ -31,6 +31,7 @@ def main(cfg: DictConfig) -> None:
         num_workers=cfg.num_workers,
         progress=cfg.progress,
         by=cfg.get("by"),
+        rule=cfg.get("rule", "quantile"),
     )
     low, high = record["tnr_interval"]
     log.info(

@@ -53,14 +53,23 @@ def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = 
     return OmegaConf.create(plain)
 
 
+def module_for(cfg: DictConfig) -> Any:
+    """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
+    calibration = cfg.get("calibration") or {}
+    return create_module(
+        cfg.detector,
+        target_fpr=cfg.target_fpr,
+        calibrate_by=calibration.get("by"),
+        calibration_rule=calibration.get("rule", "quantile"),
+    )
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit on the train split, calibrate on val, test the best checkpoint; returns metrics.json."""
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
-    module = create_module(
-        cfg.detector, target_fpr=cfg.target_fpr, calibrate_by=(cfg.get("calibration") or {}).get("by")
-    )
+    module = module_for(cfg)
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 

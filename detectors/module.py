@@ -16,7 +16,7 @@ from detectors.base import Detector
 from detectors.build import build_detector, to_plain
 from detectors.localization_metrics import SplitPixelMetrics
 from evaluation import calibrate_threshold, calibration_check, image_metrics
-from evaluation.calibration import calibrate_by_category, too_few_sentence
+from evaluation.calibration import calibrate_by_category, check_rule, too_few_sentence
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +54,13 @@ class DetectorModule(L.LightningModule):
         pixel_threshold: float = 0.5,
         contact_cases: int = 4,
         calibrate_by: str | None = None,
+        calibration_rule: str = "quantile",
     ) -> None:
         super().__init__()
         net, optimizer, scheduler = to_plain(net), to_plain(optimizer), to_plain(scheduler)
         if calibrate_by not in (None, "category"):
             raise ValueError(f"calibration.by must be null or category, got {calibrate_by!r}")
+        check_rule(calibration_rule)
         self.save_hyperparameters(
             {
                 "net": net,
@@ -69,6 +71,7 @@ class DetectorModule(L.LightningModule):
                 "pixel_threshold": float(pixel_threshold),
                 "contact_cases": int(contact_cases),
                 "calibrate_by": calibrate_by,
+                "calibration_rule": calibration_rule,
             }
         )
         self.net: Detector = build_detector(net)
@@ -154,11 +157,16 @@ class DetectorModule(L.LightningModule):
             return
         genuine = gathered["score"][gathered["label"] == 0]
         if len(genuine):
-            self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr))
-            self.calibration = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
+            self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr, self._rule))
+            check = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
+            self.calibration = {**check, "rule": self._rule}
             if self.hparams.get("calibrate_by") == "category":
                 self._calibrate_categories(genuine, gathered["index"][gathered["label"] == 0])
         self._log_metrics("val", gathered, pixel)
+
+    @property
+    def _rule(self) -> str:
+        return self.hparams.get("calibration_rule", "quantile")  # checkpoints from before the rule: quantile
 
     def _calibrate_categories(self, genuine: np.ndarray, index: np.ndarray) -> None:
         """One threshold per category of the validation genuines that has enough of them; the
@@ -170,7 +178,7 @@ class DetectorModule(L.LightningModule):
             )
             return
         categories = [records[int(i)].category for i in index]
-        result = calibrate_by_category(genuine, categories, self.hparams.target_fpr)
+        result = calibrate_by_category(genuine, categories, self.hparams.target_fpr, rule=self._rule)
         self.category_thresholds = result["thresholds"]
         self.calibration = {
             **self.calibration,

@@ -76,7 +76,7 @@ def evaluate_pair_set(
 
 
 def fit_pair_detector(
-    detector: PairDuplicationDetector, splits: Mapping[str, Any], target_fpr: float
+    detector: PairDuplicationDetector, splits: Mapping[str, Any], target_fpr: float, rule: str = "quantile"
 ) -> dict[str, Any]:
     """Fit on `train`, calibrate on `val`, measure `test` (when given); returns the figures."""
     started = time.perf_counter()
@@ -89,8 +89,8 @@ def fit_pair_detector(
     val = splits["val"]
     val_matches = match_pair_set(detector, val)
     negatives = np.asarray([detector.score(m) for m, p in zip(val_matches, val.pairs) if p.label == 0])
-    threshold = calibrate_threshold(negatives, target_fpr)
-    check = calibration_check(negatives, threshold, target_fpr)
+    threshold = calibrate_threshold(negatives, target_fpr, rule)
+    check = {**calibration_check(negatives, threshold, target_fpr), "rule": rule}
     result: dict[str, Any] = {
         "threshold": threshold,
         "calibration": check,
@@ -126,7 +126,7 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
         splits = hydra.utils.instantiate(
             data, splits=["train", "val", "test"] if cfg.get("test") else ["train", "val"], _convert_="all"
         )
-        result = fit_pair_detector(module.net, splits, float(cfg.target_fpr))
+        result = fit_pair_detector(module.net, splits, float(cfg.target_fpr), module.hparams.calibration_rule)
         module.threshold.fill_(result["threshold"])
         module.calibration = result["calibration"]
         metrics = {"detector": cfg.detector.get("name"), **result}

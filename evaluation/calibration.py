@@ -8,10 +8,45 @@ import numpy as np
 
 from ._checks import as_scores, warn_undefined
 
+CALIBRATION_RULES = ("quantile", "bound")
 
-def calibrate_threshold(genuine_scores, target_fpr: float) -> float:
+
+def check_rule(rule: str) -> str:
+    if rule not in CALIBRATION_RULES:
+        raise ValueError(f"calibration rule must be one of {', '.join(CALIBRATION_RULES)}, got {rule!r}")
+    return rule
+
+
+def rule_phrase(rule: str | None, confidence: float = 0.95) -> str:
+    """How a report names the rule a threshold was calibrated by ('' for the default quantile)."""
+    if rule != "bound":
+        return ""
+    return f" (rule bound: the true FPR is at or under the target with {confidence:.0%} confidence)"
+
+
+def bounded_allowance(n: int, target_fpr: float, confidence: float = 0.95) -> int:
+    """How many of n genuine images a threshold may flag while its true FPR stays at or under
+    `target_fpr` with `confidence`: the largest m with P(Binomial(n, target_fpr) <= m) <= 1 - confidence
+    (the Neyman-Pearson umbrella order statistic of Tong, Feng & Li, Science Advances 2018); 0 where
+    not even m = 0 reaches it (n under `genuine_needed`, which the calibration check then reports).
+    """
+    from scipy.stats import binom
+
+    risk = 1.0 - confidence
+    allowed = int(binom.ppf(risk, n, target_fpr))  # the smallest m with P(<= m) >= risk
+    if binom.cdf(allowed, n, target_fpr) > risk:
+        allowed -= 1
+    return max(0, allowed)
+
+
+def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile", confidence: float = 0.95) -> float:
     """A threshold t with ``mean(genuine_scores >= t) <= target_fpr`` that flags as many genuine
     images as the bound allows.
+
+    rule="quantile" flags up to `target_fpr` of these images, so a new sample's FPR lands on either
+    side of the target about equally often. rule="bound" flags only as many as keep the true FPR at
+    or under the target with `confidence` (`bounded_allowance`): fewer false alarms on new genuine
+    images, bought with a higher threshold (fewer fakes caught).
 
     t sits midway between the highest genuine score that must stay below it and the next distinct
     genuine score, not one ulp above the former: scores computed by another backend (ONNX vs
@@ -33,6 +68,8 @@ def calibrate_threshold(genuine_scores, target_fpr: float) -> float:
     allowed = min(n, math.floor(target_fpr * n * (1.0 + 1e-12)))
     if allowed >= n:
         return float("-inf")
+    if check_rule(rule) == "bound":
+        allowed = min(allowed, bounded_allowance(n, target_fpr, confidence))
     s = np.sort(s)
     # Every score above s[n - allowed - 1] may be flagged; that score itself (and its ties) may not.
     boundary = s[n - allowed - 1]
@@ -114,7 +151,8 @@ def calibration_markdown(check: dict) -> str:
     lines = [
         "## Calibration",
         "",
-        f"Threshold calibrated to target FPR {check['target_fpr']:g} on {check['n_genuine']} genuine "
+        f"Threshold calibrated to target FPR {check['target_fpr']:g}{rule_phrase(check.get('rule'))} on "
+        f"{check['n_genuine']} genuine "
         f"validation images: {check['false_positives']} of them at or above it, FPR "
         f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "
         f"Clopper-Pearson interval [{low:.3f}, {high:.3f}]. A meaningful target needs at least "
@@ -134,7 +172,9 @@ def category_names(categories) -> np.ndarray:
     return np.asarray(out, dtype=object)
 
 
-def calibrate_by_category(genuine_scores, categories, target_fpr: float, confidence: float = 0.95) -> dict:
+def calibrate_by_category(
+    genuine_scores, categories, target_fpr: float, confidence: float = 0.95, rule: str = "quantile"
+) -> dict:
     """One threshold per category of the genuine images, each only where the category has enough
     genuine images for `target_fpr` to mean anything (`genuine_needed`).
 
@@ -155,7 +195,7 @@ def calibrate_by_category(genuine_scores, categories, target_fpr: float, confide
         if own.size < needed:
             result["too_few"][name] = (int(own.size), needed)
             continue
-        threshold = calibrate_threshold(own, target_fpr)
+        threshold = calibrate_threshold(own, target_fpr, rule, confidence)
         result["thresholds"][name] = threshold
         result["checks"][name] = calibration_check(own, threshold, target_fpr, confidence)
     return result

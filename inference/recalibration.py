@@ -24,6 +24,7 @@ from evaluation.calibration import (
     category_names,
     clopper_pearson,
     genuine_needed,
+    rule_phrase,
     too_few_sentence,
 )
 
@@ -66,7 +67,7 @@ def needed_rule(target_fpr: float, confidence: float) -> str:
 
 
 def recalibrate(
-    genuine_scores: Any, target_fpr: float, fake_scores: Any = None, confidence: float = 0.95
+    genuine_scores: Any, target_fpr: float, fake_scores: Any = None, confidence: float = 0.95, rule: str = "quantile"
 ) -> dict[str, Any]:
     """The threshold for `target_fpr` on `genuine_scores` and what it achieves.
 
@@ -80,13 +81,14 @@ def recalibrate(
             f"{genuine.size} genuine images were scored; target_fpr={target_fpr:g} needs at least {needed}: "
             f"{needed_rule(target_fpr, confidence)}. Add genuine images or raise target_fpr."
         )
-    threshold = calibrate_threshold(genuine, target_fpr)
+    threshold = calibrate_threshold(genuine, target_fpr, rule, confidence)
     false_positives = int(np.sum(genuine >= threshold))
     fpr_low, fpr_high = clopper_pearson(false_positives, genuine.size, confidence)
     summary: dict[str, Any] = {
         "threshold": threshold,
         "target_fpr": float(target_fpr),
         "confidence": float(confidence),
+        "rule": rule,
         "n_genuine": int(genuine.size),
         "genuine_needed": needed,
         "false_positives": false_positives,
@@ -113,6 +115,7 @@ def recalibrate_by_category(
     fake_scores: Any = None,
     fake_categories: Any = None,
     confidence: float = 0.95,
+    rule: str = "quantile",
 ) -> dict[str, Any]:
     """`recalibrate` on all genuine images (the threshold of inputs without a known category), then
     one threshold per category, each with its TNR interval and, when fakes are given, its TPR.
@@ -128,8 +131,8 @@ def recalibrate_by_category(
         raise CalibrationRefused(
             "by=category needs a category per genuine image (a manifest with a `category` column); none was given"
         )
-    summary = recalibrate(genuine, target_fpr, fakes, confidence)
-    split = calibrate_by_category(genuine, names, target_fpr, confidence)
+    summary = recalibrate(genuine, target_fpr, fakes, confidence, rule)
+    split = calibrate_by_category(genuine, names, target_fpr, confidence, rule)
     if split["too_few"]:
         raise CalibrationRefused(
             f"by=category: {too_few_sentence(split['too_few'], target_fpr)}: "
@@ -138,8 +141,8 @@ def recalibrate_by_category(
         )
     summary["by_category"] = {}
     for name, threshold in split["thresholds"].items():
-        own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence)
-        summary["by_category"][name] = {k: v for k, v in own.items() if k not in ("target_fpr", "confidence")}
+        own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence, rule)
+        summary["by_category"][name] = {k: v for k, v in own.items() if k not in ("target_fpr", "confidence", "rule")}
     summary["category_thresholds"] = dict(split["thresholds"])
     return summary
 
@@ -150,6 +153,7 @@ def provenance(summary: dict[str, Any], input: str, previous_threshold: float) -
         "threshold",
         "target_fpr",
         "confidence",
+        "rule",
         "n_genuine",
         "false_positives",
         "tnr",
@@ -222,7 +226,8 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
         f"# Calibration of {model}",
         "",
         f"Threshold {summary['threshold']:.6g} (was {summary['previous_threshold']:.6g}) for a target FPR of "
-        f"{summary['target_fpr']:g} on {summary['n_genuine']} genuine images from {summary['input']} "
+        f"{summary['target_fpr']:g}{rule_phrase(summary.get('rule'), summary['confidence'])} on "
+        f"{summary['n_genuine']} genuine images from {summary['input']} "
         f"({summary['date']}); written to {output}.",
         "",
         f"- Genuine TNR: {summary['tnr']:.4f} ({summary['n_genuine'] - summary['false_positives']}/"
@@ -271,6 +276,7 @@ def calibrate_model(
     num_workers: int = 2,
     progress: bool = True,
     by: str | None = None,
+    rule: str = "quantile",
 ) -> dict[str, Any]:
     """Score `input` with `model`, recalibrate on its genuine images (`by="category"`: also one
     threshold per manifest category, see `recalibrate_by_category`), write the calibrated model and
@@ -300,9 +306,10 @@ def calibrate_model(
             fake_scores,
             [category[r["path"]] for r in fake_rows],
             confidence,
+            rule,
         )
     else:
-        summary = recalibrate(genuine_scores, target_fpr, fake_scores, confidence)
+        summary = recalibrate(genuine_scores, target_fpr, fake_scores, confidence, rule)
     record = provenance(summary, input, runtime.threshold)
     write_calibrated_model(model, output, record)
     output.with_name(f"{output.stem}.calibration.json").write_text(json.dumps(record, indent=2))

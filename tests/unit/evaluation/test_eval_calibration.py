@@ -110,3 +110,37 @@ def test_calibration_check_warns_when_the_validation_genuines_are_too_few():
     assert not check["sufficient"] and "299" in check["warning"] and "20 genuine" in check["warning"]
     enough = calibration_check(np.linspace(0.0, 1.0, 400), threshold=2.0, target_fpr=0.01)
     assert enough["sufficient"] and "warning" not in enough and enough["fpr_interval"][1] < 0.01
+
+
+# --- rule=bound: the true FPR stays under the target with the stated confidence -------------------
+from evaluation.calibration import bounded_allowance  # noqa: E402 - the bound rule's own helper
+
+
+@pytest.mark.parametrize("n", [299, 1000, 5000])
+def test_the_bound_flags_the_most_genuines_whose_binomial_tail_stays_under_the_risk(n):
+    from scipy.stats import binom
+
+    m = bounded_allowance(n, 0.01)
+    if n < genuine_needed(0.01):
+        assert m == 0
+    else:
+        assert binom.cdf(m, n, 0.01) <= 0.05 < binom.cdf(m + 1, n, 0.01)
+    assert m <= math.floor(0.01 * n)  # never more than the quantile rule flags
+
+
+def test_the_bound_keeps_the_true_fpr_under_the_target_in_95_percent_of_samples_the_quantile_in_half():
+    # Genuine scores uniform on [0, 1]: a threshold t has true FPR 1 - t exactly.
+    rng = np.random.default_rng(0)
+    over = {"quantile": 0, "bound": 0}
+    trials = 400
+    for _ in range(trials):
+        scores = rng.random(1000)
+        for rule in over:
+            over[rule] += (1.0 - calibrate_threshold(scores, 0.01, rule)) > 0.01
+    assert over["bound"] / trials <= 0.08
+    assert 0.3 <= over["quantile"] / trials <= 0.7
+
+
+def test_an_unknown_rule_is_refused_by_name():
+    with pytest.raises(ValueError, match="quantile, bound"):
+        calibrate_threshold(np.linspace(0, 1, 500), 0.01, rule="median")

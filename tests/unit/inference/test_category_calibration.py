@@ -123,23 +123,32 @@ def test_command_line_by_category_refuses_a_category_with_too_few_genuines(tiny_
     assert not (tmp_path / "c.onnx").exists()
 
 
-def test_training_calibrates_each_validation_category_with_enough_genuines(monkeypatch):
-    net = {
-        "_target_": "detectors.npr.NPR",
-        "width": 8,
-        "layers": [1, 1],
-        "block": "basic",
-        "preprocess": {"size": 32, "mode": "center_crop"},
-    }
-    module = DetectorModule(net=net, target_fpr=0.1, calibrate_by="category")
-    categories = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
-    datamodule = type("D", (), {"splits": {"val": [Record(path=str(i), category=c) for i, c in enumerate(categories)]}})
-    trainer = type("T", (), {"sanity_checking": False, "datamodule": datamodule})()
+NET = {
+    "_target_": "detectors.npr.NPR",
+    "width": 8,
+    "layers": [1, 1],
+    "block": "basic",
+    "preprocess": {"size": 32, "mode": "center_crop"},
+}
+CATEGORIES = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
+SCORES = torch.cat([torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)])
+
+
+def validated(monkeypatch, **options) -> DetectorModule:
+    """A module after one validation epoch on SCORES (all genuine) of CATEGORIES."""
+    module = DetectorModule(net=NET, target_fpr=0.1, calibrate_by="category", **options)
+    records = [Record(path=str(i), category=c) for i, c in enumerate(CATEGORIES)]
+    trainer = type("T", (), {"sanity_checking": False, "datamodule": type("D", (), {"splits": {"val": records}})})()
     monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
     monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)
-    scores = torch.cat([torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)])
-    module._scores["val"] = [(torch.arange(215), scores, torch.zeros(215, dtype=torch.long))]
+    module._scores["val"] = [(torch.arange(215), SCORES, torch.zeros(215, dtype=torch.long))]
     module.on_validation_epoch_end()
+    return module
+
+
+def test_training_calibrates_each_validation_category_with_enough_genuines(monkeypatch):
+    net, scores = NET, SCORES
+    module = validated(monkeypatch)
     assert set(module.category_thresholds) == {"micrograph", "photo"}
     assert int((scores[:100] >= module.category_thresholds["micrograph"]).sum()) == 10
     assert int((scores[100:200] >= module.category_thresholds["photo"]).sum()) == 10
@@ -152,3 +161,14 @@ def test_training_calibrates_each_validation_category_with_enough_genuines(monke
     assert restored.category_thresholds == module.category_thresholds
     with pytest.raises(ValueError, match="calibration.by"):
         DetectorModule(net=net, calibrate_by="camera")
+
+
+def test_training_with_rule_bound_flags_only_what_keeps_each_fpr_under_the_target(monkeypatch):
+    module = validated(monkeypatch, calibration_rule="bound")
+    # 100 genuines at target 0.1: P(Binomial(100, 0.1) <= 4) = 0.024 <= 5 % < P(<= 5) = 0.058.
+    assert int((SCORES[:100] >= module.category_thresholds["micrograph"]).sum()) == 4
+    # 215 genuines: P(Binomial(215, 0.1) <= 14) = 0.0496 <= 5 % < P(<= 15) = 0.081.
+    assert int((SCORES >= module.threshold).sum()) == 14
+    assert module.calibration["rule"] == "bound"
+    with pytest.raises(ValueError, match="quantile, bound"):
+        DetectorModule(net=NET, calibration_rule="strict")

@@ -8,11 +8,12 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from inference.recalibration import CalibrationRefused, calibrate_model, recalibrate
+from inference.recalibration import CalibrationRefused, calibrate_model, calibration_report, recalibrate
 from inference.runtime import OnnxRuntime, TorchRuntime
 from tests.helpers import ROOT, write_images
 
@@ -42,6 +43,18 @@ def test_threshold_and_clopper_pearson_interval_against_a_hand_computation():
     assert result["tnr_interval"] == pytest.approx([1 - fpr_high, 1 - fpr_low], abs=1e-9)
     assert result["n_fake"] == 5 and result["tpr"] == 3 / 5
     assert result["tpr_interval"][0] < 0.6 < result["tpr_interval"][1]
+
+
+def test_rule_bound_flags_only_what_keeps_the_true_fpr_under_the_target_and_says_so():
+    genuine = np.arange(1000, dtype=np.float32) / 1000
+    quantile, bound = recalibrate(genuine, 0.01), recalibrate(genuine, 0.01, rule="bound")
+    # 1 % of 1000 is 10; P(Binomial(1000, 0.01) <= 4) = 0.029 <= 5 % < P(<= 5) = 0.067.
+    assert quantile["false_positives"] == 10 and bound["false_positives"] == 4
+    assert bound["rule"] == "bound" and quantile["rule"] == "quantile"
+    record = {**bound, "input": "own/", "previous_threshold": 0.5, "date": "today"}
+    assert "rule bound: the true FPR is at or under the target with 95% confidence" in calibration_report(
+        record, "m.onnx", Path("out.onnx")
+    )
 
 
 def test_too_few_genuine_images_are_refused_with_the_number_needed():
