@@ -44,6 +44,7 @@ def test_the_genuine_kinds_recipe_builds_on_the_generated_one_and_sets_its_own_c
     generated = compose_config("train", ["experiment=generated"])
     kinds = compose_config("train", ["experiment=generated_kinds"])
     assert kinds.calibration.by == "category" and generated.calibration.by is None  # an experiment may set it
+    assert kinds.calibration.rule == "bound" and generated.calibration.rule == "quantile"
     assert kinds.detector.name == "dct" and kinds.detector.net.preprocess.size == 64
     assert set(kinds.data.pseudo_fake_skip_categories) == set(GRAINY_KINDS)
     assert kinds.data.pseudo_fakes == generated.data.pseudo_fakes
