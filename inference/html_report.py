@@ -32,6 +32,7 @@ from urllib.parse import quote
 import numpy as np
 
 from datamodules.io import file_sha256
+from evaluation.calibration import rule_phrase
 from inference import html_embed
 from inference.html_evidence import RowEvidence, colour_lut, draw_row, folder_link, image_link
 from inference.html_pairs import pair_counts, pairs_html
@@ -64,10 +65,11 @@ def threshold_note(threshold: float, calibration: Mapping[str, Any] | None, chos
     target = calibration.get("target_fpr")
     n = calibration.get("n_genuine")
     source = calibration.get("input") or "genuine validation images"
+    confidence = calibration.get("interval_confidence", calibration.get("confidence", 0.95))
     text = f"{threshold:.4g}, calibrated to flag at most {target:g} of {n} genuine images ({source})"
+    text += rule_phrase(calibration.get("rule"), confidence)
     interval = calibration.get("fpr_interval")
     if interval and all(v is not None for v in interval):
-        confidence = calibration.get("interval_confidence", calibration.get("confidence", 0.95))
         text += (
             f"; false-positive rate there {calibration.get('false_positives', '?')}/{n}, "
             f"{confidence:.0%} Clopper-Pearson interval [{interval[0]:.3f}, {interval[1]:.3f}]"

@@ -144,3 +144,13 @@ def test_the_bound_keeps_the_true_fpr_under_the_target_in_95_percent_of_samples_
 def test_an_unknown_rule_is_refused_by_name():
     with pytest.raises(ValueError, match="quantile, bound"):
         calibrate_threshold(np.linspace(0, 1, 500), 0.01, rule="median")
+
+
+def test_the_report_names_the_bound_rule_and_not_the_default():
+    from evaluation import calibration_markdown
+
+    check = calibration_check(np.linspace(0, 1, 1000), threshold=0.996, target_fpr=0.01)
+    assert "rule bound" not in calibration_markdown(check)
+    assert "(rule bound: the true FPR is at or under the target with 95% confidence)" in calibration_markdown(
+        {**check, "rule": "bound"}
+    )

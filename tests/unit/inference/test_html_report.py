@@ -110,6 +110,9 @@ def test_the_threshold_line_says_the_interval_once_and_that_the_sample_is_too_sm
     note = threshold_note(0.85, {**calibration, "input": "val"}, chosen_by_user=False)
     assert note.count("Clopper-Pearson") == 1 and note.count("[0.") == 1
     assert "100 genuine images are too few for a target of 0.01 (at least 299 are needed)" in note
+    assert "rule bound" not in note
+    bounded = threshold_note(0.85, {**calibration, "rule": "bound"}, chosen_by_user=False)
+    assert "(rule bound: the true FPR is at or under the target with 95% confidence)" in bounded
 
 
 def test_the_transform_reads_as_a_sentence():
