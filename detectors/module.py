@@ -157,15 +157,15 @@ class DetectorModule(L.LightningModule):
             return
         genuine = gathered["score"][gathered["label"] == 0]
         if len(genuine):
-            self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr, self._rule))
+            self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr, self.calibration_rule))
             check = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
-            self.calibration = {**check, "rule": self._rule}
+            self.calibration = {**check, "rule": self.calibration_rule}
             if self.hparams.get("calibrate_by") == "category":
                 self._calibrate_categories(genuine, gathered["index"][gathered["label"] == 0])
         self._log_metrics("val", gathered, pixel)
 
     @property
-    def _rule(self) -> str:
+    def calibration_rule(self) -> str:
         return self.hparams.get("calibration_rule", "quantile")  # checkpoints from before the rule: quantile
 
     def _calibrate_categories(self, genuine: np.ndarray, index: np.ndarray) -> None:
@@ -178,7 +178,7 @@ class DetectorModule(L.LightningModule):
             )
             return
         categories = [records[int(i)].category for i in index]
-        result = calibrate_by_category(genuine, categories, self.hparams.target_fpr, rule=self._rule)
+        result = calibrate_by_category(genuine, categories, self.hparams.target_fpr, rule=self.calibration_rule)
         self.category_thresholds = result["thresholds"]
         self.calibration = {
             **self.calibration,

@@ -126,7 +126,7 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
         splits = hydra.utils.instantiate(
             data, splits=["train", "val", "test"] if cfg.get("test") else ["train", "val"], _convert_="all"
         )
-        result = fit_pair_detector(module.net, splits, float(cfg.target_fpr), module.hparams.calibration_rule)
+        result = fit_pair_detector(module.net, splits, float(cfg.target_fpr), module.calibration_rule)
         module.threshold.fill_(result["threshold"])
         module.calibration = result["calibration"]
         metrics = {"detector": cfg.detector.get("name"), **result}

@@ -58,6 +58,7 @@ def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile
     """
     if not (0.0 <= float(target_fpr) <= 1.0):
         raise ValueError(f"target_fpr must be in [0, 1], got {target_fpr!r}")
+    check_rule(rule)
     s = as_scores(genuine_scores, "genuine_scores")
     if not np.isfinite(s).all():
         raise ValueError("genuine_scores must be finite to calibrate a threshold")
@@ -68,7 +69,7 @@ def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile
     allowed = min(n, math.floor(target_fpr * n * (1.0 + 1e-12)))
     if allowed >= n:
         return float("-inf")
-    if check_rule(rule) == "bound":
+    if rule == "bound":
         allowed = min(allowed, bounded_allowance(n, target_fpr, confidence))
     s = np.sort(s)
     # Every score above s[n - allowed - 1] may be flagged; that score itself (and its ties) may not.

@@ -22,6 +22,7 @@ from evaluation.calibration import (
     calibrate_by_category,
     calibrate_threshold,
     category_names,
+    check_rule,
     clopper_pearson,
     genuine_needed,
     rule_phrase,
@@ -288,6 +289,9 @@ def calibrate_model(
     from datamodules.layouts import records_from_input
     from inference.runtime import load_runtime
 
+    if by not in (None, "category"):
+        raise ValueError(f"by must be null or category, got {by!r}")
+    check_rule(rule)  # before scoring: a typo must not cost the user a scoring run
     output = Path(output)
     runtime = load_runtime(model, device)
     records = records_from_input(input)
@@ -295,8 +299,6 @@ def calibrate_model(
     genuine_rows, fake_rows = score_for_calibration(runtime, records, scores_path, batch_size, num_workers, progress)
     genuine_scores = np.asarray([r["score"] for r in genuine_rows], dtype=np.float32)
     fake_scores = np.asarray([r["score"] for r in fake_rows], dtype=np.float32)
-    if by not in (None, "category"):
-        raise ValueError(f"by must be null or category, got {by!r}")
     if by == "category":
         category = {r.path: r.category for r in records}
         summary = recalibrate_by_category(

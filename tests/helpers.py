@@ -14,6 +14,17 @@ CONFIGS = ROOT / "configs"
 TINY_NPR = ["detector.net.width=8", "detector.net.layers=[1,1]", "detector.net.block=basic"]
 
 
+def tiny_npr_net(preprocess: dict | None = None) -> dict:
+    """The net config of the smallest NPR (the overrides TINY_NPR give through Hydra)."""
+    return {
+        "_target_": "detectors.npr.NPR",
+        "width": 8,
+        "layers": [1, 1],
+        "block": "basic",
+        "preprocess": preprocess or {"size": 32, "mode": "center_crop"},
+    }
+
+
 def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
     """The config an entry point would see for these command-line overrides."""
     GlobalHydra.instance().clear()
@@ -75,14 +86,7 @@ def write_tiny_model(folder: Path, preprocess: dict | None = None, onnx: bool = 
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    net = {
-        "_target_": "detectors.npr.NPR",
-        "width": 8,
-        "layers": [1, 1],
-        "block": "basic",
-        "preprocess": preprocess or {"size": 32, "mode": "center_crop"},
-    }
-    module = DetectorModule(net=net, name="npr").eval()
+    module = DetectorModule(net=tiny_npr_net(preprocess), name="npr").eval()
     ckpt = folder / "model.ckpt"
     torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, ckpt)
     path = export_onnx(module, folder / "model.onnx").path if onnx else None

@@ -11,14 +11,9 @@ from detectors.blocks.residuals import neighboring_pixel_residual
 from detectors.build import build_detector
 from detectors.module import DetectorModule
 from detectors.npr import NPR
+from tests.helpers import tiny_npr_net
 
-TINY = {
-    "_target_": "detectors.npr.NPR",
-    "width": 8,
-    "layers": [1, 1],
-    "block": "basic",
-    "preprocess": {"size": 32, "mode": "center_crop"},
-}
+TINY = tiny_npr_net()
 
 
 @pytest.mark.parametrize("height,width", [(32, 32), (33, 47), (17, 64)])

@@ -18,7 +18,7 @@ from evaluation.calibration import calibrate_by_category, row_thresholds
 from infer import infer
 from inference.recalibration import CalibrationRefused, calibrate_model, recalibrate_by_category
 from inference.runtime import OnnxRuntime, TorchRuntime
-from tests.helpers import compose_config, write_images
+from tests.helpers import compose_config, tiny_npr_net, write_images
 
 
 def test_each_category_gets_the_threshold_of_its_own_genuine_scores():
@@ -123,13 +123,7 @@ def test_command_line_by_category_refuses_a_category_with_too_few_genuines(tiny_
     assert not (tmp_path / "c.onnx").exists()
 
 
-NET = {
-    "_target_": "detectors.npr.NPR",
-    "width": 8,
-    "layers": [1, 1],
-    "block": "basic",
-    "preprocess": {"size": 32, "mode": "center_crop"},
-}
+NET = tiny_npr_net()
 CATEGORIES = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
 SCORES = torch.cat([torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)])
 
@@ -147,20 +141,19 @@ def validated(monkeypatch, **options) -> DetectorModule:
 
 
 def test_training_calibrates_each_validation_category_with_enough_genuines(monkeypatch):
-    net, scores = NET, SCORES
     module = validated(monkeypatch)
     assert set(module.category_thresholds) == {"micrograph", "photo"}
-    assert int((scores[:100] >= module.category_thresholds["micrograph"]).sum()) == 10
-    assert int((scores[100:200] >= module.category_thresholds["photo"]).sum()) == 10
+    assert int((SCORES[:100] >= module.category_thresholds["micrograph"]).sum()) == 10
+    assert int((SCORES[100:200] >= module.category_thresholds["photo"]).sum()) == 10
     assert module.calibration["too_few_by_category"] == {"gel": [10, 29]}
     assert "gel (10 of 29)" in module.calibration["warning"]
     saved: dict = {}
     module.on_save_checkpoint(saved)
-    restored = DetectorModule(net=net, target_fpr=0.1, calibrate_by="category")
+    restored = DetectorModule(net=NET, target_fpr=0.1, calibrate_by="category")
     restored.on_load_checkpoint(saved)
     assert restored.category_thresholds == module.category_thresholds
     with pytest.raises(ValueError, match="calibration.by"):
-        DetectorModule(net=net, calibrate_by="camera")
+        DetectorModule(net=NET, calibrate_by="camera")
 
 
 def test_training_with_rule_bound_flags_only_what_keeps_each_fpr_under_the_target(monkeypatch):

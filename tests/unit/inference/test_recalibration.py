@@ -114,3 +114,9 @@ def test_command_line_refuses_too_few_images_and_writes_nothing(tiny_model, mani
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
     assert "35 genuine images were scored; target_fpr=0.01 needs at least 299" in done.stdout + done.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_an_unknown_rule_is_refused_before_any_image_is_scored(tiny_model, manifest, tmp_path):
+    with pytest.raises(ValueError, match="quantile, bound"):
+        calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.onnx", rule="strict", progress=False)
+    assert not (tmp_path / "c.calibration_scores.csv").exists() and not (tmp_path / "c.onnx").exists()
