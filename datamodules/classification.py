@@ -48,6 +48,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         pseudo_fake_noise: Sequence[float] = (0.02, 0.1),
         pseudo_fake_skip_categories: Sequence[str] = (),
         genuine_noise: float = 0.0,
+        genuine_noise_std: Sequence[float] | None = None,
+        genuine_noise_categories: Sequence[str] = (),
     ) -> None:
         super().__init__()
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
@@ -64,6 +66,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.pseudo_fake_noise = tuple(pseudo_fake_noise)
         self.pseudo_fake_skip_categories = tuple(pseudo_fake_skip_categories or ())
         self.genuine_noise = float(genuine_noise or 0.0)
+        self.genuine_noise_std = tuple(genuine_noise_std) if genuine_noise_std is not None else None
+        self.genuine_noise_categories = tuple(genuine_noise_categories or ())
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod
@@ -104,6 +108,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
                 self.pseudo_fake_noise,
                 skip_categories=self.pseudo_fake_skip_categories,
                 genuine_noise=self.genuine_noise,
+                genuine_noise_std=self.genuine_noise_std,
+                genuine_noise_categories=self.genuine_noise_categories,
             )
         sampler = None
         if train and balanced_by(self.balanced):

@@ -90,6 +90,8 @@ class NoiseReinjectedFakes(Dataset):
         group: str = "pseudo_noise",
         skip_categories: Sequence[str] = (),
         genuine_noise: float = 0.0,
+        genuine_noise_std: Sequence[float] | None = None,
+        genuine_noise_categories: Sequence[str] = (),
     ) -> None:
         for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
             if not 0.0 <= value <= 1.0:
@@ -97,9 +99,13 @@ class NoiseReinjectedFakes(Dataset):
         self.dataset, self.rate, self.group = dataset, float(rate), group
         self.noise_std = (float(noise_std[0]), float(noise_std[1]))
         # grainy kinds (micrographs) are noisy by nature: making pseudo-fakes of them teaches
-        # "grain = generated"; `genuine_noise` instead adds the same noise to genuine draws that
-        # stay genuine, so noise alone is no evidence either way
+        # "grain = generated"; `genuine_noise` instead adds noise to genuine draws that stay
+        # genuine (of `genuine_noise_categories` only, when given; std `genuine_noise_std`, by
+        # default the pseudo-fakes'), so grain as such is no evidence on those kinds
         self.skip_categories, self.genuine_noise = frozenset(skip_categories), float(genuine_noise)
+        low, high = genuine_noise_std if genuine_noise_std is not None else self.noise_std
+        self.genuine_noise_std = (float(low), float(high))
+        self.genuine_noise_categories = frozenset(genuine_noise_categories)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -113,11 +119,12 @@ class NoiseReinjectedFakes(Dataset):
         sample = self.dataset[index]
         if "error" in sample or sample["label"] != 0:
             return sample
-        skipped = bool(self.skip_categories) and self.dataset.records[index].category in self.skip_categories
-        fake = float(torch.rand(())) < self.rate and not skipped
-        if not fake and not (self.genuine_noise and float(torch.rand(())) < self.genuine_noise):
+        by_category = self.skip_categories or self.genuine_noise_categories
+        category = self.dataset.records[index].category if by_category else None
+        fake = float(torch.rand(())) < self.rate and category not in self.skip_categories
+        if not fake and not (self._roughened(category) and float(torch.rand(())) < self.genuine_noise):
             return sample
-        low, high = self.noise_std
+        low, high = self.noise_std if fake else self.genuine_noise_std
         std = low + (high - low) * float(torch.rand(()))
         noisy = sample["image"] + torch.randn_like(sample["image"]) * std
         sample["image"] = noisy.mul(255).round().clamp(0, 255).div(255)  # as if saved as 8-bit
@@ -126,6 +133,12 @@ class NoiseReinjectedFakes(Dataset):
             if "group" in sample:
                 sample["group"] = self.group
         return sample
+
+    def _roughened(self, category: str | None) -> bool:
+        """Whether genuine draws of this category may be given noise and kept genuine."""
+        if not self.genuine_noise_categories:
+            return self.genuine_noise > 0
+        return self.genuine_noise > 0 and category in self.genuine_noise_categories
 
 
 def image_size(path: str) -> tuple[int, int] | None:

@@ -243,3 +243,14 @@ def test_balanced_by_category_gives_every_kind_of_a_class_an_equal_share():
 
     assert share("gel", 0) == pytest.approx(0.25) and share("photo", 0) == pytest.approx(0.25)
     assert share("photo", 1) == pytest.approx(0.5)
+
+
+def test_genuine_noise_can_be_given_to_grainy_kinds_only_at_its_own_strength():
+    torch.manual_seed(0)
+    grain = NoiseReinjectedFakes(
+        _Kinds(), rate=0.0, genuine_noise=1.0, genuine_noise_std=(0.02, 0.02), genuine_noise_categories=["fluorescence"]
+    )
+    micrographs, charts = [grain[0] for _ in range(200)], [grain[1] for _ in range(200)]
+    assert all(d["label"] == 0 for d in micrographs + charts)
+    assert all(torch.equal(d["image"], _Kinds()[1]["image"]) for d in charts)
+    assert float((torch.stack([d["image"] for d in micrographs]) - 0.5).std()) == pytest.approx(0.02, rel=0.05)
