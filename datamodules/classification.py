@@ -50,6 +50,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         genuine_noise: float = 0.0,
         genuine_noise_std: Sequence[float] | None = None,
         genuine_noise_categories: Sequence[str] = (),
+        genuine_noise_model: str = "gaussian",
     ) -> None:
         super().__init__()
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
@@ -68,6 +69,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.genuine_noise = float(genuine_noise or 0.0)
         self.genuine_noise_std = tuple(genuine_noise_std) if genuine_noise_std is not None else None
         self.genuine_noise_categories = tuple(genuine_noise_categories or ())
+        self.genuine_noise_model = genuine_noise_model
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod
@@ -110,6 +112,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
                 genuine_noise=self.genuine_noise,
                 genuine_noise_std=self.genuine_noise_std,
                 genuine_noise_categories=self.genuine_noise_categories,
+                genuine_noise_model=self.genuine_noise_model,
             )
         sampler = None
         if train and balanced_by(self.balanced):

@@ -92,7 +92,10 @@ class NoiseReinjectedFakes(Dataset):
         genuine_noise: float = 0.0,
         genuine_noise_std: Sequence[float] | None = None,
         genuine_noise_categories: Sequence[str] = (),
+        genuine_noise_model: str = "gaussian",
     ) -> None:
+        if genuine_noise_model not in ("gaussian", "shot"):
+            raise ValueError(f"genuine_noise_model must be 'gaussian' or 'shot', got {genuine_noise_model!r}")
         for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"the {name} must lie in [0, 1], got {value}")
@@ -101,11 +104,14 @@ class NoiseReinjectedFakes(Dataset):
         # grainy kinds (micrographs) are noisy by nature: making pseudo-fakes of them teaches
         # "grain = generated"; `genuine_noise` instead adds noise to genuine draws that stay
         # genuine (of `genuine_noise_categories` only, when given; std `genuine_noise_std`, by
-        # default the pseudo-fakes'), so grain as such is no evidence on those kinds
+        # default the pseudo-fakes'), so grain as such is no evidence on those kinds. "shot" draws
+        # it as a camera's photon noise (signal-dependent, sparse speckles on a dark background:
+        # what a micrograph's grain is), `genuine_noise_std` then being its std at full brightness
         self.skip_categories, self.genuine_noise = frozenset(skip_categories), float(genuine_noise)
         low, high = genuine_noise_std if genuine_noise_std is not None else self.noise_std
         self.genuine_noise_std = (float(low), float(high))
         self.genuine_noise_categories = frozenset(genuine_noise_categories)
+        self.genuine_noise_model = genuine_noise_model
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -126,7 +132,10 @@ class NoiseReinjectedFakes(Dataset):
             return sample
         low, high = self.noise_std if fake else self.genuine_noise_std
         std = low + (high - low) * float(torch.rand(()))
-        noisy = sample["image"] + torch.randn_like(sample["image"]) * std
+        if fake or self.genuine_noise_model == "gaussian":
+            noisy = sample["image"] + torch.randn_like(sample["image"]) * std
+        else:
+            noisy = shot_noise(sample["image"], photons=1.0 / std**2)
         sample["image"] = noisy.mul(255).round().clamp(0, 255).div(255)  # as if saved as 8-bit
         if fake:
             sample["label"] = 1
@@ -139,6 +148,14 @@ class NoiseReinjectedFakes(Dataset):
         if not self.genuine_noise_categories:
             return self.genuine_noise > 0
         return self.genuine_noise > 0 and category in self.genuine_noise_categories
+
+
+def shot_noise(image: torch.Tensor, photons: float, dark: float = 0.5) -> torch.Tensor:
+    """`image` (values in [0, 1]) recorded again with `photons` photons at full brightness and a dark
+    level of `dark` photons: Poisson counts, so the noise grows with the signal and a dark
+    background gets sparse speckles rather than a Gaussian haze."""
+    counts = torch.poisson(image.clamp(0, 1) * photons + dark)
+    return (counts - dark) / photons
 
 
 def image_size(path: str) -> tuple[int, int] | None:

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import WeightedRandomSampler
 
 from datamodules.classification import ManifestDataModule, balanced_by, balanced_weights
-from datamodules.datasets import NoiseReinjectedFakes
+from datamodules.datasets import NoiseReinjectedFakes, shot_noise
 from datamodules.io import write_image
 from datamodules.localization import LocalizationDataModule
 from datamodules.records import Record, write_manifest
@@ -254,3 +254,30 @@ def test_genuine_noise_can_be_given_to_grainy_kinds_only_at_its_own_strength():
     assert all(d["label"] == 0 for d in micrographs + charts)
     assert all(torch.equal(d["image"], _Kinds()[1]["image"]) for d in charts)
     assert float((torch.stack([d["image"] for d in micrographs]) - 0.5).std()) == pytest.approx(0.02, rel=0.05)
+
+
+def test_shot_noise_grows_with_the_signal_and_speckles_a_dark_background():
+    torch.manual_seed(0)
+    photons = 1 / 0.1**2  # std 0.1 at full brightness
+    bright, mid = shot_noise(torch.full((4, 64, 64), 1.0), photons), shot_noise(torch.full((4, 64, 64), 0.25), photons)
+    assert float(bright.mean()) == pytest.approx(1.0, abs=0.01) and float(mid.mean()) == pytest.approx(0.25, abs=0.01)
+    assert float(bright.std()) == pytest.approx(0.1, rel=0.05) and float(mid.std()) == pytest.approx(0.05, rel=0.05)
+    dark = shot_noise(torch.zeros(4, 64, 64), photons)
+    speckled = float((dark > 0).float().mean())
+    assert 0.3 < speckled < 0.5  # Poisson(0.5) > 0 in 39 % of pixels: sparse speckles, not a haze
+
+
+def test_shot_grain_keeps_grainy_draws_genuine_and_a_bad_noise_model_is_refused():
+    torch.manual_seed(0)
+    grain = NoiseReinjectedFakes(
+        _Kinds(),
+        rate=0.0,
+        genuine_noise=1.0,
+        genuine_noise_std=(0.1, 0.1),
+        genuine_noise_model="shot",
+        genuine_noise_categories=["fluorescence"],
+    )
+    draws = torch.stack([grain[0]["image"] for _ in range(50)])
+    assert float((draws - 0.5).std()) == pytest.approx(0.1 * 0.5**0.5, rel=0.1)  # std 0.1 x sqrt(0.5)
+    with pytest.raises(ValueError, match="genuine_noise_model must be"):
+        NoiseReinjectedFakes(_Kinds(), rate=0.0, genuine_noise_model="poisson")
