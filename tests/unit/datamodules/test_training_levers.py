@@ -169,7 +169,8 @@ def test_pseudo_fakes_leave_real_fakes_alone_and_rate_zero_changes_nothing():
         NoiseReinjectedFakes(_Samples(), rate=1.5)
 
 
-def test_pseudo_fakes_are_made_in_training_only(tmp_path):
+def _flat_split_module(tmp_path, **levers) -> ManifestDataModule:
+    """8 flat grey images per split, half genuine, and a data module over them with `levers`."""
     rows = [
         Record(str(tmp_path / f"{s}{i}.png"), i % 2, source=f"{s}{i}", split=s, group=["genuine", "ae"][i % 2])
         for s in ("train", "val", "test")
@@ -183,9 +184,14 @@ def test_pseudo_fakes_are_made_in_training_only(tmp_path):
         preprocess={"size": 16, "mode": "center_crop"},
         batch_size=8,
         num_workers=0,
-        pseudo_fakes=1.0,
+        **levers,
     )
     module.setup()
+    return module
+
+
+def test_pseudo_fakes_are_made_in_training_only(tmp_path):
+    module = _flat_split_module(tmp_path, pseudo_fakes=1.0)
     train = next(iter(module.train_dataloader()))
     assert int(train["label"].sum()) == 8  # every genuine draw became a fake
     for loader in (module.val_dataloader(), module.test_dataloader()):
@@ -281,3 +287,17 @@ def test_shot_grain_keeps_grainy_draws_genuine_and_a_bad_noise_model_is_refused(
     assert float((draws - 0.5).std()) == pytest.approx(0.1 * 0.5**0.5, rel=0.1)  # std 0.1 x sqrt(0.5)
     with pytest.raises(ValueError, match="genuine_noise_model must be"):
         NoiseReinjectedFakes(_Kinds(), rate=0.0, genuine_noise_model="poisson")
+
+
+def test_the_data_module_hands_its_genuine_noise_options_to_the_training_set(tmp_path):
+    module = _flat_split_module(
+        tmp_path,
+        genuine_noise=0.5,
+        genuine_noise_std=[0.1, 0.3],
+        genuine_noise_categories=["gel"],
+        genuine_noise_model="shot",
+    )
+    train = module.train_dataloader().dataset
+    assert isinstance(train, NoiseReinjectedFakes) and train.genuine_noise == 0.5
+    assert train.genuine_noise_std == (0.1, 0.3) and train.genuine_noise_categories == {"gel"}
+    assert train.genuine_noise_model == "shot"
