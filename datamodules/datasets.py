@@ -145,9 +145,8 @@ class NoiseReinjectedFakes(Dataset):
 
     def _roughened(self, category: str | None) -> bool:
         """Whether genuine draws of this category may be given noise and kept genuine."""
-        if not self.genuine_noise_categories:
-            return self.genuine_noise > 0
-        return self.genuine_noise > 0 and category in self.genuine_noise_categories
+        listed = not self.genuine_noise_categories or category in self.genuine_noise_categories
+        return self.genuine_noise > 0 and listed
 
 
 def shot_noise(image: torch.Tensor, photons: float, dark: float = 0.5) -> torch.Tensor:
