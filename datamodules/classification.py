@@ -14,7 +14,14 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
-from datamodules.datasets import ImageDataset, NoiseReinjectedFakes, SameSizeBatches, collate, image_size
+from datamodules.datasets import (
+    ImageDataset,
+    NoiseReinjectedFakes,
+    SameSizeBatches,
+    check_genuine_noise_model,
+    collate,
+    image_size,
+)
 from datamodules.layouts import read_layout
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
@@ -69,7 +76,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.genuine_noise = float(genuine_noise or 0.0)
         self.genuine_noise_std = tuple(genuine_noise_std) if genuine_noise_std is not None else None
         self.genuine_noise_categories = tuple(genuine_noise_categories or ())
-        self.genuine_noise_model = genuine_noise_model
+        self.genuine_noise_model = check_genuine_noise_model(genuine_noise_model)  # fails here, not at fit
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod

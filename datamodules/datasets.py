@@ -71,6 +71,16 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return batch
 
 
+GENUINE_NOISE_MODELS = ("gaussian", "shot")
+
+
+def check_genuine_noise_model(name: str) -> str:
+    """`data.genuine_noise_model`, refused when mistyped (before any data is read)."""
+    if name not in GENUINE_NOISE_MODELS:
+        raise ValueError(f"genuine_noise_model must be 'gaussian' or 'shot', got {name!r}")
+    return name
+
+
 class NoiseReinjectedFakes(Dataset):
     """Training draws of genuine images turned, at `rate`, into fakes by re-injecting Gaussian noise.
 
@@ -94,8 +104,7 @@ class NoiseReinjectedFakes(Dataset):
         genuine_noise_categories: Sequence[str] = (),
         genuine_noise_model: str = "gaussian",
     ) -> None:
-        if genuine_noise_model not in ("gaussian", "shot"):
-            raise ValueError(f"genuine_noise_model must be 'gaussian' or 'shot', got {genuine_noise_model!r}")
+        check_genuine_noise_model(genuine_noise_model)
         for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"the {name} must lie in [0, 1], got {value}")

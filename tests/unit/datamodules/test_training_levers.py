@@ -108,6 +108,11 @@ def test_a_mistyped_balanced_option_is_refused_when_the_data_module_is_built(tmp
         ManifestDataModule(manifest=str(tmp_path / "m.csv"), balanced="groups")
 
 
+def test_a_mistyped_genuine_noise_model_is_refused_when_the_data_module_is_built(tmp_path):
+    with pytest.raises(ValueError, match="genuine_noise_model must be"):
+        ManifestDataModule(manifest=str(tmp_path / "m.csv"), genuine_noise_model="poisson")
+
+
 def test_the_training_loader_draws_groups_evenly(tmp_path):
     for record in RECORDS:
         write_image(tmp_path / record.path, np.full((8, 8, 3), 100 if record.label else 50, np.uint8))
