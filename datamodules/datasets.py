@@ -77,7 +77,7 @@ GENUINE_NOISE_MODELS = ("gaussian", "shot")
 def check_genuine_noise_model(name: str) -> str:
     """`data.genuine_noise_model`, refused when mistyped (before any data is read)."""
     if name not in GENUINE_NOISE_MODELS:
-        raise ValueError(f"genuine_noise_model must be 'gaussian' or 'shot', got {name!r}")
+        raise ValueError(f"genuine_noise_model must be one of {', '.join(GENUINE_NOISE_MODELS)}, got {name!r}")
     return name
 
 
