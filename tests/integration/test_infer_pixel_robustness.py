@@ -74,6 +74,8 @@ def test_identity_perturbation_reproduces_the_pixel_metrics_of_the_scoring_run(c
     assert result["metrics"]["pixel_f1"] == reported["pixel_f1"]
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_robustness_true_adds_pixel_curves_for_the_perturbations_asked(checkpoint, manifest, tmp_path):
     output = tmp_path / "scores.csv"
     result = run_infer(checkpoint, manifest, output, "robustness=true", "robustness_perturbations=[jpeg,rescale]")

@@ -121,6 +121,8 @@ def test_checkpoint_loads_without_hydra_and_keeps_the_calibrated_threshold(train
     assert module.net.preprocess.size == 64
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase (the ONNX scoring path test checks the same parity in the default run)
 def test_ckpt_and_onnx_score_identically_through_infer(trained_run, small_dataset, tmp_path):
     run, _, _ = trained_run
     best = run / "checkpoints" / "best.ckpt"
