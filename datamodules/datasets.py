@@ -82,7 +82,8 @@ def check_genuine_noise_model(name: str) -> str:
 
 
 class NoiseReinjectedFakes(Dataset):
-    """Training draws of genuine images turned, at `rate`, into fakes by re-injecting Gaussian noise.
+    """Training draws of genuine images turned, at `rate`, into fakes by re-injecting Gaussian noise
+    (and, with `genuine_noise`, others given noise and kept genuine).
 
     Generators leave a noise level unlike a camera's: decoders and latent models too little, a
     diffusion sampler stopped early too much. Trained only on the smooth kind, a detector learns
@@ -104,7 +105,6 @@ class NoiseReinjectedFakes(Dataset):
         genuine_noise_categories: Sequence[str] = (),
         genuine_noise_model: str = "gaussian",
     ) -> None:
-        check_genuine_noise_model(genuine_noise_model)
         for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"the {name} must lie in [0, 1], got {value}")
@@ -120,7 +120,7 @@ class NoiseReinjectedFakes(Dataset):
         low, high = genuine_noise_std if genuine_noise_std is not None else self.noise_std
         self.genuine_noise_std = (float(low), float(high))
         self.genuine_noise_categories = frozenset(genuine_noise_categories)
-        self.genuine_noise_model = genuine_noise_model
+        self.genuine_noise_model = check_genuine_noise_model(genuine_noise_model)
 
     def __len__(self) -> int:
         return len(self.dataset)
