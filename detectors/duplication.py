@@ -261,7 +261,9 @@ class SelfMatchLocalizer(Localizer):
     `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
     content resembles itself everywhere, so its map is kept only with `dense_min_inliers` inlier
     blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels, and a
-    turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts."""
+    turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts.
+    `border_band` > 0: each copy's outline is traced to the pixel within that many px
+    (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline."""
 
     has_image_head = True
     fit_without_gradients = True
@@ -287,8 +289,10 @@ class SelfMatchLocalizer(Localizer):
         dense_grid: int = 96,
         dense_min_distance: float = 0.15,
         dense_max_residual: float = 1.0,
+        border_band: int = 6,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
+        self.border_band = int(border_band)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
         self.max_copy_residual = float(max_copy_residual)
         self.copy_residual_noise_factor, self.copy_residual_ceiling = (
@@ -309,11 +313,11 @@ class SelfMatchLocalizer(Localizer):
         if self._sift is None:
             self._sift = cv2.SIFT_create(nfeatures=self.n_features)
         panel = describe_panel(image, self.max_side, self.n_features, mask_furniture=True, sift=self._sift)
-        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
+        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
         if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
             faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
             panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
-            found = match_self(panel, self.ratio, self.min_distance, self.min_inliers)
+            found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
         if found.matrix is not None and found.overlap > self.max_copy_overlap:
             found = missed(found, "the copies overlap: a repeated structure")
         if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
@@ -345,7 +349,7 @@ class SelfMatchLocalizer(Localizer):
             return keypoints
         if is_pure_shift(matrix):
             return missed(keypoints, "dense match is a pure shift: a repeated structure")
-        found = self_match_regions(panel, matrix, count, gap, method="dense")
+        found = self_match_regions(panel, matrix, count, gap, method="dense", border_band=self.border_band)
         if not found.target.any() or found.residual > self.dense_max_residual:
             return missed(keypoints, "dense match not reproduced by resampling")
         if found.overlap > self.max_copy_overlap:
