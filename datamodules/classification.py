@@ -19,6 +19,7 @@ from datamodules.datasets import (
     NoiseReinjectedFakes,
     SameSizeBatches,
     check_genuine_noise_model,
+    check_rate,
     collate,
     image_size,
 )
@@ -70,10 +71,10 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.seed = seed
         self.augment = dict(augment or {})
         self.balanced = balanced
-        self.pseudo_fakes = float(pseudo_fakes or 0.0)
+        self.pseudo_fakes = check_rate("pseudo-fake rate", pseudo_fakes)  # fails here, not at fit
         self.pseudo_fake_noise = tuple(pseudo_fake_noise)
         self.pseudo_fake_skip_categories = tuple(pseudo_fake_skip_categories or ())
-        self.genuine_noise = float(genuine_noise or 0.0)
+        self.genuine_noise = check_rate("genuine noise rate", genuine_noise)
         self.genuine_noise_std = tuple(genuine_noise_std) if genuine_noise_std is not None else None
         self.genuine_noise_categories = tuple(genuine_noise_categories or ())
         self.genuine_noise_model = check_genuine_noise_model(genuine_noise_model)  # fails here, not at fit

@@ -74,6 +74,15 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 GENUINE_NOISE_MODELS = ("gaussian", "shot")
 
 
+def check_rate(name: str, value: float | None) -> float:
+    """A share of the training draws (pseudo-fakes, genuine noise), refused outside [0, 1] before
+    any data is read."""
+    value = float(value or 0.0)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"the {name} must lie in [0, 1], got {value}")
+    return value
+
+
 def check_genuine_noise_model(name: str) -> str:
     """`data.genuine_noise_model`, refused when mistyped (before any data is read)."""
     if name not in GENUINE_NOISE_MODELS:
@@ -105,10 +114,7 @@ class NoiseReinjectedFakes(Dataset):
         genuine_noise_categories: Sequence[str] = (),
         genuine_noise_model: str = "gaussian",
     ) -> None:
-        for name, value in (("pseudo-fake rate", rate), ("genuine noise rate", genuine_noise)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"the {name} must lie in [0, 1], got {value}")
-        self.dataset, self.rate, self.group = dataset, float(rate), group
+        self.dataset, self.rate, self.group = dataset, check_rate("pseudo-fake rate", rate), group
         self.noise_std = (float(noise_std[0]), float(noise_std[1]))
         # grainy kinds (micrographs) are noisy by nature: making pseudo-fakes of them teaches
         # "grain = generated"; `genuine_noise` instead adds noise to genuine draws that stay
@@ -116,7 +122,8 @@ class NoiseReinjectedFakes(Dataset):
         # default the pseudo-fakes'), so grain as such is no evidence on those kinds. "shot" draws
         # it as a camera's photon noise (signal-dependent, sparse speckles on a dark background:
         # what a micrograph's grain is), `genuine_noise_std` then being its std at full brightness
-        self.skip_categories, self.genuine_noise = frozenset(skip_categories), float(genuine_noise)
+        self.skip_categories = frozenset(skip_categories)
+        self.genuine_noise = check_rate("genuine noise rate", genuine_noise)
         low, high = genuine_noise_std if genuine_noise_std is not None else self.noise_std
         self.genuine_noise_std = (float(low), float(high))
         self.genuine_noise_categories = frozenset(genuine_noise_categories)

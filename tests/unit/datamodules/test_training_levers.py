@@ -113,6 +113,12 @@ def test_a_mistyped_genuine_noise_model_is_refused_when_the_data_module_is_built
         ManifestDataModule(manifest=str(tmp_path / "m.csv"), genuine_noise_model="poisson")
 
 
+@pytest.mark.parametrize("lever", [{"pseudo_fakes": 1.5}, {"genuine_noise": -0.1}])
+def test_a_share_of_draws_outside_0_1_is_refused_when_the_data_module_is_built(tmp_path, lever):
+    with pytest.raises(ValueError, match="rate must lie in"):
+        ManifestDataModule(manifest=str(tmp_path / "m.csv"), **lever)
+
+
 def test_the_training_loader_draws_groups_evenly(tmp_path):
     for record in RECORDS:
         write_image(tmp_path / record.path, np.full((8, 8, 3), 100 if record.label else 50, np.uint8))
