@@ -28,6 +28,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny convolutions: extra t
 
 @pytest.fixture(scope="module")
 def trained():
+    """Briefly trained (40 steps, about 2 s): what saving, re-rendering and editing need."""
+    torch.set_num_threads(1)
+    return train_generator(TRAIN, "pixel_shuffle", steps=40, seed=0, **TINY)
+
+
+@pytest.fixture(scope="module")
+def well_trained():
+    """Trained for 150 steps (about 10 s): what reconstruction quality is judged on."""
     torch.set_num_threads(1)
     return train_generator(TRAIN, "pixel_shuffle", steps=150, seed=0, **TINY)
 
@@ -61,9 +69,9 @@ def _thumbnail_psnr(image: np.ndarray, factor: int = 4) -> float:
 
 
 @pytest.mark.slow  # a training run (~6 s)
-def test_tiny_training_reconstructs_closely(trained):
-    train_psnr = psnr(rerender_image(trained, TRAIN[0]), TRAIN[0])
-    held_psnr = psnr(rerender_image(trained, HELD_OUT), HELD_OUT)
+def test_tiny_training_reconstructs_closely(well_trained):
+    train_psnr = psnr(rerender_image(well_trained, TRAIN[0]), TRAIN[0])
+    held_psnr = psnr(rerender_image(well_trained, HELD_OUT), HELD_OUT)
     print(
         f"generator PSNR after 150 tiny steps: train {train_psnr:.1f} dB "
         f"(thumbnail {_thumbnail_psnr(TRAIN[0]):.1f}), held-out {held_psnr:.1f} dB "
@@ -135,12 +143,14 @@ def _residual_features(image: np.ndarray, patch: int = 32) -> np.ndarray:
     return np.array(feats)
 
 
-def test_rerenders_are_separable_by_a_simple_detector(trained):
+@pytest.mark.slow  # on the generator trained for 150 steps (~10 s)
+@pytest.mark.ci
+def test_rerenders_are_separable_by_a_simple_detector(well_trained):
     from sklearn.linear_model import LogisticRegression
 
     def dataset(images):
         real = np.concatenate([_residual_features(im) for im in images])
-        fake = np.concatenate([_residual_features(rerender_image(trained, im)) for im in images])
+        fake = np.concatenate([_residual_features(rerender_image(well_trained, im)) for im in images])
         return np.concatenate([real, fake]), np.r_[np.zeros(len(real)), np.ones(len(fake))]
 
     x_train, y_train = dataset([TRAIN[0], HELD_OUT])
