@@ -141,6 +141,13 @@ def self_match_regions(
     )
 
 
+def partner_view(gray: np.ndarray, to_partner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What each pixel's partner through `to_partner` shows, and where that partner lies inside the image."""
+    partner = warp_into_a(gray, to_partner, gray.shape)
+    covered = warp_into_a(np.ones(gray.shape, np.uint8), to_partner, gray.shape, cv2.INTER_NEAREST) > 0
+    return partner, covered
+
+
 def fill_flat_in_hull(
     gray: np.ndarray, region: np.ndarray, to_partner: np.ndarray, max_step: float = 10.0
 ) -> np.ndarray:
@@ -153,8 +160,7 @@ def fill_flat_in_hull(
         return region
     hull = np.zeros(region.shape, np.uint8)
     cv2.fillConvexPoly(hull, cv2.convexHull(cv2.findNonZero(region.astype(np.uint8))), 1)
-    partner = warp_into_a(gray, to_partner, gray.shape)
-    inside = warp_into_a(np.ones(gray.shape, np.uint8), to_partner, gray.shape, cv2.INTER_NEAREST) > 0
+    partner, inside = partner_view(gray, to_partner)
     level = np.abs(cv2.blur(gray, (7, 7)) - cv2.blur(partner, (7, 7))) < max_step
     return region | ((hull > 0) & inside & level)
 
@@ -184,8 +190,7 @@ def trace_copy_border(
     inside = cv2.erode(marked, np.ones((5, 5), np.uint8)) > 0
     if inside.sum() < 20:
         return region
-    partner = warp_into_a(gray, to_partner, gray.shape)
-    covered = warp_into_a(np.ones(gray.shape, np.uint8), to_partner, gray.shape, cv2.INTER_NEAREST) > 0
+    partner, covered = partner_view(gray, to_partner)
     difference = cv2.blur(np.abs(gray - partner), (3, 3))
     tolerance = max(min_tolerance, tolerance_factor * float(np.median(difference[inside])))
     spread = np.sqrt(np.maximum(cv2.blur(gray * gray, (5, 5)) - cv2.blur(gray, (5, 5)) ** 2, 0.0))
