@@ -40,6 +40,15 @@ def test_every_option_of_the_other_groups_composes(group):
             assert callable(get_method(entry._target_)), f"{group}={option}: {entry._target_}"
 
 
+@pytest.mark.parametrize(
+    "option, where", [("folder", "data.root=."), ("layout", "data.root=."), ("manifest", "data.manifest=m.csv")]
+)
+def test_every_classification_data_config_takes_the_shared_loading_and_training_levers(option, where):
+    shared = OmegaConf.to_container(OmegaConf.load(CONFIGS / "data_shared" / "classification.yaml"))
+    data = OmegaConf.to_container(compose_config("train", [f"data={option}", where]).data)
+    assert {key: data.get(key, "missing") for key in shared} == shared
+
+
 def test_the_genuine_kinds_recipe_builds_on_the_generated_one_and_sets_its_own_calibration():
     generated = compose_config("train", ["experiment=generated"])
     kinds = compose_config("train", ["experiment=generated_kinds"])
