@@ -17,10 +17,9 @@ from __future__ import annotations
 from functools import lru_cache
 from math import factorial
 
-import cv2
 import numpy as np
 
-from detectors.matching import Panel, fit_similarity
+from detectors.matching import Panel, fit_similarity, local_std
 
 # (n, m) with m <= n and n - m even, up to order 5: 12 moments.
 ZERNIKE_ORDERS = tuple((n, m) for n in range(6) for m in range(n + 1) if (n - m) % 2 == 0)
@@ -72,9 +71,7 @@ def block_grid(panel: Panel, radius: int, grid: int, min_std: float) -> np.ndarr
     stride = max(1, int(np.ceil(max(height, width) / grid)))
     ys, xs = np.mgrid[radius : height - radius : stride, radius : width - radius : stride]
     ys, xs = ys.ravel(), xs.ravel()
-    box = (2 * radius + 1, 2 * radius + 1)
-    variance = cv2.blur(panel.gray * panel.gray, box) - cv2.blur(panel.gray, box) ** 2
-    keep = (variance[ys, xs] > min_std**2) & ~panel.furniture[ys, xs]
+    keep = (local_std(panel.gray, 2 * radius + 1)[ys, xs] > min_std) & ~panel.furniture[ys, xs]
     return np.stack([xs[keep], ys[keep]], axis=1).astype(np.float32)
 
 

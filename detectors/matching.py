@@ -239,6 +239,12 @@ def warp_into_a(
     )
 
 
+def local_std(gray: np.ndarray, window: int) -> np.ndarray:
+    """Standard deviation of `gray` (float32) in a `window` x `window` box around each pixel: texture."""
+    box = (window, window)
+    return np.sqrt(np.maximum(cv2.blur(gray * gray, box) - cv2.blur(gray, box) ** 2, 0.0))
+
+
 def local_correlation(a: np.ndarray, b: np.ndarray, window: int = 11) -> tuple[np.ndarray, np.ndarray]:
     """Windowed normalized cross-correlation of two aligned grey images, and the lower local std."""
     box = (window, window)

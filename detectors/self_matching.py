@@ -15,6 +15,7 @@ from detectors.matching import (
     Panel,
     fit_similarity,
     homogeneous,
+    local_std,
     mirror_matrix,
     mutual_matches,
     shared_region,
@@ -193,8 +194,7 @@ def trace_copy_border(
     partner, covered = partner_view(gray, to_partner)
     difference = cv2.blur(np.abs(gray - partner), (3, 3))
     tolerance = max(min_tolerance, tolerance_factor * float(np.median(difference[inside])))
-    spread = np.sqrt(np.maximum(cv2.blur(gray * gray, (5, 5)) - cv2.blur(gray, (5, 5)) ** 2, 0.0))
-    textured = spread > 3.0
+    textured = local_std(gray, 5) > 3.0
     width = np.ones((2 * band + 1, 2 * band + 1), np.uint8)
     near, deep = cv2.dilate(marked, width) > 0, cv2.erode(marked, width) > 0
     repeated = np.where(textured, difference < tolerance, region)
