@@ -19,7 +19,7 @@ from math import factorial
 
 import numpy as np
 
-from detectors.matching import Panel, fit_similarity, is_pure_shift, local_std
+from detectors.matching import Panel, fit_similarity, local_std
 
 # (n, m) with m <= n and n - m even, up to order 5: 12 moments.
 ZERNIKE_ORDERS = tuple((n, m) for n in range(6) for m in range(n + 1) if (n - m) % 2 == 0)
@@ -75,12 +75,10 @@ def block_grid(panel: Panel, radius: int, grid: int, min_std: float) -> np.ndarr
     return np.stack([xs[keep], ys[keep]], axis=1).astype(np.float32)
 
 
-def nearest_far_blocks(
-    features: np.ndarray, points: np.ndarray, gap: float, k: int, candidates: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (i, j): each block's `candidates` nearest neighbours in feature space (FAISS, exact L2
-    on features scaled to unit spread) among its `k` nearest that lie at least `gap` px away. The
-    exhaustive search beats a k-d tree (scikit-learn) by half on Zernike features of real images."""
+def nearest_far_blocks(features: np.ndarray, points: np.ndarray, gap: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (i, j): each block's nearest neighbour in feature space (FAISS, exact L2 on features
+    scaled to unit spread) among its `k` nearest that lies at least `gap` px away. The exhaustive
+    search beats a k-d tree (scikit-learn) by half on Zernike features of real images."""
     import faiss
 
     spread = features.std(0)
@@ -90,8 +88,10 @@ def nearest_far_blocks(
     _, neighbours = index.search(scaled, min(k, len(scaled)))
     far = np.linalg.norm(points[np.maximum(neighbours, 0)] - points[:, None], axis=2) >= gap
     far &= neighbours >= 0
-    rows, ranks = np.nonzero(far & (np.cumsum(far, axis=1) <= candidates))
-    return rows, neighbours[rows, ranks]
+    has = far.any(1)
+    first = far.argmax(1)
+    rows = np.flatnonzero(has)
+    return rows, neighbours[rows, first[rows]]
 
 
 def dense_self_match(
@@ -102,30 +102,13 @@ def dense_self_match(
     grid: int = 96,
     min_std: float = 4.0,
     neighbours: int = 16,
-    candidates: int = 1,
-    refits: int = 0,
 ) -> tuple[np.ndarray | None, int]:
     """(map from one copy onto the other in working px, its inlier blocks) from Zernike block
-    matches; (None, 0) when there are too few textured blocks to match.
-
-    `candidates` > 1 matches each block with that many far neighbours: in a chart every bar edge
-    looks like every other, so a turned copy's true partner is rarely the nearest. Bars, lanes and
-    letters then carry a pure-shift fit; `refits` times, such a fit's matches are set aside and the
-    rest fitted again. The first fit that turns, flips or rescales is returned, else the first."""
+    matches; (None, 0) when there are too few textured blocks to match."""
     points = block_grid(panel, radius, grid, min_std)
     if len(points) < 8:
         return None, 0
     features = zernike_features(panel.gray, points, radius)
-    rows, cols = nearest_far_blocks(features, points, gap, neighbours, candidates)
-    sources, targets = points[rows], points[cols]
-    first: tuple[np.ndarray | None, int] = (None, 0)
-    for _ in range(refits + 1):
-        matrix, inliers = fit_similarity(sources, targets, threshold)
-        if matrix is None:
-            break
-        if first[0] is None:
-            first = (matrix, int(inliers.sum()))
-        if not is_pure_shift(matrix):
-            return matrix, int(inliers.sum())
-        sources, targets = sources[~inliers], targets[~inliers]
-    return first
+    rows, cols = nearest_far_blocks(features, points, gap, neighbours)
+    matrix, inliers = fit_similarity(points[rows], points[cols], threshold)
+    return (None, 0) if matrix is None else (matrix, int(inliers.sum()))

@@ -24,7 +24,7 @@ from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.dense_copy_move import dense_self_match
 from detectors.localizer import Localizer
-from detectors.matching import Geometry, Panel, describe_panel, is_pure_shift
+from detectors.matching import Geometry, Panel, describe_panel
 from detectors.pair_matching import (
     FEATURE_NAMES,
     PARAMETER_FEATURE_NAMES,
@@ -262,9 +262,6 @@ class SelfMatchLocalizer(Localizer):
     content resembles itself everywhere, so its map is kept only with `dense_min_inliers` inlier
     blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels, and a
     turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts.
-    Where each block's nearest far neighbour finds no copy, a second pass matches each block with
-    `dense_candidates` far neighbours and sets pure-shift fits aside `dense_refits` times
-    (`dense_candidates: 1`: no second pass).
     `border_band` > 0: each copy's outline is traced to the pixel within that many px
     (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline."""
 
@@ -292,8 +289,6 @@ class SelfMatchLocalizer(Localizer):
         dense_grid: int = 96,
         dense_min_distance: float = 0.15,
         dense_max_residual: float = 1.0,
-        dense_candidates: int = 4,
-        dense_refits: int = 2,
         border_band: int = 6,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
@@ -306,7 +301,6 @@ class SelfMatchLocalizer(Localizer):
         )
         self.dense_radius, self.dense_grid = int(dense_radius), int(dense_grid)
         self.dense_min_distance, self.dense_max_residual = float(dense_min_distance), float(dense_max_residual)
-        self.dense_candidates, self.dense_refits = int(dense_candidates), int(dense_refits)
         if mark not in ("target", "both"):
             raise ValueError(f"mark must be target or both, got {mark!r}")
         self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
@@ -347,26 +341,10 @@ class SelfMatchLocalizer(Localizer):
         return max(self.max_copy_residual, min(self.copy_residual_ceiling, relative))
 
     def dense_fallback(self, panel: Any, keypoints: SelfMatch) -> SelfMatch:
-        """The dense block match of a panel whose keypoints found no copy (`keypoints` when it finds
-        none): each block's nearest far neighbour first, then, if that finds no copy,
-        `dense_candidates` neighbours per block with pure-shift fits set aside `dense_refits` times."""
+        """The dense block match of a panel whose keypoints found no copy (`keypoints` when it finds none)."""
         gap = self.dense_min_distance * max(panel.shape)
         threshold = max(2.0, 0.01 * max(panel.shape))
-        found = keypoints
-        passes = [(1, 0)] + ([(self.dense_candidates, self.dense_refits)] if self.dense_candidates > 1 else [])
-        for candidates, refits in passes:
-            matrix, count = dense_self_match(
-                panel, gap, threshold, self.dense_radius, self.dense_grid, candidates=candidates, refits=refits
-            )
-            found = self.checked_dense_match(panel, matrix, count, gap, keypoints)
-            if found.matrix is not None:
-                break
-        return found
-
-    def checked_dense_match(
-        self, panel: Any, matrix: np.ndarray | None, count: int, gap: float, keypoints: SelfMatch
-    ) -> SelfMatch:
-        """A dense map's copies, or `keypoints` with the reason the map is no copy."""
+        matrix, count = dense_self_match(panel, gap, threshold, self.dense_radius, self.dense_grid)
         if matrix is None or count < self.dense_min_inliers:
             return keypoints
         if is_pure_shift(matrix):
@@ -386,6 +364,16 @@ class SelfMatchLocalizer(Localizer):
             maps.append(torch.from_numpy(logits))
         mask_logit = torch.stack(maps)[:, None].to(image.device)
         return {"mask_logit": mask_logit, "head_logit": torch.tensor(heads, dtype=torch.float32, device=image.device)}
+
+
+def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
+    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
+    geometry = Geometry.of(matrix)
+    return (
+        not geometry.flipped
+        and abs(geometry.rotation) <= angle
+        and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
+    )
 
 
 def missed(found: SelfMatch, reason: str) -> SelfMatch:

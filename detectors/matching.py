@@ -225,16 +225,6 @@ class Geometry:
         return ops
 
 
-def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
-    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
-    geometry = Geometry.of(matrix)
-    return (
-        not geometry.flipped
-        and abs(geometry.rotation) <= angle
-        and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
-    )
-
-
 def warp_into_a(
     image_b: np.ndarray, matrix: np.ndarray, shape_a: tuple[int, int], interpolation: int = cv2.INTER_LINEAR
 ) -> np.ndarray:

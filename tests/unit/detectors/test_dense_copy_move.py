@@ -10,9 +10,8 @@ import cv2
 import numpy as np
 import pytest
 
-from detectors.dense_copy_move import dense_self_match, nearest_far_blocks, zernike_features
-from detectors.duplication import SelfMatchLocalizer
-from detectors.matching import Geometry, describe_panel, is_pure_shift
+from detectors.dense_copy_move import nearest_far_blocks, zernike_features
+from detectors.duplication import SelfMatchLocalizer, is_pure_shift
 from detectors.self_matching import fill_flat_in_hull
 from synthesis.copy_move import copy_move
 
@@ -60,17 +59,13 @@ def test_a_blocks_zernike_features_do_not_change_when_the_block_turns():
     assert np.linalg.norm(turned - centre) < 0.2 * elsewhere
 
 
-@pytest.mark.parametrize("candidates", [1, 3])
-def test_a_block_is_never_matched_with_one_of_its_own_neighbourhood(candidates):
+def test_a_block_is_never_matched_with_one_of_its_own_neighbourhood():
     rng = np.random.default_rng(0)
     points = rng.uniform(0, 100, (300, 2)).astype(np.float32)
     features = points[:, :1] + rng.normal(0, 0.01, (300, 12))  # nearest in features = nearest in x
-    rows, cols = nearest_far_blocks(features.astype(np.float32), points, gap=20.0, k=32, candidates=candidates)
-    assert len(set(rows.tolist())) > 100
+    rows, cols = nearest_far_blocks(features.astype(np.float32), points, gap=20.0, k=32)
+    assert len(rows) > 100
     assert np.all(np.linalg.norm(points[rows] - points[cols], axis=1) >= 20.0)
-    partners_per_block = np.bincount(rows)
-    assert partners_per_block.max() == candidates
-    assert len(set(zip(rows.tolist(), cols.tolist()))) == len(rows)  # distinct partners
 
 
 def turned_copy_in_smooth_image():
@@ -97,37 +92,6 @@ def test_a_dense_match_is_kept_only_when_resampling_reproduces_the_copy_to_the_s
     assert found.method == "dense" and 0 < found.residual <= 1.0
     _, logits, strict = SelfMatchLocalizer(max_side=256, dense_max_residual=found.residual / 2).locate(forged.image)
     assert strict.matrix is None and not (logits > 0).any() and "resampling" in strict.reason
-
-
-def turned_copy_beside_a_shifted_strip(seed: int):
-    """A smooth image whose bottom-left strip repeats its top-right one by a pure shift (repeated
-    structure, as bars and lanes are), and an ellipse copied, turned by 20 degrees and enlarged by 1.1."""
-    image = smooth_field(seed).copy()
-    image[166:, :120] = image[:90, 136:]
-    object_mask = np.zeros((256, 256), np.uint8)
-    cv2.ellipse(object_mask, (190, 72), (52, 40), 0, 0, 360, 1, -1)
-    return copy_move(image, np.random.default_rng(0), object_mask=object_mask > 0, scale=(1.1, 1.1), rotation=(20, 20))
-
-
-def test_a_pure_shift_that_repeats_more_blocks_is_set_aside_and_the_turned_copy_fitted():
-    forged = turned_copy_beside_a_shifted_strip(seed=6)
-    panel = describe_panel(forged.image, 256, 1000, mask_furniture=True)
-    shift, _ = dense_self_match(panel, gap=38.4, threshold=2.56, candidates=4, refits=0)
-    turn, _ = dense_self_match(panel, gap=38.4, threshold=2.56, candidates=4, refits=2)
-    assert is_pure_shift(shift)
-    geometry = Geometry.of(turn)  # the copy's map, or its inverse
-    assert abs(abs(geometry.rotation) - 20.0) < 2.0 and abs(abs(np.log(geometry.scale)) - np.log(1.1)) < 0.03
-
-
-def test_where_each_blocks_nearest_partner_fits_no_copy_four_partners_per_block_do():
-    """Every edge and blob of smooth content looks like many others: the nearest far block is often
-    not the copy's, and a map fitted on those alone is too coarse for resampling to reproduce the copy."""
-    forged = turned_copy_beside_a_shifted_strip(seed=8)
-    _, nearest_only_logits, nearest_only = SelfMatchLocalizer(max_side=256, dense_candidates=1).locate(forged.image)
-    assert nearest_only.matrix is None and not (nearest_only_logits > 0).any()
-    logit, logits, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
-    assert found.method == "dense" and found.ordered and logit > 0
-    assert f1(logits > 0, forged.mask) > 0.8
 
 
 @pytest.mark.parametrize("seed", [0, 1, 3])
