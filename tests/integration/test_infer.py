@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,11 +99,16 @@ def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, 
 
 
 def test_threshold_override_changes_labels_not_scores(checkpoint, small_dataset, tmp_path):
-    run_infer(checkpoint, small_dataset, tmp_path / "default.csv")
+    folder = tmp_path / "images"  # a dozen of the dataset's images: labels and scores, no report
+    folder.mkdir()
+    for kind in ("fake", "real"):
+        for image in sorted((small_dataset.parent / kind).glob("*.png"))[:6]:
+            shutil.copy(image, folder / f"{kind}_{image.name}")
+    run_infer(checkpoint, folder, tmp_path / "default.csv")
     default = {r["path"]: r for r in read_results(tmp_path / "default.csv")}
     scores = sorted(r["score"] for r in default.values())
     threshold = (scores[len(scores) // 3] + scores[len(scores) // 3 + 1]) / 2  # between two scores
-    run_infer(checkpoint, small_dataset, tmp_path / "override.csv", f"threshold={threshold}")
+    run_infer(checkpoint, folder, tmp_path / "override.csv", f"threshold={threshold}")
     override = read_results(tmp_path / "override.csv")
     assert {r["path"] for r in override} == set(default)
     for row in override:
@@ -155,6 +161,8 @@ def test_command_line_exit_status(checkpoint, mixed_folder, tmp_path):
     assert "Traceback" not in failed.stdout + failed.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_dataset, tmp_path):
     result = run_infer(checkpoint, small_dataset, tmp_path / "scores.csv", "robustness=true", "robustness_max_images=4")
     report = tmp_path / "scores_report"

@@ -103,6 +103,8 @@ def test_true_masks_give_pixel_metrics_and_a_contact_sheet(localizer, manifest, 
     assert all(r.get("mask") for r in read_results(output) if r["status"] == "ok")
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_resume_keeps_finished_maps_and_scores_the_rest(localizer, manifest, tmp_path):
     checkpoint, _ = localizer
     output = tmp_path / "scores.csv"

@@ -50,6 +50,8 @@ def manifest(tmp_path_factory) -> Path:
     return data / "manifest.csv"
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_identity_perturbation_reproduces_the_pixel_metrics_of_the_scoring_run(checkpoint, manifest, tmp_path):
     """Rescaling by 1 (run through the detector, not short-cut) gives the pixel metrics infer.py
     computes from its saved maps; JPEG 30 gives other ones (the perturbation reaches the pixels)."""

@@ -170,6 +170,8 @@ def test_export_command_line_and_exit_codes(trained_run, tmp_path):
     assert not (tmp_path / "missing.onnx").exists() and not (tmp_path / "strict.onnx").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_export_refuses_a_model_that_onnx_cannot_reproduce(trained_run, tmp_path):
     module = load_checkpoint(trained_run[0] / "checkpoints" / "last.ckpt")
     with pytest.raises(ExportError, match="parity failed"):

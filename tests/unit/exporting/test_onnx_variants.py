@@ -155,6 +155,8 @@ def test_a_variant_beyond_the_auroc_budget_is_refused_and_not_written(tiny_model
         build_variant(tiny_model["onnx"], tmp_path / "int8.onnx", precision="int8", images=images)
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_export_entry_point_writes_an_int8_image_u8_model_with_its_report(tiny_model, tmp_path):
     import csv
 

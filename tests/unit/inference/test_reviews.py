@@ -61,6 +61,8 @@ def test_review_ids_from_parent_folders_fields_and_other_manifest_columns(tmp_pa
         review_ids(records, "listing", manifest)
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: keeps the default run under 5 minutes
 def test_infer_writes_reviews_and_their_metrics_and_a_resume_rewrites_the_same_file(tiny_model, tmp_path):
     paths = write_images(tmp_path / "in", [(30, 30 + i) for i in range(12)])
     manifest = tmp_path / "in" / "manifest.csv"
