@@ -68,6 +68,41 @@ def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(nam
     assert inside > 0.5 > outside and inside - outside > 0.4, f"inside {inside:.3f}, outside {outside:.3f}"
 
 
+@pytest.mark.parametrize(
+    ("sigma_outside", "sigma_inside"), [(2.0, 8.0), (6.0, 1.0)], ids=["noisier_splice", "smoothed_region"]
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_noise_level_traces_a_region_to_within_its_fine_windows_not_its_blocks(sigma_outside, sigma_inside, seed):
+    """32 px blocks place a region only to within half a block; around the deviating blocks each
+    pixel's own 16 px window decides (`fine_block`), and the marked region fits the true one."""
+    from detectors.noise_level import NoiseLevelLocalizer
+
+    truth = torch.zeros(HEIGHT, WIDTH, dtype=torch.bool)
+    truth[REGION] = True
+    image = region_with_other_noise(sigma_outside, sigma_inside, seed)
+
+    def f1(net: NoiseLevelLocalizer) -> float:
+        with torch.no_grad():
+            marked = net.eval()(image)["mask_logit"][0, 0] > 0
+        return 2 * (marked & truth).sum().item() / (marked.sum().item() + truth.sum().item())
+
+    blocks_only, fine = f1(NoiseLevelLocalizer(fine_block=0)), f1(create_detector("noise_level"))
+    assert fine > 0.9 and fine > blocks_only + 0.05, f"fine windows {fine:.3f}, blocks only {blocks_only:.3f}"
+
+
+def test_noise_level_fine_windows_mark_nothing_far_from_the_deviating_blocks():
+    """One noise level throughout: no block deviates, and the fine windows, noisier, add nothing."""
+    from detectors.noise_level import NoiseLevelLocalizer
+
+    rng = np.random.default_rng(0)
+    image = as_input(smooth_scene(0) + rng.normal(0, 4.0, size=(HEIGHT, WIDTH, 3)))
+    with torch.no_grad():
+        blocks_only = NoiseLevelLocalizer(fine_block=0).eval()(image)["mask_logit"]
+        fine = NoiseLevelLocalizer().eval()(image)["mask_logit"]
+    assert not (blocks_only > 0).any() and not (fine > 0).any()
+    assert (fine <= blocks_only).all()  # away from deviating blocks a pixel scores the lower of the two
+
+
 def region_from_a_processed_donor(processing: str) -> torch.Tensor:
     """A scene with noise sigma 3 and REGION pasted from another photo with the same noise, then
     JPEG-compressed at quality 70 or upscaled 1.5 x (bilinear) before pasting."""
