@@ -109,7 +109,7 @@ class NoiseLevelLocalizer(Localizer):
     def pooled_noise(residual: torch.Tensor, keep: torch.Tensor, block: int, step: int) -> torch.Tensor:
         """Noise sigma (8-bit units) of `block` px windows every `step` px; with `step` 1 one window
         centred on every pixel (the image padded by reflection), so the map keeps the image's size."""
-        if step == 1:  # a window on every pixel: two 1-D means (a seventh of the time of one 2-D mean)
+        if step == 1:  # a window on every pixel, as two 1-D means (one 2-D mean: 1.05 s, not 0.40, at 1024 px)
             pad = (block // 2, block // 2 - 1, block // 2, block // 2 - 1)
             residual, keep = F.pad(residual, pad, mode="reflect"), F.pad(keep, pad, mode="reflect")
 
