@@ -90,6 +90,25 @@ def test_noise_level_traces_a_region_to_within_its_fine_windows_not_its_blocks(s
     assert fine > 0.9 and fine > blocks_only + 0.05, f"fine windows {fine:.3f}, blocks only {blocks_only:.3f}"
 
 
+def test_noise_level_fine_windows_find_a_smoothed_strip_narrower_than_half_a_block():
+    """A 12 px strip with less noise dilutes every 32 px block it crosses: blocks alone mark a
+    third of it too little. Around the deviating blocks the pixel's own window marks it whole."""
+    from detectors.noise_level import NoiseLevelLocalizer
+
+    rng = np.random.default_rng(0)
+    pixels = smooth_scene(0) + rng.normal(0, 6.0, size=(HEIGHT, WIDTH, 3))
+    pixels[:, 100:112] = smooth_scene(0)[:, 100:112] + rng.normal(0, 1.0, size=(HEIGHT, 12, 3))
+    truth = torch.zeros(HEIGHT, WIDTH, dtype=torch.bool)
+    truth[:, 100:112] = True
+
+    def recall(net: NoiseLevelLocalizer) -> float:
+        with torch.no_grad():
+            marked = net.eval()(as_input(pixels))["mask_logit"][0, 0] > 0
+        return (marked & truth).sum().item() / truth.sum().item()
+
+    assert recall(NoiseLevelLocalizer(fine_block=0)) < 0.7 and recall(create_detector("noise_level")) > 0.95
+
+
 def test_noise_level_fine_windows_mark_nothing_far_from_the_deviating_blocks():
     """One noise level throughout: no block deviates, and the fine windows, noisier, add nothing."""
     from detectors.noise_level import NoiseLevelLocalizer
