@@ -126,10 +126,6 @@ class NoiseLevelLocalizer(Localizer):
         mean_abs = torch.where(kept_share > 0.05, kept_residual / kept_share.clamp_min(1e-6), plain)
         return SIGMA_PER_MEAN_ABS * mean_abs
 
-    def block_noise(self, image: torch.Tensor) -> torch.Tensor:
-        """(N, 3, H, W) in [0, 1] -> (N, 1, h, w) noise sigma (8-bit units) per block."""
-        return self.pooled_noise(*self.residual_and_noise_pixels(image), self.block, self.block // 2)
-
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         residual, keep = self.residual_and_noise_pixels(image)
         level = torch.log(self.pooled_noise(residual, keep, self.block, self.block // 2) + 0.1)  # 0.1: flat is not -inf
