@@ -38,6 +38,14 @@ def lower_median(values: torch.Tensor) -> torch.Tensor:
     return values.topk(k, dim=-1, largest=False).values[..., -1:]
 
 
+def window_mean(values: torch.Tensor, block: int, step: int) -> torch.Tensor:
+    """Mean of `block` x `block` windows every `step` px. With `step` 1 (a window on every pixel) it
+    is two 1-D means: one 2-D mean took 1.05 s instead of 0.40 for a 1024 px image's detector."""
+    if step == 1:
+        return F.avg_pool2d(F.avg_pool2d(values, (block, 1), 1), (1, block), 1)
+    return F.avg_pool2d(values, block, step, ceil_mode=True)
+
+
 class NoiseLevelLocalizer(Localizer):
     """Blocks whose noise level departs from the image's median level score high.
 
@@ -109,20 +117,12 @@ class NoiseLevelLocalizer(Localizer):
     def pooled_noise(residual: torch.Tensor, keep: torch.Tensor, block: int, step: int) -> torch.Tensor:
         """Noise sigma (8-bit units) of `block` px windows every `step` px; with `step` 1 one window
         centred on every pixel (the image padded by reflection), so the map keeps the image's size."""
-        if step == 1:  # a window on every pixel, as two 1-D means (one 2-D mean: 1.05 s, not 0.40, at 1024 px)
+        if step == 1:
             pad = (block // 2, block // 2 - 1, block // 2, block // 2 - 1)
             residual, keep = F.pad(residual, pad, mode="reflect"), F.pad(keep, pad, mode="reflect")
-
-            def mean(values: torch.Tensor) -> torch.Tensor:
-                return F.avg_pool2d(F.avg_pool2d(values, (block, 1), 1), (1, block), 1)
-        else:
-
-            def mean(values: torch.Tensor) -> torch.Tensor:
-                return F.avg_pool2d(values, block, step, ceil_mode=True)
-
-        kept_residual, kept_share = mean(residual * keep), mean(keep)
+        kept_residual, kept_share = window_mean(residual * keep, block, step), window_mean(keep, block, step)
         # a window that is all structure falls back to its plain mean (an overestimate, never a NaN)
-        plain = mean(residual)
+        plain = window_mean(residual, block, step)
         mean_abs = torch.where(kept_share > 0.05, kept_residual / kept_share.clamp_min(1e-6), plain)
         return SIGMA_PER_MEAN_ABS * mean_abs
 
@@ -130,9 +130,9 @@ class NoiseLevelLocalizer(Localizer):
         residual, keep = self.residual_and_noise_pixels(image)
         level = torch.log(self.pooled_noise(residual, keep, self.block, self.block // 2) + 0.1)  # 0.1: flat is not -inf
         flat = level.flatten(1)
-        median = lower_median(flat).view(-1, 1, 1, 1)
-        spread = (MAD_TO_STD * lower_median((flat - median.flatten(1)).abs())).clamp_min(self.min_spread)
-        spread = spread.view(-1, 1, 1, 1)
+        median = lower_median(flat)
+        spread = (MAD_TO_STD * lower_median((flat - median).abs())).clamp_min(self.min_spread)
+        median, spread = median.view(-1, 1, 1, 1), spread.view(-1, 1, 1, 1)
         logit = self.z_scale * ((level - median).abs() / spread - self.z_offset)
         mask_logit = F.interpolate(logit, size=image.shape[-2:], mode="bilinear", align_corners=False)
         if self.fine_block:

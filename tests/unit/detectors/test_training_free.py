@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from detectors.noise_level import NoiseLevelLocalizer
 from detectors.registry import create_detector, create_module, detector_class
 from inference.writer import read_results
 from tests.helpers import compose_config
@@ -75,8 +76,6 @@ def test_a_region_with_another_noise_level_scores_higher_inside_than_outside(nam
 def test_noise_level_traces_a_region_to_within_its_fine_windows_not_its_blocks(sigma_outside, sigma_inside, seed):
     """32 px blocks place a region only to within half a block; around the deviating blocks each
     pixel's own 16 px window decides (`fine_block`), and the marked region fits the true one."""
-    from detectors.noise_level import NoiseLevelLocalizer
-
     truth = torch.zeros(HEIGHT, WIDTH, dtype=torch.bool)
     truth[REGION] = True
     image = region_with_other_noise(sigma_outside, sigma_inside, seed)
@@ -93,8 +92,6 @@ def test_noise_level_traces_a_region_to_within_its_fine_windows_not_its_blocks(s
 def test_noise_level_fine_windows_find_a_smoothed_strip_narrower_than_half_a_block():
     """A 12 px strip with less noise dilutes every 32 px block it crosses: blocks alone mark a
     third of it too little. Around the deviating blocks the pixel's own window marks it whole."""
-    from detectors.noise_level import NoiseLevelLocalizer
-
     rng = np.random.default_rng(0)
     pixels = smooth_scene(0) + rng.normal(0, 6.0, size=(HEIGHT, WIDTH, 3))
     pixels[:, 100:112] = smooth_scene(0)[:, 100:112] + rng.normal(0, 1.0, size=(HEIGHT, 12, 3))
@@ -111,8 +108,6 @@ def test_noise_level_fine_windows_find_a_smoothed_strip_narrower_than_half_a_blo
 
 def test_noise_level_fine_windows_mark_nothing_far_from_the_deviating_blocks():
     """One noise level throughout: no block deviates, and the fine windows, noisier, add nothing."""
-    from detectors.noise_level import NoiseLevelLocalizer
-
     rng = np.random.default_rng(0)
     image = as_input(smooth_scene(0) + rng.normal(0, 4.0, size=(HEIGHT, WIDTH, 3)))
     with torch.no_grad():

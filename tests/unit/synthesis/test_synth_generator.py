@@ -26,18 +26,21 @@ TINY = dict(width=16, crop=32, batch_size=8)
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny convolutions: extra threads only add contention
 
 
+def tiny_generator(steps: int):
+    torch.set_num_threads(1)  # module fixtures run outside the one_thread fixture
+    return train_generator(TRAIN, "pixel_shuffle", steps=steps, seed=0, **TINY)
+
+
 @pytest.fixture(scope="module")
 def trained():
     """Briefly trained (40 steps, about 2 s): what saving, re-rendering and editing need."""
-    torch.set_num_threads(1)
-    return train_generator(TRAIN, "pixel_shuffle", steps=40, seed=0, **TINY)
+    return tiny_generator(40)
 
 
 @pytest.fixture(scope="module")
 def well_trained():
     """Trained for 150 steps (about 10 s): what reconstruction quality is judged on."""
-    torch.set_num_threads(1)
-    return train_generator(TRAIN, "pixel_shuffle", steps=150, seed=0, **TINY)
+    return tiny_generator(150)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
