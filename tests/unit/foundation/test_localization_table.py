@@ -63,9 +63,9 @@ def test_the_validation_threshold_is_the_best_f1_that_keeps_genuine_pixels_unmar
     assert 0.3 < chosen["threshold"] <= 0.42 and chosen["val_pixel_fpr_genuine"] == 0.0
 
 
-def result(val_f1: float, test_f1: float, fpr: float = 0.0) -> dict:
-    row = lambda f1: {"all": {"pixel_f1": f1, "pixel_fpr_genuine": fpr}}  # noqa: E731
-    return {"val": {"splicing": row(val_f1)}, "test": {"clean": {"splicing": row(test_f1)}}}
+def result(val_f1: float, test_f1: float, fpr: float = 0.0, val_fpr: float = 0.0) -> dict:
+    row = lambda f1, marked: {"all": {"pixel_f1": f1, "pixel_fpr_genuine": marked}}  # noqa: E731
+    return {"val": {"splicing": row(val_f1, val_fpr)}, "test": {"clean": {"splicing": row(test_f1, fpr)}}}
 
 
 def test_the_best_entry_is_chosen_on_validation_and_the_target_needs_a_low_genuine_fpr():
@@ -73,6 +73,15 @@ def test_the_best_entry_is_chosen_on_validation_and_the_target_needs_a_low_genui
     assert best["localizer"] == "a" and best["test"]["all"]["pixel_f1"] == 0.55 and not best["holds"]
     assert table.best_entries({"a": result(0.8, 0.65)})["splicing"]["holds"]
     assert not table.best_entries({"a": result(0.8, 0.65, fpr=0.2)})["splicing"]["holds"]
+
+
+def test_a_localizer_that_marks_genuine_validation_images_cannot_be_the_best_entry():
+    marks_everything = result(0.45, 0.3, fpr=0.99, val_fpr=0.99)
+    best = table.best_entries({"everything": marks_everything, "b": result(0.3, 0.35, val_fpr=0.04)})["splicing"]
+    assert best["localizer"] == "b" and best["val_pixel_f1"] == 0.3
+    # when none keeps to the bound, the best F1 is still reported (and cannot hold)
+    best = table.best_entries({"everything": marks_everything, "c": result(0.3, 0.35, val_fpr=0.2)})["splicing"]
+    assert best["localizer"] == "everything" and not best["holds"]
 
 
 def test_a_rescaled_image_is_scored_and_its_map_brought_back_to_the_original_size(tmp_path):
