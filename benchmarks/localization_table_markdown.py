@@ -103,7 +103,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
     lines = [
         f"Held-out test split: {summary['n_test']} images ({summary['n_val']} in validation), split by source photo.",
         "",
-        "Best entry per operation (chosen on validation, measured once on test, pixel F1 at 0.5):",
+        "Best entry per operation (chosen on validation among the localizers that mark at most "
+        f"{MAX_GENUINE_FPR:.0%} of genuine validation pixels, measured once on test, pixel F1 at 0.5):",
         "",
         *best_table(summary["best"]),
     ]
