@@ -74,7 +74,11 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             )
         except KeyboardInterrupt:
             raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
-        log.info("scored %(ok)d, unreadable %(error)d, already done %(skipped)d", scored.counts)
+        log.info(
+            "scored %(ok)d, failed %(error)d (unreadable or refused by the model: see the error column), "
+            "already done %(skipped)d",
+            scored.counts,
+        )
         if not processes.is_main or shard.count > 1:
             return {"counts": scored.counts, "metrics": None}  # rank 0 reports; shards report after the merge
     if not any(row["status"] == "ok" for row in scored.rows):

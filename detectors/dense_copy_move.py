@@ -68,6 +68,8 @@ def block_grid(panel: Panel, radius: int, grid: int, min_std: float) -> np.ndarr
     """(N, 2) x, y of the block centres: a grid of at most `grid` points a side, blocks inside the
     panel, with texture (local std over `min_std`) and off the figure furniture."""
     height, width = panel.shape
+    if min(height, width) <= 2 * radius:  # too small for one block
+        return np.zeros((0, 2), np.float32)
     stride = max(1, int(np.ceil(max(height, width) / grid)))
     ys, xs = np.mgrid[radius : height - radius : stride, radius : width - radius : stride]
     ys, xs = ys.ravel(), xs.ravel()

@@ -127,6 +127,12 @@ class NoiseLevelLocalizer(Localizer):
         return SIGMA_PER_MEAN_ABS * mean_abs
 
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not (torch.jit.is_tracing() or torch.compiler.is_exporting()) and min(image.shape[-2:]) <= self.block // 2:
+            height, width = image.shape[-2:]
+            raise ValueError(
+                f"noise_level needs an image of more than {self.block // 2} px on each side (half its "
+                f"{self.block} px block); got {height} x {width}"
+            )
         residual, keep = self.residual_and_noise_pixels(image)
         level = torch.log(self.pooled_noise(residual, keep, self.block, self.block // 2) + 0.1)  # 0.1: flat is not -inf
         flat = level.flatten(1)

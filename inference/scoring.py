@@ -57,10 +57,41 @@ def predictions(
         except Exception as error:  # a model failure on one batch is reported per image, not fatal
             if not keep_going:
                 raise
-            log.error("model failed on a batch: %s", error)
-            yield Prediction(batch, None, f"model error: {error}")
+            if len(batch["path"]) == 1:
+                log.error("model failed on %s: %s", batch["path"][0], error)
+                yield Prediction(batch, None, f"model error: {error}")
+                continue
+            # one image (too small for the model, say) must not take the others with it
+            log.warning("model failed on a batch of %d images (%s): scoring them one by one", len(batch["path"]), error)
+            for single in single_image_batches(batch):
+                yield from predictions_of(runtime, single)
             continue
         yield Prediction(batch, outputs)
+
+
+def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """A decoded batch split into one batch per readable image (the unreadable ones stay with the
+    first), each as `collate_samples` would have made it."""
+    images = batch["image"]
+    singles = []
+    for i, path in enumerate(batch["path"]):
+        single = {"errors": [], "error_index": [], "path": [path], "index": [batch["index"][i]]}
+        single["size"] = [batch["size"][i]]
+        single["image"] = images[i] if isinstance(images, list) else images[i : i + 1]
+        if "thumb" in batch:
+            single["thumb"] = [batch["thumb"][i]]
+        singles.append(single)
+    singles[0]["errors"], singles[0]["error_index"] = batch["errors"], batch["error_index"]
+    return singles
+
+
+def predictions_of(runtime: Runtime, batch: dict[str, Any]) -> Iterator[Prediction]:
+    """The prediction of one single-image batch; a model failure is reported in `failure`."""
+    try:
+        yield Prediction(batch, predict_batch(runtime, batch["image"]))
+    except Exception as error:
+        log.error("model failed on %s: %s", batch["path"][0], error)
+        yield Prediction(batch, None, f"model error: {error}")
 
 
 def error_row(path: str, reason: str) -> dict[str, Any]:
@@ -191,7 +222,6 @@ def score_items(
     masks_dir = Path(masks_dir) if masks_dir is not None else None
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
     batch_size = effective_batch_size(runtime, batch_size)  # warns once; predictions keep it
-    total = -(-len(items) // batch_size)
     maps = MapWriter() if masks_dir is not None or overlays_dir is not None or evidence is not None else None
     thumbnailer = evidence.thumbnailer(runtime.is_localizer) if evidence is not None else None
 
@@ -203,15 +233,11 @@ def score_items(
         writer.write(rows)
 
     waiting: tuple[list[dict[str, Any]], list[Any]] | None = None  # a batch whose maps are being written
+    bar = tqdm(desc="scoring", unit="image", total=len(items), disable=not progress)
     try:
-        for prediction in tqdm(
-            predictions(runtime, items, batch_size, num_workers, thumbnailer=thumbnailer),
-            desc="scoring",
-            unit="batch",
-            total=total,
-            disable=not progress,
-        ):
+        for prediction in predictions(runtime, items, batch_size, num_workers, thumbnailer=thumbnailer):
             rows = batch_rows(prediction, threshold, masks_dir, overlays_dir, maps, collect_map, evidence)
+            bar.update(len(rows))
             if waiting is not None:  # its maps were written while this batch's forward pass ran
                 done, waiting = waiting, None
                 write(*done)
@@ -228,6 +254,7 @@ def score_items(
             write(*waiting)
         raise
     finally:
+        bar.close()
         if maps is not None:
             maps.close()
     return counts

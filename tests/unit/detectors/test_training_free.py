@@ -164,6 +164,23 @@ def test_the_map_has_the_input_size_and_the_detector_nothing_to_train(name):
         assert outputs["logit"].shape == (2,) and torch.isfinite(outputs["mask_logit"]).all()
 
 
+@pytest.mark.parametrize("name", [*EVERY, "copy_move_selfmatch"])
+def test_an_image_too_small_for_the_detector_is_refused_with_the_smallest_size_or_mapped(name):
+    """noise_level needs more than half a block a side (a clear error, which infer.py turns into the
+    image's error row); the others map an 8 x 11 image (nothing to find in it)."""
+    net = create_detector(name).eval()
+    small = torch.rand(1, 3, 8, 11)
+    with torch.no_grad():
+        if name.startswith("noise_level"):
+            half = net.block // 2
+            with pytest.raises(ValueError, match=f"more than {half} px on each side .*got 8 x 11"):
+                net(small)
+            assert net(torch.rand(1, 3, half + 1, half + 1))["mask_logit"].shape == (1, 1, half + 1, half + 1)
+        else:
+            outputs = net(small)
+            assert outputs["mask_logit"].shape == (1, 1, 8, 11) and torch.isfinite(outputs["mask_logit"]).all()
+
+
 @pytest.mark.parametrize("name", EVERY)
 def test_the_same_image_gives_the_same_map_alone_or_in_a_batch(name):
     net = create_detector(name).eval()

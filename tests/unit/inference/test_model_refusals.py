@@ -1,0 +1,31 @@
+"""An image the model refuses (here, one too small for `noise_level`'s blocks) is an error row that
+says why; the images decoded in the same batch are still scored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infer import infer
+from inference.writer import read_results
+from tests.helpers import compose_config, write_images
+from tools.released import build_released, save_checkpoint
+
+
+def test_an_image_the_model_refuses_is_an_error_row_and_its_batch_is_still_scored(tmp_path: Path):
+    checkpoint = save_checkpoint(build_released("noise_level"), tmp_path / "noise_level.ckpt")
+    images = write_images(tmp_path / "in", [(40, 40), (40, 40), (10, 14), (48, 40), (40, 40)])
+    options = [f"model={checkpoint}", f"input={tmp_path / 'in'}", "progress=false", "batch_size=8"]
+    result = infer(compose_config("infer", [*options, f"output={tmp_path / 'scores.csv'}", "save_masks=true"]))
+    rows = {Path(row["path"]).name: row for row in read_results(tmp_path / "scores.csv")}
+    assert sorted(rows) == [path.name for path in images]
+    refused = rows["002.png"]
+    assert refused["status"] == "error" and refused["score"] is None
+    assert "noise_level needs an image of more than 16 px on each side" in refused["error"]
+    assert "got 10 x 14" in refused["error"]
+    for name in ("000.png", "001.png", "003.png", "004.png"):
+        assert rows[name]["status"] == "ok" and 0.0 <= rows[name]["score"] <= 1.0 and Path(rows[name]["mask"]).is_file()
+    assert result["counts"]["ok"] == 4 and result["counts"]["error"] == 1
+    # the same images one per batch score the same: splitting a failed batch changes no score
+    infer(compose_config("infer", [*options[:-1], "batch_size=1", f"output={tmp_path / 'single.csv'}"]))
+    singles = {Path(row["path"]).name: row["score"] for row in read_results(tmp_path / "single.csv")}
+    assert singles == {name: row["score"] for name, row in rows.items()}
