@@ -290,9 +290,10 @@ class SelfMatchLocalizer(Localizer):
         dense_min_distance: float = 0.15,
         dense_max_residual: float = 1.0,
         border_band: int = 6,
+        furniture_retry: bool = False,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
-        self.border_band = int(border_band)
+        self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
         self.max_copy_residual = float(max_copy_residual)
         self.copy_residual_noise_factor, self.copy_residual_ceiling = (
@@ -318,10 +319,9 @@ class SelfMatchLocalizer(Localizer):
             faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
             panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
             found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        if found.matrix is not None and found.overlap > self.max_copy_overlap:
-            found = missed(found, "the copies overlap: a repeated structure")
-        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
-            found = missed(found, "the copy is not its source resampled: look-alike content")
+        found = self.checked(found, panel)
+        if found.matrix is None and self.furniture_retry:
+            found = self.furniture_fallback(image, found)
         if found.matrix is None and self.dense_min_inliers > 0:
             found = self.dense_fallback(panel, found)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)
@@ -334,6 +334,27 @@ class SelfMatchLocalizer(Localizer):
             floor = self.dense_min_inliers if found.method == "dense" else self.min_inliers
             evidence = (found.n_inliers - floor) / 2.0 * self.min_inliers / floor
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
+
+    def checked(self, found: SelfMatch, panel: Any) -> SelfMatch:
+        """`found`, or no copy where its copies overlap (a repeated structure) or its copy is not its
+        source resampled (look-alike content)."""
+        if found.matrix is not None and found.overlap > self.max_copy_overlap:
+            return missed(found, "the copies overlap: a repeated structure")
+        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
+            return missed(found, "the copy is not its source resampled: look-alike content")
+        return found
+
+    def furniture_fallback(self, image: np.ndarray, keypoints: SelfMatch) -> SelfMatch:
+        """The keypoints of text and rulings matched too, for a panel whose other keypoints found no
+        copy (`keypoints` when this finds none either): a turned or rescaled legend, label or bar
+        group. Rendered text repeats by pure shifts, so only a turn or a rescaling that resampling
+        reproduces (a residual measured, and within the gate) counts."""
+        panel = describe_panel(image, self.max_side, self.n_features, mask_furniture=False, sift=self._sift)
+        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
+        if found.matrix is None or is_pure_shift(found.matrix) or not np.isfinite(found.residual):
+            return keypoints
+        found = self.checked(found, panel)
+        return keypoints if found.matrix is None else found
 
     def residual_gate(self, panel: Any) -> float:
         """The most grey levels (median) by which a copy may differ from its resampled source."""
