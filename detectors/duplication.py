@@ -263,7 +263,10 @@ class SelfMatchLocalizer(Localizer):
     blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels, and a
     turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts.
     `border_band` > 0: each copy's outline is traced to the pixel within that many px
-    (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline."""
+    (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline.
+    `furniture_retry`: where no copy was found, the keypoints of text and rulings (masked so far, as
+    every chart has them) are matched too, and only a turned or rescaled copy that resampling
+    reproduces is kept: a turned legend or bar group has no other keypoints."""
 
     has_image_head = True
     fit_without_gradients = True
@@ -290,7 +293,7 @@ class SelfMatchLocalizer(Localizer):
         dense_min_distance: float = 0.15,
         dense_max_residual: float = 1.0,
         border_band: int = 6,
-        furniture_retry: bool = False,
+        furniture_retry: bool = True,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)

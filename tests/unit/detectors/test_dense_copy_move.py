@@ -264,3 +264,42 @@ def test_the_same_words_typeset_twice_and_recompressed_are_not_marked():
     assert (matched > 0).any()  # the look-alike words do match
     _, logits, found = SelfMatchLocalizer(max_side=256, dense_min_inliers=0).locate(image)
     assert "look-alike" in found.reason and not (logits > 0).any()
+
+
+def test_a_turned_copy_in_a_chart_whose_keypoints_are_all_text_and_rulings_is_found_by_the_furniture_retry():
+    """A generated chart (seed 11) with a region copied, turned and rescaled as the benchmark makes
+    them: its keypoints lie on text and rulings, which matching masks, so only the retry that
+    matches them too finds the copy; the genuine chart stays unmarked."""
+    from synthesis.genuine_kinds import chart
+
+    rng = np.random.default_rng(11)
+    pixels = chart(rng).pixels
+    scale = 256 / max(pixels.shape[:2])
+    genuine = cv2.resize(pixels, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    forged = copy_move(genuine, np.random.default_rng(11), scale=(0.8, 1.25), rotation=(-30.0, 30.0))
+    _, masked_only, found = SelfMatchLocalizer(max_side=256, furniture_retry=False).locate(forged.image)
+    assert not (masked_only > 0).any() and found.matrix is None
+    retry = SelfMatchLocalizer(max_side=256, furniture_retry=True)
+    _, logits, found = retry.locate(forged.image)
+    assert f1(logits > 0, forged.mask) > 0.7 and not is_pure_shift(found.matrix)
+    _, genuine_logits, _ = retry.locate(genuine)
+    assert not (genuine_logits > 0).any()
+
+
+def test_the_furniture_retry_keeps_no_pure_shift_and_no_copy_that_resampling_does_not_reproduce(monkeypatch):
+    """Rendered text repeats by pure shifts, and a turn that resampling cannot check is no copy."""
+    import detectors.duplication as duplication
+    from detectors.self_matching import SelfMatch
+
+    shape = (64, 64)
+    target = np.zeros(shape, bool)
+    target[40:60, 40:60] = True
+    turned = cv2.getRotationMatrix2D((32.0, 32.0), 20.0, 1.0)
+    shifted = np.float64([[1.0, 0.0, 30.0], [0.0, 1.0, 30.0]])
+    for matrix, residual, kept in [(turned, 0.5, True), (shifted, 0.5, False), (turned, np.inf, False)]:
+        match = SelfMatch(matrix, 9, np.roll(target, -30, (0, 1)), target, True, residual=residual)
+        monkeypatch.setattr(duplication, "match_self", lambda *args, match=match, **kwargs: match)
+        nothing = missed_copy(shape)
+        retry = SelfMatchLocalizer(max_side=64, furniture_retry=True)
+        found = retry.furniture_fallback(np.zeros((*shape, 3), np.uint8), nothing)
+        assert (found is match) == kept and (found is nothing) != kept
