@@ -265,7 +265,7 @@ class SelfMatchLocalizer(Localizer):
     `border_band` > 0: each copy's outline is traced to the pixel within that many px
     (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline.
     `furniture_retry`: where no copy was found, the keypoints of text and rulings (masked so far, as
-    every chart has them) are matched too, and only a turned or rescaled copy that resampling
+    every chart has them) are matched too, and only a turned or flipped copy that resampling
     reproduces is kept: a turned legend or bar group has no other keypoints."""
 
     has_image_head = True
@@ -349,12 +349,12 @@ class SelfMatchLocalizer(Localizer):
 
     def furniture_fallback(self, image: np.ndarray, keypoints: SelfMatch) -> SelfMatch:
         """The keypoints of text and rulings matched too, for a panel whose other keypoints found no
-        copy (`keypoints` when this finds none either): a turned or rescaled legend, label or bar
-        group. Rendered text repeats by pure shifts, so only a turn or a rescaling that resampling
-        reproduces (a residual measured, and within the gate) counts."""
+        copy (`keypoints` when this finds none either): a turned legend, label or bar group.
+        Rendered marks repeat by shifts and at other sizes (bars, error bars, letters), so only a
+        turn or a flip that resampling reproduces (a residual measured, and within the gate) counts."""
         panel = describe_panel(image, self.max_side, self.n_features, mask_furniture=False, sift=self._sift)
         found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        if found.matrix is None or is_pure_shift(found.matrix) or not np.isfinite(found.residual):
+        if found.matrix is None or not turns(found.matrix) or not np.isfinite(found.residual):
             return keypoints
         found = self.checked(found, panel)
         return keypoints if found.matrix is None else found
@@ -398,6 +398,12 @@ def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -
         and abs(geometry.rotation) <= angle
         and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
     )
+
+
+def turns(matrix: np.ndarray, angle: float = 2.0) -> bool:
+    """Whether a map turns (by more than `angle` degrees) or flips, whatever its scale."""
+    geometry = Geometry.of(matrix)
+    return geometry.flipped or abs(geometry.rotation) > angle
 
 
 def missed(found: SelfMatch, reason: str) -> SelfMatch:

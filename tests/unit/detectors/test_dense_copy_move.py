@@ -286,8 +286,9 @@ def test_a_turned_copy_in_a_chart_whose_keypoints_are_all_text_and_rulings_is_fo
     assert not (genuine_logits > 0).any()
 
 
-def test_the_furniture_retry_keeps_no_pure_shift_and_no_copy_that_resampling_does_not_reproduce(monkeypatch):
-    """Rendered text repeats by pure shifts, and a turn that resampling cannot check is no copy."""
+def test_the_furniture_retry_keeps_only_a_turn_that_resampling_reproduces(monkeypatch):
+    """Rendered marks repeat by shifts and at other sizes (error bars of two lengths), and a turn
+    that resampling cannot check is no copy."""
     import detectors.duplication as duplication
     from detectors.self_matching import SelfMatch
 
@@ -296,7 +297,10 @@ def test_the_furniture_retry_keeps_no_pure_shift_and_no_copy_that_resampling_doe
     target[40:60, 40:60] = True
     turned = cv2.getRotationMatrix2D((32.0, 32.0), 20.0, 1.0)
     shifted = np.float64([[1.0, 0.0, 30.0], [0.0, 1.0, 30.0]])
-    for matrix, residual, kept in [(turned, 0.5, True), (shifted, 0.5, False), (turned, np.inf, False)]:
+    rescaled = cv2.getRotationMatrix2D((32.0, 32.0), 0.0, 0.86)
+    flipped = np.float64([[-1.0, 0.0, 63.0], [0.0, 1.0, 0.0]])
+    cases = [(turned, 0.5, True), (flipped, 0.5, True), (shifted, 0.5, False), (rescaled, 0.5, False)]
+    for matrix, residual, kept in [*cases, (turned, np.inf, False)]:
         match = SelfMatch(matrix, 9, np.roll(target, -30, (0, 1)), target, True, residual=residual)
         monkeypatch.setattr(duplication, "match_self", lambda *args, match=match, **kwargs: match)
         nothing = missed_copy(shape)
