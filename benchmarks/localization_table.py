@@ -20,7 +20,8 @@
    spends its first epoch computing every image's training-free maps).
 3. On the validation split only, chooses two levers: per localizer the pixel threshold that
    maximizes mean pixel F1 while marking at most 5 % of genuine pixels, and per operation the
-   localizer with the best pixel F1 at 0.5 (the table's "best entry"). The test split is then
+   localizer with the best pixel F1 at 0.5 among those marking at most 5 % of genuine pixels (the
+   table's "best entry"). The test split is then
    scored once, clean, after JPEG quality 75 and after rescaling by 0.75 (`imageops`; a rescaled
    image's map is resized back to the original size and compared with the untouched mask).
 4. Writes `results.json` and `localization_table.md`, and with `--docs` puts the tables between the

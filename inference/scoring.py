@@ -58,15 +58,23 @@ def predictions(
             if not keep_going:
                 raise
             if len(batch["path"]) == 1:
-                log.error("model failed on %s: %s", batch["path"][0], error)
-                yield Prediction(batch, None, f"model error: {error}")
+                yield failed(batch, error)
                 continue
             # one image (too small for the model, say) must not take the others with it
             log.warning("model failed on a batch of %d images (%s): scoring them one by one", len(batch["path"]), error)
             for single in single_image_batches(batch):
-                yield from predictions_of(runtime, single)
+                try:
+                    yield Prediction(single, predict_batch(runtime, single["image"]))
+                except Exception as single_error:
+                    yield failed(single, single_error)
             continue
         yield Prediction(batch, outputs)
+
+
+def failed(batch: dict[str, Any], error: Exception) -> Prediction:
+    """A single-image batch the model failed on, logged, its reason in `failure`."""
+    log.error("model failed on %s: %s", batch["path"][0], error)
+    return Prediction(batch, None, f"model error: {error}")
 
 
 def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
@@ -83,15 +91,6 @@ def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
         singles.append(single)
     singles[0]["errors"], singles[0]["error_index"] = batch["errors"], batch["error_index"]
     return singles
-
-
-def predictions_of(runtime: Runtime, batch: dict[str, Any]) -> Iterator[Prediction]:
-    """The prediction of one single-image batch; a model failure is reported in `failure`."""
-    try:
-        yield Prediction(batch, predict_batch(runtime, batch["image"]))
-    except Exception as error:
-        log.error("model failed on %s: %s", batch["path"][0], error)
-        yield Prediction(batch, None, f"model error: {error}")
 
 
 def error_row(path: str, reason: str) -> dict[str, Any]:
