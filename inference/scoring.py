@@ -43,8 +43,10 @@ def predictions(
 ) -> Iterator[Prediction]:
     """The prediction loop: `(input position, path)` items decoded by `num_workers` threads (0:
     inline), `perturb` applied to the decoded pixels, brought to the network by the runtime's own
-    geometry, in batches, in order. A model failure on a batch is logged and reported in
-    `failure` (`keep_going`) or raised. `thumbnailer`: batches also carry each image's thumbnail."""
+    geometry, in batches, in order. A model failure is logged and reported in `failure`
+    (`keep_going`) or raised; a batch of several images it failed on is scored again one image at a
+    time, so only the images it fails on alone fail. `thumbnailer`: batches also carry each image's
+    thumbnail."""
     geometry = runtime_transform(runtime)
     prepare = geometry if perturb is None else (lambda image: geometry(perturb(image)))
     size = effective_batch_size(runtime, batch_size)
