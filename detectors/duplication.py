@@ -33,7 +33,7 @@ from detectors.pair_matching import (
     match_under,
     to_working,
 )
-from detectors.self_matching import SelfMatch, match_self, noise_sigma, self_match_regions
+from detectors.self_matching import SelfMatch, is_pure_shift, match_self, missed, noise_sigma, self_match_regions, turns
 from evaluation.protocols.duplication import cmo_set
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
@@ -388,25 +388,3 @@ class SelfMatchLocalizer(Localizer):
             maps.append(torch.from_numpy(logits))
         mask_logit = torch.stack(maps)[:, None].to(image.device)
         return {"mask_logit": mask_logit, "head_logit": torch.tensor(heads, dtype=torch.float32, device=image.device)}
-
-
-def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
-    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
-    geometry = Geometry.of(matrix)
-    return (
-        not geometry.flipped
-        and abs(geometry.rotation) <= angle
-        and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
-    )
-
-
-def turns(matrix: np.ndarray, angle: float = 2.0) -> bool:
-    """Whether a map turns (by more than `angle` degrees) or flips, whatever its scale."""
-    geometry = Geometry.of(matrix)
-    return geometry.flipped or abs(geometry.rotation) > angle
-
-
-def missed(found: SelfMatch, reason: str) -> SelfMatch:
-    """No copy: `found`'s evidence (its inlier count) kept, its map and regions dropped."""
-    empty = np.zeros(found.target.shape, bool)
-    return SelfMatch(None, found.n_inliers, empty, empty, False, reason, "none")

@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 
 from detectors.matching import (
+    Geometry,
     Panel,
     fit_similarity,
     homogeneous,
@@ -37,6 +38,28 @@ class SelfMatch:
     method: str = "sift"  # "sift" | "dense" (`detectors.dense_copy_move`) | "none"
     residual: float = float("inf")  # median grey difference of the copy from its resampled source
     overlap: float = 0.0  # shared part of the two copies, as a fraction of the smaller
+
+
+def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
+    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
+    geometry = Geometry.of(matrix)
+    return (
+        not geometry.flipped
+        and abs(geometry.rotation) <= angle
+        and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
+    )
+
+
+def turns(matrix: np.ndarray, angle: float = 2.0) -> bool:
+    """Whether a map turns (by more than `angle` degrees) or flips, whatever its scale."""
+    geometry = Geometry.of(matrix)
+    return geometry.flipped or abs(geometry.rotation) > angle
+
+
+def missed(found: SelfMatch, reason: str) -> SelfMatch:
+    """No copy: `found`'s evidence (its inlier count) kept, its map and regions dropped."""
+    empty = np.zeros(found.target.shape, bool)
+    return SelfMatch(None, found.n_inliers, empty, empty, False, reason, "none")
 
 
 def match_self(

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from detectors.dense_copy_move import nearest_far_blocks, zernike_features
-from detectors.duplication import SelfMatchLocalizer, is_pure_shift
-from detectors.self_matching import fill_flat_in_hull
+from detectors.duplication import SelfMatchLocalizer
+from detectors.self_matching import fill_flat_in_hull, is_pure_shift
 from synthesis.copy_move import copy_move
 
 
