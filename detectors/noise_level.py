@@ -126,8 +126,17 @@ class NoiseLevelLocalizer(Localizer):
         mean_abs = torch.where(kept_share > 0.05, kept_residual / kept_share.clamp_min(1e-6), plain)
         return SIGMA_PER_MEAN_ABS * mean_abs
 
+    @property
+    def min_image_side(self) -> int:
+        """The smallest image side (px) it scores: more than half a block (an exported model's
+        metadata carries it, so the ONNX path refuses a smaller image with the same reason)."""
+        return self.block // 2 + 1
+
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        if not (torch.jit.is_tracing() or torch.compiler.is_exporting()) and min(image.shape[-2:]) <= self.block // 2:
+        if (
+            not (torch.jit.is_tracing() or torch.compiler.is_exporting())
+            and min(image.shape[-2:]) < self.min_image_side
+        ):
             height, width = image.shape[-2:]
             raise ValueError(
                 f"noise_level needs an image of more than {self.block // 2} px on each side (half its "

@@ -106,6 +106,8 @@ def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None
     }
     if getattr(module, "category_thresholds", None):  # calibration.by=category
         metadata["category_thresholds"] = json.dumps(module.category_thresholds)
+    if getattr(module.net, "min_image_side", 1) > 1:  # e.g. noise_level: more than half a block
+        metadata["min_side"] = str(int(module.net.min_image_side))
     del model.metadata_props[:]
     for key, value in metadata.items():
         model.metadata_props.add(key=key, value=value)

@@ -259,6 +259,7 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
         "preprocess_in_graph": u8,
         "threshold": float(meta["threshold"]),
         "outputs": json.loads(meta.get("outputs", '["score"]')),
+        "min_side": int(meta.get("min_side", 1)),  # the smallest image side (px) the model scores
         **extra,
     }
     path = model_path.with_suffix(".json")

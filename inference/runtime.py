@@ -234,6 +234,7 @@ class OnnxRuntime:
         }
         self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
         self.output_names = json.loads(meta["outputs"])
+        self.min_side = int(meta.get("min_side", 1))
         self.is_localizer = "mask" in self.output_names
         self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported
         self.trained_preprocess, self.preprocess = (
@@ -255,6 +256,11 @@ class OnnxRuntime:
         if hasattr(images, "detach"):
             images = images.detach().cpu().numpy()
         images = np.asarray(images, dtype=np.float32)
+        if min(images.shape[-2:]) < self.min_side:
+            height, width = images.shape[-2:]
+            raise ValueError(
+                f"{self.name} needs an image of at least {self.min_side} px on each side; got {height} x {width}"
+            )
         if self.input_name != "image":  # back to the decoded 8-bit pixels (exact: they were v / 255)
             images = np.rint(images * 255).astype(np.uint8).transpose(0, 2, 3, 1)
         values = self.session.run(self.output_names, {self.input_name: images})

@@ -3,25 +3,46 @@ says why; the images decoded in the same batch are still scored."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from infer import infer
 from inference.writer import read_results
 from tests.helpers import compose_config, write_images
 from tools.released import build_released, save_checkpoint
 
+REASONS = {
+    "ckpt": "noise_level needs an image of more than 16 px on each side (half its 32 px block); got 10 x 14",
+    "onnx": "noise_level needs an image of at least 17 px on each side; got 10 x 14",  # from the metadata
+}
 
-def test_an_image_the_model_refuses_is_an_error_row_and_its_batch_is_still_scored(tmp_path: Path):
-    checkpoint = save_checkpoint(build_released("noise_level"), tmp_path / "noise_level.ckpt")
+
+@pytest.mark.parametrize("kind", ["ckpt", "onnx"])
+def test_an_image_the_model_refuses_is_an_error_row_and_its_batch_is_still_scored(tmp_path: Path, kind: str):
+    module = build_released("noise_level")
+    model = save_checkpoint(module, tmp_path / "noise_level.ckpt")
+    if kind == "onnx":
+        from exporting.onnx_export import export_onnx
+
+        export_onnx(module, tmp_path / "noise_level.onnx")
+        model = tmp_path / "noise_level.onnx"
+        import onnx
+
+        from exporting.variants import write_sidecar
+
+        graph = onnx.load(str(model))
+        assert {p.key: p.value for p in graph.metadata_props}["min_side"] == "17"
+        assert json.loads(write_sidecar(model, graph, {}).read_text())["min_side"] == 17
     images = write_images(tmp_path / "in", [(40, 40), (40, 40), (10, 14), (48, 40), (40, 40)])
-    options = [f"model={checkpoint}", f"input={tmp_path / 'in'}", "progress=false", "batch_size=8"]
+    options = [f"model={model}", f"input={tmp_path / 'in'}", "progress=false", "batch_size=8"]
     result = infer(compose_config("infer", [*options, f"output={tmp_path / 'scores.csv'}", "save_masks=true"]))
     rows = {Path(row["path"]).name: row for row in read_results(tmp_path / "scores.csv")}
     assert sorted(rows) == [path.name for path in images]
     refused = rows["002.png"]
     assert refused["status"] == "error" and refused["score"] is None
-    assert "noise_level needs an image of more than 16 px on each side" in refused["error"]
-    assert "got 10 x 14" in refused["error"]
+    assert REASONS[kind] in refused["error"]
     for name in ("000.png", "001.png", "003.png", "004.png"):
         assert rows[name]["status"] == "ok" and 0.0 <= rows[name]["score"] <= 1.0 and Path(rows[name]["mask"]).is_file()
     assert result["counts"]["ok"] == 4 and result["counts"]["error"] == 1
