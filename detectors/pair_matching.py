@@ -23,9 +23,9 @@ from detectors.matching import (
     map_mask_to_b,
     mirror_matrix,
     mutual_matches,
-    photometric_fit,
     shared_region,
 )
+from detectors.photometric import photometric_fit
 
 
 @dataclass
