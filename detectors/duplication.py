@@ -24,7 +24,7 @@ from datamodules.preprocess import Preprocess
 from detectors.base import Detector
 from detectors.dense_copy_move import dense_self_match
 from detectors.localizer import Localizer
-from detectors.matching import Geometry, Panel, describe_panel
+from detectors.matching import Geometry, Panel, describe_panel, unmasked_view
 from detectors.pair_matching import (
     FEATURE_NAMES,
     PARAMETER_FEATURE_NAMES,
@@ -316,7 +316,14 @@ class SelfMatchLocalizer(Localizer):
         """(image logit, pixel logits H x W, SelfMatch) of one RGB uint8 image."""
         if self._sift is None:
             self._sift = cv2.SIFT_create(nfeatures=self.n_features)
-        panel = describe_panel(image, self.max_side, self.n_features, mask_furniture=True, sift=self._sift)
+        panel = first = describe_panel(
+            image,
+            self.max_side,
+            self.n_features,
+            mask_furniture=True,
+            sift=self._sift,
+            keep_unmasked=self.furniture_retry,
+        )
         found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
         if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
             faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
@@ -324,7 +331,7 @@ class SelfMatchLocalizer(Localizer):
             found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
         found = self.checked(found, panel)
         if found.matrix is None and self.furniture_retry:
-            found = self.furniture_fallback(image, found)
+            found = self.furniture_fallback(first, found)
         if found.matrix is None and self.dense_min_inliers > 0:
             found = self.dense_fallback(panel, found)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)
@@ -347,12 +354,13 @@ class SelfMatchLocalizer(Localizer):
             return missed(found, "the copy is not its source resampled: look-alike content")
         return found
 
-    def furniture_fallback(self, image: np.ndarray, keypoints: SelfMatch) -> SelfMatch:
-        """The keypoints of text and rulings matched too, for a panel whose other keypoints found no
-        copy (`keypoints` when this finds none either): a turned legend, label or bar group.
-        Rendered marks repeat by shifts and at other sizes (bars, error bars, letters), so only a
-        turn or a flip that resampling reproduces (a residual measured, and within the gate) counts."""
-        panel = describe_panel(image, self.max_side, self.n_features, mask_furniture=False, sift=self._sift)
+    def furniture_fallback(self, described: Panel, keypoints: SelfMatch) -> SelfMatch:
+        """The keypoints of text and rulings matched too, for a panel (`described` with
+        `keep_unmasked`) whose other keypoints found no copy (`keypoints` when this finds none
+        either): a turned legend, label or bar group. Rendered marks repeat by shifts and at other
+        sizes (bars, error bars, letters), so only a turn or a flip that resampling reproduces (a
+        residual measured, and within the gate) counts."""
+        panel = unmasked_view(described)
         found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
         if found.matrix is None or not turns(found.matrix) or not np.isfinite(found.residual):
             return keypoints

@@ -16,7 +16,7 @@ puts these together for a pair of panels and for copy-move inside one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import cv2
@@ -75,9 +75,11 @@ def describe_panel(
     sift: Any = None,
     min_keypoints: int = 100,
     detect_side: int | None = None,
+    keep_unmasked: bool = False,
 ) -> Panel:
     """Keypoints and RootSIFT descriptors of an RGB uint8 panel at working size; a panel with fewer
-    than `min_keypoints` is described again with a lower contrast threshold.
+    than `min_keypoints` is described again with a lower contrast threshold. `keep_unmasked` also
+    keeps the keypoints on the furniture, for `unmasked_view`.
 
     `detect_side` (px) finds the keypoints on a copy shrunk to that longer side and scales their
     coordinates back to working size, where masks and colours are still measured. OpenCV's SIFT
@@ -103,25 +105,35 @@ def describe_panel(
         if detected is not gray_u8:  # pixel centres of the shrunk copy back onto the working grid
             stretch = np.float32([gray_u8.shape[1] / detected.shape[1], gray_u8.shape[0] / detected.shape[0]])
             points = (points + 0.5) * stretch - 0.5
-        inside = ~furniture[
-            np.clip(points[:, 1].round().astype(int), 0, gray_u8.shape[0] - 1),
-            np.clip(points[:, 0].round().astype(int), 0, gray_u8.shape[1] - 1),
-        ]
-        points, descriptors = points[inside], descriptors[inside]
         descriptors = np.sqrt(descriptors / np.maximum(descriptors.sum(1, keepdims=True), 1e-7))  # RootSIFT
         descriptors = descriptors / np.maximum(np.linalg.norm(descriptors, axis=1, keepdims=True), 1e-7)
+    unmasked = (points, descriptors.astype(np.float32))
+    inside = ~furniture[
+        np.clip(points[:, 1].round().astype(int), 0, gray_u8.shape[0] - 1),
+        np.clip(points[:, 0].round().astype(int), 0, gray_u8.shape[1] - 1),
+    ]
     gray = gray_u8.astype(np.float32)
     local_var = cv2.blur(gray**2, (7, 7)) - cv2.blur(gray, (7, 7)) ** 2
-    return Panel(
+    panel = Panel(
         rgb=rgb,
         gray=gray,
         factor=factor,
         original_shape=original_shape,
-        points=points,
-        descriptors=descriptors.astype(np.float32),
+        points=points[inside],
+        descriptors=descriptors[inside].astype(np.float32),
         furniture=furniture,
         texture=float(np.mean(local_var > 25.0)),
     )
+    if keep_unmasked:
+        panel.cache["unmasked"] = unmasked
+    return panel
+
+
+def unmasked_view(panel: Panel) -> Panel:
+    """`panel` as `describe_panel(..., mask_furniture=False)` describes it, from the keypoints it
+    kept (`keep_unmasked=True`): no second detection."""
+    points, descriptors = panel.cache["unmasked"]
+    return replace(panel, points=points, descriptors=descriptors, furniture=np.zeros_like(panel.furniture), cache={})
 
 
 def mutual_matches(

@@ -12,6 +12,7 @@ import pytest
 
 from detectors.dense_copy_move import nearest_far_blocks, zernike_features
 from detectors.duplication import SelfMatchLocalizer
+from detectors.matching import describe_panel
 from detectors.self_matching import fill_flat_in_hull, is_pure_shift
 from synthesis.copy_move import copy_move
 
@@ -151,7 +152,6 @@ def c_shaped_copy() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_the_flat_inside_of_a_copy_left_open_by_its_texture_is_filled_into_the_copy():
-    from detectors.matching import describe_panel
     from detectors.self_matching import self_match_regions
 
     image, mask, shift = c_shaped_copy()
@@ -218,8 +218,6 @@ def test_a_dense_match_needs_the_documented_floor_of_inlier_blocks(monkeypatch, 
 def test_the_residual_gate_rises_with_the_images_noise_up_to_its_ceiling():
     """4 grey levels on a clean image; 3 x the noise level on a noisy one; never over 5, so
     look-alike content in a noisy image is still dropped."""
-    from detectors.matching import describe_panel
-
     flat = np.full((128, 128, 3), 128, np.uint8)
     rng = np.random.default_rng(0)
     noisy = lambda sd: np.clip(flat + rng.normal(0, sd, flat.shape[:2])[..., None], 0, 255).astype(np.uint8)  # noqa: E731
@@ -305,5 +303,5 @@ def test_the_furniture_retry_keeps_only_a_turn_that_resampling_reproduces(monkey
         monkeypatch.setattr(duplication, "match_self", lambda *args, match=match, **kwargs: match)
         nothing = missed_copy(shape)
         retry = SelfMatchLocalizer(max_side=64, furniture_retry=True)
-        found = retry.furniture_fallback(np.zeros((*shape, 3), np.uint8), nothing)
+        found = retry.furniture_fallback(describe_panel(np.zeros((*shape, 3), np.uint8), keep_unmasked=True), nothing)
         assert (found is match) == kept and (found is nothing) != kept
