@@ -11,6 +11,12 @@ from torch import nn
 from datamodules.preprocess import Preprocess
 
 
+def capturing_graph() -> bool:
+    """Whether the forward pass is being traced, compiled or exported into a graph, where Python
+    checks on values and shapes (a cache lookup, a size refusal) must not run."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
 class Detector(nn.Module):
     """Base class fixing the detector contract (docs/architecture.md, "Detectors").
 

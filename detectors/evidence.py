@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from detectors.base import capturing_graph
+
 # evidence name -> the training-free localizer class that computes it
 EVIDENCE_DETECTORS = {
     "noise_level": "detectors.noise_level.NoiseLevelLocalizer",
@@ -95,12 +97,7 @@ class EvidenceMaps(nn.Module):
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """(N, K, H, W) clamped logits of `image`, from the cache where its pixels were seen before."""
-        if (
-            not self.cache_bytes
-            or torch.jit.is_tracing()
-            or torch.compiler.is_compiling()
-            or torch.compiler.is_exporting()
-        ):
+        if not self.cache_bytes or capturing_graph():
             return self.compute(image).to(image.dtype)
         keys = [pixel_key(single) for single in image]
         found = {key: self.cache[key] for key in keys if key in self.cache}

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from datamodules.preprocess import Preprocess
+from detectors.base import capturing_graph
 from detectors.localizer import Localizer
 
 # Immerkaer's kernel: the difference of two Laplacians; zero response to planar intensity.
@@ -133,10 +134,7 @@ class NoiseLevelLocalizer(Localizer):
         return self.block // 2 + 1
 
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        if (
-            not (torch.jit.is_tracing() or torch.compiler.is_exporting())
-            and min(image.shape[-2:]) < self.min_image_side
-        ):
+        if not capturing_graph() and min(image.shape[-2:]) < self.min_image_side:
             height, width = image.shape[-2:]
             raise ValueError(
                 f"noise_level needs an image of more than {self.block // 2} px on each side (half its "
