@@ -82,6 +82,11 @@ class EvidenceMaps(nn.Module):
         self.cached_bytes = 0
         self.computed = 0  # images whose maps were computed (not taken from the cache)
 
+    @property
+    def min_image_side(self) -> int:
+        """The smallest image side (px) every map scores (`noise_level`: more than half a block)."""
+        return max(int(getattr(detector, "min_image_side", 1)) for detector in self.detectors.values())
+
     def train(self, mode: bool = True) -> "EvidenceMaps":
         """The evidence detectors always score as at inference."""
         super().train(mode)
@@ -90,7 +95,8 @@ class EvidenceMaps(nn.Module):
 
     def compute(self, image: torch.Tensor) -> torch.Tensor:
         """(N, K, H, W) clamped logits, computed now (no cache)."""
-        self.computed += len(image)
+        if not capturing_graph():  # counting would fix the batch size of an exported graph
+            self.computed += len(image)
         with torch.no_grad():
             maps = [self.detectors[name](image)["mask_logit"].float() for name in self.names]
         return torch.cat(maps, dim=1).clamp(-EVIDENCE_LOGIT_LIMIT, EVIDENCE_LOGIT_LIMIT)

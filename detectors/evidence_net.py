@@ -105,6 +105,11 @@ class EvidenceLocalizer(Localizer):
             self.head.weight.zero_()
             self.head.bias.zero_()
 
+    @property
+    def min_image_side(self) -> int:
+        """The smallest image side (px) its maps score (see `Localizer.min_image_side`)."""
+        return self.maps.min_image_side
+
     def inputs(self, image: torch.Tensor) -> torch.Tensor:
         """(N, 3 + residual + K, H, W): what the network sees of `image`."""
         channels = [self.normalize(image)]

@@ -81,6 +81,12 @@ class Localizer(Detector):
             if self.evidence.onnx_export_refusal:  # a map fitted per image is no fixed graph
                 self.onnx_export_refusal = self.evidence.onnx_export_refusal
 
+    @property
+    def min_image_side(self) -> int:
+        """The smallest image side (px) it scores: its evidence maps' (an exported model's metadata
+        carries it, so the ONNX path refuses a smaller image with the same reason); 1 without."""
+        return self.evidence.min_image_side if self.evidence is not None else 1
+
     def image_logit_from_map(self, mask_logit: torch.Tensor) -> torch.Tensor:
         """(N, 1, H, W) pixel logits -> (N,) image logit by `max` or `topk_mean`."""
         flat = mask_logit.flatten(1)

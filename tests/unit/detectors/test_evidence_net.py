@@ -115,6 +115,20 @@ def test_export_is_refused_with_the_reason_when_a_map_is_matched_per_image(tmp_p
     assert getattr(create_detector("evidence_tiny", NOISE_ONLY), "onnx_export_refusal", None) is None
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # in CI's slow phase: an export takes 10-20 s
+def test_an_exported_model_carries_the_smallest_image_side_its_maps_score(tmp_path: Path):
+    import onnx
+
+    from exporting.onnx_export import export_onnx
+
+    export_onnx(create_module("evidence_tiny", NOISE_ONLY), tmp_path / "model.onnx")
+    metadata = {prop.key: prop.value for prop in onnx.load(str(tmp_path / "model.onnx")).metadata_props}
+    assert metadata["min_side"] == "9"  # more than half noise_level's 16 px block: the ONNX path refuses less
+    assert create_detector("seg_tiny", ["+net.evidence={noise_level: {}}"]).min_image_side == 17  # fused maps too
+    assert create_detector("seg_tiny").min_image_side == 1
+
+
 def test_train_py_gives_the_detector_its_augmentation_only_where_the_data_config_sets_none(tmp_path: Path):
     from train import data_config
 
