@@ -137,8 +137,8 @@ class NoiseLevelLocalizer(Localizer):
         if not capturing_graph() and min(image.shape[-2:]) < self.min_image_side:
             height, width = image.shape[-2:]
             raise ValueError(
-                f"noise_level needs an image of more than {self.block // 2} px on each side (half its "
-                f"{self.block} px block); got {height} x {width}"
+                f"noise_level needs an image of at least {self.min_image_side} px on each side (more than half "
+                f"its {self.block} px block); got {height} x {width}"
             )
         residual, keep = self.residual_and_noise_pixels(image)
         level = torch.log(self.pooled_noise(residual, keep, self.block, self.block // 2) + 0.1)  # 0.1: flat is not -inf

@@ -173,7 +173,7 @@ def test_an_image_too_small_for_the_detector_is_refused_with_the_smallest_size_o
     with torch.no_grad():
         if name.startswith("noise_level"):
             half = net.block // 2
-            with pytest.raises(ValueError, match=f"more than {half} px on each side .*got 8 x 11"):
+            with pytest.raises(ValueError, match=f"at least {half + 1} px on each side .*got 8 x 11"):
                 net(small)
             assert net(torch.rand(1, 3, half + 1, half + 1))["mask_logit"].shape == (1, 1, half + 1, half + 1)
         else:
