@@ -71,6 +71,22 @@ def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
     return batch
 
 
+def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """A decoded batch split into one batch per readable image (the unreadable ones stay with the
+    first), each as `collate_samples` would have made it."""
+    images = batch["image"]
+    singles = []
+    for i, path in enumerate(batch["path"]):
+        single = {"errors": [], "error_index": [], "path": [path], "index": [batch["index"][i]]}
+        single["size"] = [batch["size"][i]]
+        single["image"] = images[i] if isinstance(images, list) else images[i : i + 1]
+        if "thumb" in batch:
+            single["thumb"] = [batch["thumb"][i]]
+        singles.append(single)
+    singles[0]["errors"], singles[0]["error_index"] = batch["errors"], batch["error_index"]
+    return singles
+
+
 def iter_batches(
     items: Sequence[tuple[int, str]],
     geometry: Callable[[np.ndarray], np.ndarray],

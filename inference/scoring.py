@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from datamodules.records import Record
-from inference.batches import Thumbnailer, iter_batches
+from inference.batches import Thumbnailer, iter_batches, single_image_batches
 from inference.masks import MapCollector, MapWriter
 from inference.runtime import Runtime, runtime_transform
 from inference.writer import ResultWriter
@@ -77,22 +77,6 @@ def failed(batch: dict[str, Any], error: Exception) -> Prediction:
     """A single-image batch the model failed on, logged, its reason in `failure`."""
     log.error("model failed on %s: %s", batch["path"][0], error)
     return Prediction(batch, None, f"model error: {error}")
-
-
-def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
-    """A decoded batch split into one batch per readable image (the unreadable ones stay with the
-    first), each as `collate_samples` would have made it."""
-    images = batch["image"]
-    singles = []
-    for i, path in enumerate(batch["path"]):
-        single = {"errors": [], "error_index": [], "path": [path], "index": [batch["index"][i]]}
-        single["size"] = [batch["size"][i]]
-        single["image"] = images[i] if isinstance(images, list) else images[i : i + 1]
-        if "thumb" in batch:
-            single["thumb"] = [batch["thumb"][i]]
-        singles.append(single)
-    singles[0]["errors"], singles[0]["error_index"] = batch["errors"], batch["error_index"]
-    return singles
 
 
 def error_row(path: str, reason: str) -> dict[str, Any]:
