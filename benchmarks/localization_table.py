@@ -2,7 +2,8 @@
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m benchmarks.localization_table
         [--localizers noise_level splicebuster jpeg_ghost copy_move_selfmatch]
-        [--learned seg_tiny mvss_tiny trufor_tiny evidence_tiny] [--minutes 3 [evidence_tiny=10]] [--epochs 30]
+        [--learned seg_tiny mvss_tiny trufor_tiny evidence_tiny] [--minutes 3 [evidence_tiny=10]]
+        [--epochs 30 [SPEC=EPOCHS]]
         [--kinds-per 8] [--seed 0] [--output-dir outputs/localization_table] [--docs docs/training_free.md]
 
 1. Generates (once, a few minutes) copy-move (scaled 0.8-1.25 x and rotated up to 30 degrees,
@@ -16,8 +17,10 @@
 2. Scores every validation and test image with each localizer, whole, as `infer.py` does; the
    training-free ones have nothing to train. `--learned` configs are first trained by `train.py` on
    the train split for at most `--minutes` (`benchmarks.localization_quality.train`; a finished run
-   in the output folder is reused). `NAME=MINUTES` gives one of them its own budget (`evidence_tiny`
-   spends its first epoch computing every image's training-free maps).
+   in the output folder is reused) and `--epochs` (the length of its learning-rate schedule).
+   `NAME=MINUTES` and `NAME=EPOCHS` give one of them its own (`evidence_tiny` spends its first
+   epoch computing every image's training-free maps; a 30-minute recipe sets each one's epochs to
+   what fits in 30 minutes, so its schedule ends).
 3. On the validation split only, chooses two levers: per localizer the pixel threshold that
    maximizes mean pixel F1 while marking at most 5 % of genuine pixels, and per operation the
    localizer with the best pixel F1 at 0.5 among those marking at most 5 % of genuine pixels (the
@@ -239,33 +242,37 @@ def best_entries(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
     return best
 
 
-def training_minutes(values: Sequence[str], specs: Sequence[str]) -> dict[str, float]:
-    """Each learned spec's wall-time budget from `--minutes` values: a number is every spec's budget,
-    `SPEC=MINUTES` one spec's own (`evidence_tiny=10`)."""
-    default, own = 3.0, {}
+def per_spec(
+    values: Sequence[str], specs: Sequence[str], option: str = "--minutes", default: float = 3.0
+) -> dict[str, float]:
+    """Each learned spec's value of `option` (`--minutes`: its wall-time budget; `--epochs`: its
+    schedule's length) from the option's values: a number is every spec's, `SPEC=VALUE` one spec's
+    own (`evidence_tiny=10`)."""
+    own = {}
     for value in values:
-        spec, equals, minutes = value.rpartition("=")
+        spec, equals, number = value.rpartition("=")
         if equals and spec not in specs:
-            raise ValueError(f"--minutes {value!r} names {spec!r}, which is not among --learned: {', '.join(specs)}")
+            raise ValueError(f"{option} {value!r} names {spec!r}, which is not among --learned: {', '.join(specs)}")
         try:
-            budget = float(minutes)
+            parsed = float(number)
         except ValueError:
-            raise ValueError(f"--minutes {value!r}: expected MINUTES or SPEC=MINUTES") from None
+            raise ValueError(f"{option} {value!r}: expected a number or SPEC=NUMBER") from None
         if equals:
-            own[spec] = budget
+            own[spec] = parsed
         else:
-            default = budget
+            default = parsed
     return {spec: own.get(spec, default) for spec in specs}
 
 
 def learned_checkpoints(
-    specs: Sequence[str], data: Path, output: Path, minutes: Mapping[str, float], epochs: int
+    specs: Sequence[str], data: Path, output: Path, minutes: Mapping[str, float], epochs: Mapping[str, float]
 ) -> dict[str, Any]:
-    """Train each learned localizer on the train split (wall-time budget `minutes[spec]`); return
-    {spec: (checkpoint, budget)}."""
+    """Train each learned localizer on the train split (`epochs[spec]` epochs, wall-time budget
+    `minutes[spec]`); return {spec: (checkpoint, budget)}."""
     trained = {}
     for spec in specs:
-        checkpoint, budget = train(spec, data, output / run_name(spec), epochs, minutes[spec], reuse=True)
+        run = output / run_name(spec)
+        checkpoint, budget = train(spec, data, run, int(epochs[spec]), minutes[spec], reuse=True)
         trained[spec] = (checkpoint, budget)
     return trained
 
@@ -279,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--minutes", nargs="+", default=["3"], help="wall-time budget of each learned run, or SPEC=MINUTES for one"
     )
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument(
+        "--epochs", nargs="+", default=["30"], help="epochs of each learned run's schedule, or SPEC=EPOCHS for one"
+    )
     parser.add_argument("--kinds-per", type=int, default=8, help="sources of every genuine kind (0: photos only)")
     parser.add_argument("--crops-per-photo", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="draws the generated set (and its splits)")
@@ -290,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for spec in [*args.localizers, *args.learned]:
         parse_variant(spec)  # fail on a typo before generating anything
-    minutes = training_minutes(args.minutes, args.learned)
+    minutes = per_spec(args.minutes, args.learned, "--minutes", 3.0)
+    epochs = per_spec(args.epochs, args.learned, "--epochs", 30)
     spec = dataset_spec(args.kinds_per, args.crops_per_photo, args.seed)
     manifest = make_data(data_folder(args.output_dir, args.kinds_per, args.crops_per_photo, args.seed), spec)
     records = [r for r in read_layout(manifest.parent, "auto") if r.label == 0 or (r.group in OPERATIONS and r.mask)]
@@ -301,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         from inference.runtime import load_checkpoint
 
         for spec, (checkpoint, budget) in learned_checkpoints(
-            args.learned, manifest.parent, args.output_dir, minutes, args.epochs
+            args.learned, manifest.parent, args.output_dir, minutes, epochs
         ).items():
             nets[spec], budgets[spec] = (lambda c=checkpoint: load_checkpoint(c).net), budget
     results: dict[str, Any] = {}

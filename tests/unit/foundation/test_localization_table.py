@@ -153,13 +153,15 @@ def test_a_set_drawn_with_another_seed_or_size_gets_its_own_folder_and_spec(tmp_
     assert spec["seed"] == 1 and set(spec["genuine_kinds"].values()) == {24}
 
 
-def test_each_learned_localizer_trains_for_the_default_budget_unless_given_its_own():
+def test_each_learned_localizer_trains_for_the_default_budget_and_epochs_unless_given_its_own():
     specs = ["seg_tiny", "evidence_tiny", "seg_tiny:evidence={noise_level: {}}"]
-    assert table.training_minutes(["3"], specs) == dict.fromkeys(specs, 3.0)
-    given = table.training_minutes(["evidence_tiny=10", "2.5"], specs)
+    assert table.per_spec(["3"], specs) == dict.fromkeys(specs, 3.0)
+    given = table.per_spec(["evidence_tiny=10", "2.5"], specs)
     assert given == {"seg_tiny": 2.5, "evidence_tiny": 10.0, "seg_tiny:evidence={noise_level: {}}": 2.5}
-    assert table.training_minutes(["seg_tiny:evidence={noise_level: {}}=4"], specs)[specs[2]] == 4.0
-    with pytest.raises(ValueError, match="not among --learned"):
-        table.training_minutes(["mvss_tiny=10"], specs)
-    with pytest.raises(ValueError, match="MINUTES or SPEC=MINUTES"):
-        table.training_minutes(["ten"], specs)
+    assert table.per_spec(["seg_tiny:evidence={noise_level: {}}=4"], specs)[specs[2]] == 4.0
+    epochs = table.per_spec(["evidence_tiny=100"], specs, "--epochs", 30)
+    assert epochs == {"seg_tiny": 30, "evidence_tiny": 100, "seg_tiny:evidence={noise_level: {}}": 30}
+    with pytest.raises(ValueError, match="--minutes 'mvss_tiny=10' names 'mvss_tiny', which is not among --learned"):
+        table.per_spec(["mvss_tiny=10"], specs)
+    with pytest.raises(ValueError, match="--epochs 'ten': expected a number or SPEC=NUMBER"):
+        table.per_spec(["ten"], specs, "--epochs", 30)
