@@ -126,6 +126,20 @@ def write_tiny_set(folder):
     return folder / "manifest.csv"
 
 
+def test_each_learned_run_is_trained_with_its_own_epochs_and_minutes(tmp_path, monkeypatch):
+    calls = {}
+
+    def record(spec, data, run, epochs, minutes, reuse):
+        calls[spec] = (run.name, epochs, minutes, reuse)
+        return run / "checkpoints" / "best.ckpt", {}
+
+    monkeypatch.setattr(table, "train", record)
+    specs = ["seg_tiny", "evidence_tiny"]
+    minutes, epochs = table.per_spec(["30"], specs), table.per_spec(["150", "evidence_tiny=100"], specs, "--epochs", 30)
+    table.learned_checkpoints(specs, tmp_path, tmp_path / "out", minutes, epochs)
+    assert calls == {"seg_tiny": ("seg_tiny", 150, 30.0, True), "evidence_tiny": ("evidence_tiny", 100, 30.0, True)}
+
+
 def test_the_script_writes_the_table_into_the_docs_between_its_markers(tmp_path, monkeypatch):
     manifest = write_tiny_set(tmp_path / "data")
     monkeypatch.setattr(table, "make_data", lambda folder, spec: manifest)
