@@ -33,8 +33,9 @@ from detectors.pair_matching import (
     match_under,
     to_working,
 )
-from detectors.self_matching import SelfMatch, is_pure_shift, match_self, missed, noise_sigma, self_match_regions, turns
+from detectors.self_matching import SelfMatch, is_pure_shift, match_self, missed, self_match_regions, turns
 from evaluation.protocols.duplication import cmo_set
+from imageops import noise_sigma
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
 

@@ -15,7 +15,6 @@ the mean. Everything is fixed-weight torch (convolutions, pooling, top-k), so it
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,10 +24,8 @@ import torch.nn.functional as F
 from datamodules.preprocess import Preprocess
 from detectors.base import capturing_graph
 from detectors.localizer import Localizer
+from imageops import IMMERKAER_KERNEL, SIGMA_PER_MEAN_ABS
 
-# Immerkaer's kernel: the difference of two Laplacians; zero response to planar intensity.
-IMMERKAER_KERNEL = ((1.0, -2.0, 1.0), (-2.0, 4.0, -2.0), (1.0, -2.0, 1.0))
-SIGMA_PER_MEAN_ABS = math.sqrt(math.pi / 2.0) / 6.0
 LUMA = (0.299, 0.587, 0.114)
 MAD_TO_STD = 1.4826  # the median absolute deviation of a Gaussian, in standard deviations
 

@@ -257,13 +257,3 @@ def copy_residual(gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode
     except cv2.error:  # no convergence: the RANSAC map alone
         return residual(initial)
     return min(residual(initial), residual(refined))  # a refinement that drifted away is not taken
-
-
-def noise_sigma(gray: np.ndarray) -> float:
-    """The image's noise level in grey levels (Immerkaer 1996: the mean absolute response of a
-    kernel that cancels planar content, times sqrt(pi/2) / 6). Recompression and sensor noise raise
-    it, and with it the residual of a real copy from its resampled source (`copy_residual`)."""
-    from detectors.noise_level import IMMERKAER_KERNEL, SIGMA_PER_MEAN_ABS  # here: this module imports no torch
-
-    response = cv2.filter2D(gray.astype(np.float32), -1, np.float32(IMMERKAER_KERNEL))[1:-1, 1:-1]
-    return float(SIGMA_PER_MEAN_ABS * np.abs(response).mean()) if response.size else 0.0

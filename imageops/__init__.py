@@ -1,6 +1,7 @@
-"""The pixel operations that degrade an image (JPEG, Gaussian blur, resizing, Gaussian noise), in
-one implementation for training augmentation, generated data, processing chains and robustness
-sweeps, so a JPEG at quality q or a blur of sigma s is the same operation wherever it is applied.
+"""The pixel operations that degrade an image (JPEG, Gaussian blur, resizing, Gaussian noise) and the
+estimate of an image's noise level, in one implementation for training augmentation, generated
+data, processing chains and robustness sweeps, so a JPEG at quality q or a blur of sigma s is the
+same operation wherever it is applied.
 
 Every operation takes and returns H x W x 3 uint8 RGB arrays. JPEG goes through OpenCV's libjpeg
 (`JPEG_CODEC` names the build, for reports): baseline, 4:2:0 chroma as most uploads are, encoded
@@ -10,12 +11,16 @@ package may use it.
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 
 import cv2
 import numpy as np
 
+# Immerkaer's kernel: the difference of two Laplacians; zero response to planar intensity.
+IMMERKAER_KERNEL = ((1.0, -2.0, 1.0), (-2.0, 4.0, -2.0), (1.0, -2.0, 1.0))
+SIGMA_PER_MEAN_ABS = math.sqrt(math.pi / 2.0) / 6.0
 # resampling kernels by name, as the toolkit's configs and chain names spell them
 RESAMPLING_KERNELS = {
     "nearest": cv2.INTER_NEAREST,
@@ -99,3 +104,10 @@ def gaussian_noise(image: np.ndarray, std: float, rng: np.random.Generator) -> n
     image = check_image(image)
     noise = rng.normal(0.0, float(std) * 255.0, size=image.shape)
     return np.clip(np.rint(image + noise), 0, 255).astype(np.uint8)
+
+
+def noise_sigma(gray: np.ndarray) -> float:
+    """An image's noise level in grey levels (Immerkaer 1996: the mean absolute response of a
+    kernel that cancels planar content, times sqrt(pi/2) / 6). `gray`: H x W, in 0-255 units."""
+    response = cv2.filter2D(np.asarray(gray, np.float32), -1, np.float32(IMMERKAER_KERNEL))[1:-1, 1:-1]
+    return float(SIGMA_PER_MEAN_ABS * np.abs(response).mean()) if response.size else 0.0
