@@ -24,6 +24,7 @@ from datamodules.datasets import (
     image_size,
 )
 from datamodules.layouts import read_layout
+from datamodules.noise_matching import NoiseMatchedClasses
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
 from datamodules.transforms import DEFAULT_AUGMENT, build_transform
@@ -38,7 +39,9 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     keep it; the others are split by `split_fractions`, keeping every fake of one source together.
     `with_groups` adds each record's `group` (generator or operation, "" when unknown) to batches.
     `pseudo_fakes` turns that fraction of the genuine training draws into fakes by re-injecting
-    noise (`datasets.NoiseReinjectedFakes`), a lever against learning one generator's trace.
+    noise (`datasets.NoiseReinjectedFakes`), a lever against learning one generator's trace;
+    `noise_match` raises that fraction of training draws to the noise level of a draw of the other
+    class of their category (`noise_matching.NoiseMatchedClasses`), so grain says nothing of the label.
     """
 
     def __init__(
@@ -59,6 +62,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         genuine_noise_std: Sequence[float] | None = None,
         genuine_noise_categories: Sequence[str] = (),
         genuine_noise_model: str = "gaussian",
+        noise_match: float = 0.0,
+        noise_match_categories: Sequence[str] = (),
     ) -> None:
         super().__init__()
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
@@ -78,6 +83,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.genuine_noise_std = tuple(genuine_noise_std) if genuine_noise_std is not None else None
         self.genuine_noise_categories = tuple(genuine_noise_categories or ())
         self.genuine_noise_model = check_genuine_noise_model(genuine_noise_model)  # fails here, not at fit
+        self.noise_match = check_rate("noise-matching rate", noise_match)
+        self.noise_match_categories = tuple(noise_match_categories or ())
         self.splits: dict[str, list[Record]] = {}
 
     @abstractmethod
@@ -111,6 +118,8 @@ class RecordsDataModule(L.LightningDataModule, ABC):
     def _loader(self, split: str, train: bool) -> DataLoader:
         transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
         dataset = self.make_dataset(self.splits[split], transform)
+        if train and self.noise_match > 0:  # before the pseudo-fakes: their noise is not a class's level
+            dataset = NoiseMatchedClasses(dataset, self.noise_match, self.noise_match_categories)
         if train and (self.pseudo_fakes > 0 or self.genuine_noise > 0):
             dataset = NoiseReinjectedFakes(
                 dataset,
