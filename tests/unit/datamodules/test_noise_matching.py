@@ -69,6 +69,9 @@ def test_the_data_module_matches_training_draws_only_and_refuses_a_rate_outside_
     module = _flat_split_module(tmp_path, noise_match=0.5, noise_match_categories=["gel"])
     train = module.train_dataloader().dataset
     assert isinstance(train, NoiseMatchedClasses) and train.rate == 0.5 and train.categories == {"gel"}
+    assert next(iter(module.train_dataloader()))["image"].shape == (8, 3, 16, 16)
+    module = _flat_split_module(tmp_path / "all", noise_match=1.0)  # uncategorized records: one category
+    assert len(list(module.train_dataloader())) == 1
     assert not isinstance(module.val_dataloader().dataset, NoiseMatchedClasses)
     with pytest.raises(ValueError, match="noise-matching rate must lie in"):
         _flat_split_module(tmp_path / "bad", noise_match=1.5)
