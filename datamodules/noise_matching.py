@@ -19,15 +19,15 @@ import torch
 from torch.utils.data import Dataset
 
 from datamodules.datasets import check_rate
-from imageops import noise_sigma
+from imageops import LUMA, noise_sigma
 
-LUMA = torch.tensor([0.299, 0.587, 0.114]).view(3, 1, 1)
-LUMA_NORM = float(LUMA.norm())  # the std of the luma of independent unit noise in each channel
+LUMA_WEIGHTS = torch.tensor(LUMA).view(3, 1, 1)
+LUMA_NORM = float(LUMA_WEIGHTS.norm())  # the std of the luma of independent unit noise in each channel
 
 
 def image_noise_level(image: torch.Tensor) -> float:
     """The noise level (grey levels, `imageops.noise_sigma`) of a 3 x H x W image in [0, 1]."""
-    gray = (image.float() * LUMA).sum(0) * 255.0
+    gray = (image.float() * LUMA_WEIGHTS).sum(0) * 255.0
     return noise_sigma(gray.numpy())
 
 

@@ -27,8 +27,7 @@ from torch import nn
 from datamodules.preprocess import Preprocess
 from detectors.evidence import DEFAULT_CACHE_MB, EvidenceMaps
 from detectors.localizer import Localizer, pad_to_multiple
-from detectors.noise_level import LUMA
-from imageops import IMMERKAER_KERNEL
+from imageops import IMMERKAER_KERNEL, LUMA
 
 DEFAULT_EVIDENCE = {"noise_level": {}, "jpeg_ghost": {}, "copy_move_selfmatch": {}}
 EVIDENCE_INPUT_SCALE = 0.25  # clamped logits in [-10, 10] -> about the range of the normalized RGB

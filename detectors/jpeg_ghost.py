@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from datamodules.preprocess import Preprocess
 from detectors.localizer import Localizer
-from detectors.noise_level import LUMA, MAD_TO_STD, lower_median
+from detectors.noise_level import MAD_TO_STD, lower_median
+from imageops import LUMA
 
 # The JPEG standard's luminance quantization table (quality 50), row by row.
 LUMINANCE_TABLE = (

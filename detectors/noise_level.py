@@ -24,9 +24,8 @@ import torch.nn.functional as F
 from datamodules.preprocess import Preprocess
 from detectors.base import capturing_graph
 from detectors.localizer import Localizer
-from imageops import IMMERKAER_KERNEL, SIGMA_PER_MEAN_ABS
+from imageops import IMMERKAER_KERNEL, LUMA, SIGMA_PER_MEAN_ABS
 
-LUMA = (0.299, 0.587, 0.114)
 MAD_TO_STD = 1.4826  # the median absolute deviation of a Gaussian, in standard deviations
 
 

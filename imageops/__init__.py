@@ -18,6 +18,7 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
+LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G and B in an image's luma
 # Immerkaer's kernel: the difference of two Laplacians; zero response to planar intensity.
 IMMERKAER_KERNEL = ((1.0, -2.0, 1.0), (-2.0, 4.0, -2.0), (1.0, -2.0, 1.0))
 SIGMA_PER_MEAN_ABS = math.sqrt(math.pi / 2.0) / 6.0
