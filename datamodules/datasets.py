@@ -90,7 +90,22 @@ def check_genuine_noise_model(name: str) -> str:
     return name
 
 
-class NoiseReinjectedFakes(Dataset):
+class WrappedDataset(Dataset):
+    """A training-draw lever around a dataset: its length, and its `records`, `transform`, ... as
+    the wrapped dataset's (balanced sampling reads them through any number of wrappers)."""
+
+    dataset: Dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class NoiseReinjectedFakes(WrappedDataset):
     """Training draws of genuine images turned, at `rate`, into fakes by re-injecting Gaussian noise
     (and, with `genuine_noise`, others given noise and kept genuine).
 
@@ -128,14 +143,6 @@ class NoiseReinjectedFakes(Dataset):
         self.genuine_noise_std = (float(low), float(high))
         self.genuine_noise_categories = frozenset(genuine_noise_categories)
         self.genuine_noise_model = check_genuine_noise_model(genuine_noise_model)
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getattr__(self, name: str) -> Any:  # records, transform, ... of the wrapped dataset
-        if name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         sample = self.dataset[index]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from datamodules.datasets import check_rate
+from datamodules.datasets import WrappedDataset, check_rate
 from imageops import LUMA, noise_sigma
 
 LUMA_WEIGHTS = torch.tensor(LUMA).view(3, 1, 1)
@@ -31,7 +31,7 @@ def image_noise_level(image: torch.Tensor) -> float:
     return noise_sigma(gray.numpy())
 
 
-class NoiseMatchedClasses(Dataset):
+class NoiseMatchedClasses(WrappedDataset):
     """Training draws (samples with "image" in [0, 1] and "label") of a dataset with `records`,
     whose noise is raised at `rate` to the level of a draw of the other class of their category
     (`categories` only, when given), with Gaussian noise added in quadrature (independent in each
@@ -44,14 +44,6 @@ class NoiseMatchedClasses(Dataset):
         self.categories = frozenset(categories)
         self.memory = int(memory)
         self.levels: dict[tuple[str | None, int], deque[float]] = {}
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getattr__(self, name: str) -> Any:  # records, transform, ... of the wrapped dataset
-        if name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         sample = self.dataset[index]
