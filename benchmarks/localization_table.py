@@ -269,12 +269,9 @@ def learned_checkpoints(
 ) -> dict[str, Any]:
     """Train each learned localizer on the train split (`epochs[spec]` epochs, wall-time budget
     `minutes[spec]`); return {spec: (checkpoint, budget)}."""
-    trained = {}
-    for spec in specs:
-        run = output / run_name(spec)
-        checkpoint, budget = train(spec, data, run, int(epochs[spec]), minutes[spec], reuse=True)
-        trained[spec] = (checkpoint, budget)
-    return trained
+    return {
+        spec: train(spec, data, output / run_name(spec), int(epochs[spec]), minutes[spec], reuse=True) for spec in specs
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

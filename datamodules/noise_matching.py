@@ -50,9 +50,9 @@ class NoiseMatchedClasses(WrappedDataset):
         category = self.dataset.records[index].category
         if "error" in sample or sample["label"] not in (0, 1) or (self.categories and category not in self.categories):
             return sample
-        level = image_noise_level(sample["image"])
-        other = self.levels.get((category, 1 - int(sample["label"])))
-        self.levels.setdefault((category, int(sample["label"])), deque(maxlen=self.memory)).append(level)
+        level, label = image_noise_level(sample["image"]), int(sample["label"])
+        other = self.levels.get((category, 1 - label))
+        self.levels.setdefault((category, label), deque(maxlen=self.memory)).append(level)
         if not other or float(torch.rand(())) >= self.rate:
             return sample
         target = other[int(torch.randint(len(other), ()))]

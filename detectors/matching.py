@@ -107,7 +107,7 @@ def describe_panel(
             points = (points + 0.5) * stretch - 0.5
         descriptors = np.sqrt(descriptors / np.maximum(descriptors.sum(1, keepdims=True), 1e-7))  # RootSIFT
         descriptors = descriptors / np.maximum(np.linalg.norm(descriptors, axis=1, keepdims=True), 1e-7)
-    unmasked = (points, descriptors.astype(np.float32))
+    descriptors = descriptors.astype(np.float32)
     inside = ~furniture[
         np.clip(points[:, 1].round().astype(int), 0, gray_u8.shape[0] - 1),
         np.clip(points[:, 0].round().astype(int), 0, gray_u8.shape[1] - 1),
@@ -120,12 +120,12 @@ def describe_panel(
         factor=factor,
         original_shape=original_shape,
         points=points[inside],
-        descriptors=descriptors[inside].astype(np.float32),
+        descriptors=descriptors[inside],
         furniture=furniture,
         texture=float(np.mean(local_var > 25.0)),
     )
     if keep_unmasked:
-        panel.cache["unmasked"] = unmasked
+        panel.cache["unmasked"] = (points, descriptors)
     return panel
 
 

@@ -40,20 +40,15 @@ class SelfMatch:
     overlap: float = 0.0  # shared part of the two copies, as a fraction of the smaller
 
 
-def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
-    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
-    geometry = Geometry.of(matrix)
-    return (
-        not geometry.flipped
-        and abs(geometry.rotation) <= angle
-        and abs(np.log(max(geometry.scale, 1e-6))) <= np.log1p(scale)
-    )
-
-
 def turns(matrix: np.ndarray, angle: float = 2.0) -> bool:
     """Whether a map turns (by more than `angle` degrees) or flips, whatever its scale."""
     geometry = Geometry.of(matrix)
     return geometry.flipped or abs(geometry.rotation) > angle
+
+
+def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
+    """Whether a map neither turns (by `angle` degrees), flips nor rescales (by `scale`)."""
+    return not turns(matrix, angle) and abs(np.log(max(Geometry.of(matrix).scale, 1e-6))) <= np.log1p(scale)
 
 
 def missed(found: SelfMatch, reason: str) -> SelfMatch:
