@@ -68,10 +68,15 @@ def run_train(detector: str, data_dir: Path, run_dir: Path, overrides: Sequence[
         ),
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
-        "epochs": int(last["epoch"]) + 1,
-        "steps": int(last["global_step"]),
+        **training_length(last),
         "train_py_metrics": json.loads((run_dir / "metrics.json").read_text()),
     }
+
+
+def training_length(checkpoint: dict[str, Any]) -> dict[str, int]:
+    """Epochs and steps a checkpoint was trained for: none for a training-free localizer, whose
+    checkpoint holds its settings and threshold only."""
+    return {"epochs": int(checkpoint.get("epoch", -1)) + 1, "steps": int(checkpoint.get("global_step", 0))}
 
 
 def metrics_of(scored: Sequence[dict[str, Any]]) -> dict[str, float]:

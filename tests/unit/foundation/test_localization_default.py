@@ -9,6 +9,7 @@ import numpy as np
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 
+from benchmarks.localization_default import training_length
 from datamodules.localization import LocalizationDataModule
 from tests.helpers import compose_config
 from train import data_config
@@ -78,3 +79,8 @@ def test_the_datamodule_makes_a_missing_dataset_once_with_the_maker_it_is_handed
     module.setup("fit")
     batch = next(iter(module.train_dataloader()))
     assert batch["mask"].shape[1:] == (1, 32, 32) and "edge" in batch
+
+
+def test_the_default_localization_benchmark_reads_a_training_free_checkpoint_as_trained_for_nothing():
+    assert training_length({"hyper_parameters": {}, "state_dict": {}, "calibration": {}}) == {"epochs": 0, "steps": 0}
+    assert training_length({"epoch": 29, "global_step": 600}) == {"epochs": 30, "steps": 600}
