@@ -100,11 +100,22 @@ def run_name(spec: str) -> str:
 
 def make_data(folder: Path, spec: dict | None = None) -> Path:
     """The generated set of `spec` (`synthesis.spec.DatasetSpec` fields; default `SPEC`) under
-    `folder`, made once: a `manifest.csv` already there is used as it is."""
+    `folder`, made once and reused while it was made with the same settings (`dataset_spec.json`):
+    a set made with others (an earlier version of the benchmark) is refused, not scored as this one."""
     from synthesis.dataset import DatasetSpec, make_generated_manifest
 
-    if not (folder / "manifest.csv").is_file():
-        make_generated_manifest(folder, DatasetSpec(**(SPEC if spec is None else spec)), progress=False)
+    wanted = json.loads(json.dumps(SPEC if spec is None else spec))
+    recorded = folder / "dataset_spec.json"
+    if (folder / "manifest.csv").is_file():
+        made = json.loads(recorded.read_text()) if recorded.is_file() else None
+        if made != wanted:
+            raise ValueError(
+                f"{folder} holds a generated set made with other settings than this benchmark's "
+                f"({'none recorded' if made is None else made}); delete it or choose another --output-dir"
+            )
+        return folder / "manifest.csv"
+    make_generated_manifest(folder, DatasetSpec(**wanted), progress=False)
+    recorded.write_text(json.dumps(wanted, indent=1))
     return folder / "manifest.csv"
 
 

@@ -8,7 +8,13 @@ from typing import Any
 
 from benchmarks.localization_table import CONDITIONS, MAX_GENUINE_FPR, OPERATIONS
 
-OPERATION_NAMES = {"copy_move": "Copy-move", "splicing": "Splicing", "inpainting": "Inpainting"}
+OPERATION_NAMES = {
+    "copy_move": "Copy-move",
+    "splicing": "Splicing",
+    "inpainting": "Inpainting",
+    "region_edit": "AI region edit",
+    "damage": "Damage",
+}
 CONDITION_NAMES = {"clean": "", "jpeg75": " JPEG 75", "rescale0.75": " x0.75"}
 
 
@@ -67,8 +73,8 @@ def best_table(best: Mapping[str, Mapping[str, Any]]) -> list[str]:
             cell(overall.get("pixel_f1")),
             *(cell(entry["test"].get(k, {}).get("pixel_f1")) for k in kinds),
             cell(overall.get("pixel_fpr_genuine")),
-            f">= {entry['target']:.1f}, FPR <= {MAX_GENUINE_FPR:.2f}",
-            "yes" if entry["holds"] else "**no**",
+            "none set" if entry["target"] is None else f">= {entry['target']:.1f}, FPR <= {MAX_GENUINE_FPR:.2f}",
+            "-" if entry["holds"] is None else "yes" if entry["holds"] else "**no**",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]

@@ -84,6 +84,40 @@ def test_a_localizer_that_marks_genuine_validation_images_cannot_be_the_best_ent
     assert best["localizer"] == "everything" and not best["holds"]
 
 
+def test_an_operation_with_no_target_gets_a_best_entry_that_neither_holds_nor_fails():
+    row = lambda f1: {"all": {"pixel_f1": f1, "pixel_fpr_genuine": 0.0}}  # noqa: E731
+    damage = {"val": {"damage": row(0.8)}, "test": {"clean": {"damage": row(0.9)}}}
+    best = table.best_entries({"a": damage})["damage"]
+    assert best["localizer"] == "a" and best["target"] is None and best["holds"] is None
+    summary = {"n_val": 1, "n_test": 1, "best": {"damage": best}, "localizers": {}}
+    assert "| Damage | a | 0.800 | 0.900 | 0.000 | none set | - |" in markdown(summary)
+
+
+def test_a_region_edit_named_after_its_generator_is_scored_as_an_ai_region_edit(tmp_path):
+    from detectors.registry import create_detector
+
+    write_image(tmp_path / "a.png", np.full((32, 32, 3), 128, np.uint8))
+    write_image(tmp_path / "m.png", square_mask()[..., None].repeat(3, 2) * 255)
+    edit = Record(str(tmp_path / "a.png"), 1, str(tmp_path / "m.png"), "ae_nearest_conv_region", "photo")
+    scored, _ = table.score_split(create_detector("noise_level_tiny").eval(), [edit], "clean")
+    assert scored[0]["op"] == "region_edit" and "region_edit" in table.OPERATIONS
+    assert "damage" in table.OPERATIONS and table.dataset_spec()["ops"]["damage"] > 0
+
+
+def test_a_set_made_with_other_settings_is_refused_rather_than_scored_as_this_one(tmp_path):
+    from benchmarks.localization_quality import make_data
+
+    folder = tmp_path / "data"
+    manifest = write_tiny_set(folder)
+    with pytest.raises(ValueError, match="made with other settings .*none recorded.*delete it"):
+        make_data(folder, table.dataset_spec())  # an earlier version's set: no settings recorded
+    (folder / "dataset_spec.json").write_text(json.dumps({**table.dataset_spec(), "ops": {"copy_move": 0.75}}))
+    with pytest.raises(ValueError, match="made with other settings"):
+        make_data(folder, table.dataset_spec())
+    (folder / "dataset_spec.json").write_text(json.dumps(table.dataset_spec()))
+    assert make_data(folder, table.dataset_spec()) == manifest  # the same settings: reused, not made again
+
+
 def test_a_rescaled_image_is_scored_and_its_map_brought_back_to_the_original_size(tmp_path):
     from detectors.registry import create_detector
 
