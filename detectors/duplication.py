@@ -67,12 +67,8 @@ class LogisticScore(torch.nn.Module):
         scale = np.where(scale > 1e-9, scale, 1.0)
         model = LogisticRegression(C=c, class_weight="balanced", max_iter=1000)
         model.fit((features - mean) / scale, labels)
-        for name, value in (
-            ("mean", mean),
-            ("scale", scale),
-            ("coef", model.coef_[0]),
-            ("intercept", model.intercept_[0]),
-        ):
+        fitted = {"mean": mean, "scale": scale, "coef": model.coef_[0], "intercept": model.intercept_[0]}
+        for name, value in fitted.items():
             getattr(self, name).copy_(torch.as_tensor(value, dtype=torch.float64))
         self.fitted.fill_(True)
 
@@ -251,7 +247,8 @@ class SelfMatchLocalizer(Localizer):
     inliers above `min_inliers`.
 
     A match whose two copies overlap by more than `max_copy_overlap` of the smaller is a repeated
-    structure matching itself one period away (lines of text, a brick wall), not a copy: dropped.
+    structure matching itself one period away (lines of text, a brick wall), not a copy: dropped, as
+    is a shift whose copy repeats once more along it (bars, legend rows; `max_shift_repeat`).
     So is a match whose copy its resampled source reproduces only to more than the residual gate
     (median grey levels): look-alike content, such as the same words typeset twice. The gate is
     `max_copy_residual`, raised to `copy_residual_noise_factor` x the image's noise level
@@ -285,6 +282,7 @@ class SelfMatchLocalizer(Localizer):
         image_score: str = "head",
         confidence: float = 6.0,
         max_copy_overlap: float = 0.5,
+        max_shift_repeat: float = 0.5,
         max_copy_residual: float = 4.0,
         copy_residual_noise_factor: float = 3.0,
         copy_residual_ceiling: float = 5.0,
@@ -299,6 +297,7 @@ class SelfMatchLocalizer(Localizer):
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
+        self.max_shift_repeat = float(max_shift_repeat)
         self.max_copy_residual = float(max_copy_residual)
         self.copy_residual_noise_factor, self.copy_residual_ceiling = (
             float(copy_residual_noise_factor),
@@ -351,6 +350,8 @@ class SelfMatchLocalizer(Localizer):
         source resampled (look-alike content)."""
         if found.matrix is not None and found.overlap > self.max_copy_overlap:
             return missed(found, "the copies overlap: a repeated structure")
+        if found.matrix is not None and found.repeat > self.max_shift_repeat:
+            return missed(found, "the copy repeats again one shift further: a repeated structure")
         if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
             return missed(found, "the copy is not its source resampled: look-alike content")
         return found

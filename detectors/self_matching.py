@@ -16,6 +16,7 @@ from detectors.matching import (
     Panel,
     fit_similarity,
     homogeneous,
+    local_correlation,
     local_std,
     mirror_matrix,
     mutual_matches,
@@ -38,6 +39,7 @@ class SelfMatch:
     method: str = "sift"  # "sift" | "dense" (`detectors.dense_copy_move`) | "none"
     residual: float = float("inf")  # median grey difference of the copy from its resampled source
     overlap: float = 0.0  # shared part of the two copies, as a fraction of the smaller
+    repeat: float = 0.0  # share of a shifted copy's texture repeated once more along the shift (`repeats_again`)
 
 
 def turns(matrix: np.ndarray, angle: float = 2.0) -> bool:
@@ -139,6 +141,7 @@ def self_match_regions(
         ordered = bool(np.isfinite(forward + backward)) and abs(forward - backward) > order_margin * min(
             forward, backward
         )
+    repeat = repeats_again(panel.gray, source, target, matrix) if is_pure_shift(matrix) else 0.0
     if fill_hull:  # after ordering: filled flat pixels repeat exactly both ways and would hide the trace
         source, target = fill_flat_in_hull(panel.gray, source, matrix), fill_flat_in_hull(panel.gray, target, inverse)
     if border_band > 0:
@@ -157,7 +160,33 @@ def self_match_regions(
         method=method,
         residual=min(forward, backward),
         overlap=overlap,
+        repeat=repeat,
     )
+
+
+def repeats_again(
+    gray: np.ndarray,
+    source: np.ndarray,
+    target: np.ndarray,
+    to_target: np.ndarray,
+    min_correlation: float = 0.6,
+    min_cover: float = 0.25,
+) -> float:
+    """The share of a shifted copy's textured pixels that the image repeats once more along the
+    shift (beyond the target, or before the source; the larger): a region pasted once is repeated
+    by its source only, whereas what is drawn at a period (bars, legend rows, lines of text, a tiled
+    texture) repeats again one period further. A pixel repeats when its window correlates with its
+    partner's as a copy's does (`min_correlation`, as `shared_region` grows copies). A direction
+    counts only where textured partners inside the image cover `min_cover` of the copy: a few
+    pixels at its edge (a straight edge along the shift repeats itself) tell nothing."""
+    shares = [0.0]
+    for region, step in ((target, to_target), (source, cv2.invertAffineTransform(to_target))):
+        partner, covered = partner_view(gray, step)
+        correlation, spread = local_correlation(gray, partner)
+        chosen = region & covered & (spread > 3.0)
+        if chosen.sum() >= max(50, min_cover * region.sum()):
+            shares.append(float((correlation[chosen] > min_correlation).mean()))
+    return max(shares)
 
 
 def partner_view(gray: np.ndarray, to_partner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ import pytest
 from detectors.dense_copy_move import nearest_far_blocks, zernike_features
 from detectors.duplication import SelfMatchLocalizer
 from detectors.matching import describe_panel
-from detectors.self_matching import fill_flat_in_hull, is_pure_shift
+from detectors.self_matching import fill_flat_in_hull, is_pure_shift, repeats_again
 from synthesis.copy_move import copy_move
 
 
@@ -105,9 +105,28 @@ def test_a_genuine_chart_with_repeated_bars_ticks_and_labels_is_not_flagged():
     chart = bar_chart()
     _, logits, found = SelfMatchLocalizer(max_side=256).locate(chart)
     assert not (logits > 0).any()
-    # What keeps it clean: the bars match themselves one period away, and the two "copies" overlap.
-    _, unchecked, _ = SelfMatchLocalizer(max_side=256, max_copy_overlap=1.0).locate(chart)
+    # What keeps it clean: the bars match themselves one period away, so the two "copies" overlap
+    # and each repeats again one period further; either check alone suffices.
+    for check_off in ({"max_copy_overlap": 1.0}, {"max_shift_repeat": 1.0}):
+        _, one_check, _ = SelfMatchLocalizer(max_side=256, **check_off).locate(chart)
+        assert not (one_check > 0).any()
+    _, unchecked, _ = SelfMatchLocalizer(max_side=256, max_copy_overlap=1.0, max_shift_repeat=1.0).locate(chart)
     assert (unchecked > 0).mean() > 0.1
+
+
+def test_a_shifted_copy_whose_texture_repeats_once_more_along_the_shift_is_a_period_not_a_copy():
+    rng = np.random.default_rng(0)
+    patch = rng.uniform(0, 255, (30, 30)).astype(np.float32)
+    gray = np.full((64, 160), 128.0, np.float32)
+    source, target = np.zeros(gray.shape, bool), np.zeros(gray.shape, bool)
+    source[17:47, 10:40], target[17:47, 50:80] = True, True
+    shift = np.float32([[1, 0, 40], [0, 1, 0]])
+    gray[17:47, 10:40] = gray[17:47, 50:80] = patch  # pasted once: beyond it, flat background
+    assert repeats_again(gray, source, target, shift) == 0.0
+    gray[17:47, 90:120] = patch  # drawn three times at a period of 40 px, as bars or legend rows are
+    assert repeats_again(gray, source, target, shift) > 0.9
+    gray[17:47, 90:120] = rng.uniform(0, 255, (30, 30))  # something else there: no period
+    assert repeats_again(gray, source, target, shift) < 0.1
 
 
 def test_only_a_map_that_neither_turns_flips_nor_rescales_is_a_pure_shift():
