@@ -346,8 +346,8 @@ class SelfMatchLocalizer(Localizer):
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
 
     def checked(self, found: SelfMatch, panel: Any) -> SelfMatch:
-        """`found`, or no copy where its copies overlap (a repeated structure) or its copy is not its
-        source resampled (look-alike content)."""
+        """`found`, or no copy where its copies overlap or repeat again along a shift (a repeated
+        structure) or its copy is not its source resampled (look-alike content)."""
         if found.matrix is not None and found.overlap > self.max_copy_overlap:
             return missed(found, "the copies overlap: a repeated structure")
         if found.matrix is not None and found.repeat > self.max_shift_repeat:
