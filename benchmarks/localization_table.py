@@ -315,10 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.learned:
         from inference.runtime import load_checkpoint
 
-        for spec, (checkpoint, budget) in learned_checkpoints(
+        for name, (checkpoint, budget) in learned_checkpoints(
             args.learned, manifest.parent, args.output_dir, minutes, epochs
         ).items():
-            nets[spec], budgets[spec] = (lambda c=checkpoint: load_checkpoint(c).net), budget
+            nets[name], budgets[name] = (lambda c=checkpoint: load_checkpoint(c).net), budget
     results: dict[str, Any] = {}
     for name, build in nets.items():
         print(f"scoring {len(val)} validation and {len(test)} test images x {len(CONDITIONS)} with {name}", flush=True)

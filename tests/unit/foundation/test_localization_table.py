@@ -192,6 +192,27 @@ def test_the_script_writes_the_table_into_the_docs_between_its_markers(tmp_path,
     assert markdown(summary) in text
 
 
+def test_the_summary_names_the_set_it_scored_when_learned_localizers_are_in_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import inference.runtime
+    from detectors.registry import create_detector
+
+    manifest = write_tiny_set(tmp_path / "data")
+    monkeypatch.setattr(table, "make_data", lambda folder, spec: manifest)
+    budget = {"seconds": 60.0, "steps": 10, "epochs": 1}
+    monkeypatch.setattr(
+        table, "learned_checkpoints", lambda specs, *_: {s: (tmp_path / "best.ckpt", budget) for s in specs}
+    )
+    trained = SimpleNamespace(net=create_detector("noise_level_tiny"))
+    monkeypatch.setattr(inference.runtime, "load_checkpoint", lambda path: trained)
+    arguments = ["--localizers", "--learned", "seg_tiny", "--output-dir", str(tmp_path / "out")]
+    assert table.main(arguments) == 0
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert summary["spec"] == json.loads(json.dumps(table.dataset_spec()))  # not the last learned run's name
+    assert summary["localizers"]["seg_tiny"]["learned"] and summary["localizers"]["seg_tiny"]["budget"] == budget
+
+
 def test_a_set_drawn_with_another_seed_or_size_gets_its_own_folder_and_spec(tmp_path):
     default = table.data_folder(tmp_path)
     fresh = table.data_folder(tmp_path, kinds_per=24, seed=1)
