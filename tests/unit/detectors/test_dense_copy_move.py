@@ -127,6 +127,10 @@ def test_a_shifted_copy_whose_texture_repeats_once_more_along_the_shift_is_a_per
     assert repeats_again(gray, source, target, shift) > 0.9
     gray[17:47, 90:120] = rng.uniform(0, 255, (30, 30))  # something else there: no period
     assert repeats_again(gray, source, target, shift) < 0.1
+    # where the next period lies mostly outside the image, the few pixels inside tell nothing
+    edge = gray[:, :95].copy()
+    edge[17:47, 90:95] = patch[:, :5]
+    assert repeats_again(edge, source[:, :95], target[:, :95], shift) == 0.0
 
 
 def test_only_a_map_that_neither_turns_flips_nor_rescales_is_a_pure_shift():
