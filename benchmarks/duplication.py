@@ -28,7 +28,8 @@ import cv2
 import numpy as np
 
 from benchmarks.duplication_tables import markdown
-from detectors.duplication import PairDuplicationDetector, SelfMatchLocalizer
+from detectors.copy_move import SelfMatchLocalizer
+from detectors.duplication import PairDuplicationDetector
 from detectors.training_free import evaluate_pair_set, fit_pair_detector, match_pair_set
 from evaluation.calibration import clopper_pearson
 from synthesis.copy_move import copy_move

@@ -7,8 +7,9 @@ one for the pair score and one for "parameters were modified"; train.py fits the
 pairs and calibrates the threshold to a target false-positive rate on non-duplicate pairs
 (`detectors.training_free`). Their coefficients are buffers, so the checkpoint is an ordinary one.
 
-`SelfMatchLocalizer` finds copy-move inside one image by matching it with itself and is a
-localizer like any other (`forward(image)` -> image logit and pixel map).
+Copy-move inside one image (`SelfMatchLocalizer`, the same matching applied to an image and
+itself) is a localizer and lives in `detectors.copy_move`; `detectors.duplication.SelfMatchLocalizer`
+still resolves to it, so configs and checkpoints written before the move load unchanged.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ import torch
 
 from datamodules.preprocess import Preprocess
 from detectors.base import Detector
-from detectors.dense_copy_move import dense_self_match
-from detectors.localizer import Localizer
-from detectors.matching import Geometry, Panel, describe_panel, unmasked_view
+from detectors.matching import Geometry, Panel, describe_panel
 from detectors.pair_matching import (
     FEATURE_NAMES,
     PARAMETER_FEATURE_NAMES,
@@ -33,9 +32,7 @@ from detectors.pair_matching import (
     match_under,
     to_working,
 )
-from detectors.self_matching import SelfMatch, is_pure_shift, match_self, missed, self_match_regions, turns
 from evaluation.protocols.duplication import cmo_set
-from imageops import noise_sigma
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
 
@@ -238,163 +235,10 @@ def matched_points(match: PairMatch) -> list[list[float]]:
     return np.round(np.concatenate([points_a, points_b], axis=1), 1).tolist()
 
 
-class SelfMatchLocalizer(Localizer):
-    """Copy-move by self-matching: the image matched with itself (and its mirror), a keypoint's own
-    neighbourhood excluded. The map marks the target (logit +`confidence`) and the source (logit -1:
-    probability 0.27, visible in saved maps, under the 0.5 cut) when the resampling trace tells
-    which copy is which (`mark: target`); `mark: both` marks both copies as manipulated. A pure
-    shift carries no such trace, so both copies are marked then. The image logit is the evidence:
-    inliers above `min_inliers`.
+def __getattr__(name: str) -> Any:
+    """The copy-move localizer under its former path (configs and checkpoints that name it here)."""
+    if name == "SelfMatchLocalizer":
+        from detectors.copy_move import SelfMatchLocalizer
 
-    A match whose two copies overlap by more than `max_copy_overlap` of the smaller is a repeated
-    structure matching itself one period away (lines of text, a brick wall), not a copy: dropped, as
-    is a shift whose copy repeats once more along it (bars, legend rows; `max_shift_repeat`).
-    So is a match whose copy its resampled source reproduces only to more than the residual gate
-    (median grey levels): look-alike content, such as the same words typeset twice. The gate is
-    `max_copy_residual`, raised to `copy_residual_noise_factor` x the image's noise level
-    (`noise_sigma`; JPEG recompression raises a real copy's residual with it), at most
-    `copy_residual_ceiling` (look-alike text and texture sit above it however noisy the image).
-    Where SIFT finds no consistent self-matches, `dense_min_inliers` > 0 tries the dense block
-    fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
-    `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
-    content resembles itself everywhere, so its map is kept only with `dense_min_inliers` inlier
-    blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels, and a
-    turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts.
-    `border_band` > 0: each copy's outline is traced to the pixel within that many px
-    (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline.
-    `furniture_retry`: where no copy was found, the keypoints of text and rulings (masked so far, as
-    every chart has them) are matched too, and only a turned or flipped copy that resampling
-    reproduces is kept: a turned legend or bar group has no other keypoints."""
-
-    has_image_head = True
-    fit_without_gradients = True
-    onnx_export_refusal = PairDuplicationDetector.onnx_export_refusal
-
-    def __init__(
-        self,
-        preprocess: Preprocess | Mapping[str, Any] | None = None,
-        max_side: int = 512,
-        n_features: int = 1000,
-        ratio: float = 0.8,
-        min_distance: float = 0.05,
-        min_inliers: int = 6,
-        mark: str = "target",
-        image_score: str = "head",
-        confidence: float = 6.0,
-        max_copy_overlap: float = 0.5,
-        max_shift_repeat: float = 0.5,
-        max_copy_residual: float = 4.0,
-        copy_residual_noise_factor: float = 3.0,
-        copy_residual_ceiling: float = 5.0,
-        dense_min_inliers: int = 30,
-        dense_radius: int = 6,
-        dense_grid: int = 96,
-        dense_min_distance: float = 0.15,
-        dense_max_residual: float = 1.0,
-        border_band: int = 6,
-        furniture_retry: bool = True,
-    ) -> None:
-        super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
-        self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
-        self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
-        self.max_shift_repeat = float(max_shift_repeat)
-        self.max_copy_residual = float(max_copy_residual)
-        self.copy_residual_noise_factor, self.copy_residual_ceiling = (
-            float(copy_residual_noise_factor),
-            float(copy_residual_ceiling),
-        )
-        self.dense_radius, self.dense_grid = int(dense_radius), int(dense_grid)
-        self.dense_min_distance, self.dense_max_residual = float(dense_min_distance), float(dense_max_residual)
-        if mark not in ("target", "both"):
-            raise ValueError(f"mark must be target or both, got {mark!r}")
-        self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
-        self.min_distance, self.min_inliers, self.mark = float(min_distance), int(min_inliers), mark
-        self.confidence = float(confidence)
-        self._sift = None
-
-    def locate(self, image: np.ndarray) -> tuple[float, np.ndarray, Any]:
-        """(image logit, pixel logits H x W, SelfMatch) of one RGB uint8 image."""
-        if self._sift is None:
-            self._sift = cv2.SIFT_create(nfeatures=self.n_features)
-        panel = first = describe_panel(
-            image,
-            self.max_side,
-            self.n_features,
-            mask_furniture=True,
-            sift=self._sift,
-            keep_unmasked=self.furniture_retry,
-        )
-        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
-            faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
-            panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
-            found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        found = self.checked(found, panel)
-        if found.matrix is None and self.furniture_retry:
-            found = self.furniture_fallback(first, found)
-        if found.matrix is None and self.dense_min_inliers > 0:
-            found = self.dense_fallback(panel, found)
-        logits = np.full(image.shape[:2], -self.confidence, np.float32)
-        if found.matrix is not None:
-            marked_source = self.confidence if (self.mark == "both" or not found.ordered) else -1.0
-            logits[found.source] = marked_source
-            logits[found.target] = self.confidence
-        evidence = -self.confidence
-        if found.target.any():  # a dense match counts blocks: put them on the keypoints' scale
-            floor = self.dense_min_inliers if found.method == "dense" else self.min_inliers
-            evidence = (found.n_inliers - floor) / 2.0 * self.min_inliers / floor
-        return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
-
-    def checked(self, found: SelfMatch, panel: Any) -> SelfMatch:
-        """`found`, or no copy where its copies overlap or repeat again along a shift (a repeated
-        structure) or its copy is not its source resampled (look-alike content)."""
-        if found.matrix is not None and found.overlap > self.max_copy_overlap:
-            return missed(found, "the copies overlap: a repeated structure")
-        if found.matrix is not None and found.repeat > self.max_shift_repeat:
-            return missed(found, "the copy repeats again one shift further: a repeated structure")
-        if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
-            return missed(found, "the copy is not its source resampled: look-alike content")
-        return found
-
-    def furniture_fallback(self, described: Panel, keypoints: SelfMatch) -> SelfMatch:
-        """The keypoints of text and rulings matched too, for a panel (`described` with
-        `keep_unmasked`) whose other keypoints found no copy (`keypoints` when this finds none
-        either): a turned legend, label or bar group. Rendered marks repeat by shifts and at other
-        sizes (bars, error bars, letters), so only a turn or a flip that resampling reproduces (a
-        residual measured, and within the gate) counts."""
-        panel = unmasked_view(described)
-        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        if found.matrix is None or not turns(found.matrix) or not np.isfinite(found.residual):
-            return keypoints
-        found = self.checked(found, panel)
-        return keypoints if found.matrix is None else found
-
-    def residual_gate(self, panel: Any) -> float:
-        """The most grey levels (median) by which a copy may differ from its resampled source."""
-        relative = self.copy_residual_noise_factor * noise_sigma(panel.gray) if self.copy_residual_noise_factor else 0.0
-        return max(self.max_copy_residual, min(self.copy_residual_ceiling, relative))
-
-    def dense_fallback(self, panel: Any, keypoints: SelfMatch) -> SelfMatch:
-        """The dense block match of a panel whose keypoints found no copy (`keypoints` when it finds none)."""
-        gap = self.dense_min_distance * max(panel.shape)
-        threshold = max(2.0, 0.01 * max(panel.shape))
-        matrix, count = dense_self_match(panel, gap, threshold, self.dense_radius, self.dense_grid)
-        if matrix is None or count < self.dense_min_inliers:
-            return keypoints
-        if is_pure_shift(matrix):
-            return missed(keypoints, "dense match is a pure shift: a repeated structure")
-        found = self_match_regions(panel, matrix, count, gap, method="dense", border_band=self.border_band)
-        if not found.target.any() or found.residual > self.dense_max_residual:
-            return missed(keypoints, "dense match not reproduced by resampling")
-        if found.overlap > self.max_copy_overlap:
-            return missed(keypoints, "the copies overlap: a repeated structure")
-        return found
-
-    def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        heads, maps = [], []
-        for single in image:
-            logit, logits, _ = self.locate(to_uint8(single))
-            heads.append(logit)
-            maps.append(torch.from_numpy(logits))
-        mask_logit = torch.stack(maps)[:, None].to(image.device)
-        return {"mask_logit": mask_logit, "head_logit": torch.tensor(heads, dtype=torch.float32, device=image.device)}
+        return SelfMatchLocalizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,8 @@ import cv2
 import numpy as np
 import pytest
 
+from detectors.copy_move import SelfMatchLocalizer
 from detectors.dense_copy_move import nearest_far_blocks, zernike_features
-from detectors.duplication import SelfMatchLocalizer
 from detectors.matching import describe_panel
 from detectors.self_matching import fill_flat_in_hull, is_pure_shift, repeats_again
 from synthesis.copy_move import copy_move
@@ -190,11 +190,11 @@ def test_the_flat_inside_of_a_copy_left_open_by_its_texture_is_filled_into_the_c
 def test_the_dense_fallback_never_reports_a_pure_shift(monkeypatch):
     """Rendered content (bars, lanes, letters) repeats exactly by pure shifts; a pasted copy that was
     only shifted is left to the keypoints."""
-    import detectors.duplication as duplication
+    import detectors.copy_move as localizer_module
 
     image, mask, shift = c_shaped_copy()
-    monkeypatch.setattr(duplication, "dense_self_match", lambda *args, **kwargs: (shift, 500))
-    monkeypatch.setattr(duplication, "match_self", lambda *args, **kwargs: missed_copy(image.shape[:2]))
+    monkeypatch.setattr(localizer_module, "dense_self_match", lambda *args, **kwargs: (shift, 500))
+    monkeypatch.setattr(localizer_module, "match_self", lambda *args, **kwargs: missed_copy(image.shape[:2]))
     _, logits, found = SelfMatchLocalizer(max_side=256).locate(image)
     assert found.matrix is None and "pure shift" in found.reason and not (logits > 0).any()
 
@@ -210,12 +210,12 @@ def missed_copy(shape: tuple[int, int]):
 def test_a_self_match_is_kept_only_when_its_copy_is_its_source_resampled(monkeypatch, residual, marked):
     """The same words typeset twice match by keypoints, but no resampling of one reproduces the
     other: a copy whose median residual exceeds `max_copy_residual` (4 grey levels) is dropped."""
-    import detectors.duplication as duplication
+    import detectors.copy_move as localizer_module
     from detectors.self_matching import SelfMatch
 
     image, mask, shift = c_shaped_copy()
     found = SelfMatch(shift, 40, mask, mask, False, residual=residual)
-    monkeypatch.setattr(duplication, "match_self", lambda *args, **kwargs: found)
+    monkeypatch.setattr(localizer_module, "match_self", lambda *args, **kwargs: found)
     _, logits, kept = SelfMatchLocalizer(max_side=256).locate(image)
     assert (logits > 0).any() == marked and (kept.matrix is not None) == marked
 
@@ -226,14 +226,14 @@ def test_a_dense_match_needs_the_documented_floor_of_inlier_blocks(monkeypatch, 
     `dense_min_inliers` (30, the config's value) blocks is chance, not a copy."""
     import yaml
 
-    import detectors.duplication as duplication
+    import detectors.copy_move as localizer_module
 
     config_file = Path(__file__).resolve().parents[3] / "configs" / "detector" / "copy_move_selfmatch.yaml"
     config = yaml.safe_load(config_file.read_text())["net"]
     assert config["dense_min_inliers"] == SelfMatchLocalizer().dense_min_inliers == 30
     forged = turned_copy_in_smooth_image()
-    real = duplication.dense_self_match
-    monkeypatch.setattr(duplication, "dense_self_match", lambda *args, **kwargs: (real(*args, **kwargs)[0], blocks))
+    real = localizer_module.dense_self_match
+    monkeypatch.setattr(localizer_module, "dense_self_match", lambda *args, **kwargs: (real(*args, **kwargs)[0], blocks))
     _, logits, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
     assert (found.method == "dense") == kept and (logits > 0).any() == kept
 
@@ -310,7 +310,7 @@ def test_a_turned_copy_in_a_chart_whose_keypoints_are_all_text_and_rulings_is_fo
 def test_the_furniture_retry_keeps_only_a_turn_that_resampling_reproduces(monkeypatch):
     """Rendered marks repeat by shifts and at other sizes (error bars of two lengths), and a turn
     that resampling cannot check is no copy."""
-    import detectors.duplication as duplication
+    import detectors.copy_move as localizer_module
     from detectors.self_matching import SelfMatch
 
     shape = (64, 64)
@@ -323,7 +323,7 @@ def test_the_furniture_retry_keeps_only_a_turn_that_resampling_reproduces(monkey
     cases = [(turned, 0.5, True), (flipped, 0.5, True), (shifted, 0.5, False), (rescaled, 0.5, False)]
     for matrix, residual, kept in [*cases, (turned, np.inf, False)]:
         match = SelfMatch(matrix, 9, np.roll(target, -30, (0, 1)), target, True, residual=residual)
-        monkeypatch.setattr(duplication, "match_self", lambda *args, match=match, **kwargs: match)
+        monkeypatch.setattr(localizer_module, "match_self", lambda *args, match=match, **kwargs: match)
         nothing = missed_copy(shape)
         retry = SelfMatchLocalizer(max_side=64, furniture_retry=True)
         found = retry.furniture_fallback(describe_panel(np.zeros((*shape, 3), np.uint8), keep_unmasked=True), nothing)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from detectors.duplication import LogisticScore, SelfMatchLocalizer
+from detectors.copy_move import SelfMatchLocalizer
+from detectors.duplication import LogisticScore
 from detectors.training_free import save_checkpoint
 from inference.runtime import load_checkpoint
 from synthesis.duplication import global_duplication
@@ -174,3 +175,14 @@ def test_a_copy_moved_by_whole_pixels_marks_both_copies():
     found = match_self(describe_panel(forged.image, max_side=256))
     assert found.matrix is not None and not found.ordered
     assert np.array_equal(found.source, found.target) and (found.target & forged.mask).sum() > 0.7 * forged.mask.sum()
+
+
+def test_configs_and_checkpoints_that_name_the_copy_move_localizer_under_its_former_module_still_load():
+    from hydra.utils import get_class
+
+    from detectors import copy_move, duplication
+
+    assert get_class("detectors.duplication.SelfMatchLocalizer") is copy_move.SelfMatchLocalizer
+    assert duplication.SelfMatchLocalizer is copy_move.SelfMatchLocalizer
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchDetector'"):
+        duplication.NoSuchDetector  # noqa: B018
