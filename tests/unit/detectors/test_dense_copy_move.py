@@ -233,7 +233,9 @@ def test_a_dense_match_needs_the_documented_floor_of_inlier_blocks(monkeypatch, 
     assert config["dense_min_inliers"] == SelfMatchLocalizer().dense_min_inliers == 30
     forged = turned_copy_in_smooth_image()
     real = localizer_module.dense_self_match
-    monkeypatch.setattr(localizer_module, "dense_self_match", lambda *args, **kwargs: (real(*args, **kwargs)[0], blocks))
+    monkeypatch.setattr(
+        localizer_module, "dense_self_match", lambda *args, **kwargs: (real(*args, **kwargs)[0], blocks)
+    )
     _, logits, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
     assert (found.method == "dense") == kept and (logits > 0).any() == kept
 
