@@ -13,9 +13,9 @@ import torch
 
 from datamodules.preprocess import Preprocess
 from detectors.dense_copy_move import dense_self_match
-from detectors.duplication import WHOLE_IMAGE, PairDuplicationDetector, to_uint8
+from detectors.duplication import WHOLE_IMAGE, to_uint8
 from detectors.localizer import Localizer
-from detectors.matching import Panel, describe_panel, unmasked_view
+from detectors.matching import EXPORT_REFUSAL, Panel, describe_panel, unmasked_view
 from detectors.self_matching import SelfMatch, is_pure_shift, match_self, missed, self_match_regions, turns
 from imageops import noise_sigma
 
@@ -50,7 +50,7 @@ class SelfMatchLocalizer(Localizer):
 
     has_image_head = True
     fit_without_gradients = True
-    onnx_export_refusal = PairDuplicationDetector.onnx_export_refusal
+    onnx_export_refusal = EXPORT_REFUSAL
 
     def __init__(
         self,

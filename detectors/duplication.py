@@ -23,7 +23,7 @@ import torch
 
 from datamodules.preprocess import Preprocess
 from detectors.base import Detector
-from detectors.matching import Geometry, Panel, describe_panel
+from detectors.matching import EXPORT_REFUSAL, Geometry, Panel, describe_panel
 from detectors.pair_matching import (
     FEATURE_NAMES,
     PARAMETER_FEATURE_NAMES,
@@ -97,10 +97,7 @@ class PairDuplicationDetector(Detector):
 
     is_pair_detector = True
     fit_without_gradients = True
-    onnx_export_refusal = (
-        "it matches keypoints with OpenCV, which an ONNX graph cannot hold; score with its .ckpt "
-        "(infer.py model=...ckpt)"
-    )
+    onnx_export_refusal = EXPORT_REFUSAL
 
     def __init__(
         self,

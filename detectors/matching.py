@@ -24,6 +24,10 @@ import numpy as np
 
 from detectors.figure_furniture import furniture_mask
 
+# why a detector built on this matching has no ONNX export (`Detector.onnx_export_refusal`)
+EXPORT_REFUSAL = (
+    "it matches keypoints with OpenCV, which an ONNX graph cannot hold; score with its .ckpt (infer.py model=...ckpt)"
+)
 # Mirror (x -> -x) of a SIFT descriptor laid out 4 x 4 x 8 (row, column, orientation): in the
 # keypoint's own frame the patch is reflected about its orientation axis (rows reversed) and every
 # gradient orientation o becomes -o. Checked against descriptors computed on the mirrored image.

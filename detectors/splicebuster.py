@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from datamodules.preprocess import Preprocess
 from detectors.localizer import Localizer
+from imageops import LUMA
 
-LUMA = np.array([0.299, 0.587, 0.114])
 THIRD_ORDER = np.array([1.0, -3.0, 3.0, -1.0])  # the paper's residual filter
 CODES = 81  # 3 ** 4 patterns of four residuals truncated to {-1, 0, 1}
 MIN_BLOCKS = 16  # fewer blocks than this cannot support a two-class fit
@@ -140,7 +140,7 @@ class SplicebusterLocalizer(Localizer):
         pixels = image.detach().to("cpu", torch.float64).numpy()
         maps = []
         for sample in pixels:
-            gray = np.tensordot(LUMA, sample, axes=1) * 255.0
+            gray = np.tensordot(np.asarray(LUMA), sample, axes=1) * 255.0
             features = self.block_features(gray)
             if features.size == 0:
                 posterior = np.full((1, 1), PROBABILITY_FLOOR)
