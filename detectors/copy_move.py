@@ -25,7 +25,8 @@ class SelfMatchLocalizer(Localizer):
     neighbourhood excluded. The map marks the target (logit +`confidence`) and the source (logit -1:
     probability 0.27, visible in saved maps, under the 0.5 cut) when the resampling trace tells
     which copy is which (`mark: target`); `mark: both` marks both copies as manipulated. A pure
-    shift carries no such trace, so both copies are marked then. The image logit is the evidence:
+    shift by whole pixels copies exactly both ways: both copies are marked where its two residuals
+    tie (`match_self`), the smaller taken where they do not. The image logit is the evidence:
     inliers above `min_inliers`.
 
     A match whose two copies overlap by more than `max_copy_overlap` of the smaller is a repeated
