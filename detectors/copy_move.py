@@ -5,7 +5,8 @@ image and itself (`detectors.self_matching`), with a dense block fallback for sm
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from itertools import chain
+from typing import Any, Iterator, Mapping
 
 import cv2
 import numpy as np
@@ -15,8 +16,8 @@ from datamodules.preprocess import Preprocess
 from detectors.dense_copy_move import dense_self_match
 from detectors.duplication import WHOLE_IMAGE, to_uint8
 from detectors.localizer import Localizer
-from detectors.matching import EXPORT_REFUSAL, Panel, describe_panel, unmasked_view
-from detectors.self_matching import SelfMatch, is_pure_shift, match_self, missed, self_match_regions, turns
+from detectors.matching import EXPORT_REFUSAL, Geometry, Panel, describe_panel, unmasked_view
+from detectors.self_matching import SelfMatch, is_pure_shift, missed, self_match_regions, self_matches, turns
 from imageops import noise_sigma
 
 
@@ -37,6 +38,9 @@ class SelfMatchLocalizer(Localizer):
     `max_copy_residual`, raised to `copy_residual_noise_factor` x the image's noise level
     (`noise_sigma`; JPEG recompression raises a real copy's residual with it), at most
     `copy_residual_ceiling` (look-alike text and texture sit above it however noisy the image).
+    A dropped structure can fit more keypoints than a copy beside it, so the maps the remaining
+    matches fit are tried next, up to `max_maps` in all (`self_matching.self_matches`), each kept
+    only with a turned copy whose residual was measured (`first_kept`).
     Where SIFT finds no consistent self-matches, `dense_min_inliers` > 0 tries the dense block
     fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
     `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
@@ -76,11 +80,12 @@ class SelfMatchLocalizer(Localizer):
         dense_max_residual: float = 1.0,
         border_band: int = 6,
         furniture_retry: bool = True,
+        max_maps: int = 3,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
-        self.max_shift_repeat = float(max_shift_repeat)
+        self.max_shift_repeat, self.max_maps = float(max_shift_repeat), int(max_maps)
         self.max_copy_residual = float(max_copy_residual)
         self.copy_residual_noise_factor, self.copy_residual_ceiling = (
             float(copy_residual_noise_factor),
@@ -107,12 +112,14 @@ class SelfMatchLocalizer(Localizer):
             sift=self._sift,
             keep_unmasked=self.furniture_retry,
         )
-        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
+        candidates = self.maps_of(panel)
+        found = next(candidates)
         if found.matrix is None:  # a copy in faint texture: weaker extrema give it keypoints
             faint = cv2.SIFT_create(nfeatures=self.n_features, contrastThreshold=0.01)
             panel = describe_panel(image, self.max_side, self.n_features, True, faint, 0)
-            found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        found = self.checked(found, panel)
+            candidates = self.maps_of(panel)
+            found = next(candidates)
+        found = self.first_kept(found, candidates, panel)
         if found.matrix is None and self.furniture_retry:
             found = self.furniture_fallback(first, found)
         if found.matrix is None and self.dense_min_inliers > 0:
@@ -127,6 +134,33 @@ class SelfMatchLocalizer(Localizer):
             floor = self.dense_min_inliers if found.method == "dense" else self.min_inliers
             evidence = (found.n_inliers - floor) / 2.0 * self.min_inliers / floor
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
+
+    def maps_of(self, panel: Any) -> Iterator[SelfMatch]:
+        """The panel's self-matches with this localizer's settings, best map first."""
+        return self_matches(
+            panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band, max_maps=self.max_maps
+        )
+
+    def first_kept(self, found: SelfMatch, others: Iterator[SelfMatch], panel: Any, turned: bool = False) -> SelfMatch:
+        """The first of `found` and then `others` that `checked` keeps, or `found`'s miss. A map tried
+        after the best one needs a copy that resampling its source was measured to reproduce, turned
+        by more than 2 degrees: a runner-up of a few inliers over text is often look-alike words too
+        small to measure, the same label rendered twice (a shift) or bars matching their mirror
+        image. Where `turned` (text and rulings matched), every map must be such a copy, and turned
+        or flipped."""
+        first = None
+        for rank, candidate in enumerate(chain([found], others)):  # lazily: regions grown only for maps tried
+            if candidate.matrix is not None and (rank > 0 or turned) and not np.isfinite(candidate.residual):
+                candidate = missed(candidate, "no resampling of its source was measured to reproduce the copy")
+            elif candidate.matrix is not None and rank > 0 and abs(Geometry.of(candidate.matrix).rotation) <= 2.0:
+                candidate = missed(candidate, "a runner-up map that does not turn: rendered marks repeat so")
+            elif candidate.matrix is not None and turned and not turns(candidate.matrix):
+                candidate = missed(candidate, "not a turned or flipped copy")
+            kept = self.checked(candidate, panel)
+            if kept.matrix is not None:
+                return kept
+            first = first or kept
+        return first
 
     def checked(self, found: SelfMatch, panel: Any) -> SelfMatch:
         """`found`, or no copy where its copies overlap or repeat again along a shift (a repeated
@@ -146,10 +180,8 @@ class SelfMatchLocalizer(Localizer):
         sizes (bars, error bars, letters), so only a turn or a flip that resampling reproduces (a
         residual measured, and within the gate) counts."""
         panel = unmasked_view(described)
-        found = match_self(panel, self.ratio, self.min_distance, self.min_inliers, border_band=self.border_band)
-        if found.matrix is None or not turns(found.matrix) or not np.isfinite(found.residual):
-            return keypoints
-        found = self.checked(found, panel)
+        candidates = self.maps_of(panel)
+        found = self.first_kept(next(candidates), candidates, panel, turned=True)
         return keypoints if found.matrix is None else found
 
     def residual_gate(self, panel: Any) -> float:

@@ -7,6 +7,7 @@ and tells the copy from its source by the resampling trace (`copy_residual`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import cv2
 import numpy as np
@@ -76,39 +77,72 @@ def match_self(
     copy is reproduced by resampling its source through the map, not the other way round. When the
     two residuals differ by less than `order_margin` (a pure shift by whole pixels copies exactly
     both ways), both regions are returned as targets, `ordered` False.
-
-    Kept in one piece: matching both ways and fitting turn on one set of keypoints and its mirror.
     """
+    return next(self_matches(panel, ratio, min_distance, min_inliers, ransac_threshold, order_margin, border_band))
+
+
+def self_matches(
+    panel: Panel,
+    ratio: float = 0.8,
+    min_distance: float = 0.05,
+    min_inliers: int = 6,
+    ransac_threshold: float = 0.01,
+    order_margin: float = 0.1,
+    border_band: int = 6,
+    max_maps: int = 1,
+) -> Iterator[SelfMatch]:
+    """`match_self`'s match, then (up to `max_maps` in all) the maps the matches left over fit, most
+    inliers first: a panel's best map may be a symmetry or a repeated structure (a bar matching
+    itself turned by 180 degrees), and the copy the next one. Yields one miss when no map has
+    `min_inliers`; regions are grown only for the maps a caller asks for."""
     empty = np.zeros(panel.original_shape, bool)
     if len(panel.points) < 4:
-        return SelfMatch(None, 0, empty, empty, False, "too few keypoints", "none")
+        yield SelfMatch(None, 0, empty, empty, False, "too few keypoints", "none")
+        return
     gap = min_distance * max(panel.shape)
-    threshold = max(2.0, ransac_threshold * max(panel.shape))
+    maps = candidate_maps(panel, ratio, gap, max(2.0, ransac_threshold * max(panel.shape)), max_maps)
+    if not maps or maps[0][0] < min_inliers:
+        count = maps[0][0] if maps else 0
+        yield SelfMatch(None, count, empty, empty, False, "no consistent self-matches", "none")
+        return
+    for count, matrix in maps:
+        if count >= min_inliers:
+            yield self_match_regions(panel, matrix, count, gap, order_margin, border_band=border_band)
+
+
+def candidate_maps(
+    panel: Panel, ratio: float, gap: float, threshold: float, max_maps: int
+) -> list[tuple[int, np.ndarray]]:
+    """(inlier count, map) pairs, most inliers first: RANSAC on the panel's matches with itself and
+    with its mirror, refitted up to `max_maps` times on each set without the inliers of its earlier
+    maps.
+
+    Kept in one piece: matching both ways and fitting turn on one set of keypoints and its mirror."""
     near = np.linalg.norm(panel.points[:, None] - panel.points[None], axis=2) < gap
     mirror_points, mirror_descriptors = panel.mirrored()
-    best: tuple[int, np.ndarray | None] = (0, None)
+    maps: list[tuple[int, np.ndarray]] = []
     for mirrored, desc in ((False, panel.descriptors), (True, mirror_descriptors)):
         ia, ib = mutual_matches(panel.descriptors, desc, ratio, forbidden=near if not mirrored else None)
         if mirrored:  # a keypoint matching its own mirror image is symmetry, not a copy
             far = np.linalg.norm(panel.points[ia] - panel.points[ib], axis=1) >= gap
             ia, ib = ia[far], ib[far]
-        if mirrored:
-            src, dst = panel.points[ia], mirror_points[ib]
-        else:  # unordered pairs: both directions, so RANSAC can settle on either copy as the source
-            src = np.concatenate([panel.points[ia], panel.points[ib]])
-            dst = np.concatenate([panel.points[ib], panel.points[ia]])
-        matrix, inliers = fit_similarity(src, dst, threshold)
-        if matrix is None:
-            continue
-        if mirrored:
-            matrix = (mirror_matrix(panel.shape[1]) @ homogeneous(matrix))[:2]
-        count = int(inliers.sum()) // (1 if mirrored else 2)
-        if count > best[0]:
-            best = (count, matrix)
-    count, matrix = best
-    if matrix is None or count < min_inliers:
-        return SelfMatch(None, count, empty, empty, False, "no consistent self-matches", "none")
-    return self_match_regions(panel, matrix, count, gap, order_margin, border_band=border_band)
+        for _ in range(max_maps):
+            if mirrored:
+                src, dst = panel.points[ia], mirror_points[ib]
+            else:  # unordered pairs: both directions, so RANSAC can settle on either copy as the source
+                src = np.concatenate([panel.points[ia], panel.points[ib]])
+                dst = np.concatenate([panel.points[ib], panel.points[ia]])
+            matrix, inliers = fit_similarity(src, dst, threshold)
+            if matrix is None:
+                break
+            if mirrored:
+                matrix = (mirror_matrix(panel.shape[1]) @ homogeneous(matrix))[:2]
+            maps.append((int(inliers.sum()) // (1 if mirrored else 2), matrix))
+            used = inliers if mirrored else inliers[: len(ia)] | inliers[len(ia) :]
+            if not used.any():
+                break
+            ia, ib = ia[~used], ib[~used]
+    return sorted(maps, key=lambda found: -found[0])[:max_maps]
 
 
 def self_match_regions(

@@ -194,7 +194,7 @@ def test_the_dense_fallback_never_reports_a_pure_shift(monkeypatch):
 
     image, mask, shift = c_shaped_copy()
     monkeypatch.setattr(localizer_module, "dense_self_match", lambda *args, **kwargs: (shift, 500))
-    monkeypatch.setattr(localizer_module, "match_self", lambda *args, **kwargs: missed_copy(image.shape[:2]))
+    monkeypatch.setattr(localizer_module, "self_matches", lambda *args, **kwargs: iter([missed_copy(image.shape[:2])]))
     _, logits, found = SelfMatchLocalizer(max_side=256).locate(image)
     assert found.matrix is None and "pure shift" in found.reason and not (logits > 0).any()
 
@@ -215,7 +215,7 @@ def test_a_self_match_is_kept_only_when_its_copy_is_its_source_resampled(monkeyp
 
     image, mask, shift = c_shaped_copy()
     found = SelfMatch(shift, 40, mask, mask, False, residual=residual)
-    monkeypatch.setattr(localizer_module, "match_self", lambda *args, **kwargs: found)
+    monkeypatch.setattr(localizer_module, "self_matches", lambda *args, **kwargs: iter([found]))
     _, logits, kept = SelfMatchLocalizer(max_side=256).locate(image)
     assert (logits > 0).any() == marked and (kept.matrix is not None) == marked
 
@@ -325,7 +325,7 @@ def test_the_furniture_retry_keeps_only_a_turn_that_resampling_reproduces(monkey
     cases = [(turned, 0.5, True), (flipped, 0.5, True), (shifted, 0.5, False), (rescaled, 0.5, False)]
     for matrix, residual, kept in [*cases, (turned, np.inf, False)]:
         match = SelfMatch(matrix, 9, np.roll(target, -30, (0, 1)), target, True, residual=residual)
-        monkeypatch.setattr(localizer_module, "match_self", lambda *args, match=match, **kwargs: match)
+        monkeypatch.setattr(localizer_module, "self_matches", lambda *args, match=match, **kwargs: iter([match]))
         nothing = missed_copy(shape)
         retry = SelfMatchLocalizer(max_side=64, furniture_retry=True)
         found = retry.furniture_fallback(describe_panel(np.zeros((*shape, 3), np.uint8), keep_unmasked=True), nothing)

@@ -177,6 +177,66 @@ def test_a_copy_moved_by_whole_pixels_marks_both_copies():
     assert np.array_equal(found.source, found.target) and (found.target & forged.mask).sum() > 0.7 * forged.mask.sum()
 
 
+def test_a_copy_is_found_behind_a_repeated_structure_that_fits_more_keypoints():
+    """Five tiles in a row match one tile along (many inliers, but the two "copies" overlap: a
+    repeated structure, dropped); the maps the other matches fit are tried next, and the turned copy
+    is one of them. With one map only, the copy is missed."""
+    import cv2
+
+    from datamodules.io import read_image
+    from detectors.copy_move import SelfMatchLocalizer
+    from synthesis.copy_move import copy_move
+    from synthesis.embedded import bundled_photo_paths
+
+    coffee = next(read_image(p) for p in bundled_photo_paths() if p.name == "coffee.png")
+    image = _astronaut_256()
+    for x in range(8, 248, 48):
+        image[8:56, x : x + 48] = cv2.resize(coffee, (48, 48), interpolation=cv2.INTER_AREA)
+    region = np.zeros((256, 256), bool)
+    region[150:210, 30:90] = True
+    for seed in range(2):
+        forged = copy_move(
+            image, np.random.default_rng(seed), object_mask=region, rotation=(20.0, 25.0), min_fraction=0.01
+        )
+        f1 = {}
+        for maps in (1, 3):
+            _, logits, _ = SelfMatchLocalizer(max_side=256, max_maps=maps).locate(forged.image)
+            marked = logits > 0
+            f1[maps] = 2 * (marked & forged.mask).sum() / (marked.sum() + forged.mask.sum())
+        assert f1[1] < 0.1 and f1[3] > 0.9, (seed, f1)
+
+
+@pytest.mark.parametrize(
+    ("angle", "mirror", "residual", "kept"),
+    [(20.0, False, 2.0, True), (20.0, False, np.inf, False), (0.0, False, 2.0, False), (1.5, True, 2.0, False)],
+)
+def test_a_runner_up_map_counts_only_as_a_turned_copy_whose_resampling_was_measured(
+    monkeypatch, angle, mirror, residual, kept
+):
+    """A few inliers over text fit look-alike words as well as a copy, a label rendered twice matches
+    by a shift and a bar group its mirror image; the best map is trusted without a residual (a small
+    copy), as a shift or as a mirror, its runners-up are not."""
+    import cv2
+
+    import detectors.copy_move as localizer_module
+    from detectors.copy_move import SelfMatchLocalizer
+    from detectors.self_matching import SelfMatch
+
+    target = np.zeros((64, 64), bool)
+    target[40:60, 40:60] = True
+    source = np.roll(target, -30, (0, 1))
+    structure = SelfMatch(cv2.getRotationMatrix2D((32.0, 32.0), 20.0, 1.0), 30, source, target, True, overlap=0.9)
+    matrix = cv2.getRotationMatrix2D((32.0, 32.0), angle, 1.0) @ (np.diag([-1.0, 1.0, 1.0]) if mirror else np.eye(3))
+    runner_up = SelfMatch(matrix, 8, source, target, True, residual=residual)
+    monkeypatch.setattr(localizer_module, "self_matches", lambda *args, **kwargs: iter([structure, runner_up]))
+    _, logits, found = SelfMatchLocalizer(max_side=64, dense_min_inliers=0, furniture_retry=False).locate(
+        np.zeros((64, 64, 3), np.uint8)
+    )
+    assert (found is runner_up) == kept and (logits > 0).any() == kept
+    if not kept:
+        assert found.matrix is None and "overlap" in found.reason  # the best map's reason is reported
+
+
 def test_configs_and_checkpoints_that_name_the_copy_move_localizer_under_its_former_module_still_load():
     from hydra.utils import get_class
 
