@@ -40,7 +40,8 @@ class SelfMatchLocalizer(Localizer):
     `copy_residual_ceiling` (look-alike text and texture sit above it however noisy the image).
     A dropped structure can fit more keypoints than a copy beside it, so the maps the remaining
     matches fit are tried next, up to `max_maps` in all (`self_matching.self_matches`), each kept
-    only with a turned copy whose residual was measured (`first_kept`).
+    only with a turned copy whose residual was measured (`first_kept`; the configs set 3, the
+    default 1 keeps the best map only, as checkpoints and evidence maps made before had it).
     Where SIFT finds no consistent self-matches, `dense_min_inliers` > 0 tries the dense block
     fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
     `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
@@ -80,7 +81,7 @@ class SelfMatchLocalizer(Localizer):
         dense_max_residual: float = 1.0,
         border_band: int = 6,
         furniture_retry: bool = True,
-        max_maps: int = 3,
+        max_maps: int = 1,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
