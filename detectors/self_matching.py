@@ -7,7 +7,7 @@ and tells the copy from its source by the resampling trace (`copy_residual`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import cv2
 import numpy as np
@@ -60,15 +60,7 @@ def missed(found: SelfMatch, reason: str) -> SelfMatch:
     return SelfMatch(None, found.n_inliers, empty, empty, False, reason, "none")
 
 
-def match_self(
-    panel: Panel,
-    ratio: float = 0.8,
-    min_distance: float = 0.05,
-    min_inliers: int = 6,
-    ransac_threshold: float = 0.01,
-    order_margin: float = 0.1,
-    border_band: int = 6,
-) -> SelfMatch:
+def match_self(panel: Panel, **options: Any) -> SelfMatch:
     """Copy-move: match the panel's keypoints with each other and with its mirror, excluding pairs
     closer than `min_distance` of the longer side (a keypoint's own neighbourhood), fit the map
     from one copy onto the other, and grow both regions by local correlation.
@@ -76,9 +68,9 @@ def match_self(
     Which copy is the target is told by the resampling trace (`copy_residual`): a rotated or scaled
     copy is reproduced by resampling its source through the map, not the other way round. When the
     two residuals differ by less than `order_margin` (a pure shift by whole pixels copies exactly
-    both ways), both regions are returned as targets, `ordered` False.
+    both ways), both regions are returned as targets, `ordered` False. `options`: `self_matches`'.
     """
-    return next(self_matches(panel, ratio, min_distance, min_inliers, ransac_threshold, order_margin, border_band))
+    return next(self_matches(panel, **options))
 
 
 def self_matches(
