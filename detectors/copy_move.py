@@ -16,8 +16,8 @@ from datamodules.preprocess import Preprocess
 from detectors.dense_copy_move import dense_self_match
 from detectors.duplication import WHOLE_IMAGE, to_uint8
 from detectors.localizer import Localizer
-from detectors.matching import EXPORT_REFUSAL, Geometry, Panel, describe_panel, unmasked_view
-from detectors.self_matching import SelfMatch, is_pure_shift, missed, self_match_regions, self_matches, turns
+from detectors.matching import EXPORT_REFUSAL, Panel, describe_panel, unmasked_view
+from detectors.self_matching import SelfMatch, is_pure_shift, missed, rotates, self_match_regions, self_matches, turns
 from imageops import noise_sigma
 
 
@@ -151,17 +151,23 @@ class SelfMatchLocalizer(Localizer):
         or flipped."""
         first = None
         for rank, candidate in enumerate(chain([found], others)):  # lazily: regions grown only for maps tried
-            if candidate.matrix is not None and (rank > 0 or turned) and not np.isfinite(candidate.residual):
-                candidate = missed(candidate, "no resampling of its source was measured to reproduce the copy")
-            elif candidate.matrix is not None and rank > 0 and abs(Geometry.of(candidate.matrix).rotation) <= 2.0:
-                candidate = missed(candidate, "a runner-up map that does not turn: rendered marks repeat so")
-            elif candidate.matrix is not None and turned and not turns(candidate.matrix):
-                candidate = missed(candidate, "not a turned or flipped copy")
-            kept = self.checked(candidate, panel)
+            unfit = None if candidate.matrix is None else self.unfit_map(candidate, runner_up=rank > 0, turned=turned)
+            kept = self.checked(candidate if unfit is None else missed(candidate, unfit), panel)
             if kept.matrix is not None:
                 return kept
             first = first or kept
         return first
+
+    @staticmethod
+    def unfit_map(found: SelfMatch, runner_up: bool, turned: bool) -> str | None:
+        """Why `first_kept` may not take this map before the shared rules (`checked`), or None."""
+        if (runner_up or turned) and not np.isfinite(found.residual):
+            return "no resampling of its source was measured to reproduce the copy"
+        if runner_up and not rotates(found.matrix):
+            return "a runner-up map that does not turn: rendered marks repeat so"
+        if turned and not turns(found.matrix):
+            return "not a turned or flipped copy"
+        return None
 
     def checked(self, found: SelfMatch, panel: Any) -> SelfMatch:
         """`found`, or no copy where its copies overlap or repeat again along a shift (a repeated

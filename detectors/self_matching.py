@@ -43,10 +43,14 @@ class SelfMatch:
     repeat: float = 0.0  # share of a shifted copy's texture repeated once more along the shift (`repeats_again`)
 
 
+def rotates(matrix: np.ndarray, angle: float = 2.0) -> bool:
+    """Whether a map rotates by more than `angle` degrees, whatever its scale and mirroring."""
+    return abs(Geometry.of(matrix).rotation) > angle
+
+
 def turns(matrix: np.ndarray, angle: float = 2.0) -> bool:
     """Whether a map turns (by more than `angle` degrees) or flips, whatever its scale."""
-    geometry = Geometry.of(matrix)
-    return geometry.flipped or abs(geometry.rotation) > angle
+    return Geometry.of(matrix).flipped or rotates(matrix, angle)
 
 
 def is_pure_shift(matrix: np.ndarray, angle: float = 2.0, scale: float = 0.03) -> bool:
