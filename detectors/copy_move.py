@@ -5,6 +5,7 @@ image and itself (`detectors.self_matching`), with a dense block fallback for sm
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import chain
 from typing import Any, Iterator, Mapping
 
@@ -17,7 +18,16 @@ from detectors.dense_copy_move import dense_self_match
 from detectors.duplication import WHOLE_IMAGE, to_uint8
 from detectors.localizer import Localizer
 from detectors.matching import EXPORT_REFUSAL, Panel, describe_panel, unmasked_view
-from detectors.self_matching import SelfMatch, is_pure_shift, missed, rotates, self_match_regions, self_matches, turns
+from detectors.self_matching import (
+    SelfMatch,
+    hidden_copy,
+    is_pure_shift,
+    missed,
+    rotates,
+    self_match_regions,
+    self_matches,
+    turns,
+)
 from imageops import noise_sigma
 
 
@@ -46,8 +56,12 @@ class SelfMatchLocalizer(Localizer):
     fallback (`detectors.dense_copy_move`: Zernike blocks of `dense_radius` px on a grid of at most
     `dense_grid` a side, partners at least `dense_min_distance` of the longer side apart). Smooth
     content resembles itself everywhere, so its map is kept only with `dense_min_inliers` inlier
-    blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels, and a
-    turn or rescaling: rendered content (bars, ticks, lanes, letters) repeats exactly by pure shifts.
+    blocks, a copy that its resampled source reproduces to `dense_max_residual` grey levels (to
+    `dense_apart_residual` where the two copies share no pixel: smooth content resembles itself
+    most in overlapping neighbourhoods; None: the same gate), and a turn or rescaling: rendered
+    content (bars, ticks, lanes, letters) repeats exactly by pure shifts.
+    `hidden_agreement` > 0: the part of a copy pasted over its own source, which matches nothing,
+    joins the copy where its fine detail follows the map's resampling phases (`with_hidden_copy`).
     `border_band` > 0: each copy's outline is traced to the pixel within that many px
     (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline.
     `furniture_retry`: where no copy was found, the keypoints of text and rulings (masked so far, as
@@ -79,6 +93,8 @@ class SelfMatchLocalizer(Localizer):
         dense_grid: int = 96,
         dense_min_distance: float = 0.15,
         dense_max_residual: float = 1.0,
+        dense_apart_residual: float | None = None,
+        hidden_agreement: float = 0.0,
         border_band: int = 6,
         furniture_retry: bool = True,
         max_maps: int = 1,
@@ -94,6 +110,8 @@ class SelfMatchLocalizer(Localizer):
         )
         self.dense_radius, self.dense_grid = int(dense_radius), int(dense_grid)
         self.dense_min_distance, self.dense_max_residual = float(dense_min_distance), float(dense_max_residual)
+        self.dense_apart_residual = float(dense_max_residual if dense_apart_residual is None else dense_apart_residual)
+        self.hidden_agreement = float(hidden_agreement)
         if mark not in ("target", "both"):
             raise ValueError(f"mark must be target or both, got {mark!r}")
         self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)
@@ -125,6 +143,7 @@ class SelfMatchLocalizer(Localizer):
             found = self.furniture_fallback(first, found)
         if found.matrix is None and self.dense_min_inliers > 0:
             found = self.dense_fallback(panel, found)
+        found = self.with_hidden_copy(image, found)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)
         if found.matrix is not None:
             marked_source = self.confidence if (self.mark == "both" or not found.ordered) else -1.0
@@ -135,6 +154,15 @@ class SelfMatchLocalizer(Localizer):
             floor = self.dense_min_inliers if found.method == "dense" else self.min_inliers
             evidence = (found.n_inliers - floor) / 2.0 * self.min_inliers / floor
         return float(np.clip(evidence, -self.confidence, 3 * self.confidence)), logits, found
+
+    def with_hidden_copy(self, image: np.ndarray, found: SelfMatch) -> SelfMatch:
+        """`found` with the part of its copy pasted over its own source (`self_matching.hidden_copy`),
+        where `hidden_agreement` > 0 and the copy was turned or rescaled (a pure shift leaves no
+        resampling phases) and ordered."""
+        if found.matrix is None or not found.ordered or self.hidden_agreement <= 0 or is_pure_shift(found.matrix):
+            return found
+        gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY).astype(np.float32)
+        return replace(found, target=hidden_copy(gray, found.target, found.source, found.matrix, self.hidden_agreement))
 
     def maps_of(self, panel: Any) -> Iterator[SelfMatch]:
         """The panel's self-matches with this localizer's settings, best map first."""
@@ -206,7 +234,8 @@ class SelfMatchLocalizer(Localizer):
         if is_pure_shift(matrix):
             return missed(keypoints, "dense match is a pure shift: a repeated structure")
         found = self_match_regions(panel, matrix, count, gap, method="dense", border_band=self.border_band)
-        if not found.target.any() or found.residual > self.dense_max_residual:
+        gate = self.dense_max_residual if found.overlap > 0 else max(self.dense_max_residual, self.dense_apart_residual)
+        if not found.target.any() or found.residual > gate:
             return missed(keypoints, "dense match not reproduced by resampling")
         if found.overlap > self.max_copy_overlap:
             return missed(keypoints, "the copies overlap: a repeated structure")

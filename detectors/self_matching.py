@@ -1,7 +1,8 @@
 """Copy-move inside one panel: the panel matched with itself, from the primitives of `detectors.matching`.
 
 `match_self` finds the map from one copy onto the other, `self_match_regions` grows both copies
-and tells the copy from its source by the resampling trace (`copy_residual`).
+and tells the copy from its source by the resampling trace (`copy_residual`), `hidden_copy` adds
+the part of a copy pasted over its own source (`resampling_agreement`).
 """
 
 from __future__ import annotations
@@ -311,3 +312,52 @@ def copy_residual(gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode
     except cv2.error:  # no convergence: the RANSAC map alone
         return residual(initial)
     return min(residual(initial), residual(refined))  # a refinement that drifted away is not taken
+
+
+def resampling_agreement(gray: np.ndarray, to_copy: np.ndarray, window: int = 15) -> np.ndarray:
+    """Per pixel, how closely the local fine detail follows the smoothing that bilinear resampling
+    through `to_copy` (a map onto the copy, not a pure shift) leaves: each copy pixel interpolates
+    its source at a sub-pixel phase, and a pixel halfway between source pixels averages their noise
+    away, one on a source pixel keeps it. The windowed correlation of the log Laplacian energy with
+    that predicted attenuation is near 0 outside the copy, where the phases mean nothing."""
+    height, width = gray.shape
+    to_source = cv2.invertAffineTransform(to_copy)
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    kept = np.ones((height, width), np.float32)
+    for row in to_source:
+        phase = row[0] * xs + row[1] * ys + row[2]
+        phase -= np.floor(phase)
+        kept *= (1 - phase) ** 2 + phase**2  # share of white noise a linear interpolation at this phase keeps
+    energy = np.log1p(cv2.Laplacian(gray.astype(np.float32), cv2.CV_32F, ksize=1) ** 2)
+    correlation, _ = local_correlation(energy, kept, window)
+    return correlation
+
+
+def hidden_copy(
+    gray: np.ndarray,
+    target: np.ndarray,
+    source: np.ndarray,
+    to_target: np.ndarray,
+    min_agreement: float = 0.06,
+    min_area: int = 100,
+    steps: int = 8,
+) -> np.ndarray:
+    """`target` with the part of the paste that covered its own source. Where a copy overlaps its
+    source, the source under it is gone, so what was pasted from there matches nothing and
+    correlation grows only the rest. That part lies where the map carries the copy found so far
+    (the source continued under the paste): step by step, the pixels there whose fine detail follows
+    the resampling phases of the map (`resampling_agreement` over `min_agreement`) join the copy,
+    in pieces of at least `min_area` px."""
+    agreement = resampling_agreement(gray, to_target)
+    grown = target.copy()
+    height, width = target.shape
+    for _ in range(steps):
+        carried = cv2.warpAffine(grown.astype(np.uint8), to_target, (width, height), flags=cv2.INTER_NEAREST) > 0
+        candidates = carried & ~grown & ~source & (agreement > min_agreement)
+        count, pieces = cv2.connectedComponents(candidates.astype(np.uint8))
+        added = np.bincount(pieces.ravel(), minlength=count) >= min_area
+        added[0] = False  # the background
+        if not added.any():
+            break
+        grown |= added[pieces]
+    return grown

@@ -95,6 +95,26 @@ def test_a_dense_match_is_kept_only_when_resampling_reproduces_the_copy_to_the_s
     assert strict.matrix is None and not (logits > 0).any() and "resampling" in strict.reason
 
 
+@pytest.mark.parametrize(("overlap", "kept"), [(0.0, True), (0.05, False)])
+def test_a_dense_copy_apart_from_its_source_may_be_reproduced_less_exactly(monkeypatch, overlap, kept):
+    """Smooth content resembles itself in overlapping neighbourhoods (a blob turned about its own
+    centre); a copy that shares no pixel with its source passes the looser `dense_apart_residual`."""
+    from dataclasses import replace
+
+    import detectors.copy_move as localizer_module
+
+    forged = turned_copy_in_smooth_image()
+    _, _, found = SelfMatchLocalizer(max_side=256).locate(forged.image)
+    assert found.method == "dense" and found.overlap == 0 and found.residual > 0
+    real = localizer_module.self_match_regions
+    monkeypatch.setattr(
+        localizer_module, "self_match_regions", lambda *args, **kwargs: replace(real(*args, **kwargs), overlap=overlap)
+    )
+    gates = dict(dense_max_residual=found.residual / 2, dense_apart_residual=found.residual * 2)
+    _, logits, gated = SelfMatchLocalizer(max_side=256, **gates).locate(forged.image)
+    assert (gated.method == "dense") == kept and (logits > 0).any() == kept
+
+
 @pytest.mark.parametrize("seed", [0, 1, 3])
 def test_a_genuine_smooth_image_is_left_unmarked(seed):
     logit, logits, _ = SelfMatchLocalizer(max_side=256).locate(smooth_field(seed))
