@@ -30,7 +30,8 @@ from detectors.pair_matching import resize_mask, to_original
 
 @dataclass
 class SelfMatch:
-    """Copy-move found by matching a panel with itself: `matrix` maps source onto target (working px)."""
+    """Copy-move found by matching a panel with itself: `matrix` maps source onto target in the
+    image's own pixels (not the working size), and the regions have the image's size."""
 
     matrix: np.ndarray | None
     n_inliers: int
