@@ -38,12 +38,13 @@ LARGE = (slice(20, 236), slice(16, 166))  # 49 % of the frame: the copy lands on
 SMALL = (slice(30, 120), slice(20, 110))  # lands apart from its source
 
 
+@pytest.mark.parametrize("max_side", [256, 160])  # 160: matched at a smaller working size, the phases read at full size
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_part_of_a_copy_pasted_over_its_own_source_is_marked_too(seed):
+def test_the_part_of_a_copy_pasted_over_its_own_source_is_marked_too(seed, max_side):
     forged, source = turned_copy(seed, LARGE)
     assert (forged.mask & source).sum() > 0.4 * forged.mask.sum()
-    _, grown_only, _ = SelfMatchLocalizer(max_side=256).locate(forged.image)
-    _, logits, found = SelfMatchLocalizer(max_side=256, hidden_agreement=0.06).locate(forged.image)
+    _, grown_only, _ = SelfMatchLocalizer(max_side=max_side).locate(forged.image)
+    _, logits, found = SelfMatchLocalizer(max_side=max_side, hidden_agreement=0.06).locate(forged.image)
     assert f1(grown_only > 0, forged.mask) < 0.75  # correlation alone: only the part whose source is visible
     assert f1(logits > 0, forged.mask) > 0.85
     assert (found.target & forged.mask).sum() > 0.9 * found.target.sum()  # it does not run on past the paste
