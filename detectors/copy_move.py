@@ -234,7 +234,7 @@ class SelfMatchLocalizer(Localizer):
         if is_pure_shift(matrix):
             return missed(keypoints, "dense match is a pure shift: a repeated structure")
         found = self_match_regions(panel, matrix, count, gap, method="dense", border_band=self.border_band)
-        gate = self.dense_max_residual if found.overlap > 0 else max(self.dense_max_residual, self.dense_apart_residual)
+        gate = self.dense_apart_residual if found.overlap == 0 else self.dense_max_residual
         if not found.target.any() or found.residual > gate:
             return missed(keypoints, "dense match not reproduced by resampling")
         if found.overlap > self.max_copy_overlap:

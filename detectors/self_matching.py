@@ -20,6 +20,7 @@ from detectors.matching import (
     homogeneous,
     local_correlation,
     local_std,
+    map_mask_to_b,
     mirror_matrix,
     mutual_matches,
     shared_region,
@@ -351,9 +352,8 @@ def hidden_copy(
     in pieces of at least `min_area` px."""
     agreement = resampling_agreement(gray, to_target)
     grown = target.copy()
-    height, width = target.shape
     for _ in range(steps):
-        carried = cv2.warpAffine(grown.astype(np.uint8), to_target, (width, height), flags=cv2.INTER_NEAREST) > 0
+        carried = map_mask_to_b(grown, to_target, target.shape)
         candidates = carried & ~grown & ~source & (agreement > min_agreement)
         count, pieces = cv2.connectedComponents(candidates.astype(np.uint8))
         added = np.bincount(pieces.ravel(), minlength=count) >= min_area
