@@ -1,7 +1,7 @@
 """Time the training-free localizers on one image against a plain OpenCV filter (a script).
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m benchmarks.bench_training_free [--size 1024]
-        [--repeats 3] [--detectors noise_level splicebuster jpeg_ghost] [--image PATH] [--output bench.json]
+        [--repeats 3] [--detectors noise_level splicebuster jpeg_ghost jpeg_grid] [--image PATH] [--output bench.json]
 
 Each detector scores a `size` x `size` photo-like image (a smooth scene with sensor-like noise and
 a region of another noise level; `--image`: that image resized to `size` x `size` instead, e.g. a
@@ -27,7 +27,7 @@ import torch
 
 from detectors.registry import create_detector
 
-DEFAULT_DETECTORS = ("noise_level", "splicebuster", "jpeg_ghost")
+DEFAULT_DETECTORS = ("noise_level", "splicebuster", "jpeg_ghost", "jpeg_grid")
 TARGET_SECONDS = 2.0
 
 

@@ -1,7 +1,7 @@
 """One held-out table of localization per operation, image kind and perturbation (a script).
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python -m benchmarks.localization_table
-        [--localizers noise_level splicebuster jpeg_ghost copy_move_selfmatch]
+        [--localizers noise_level splicebuster jpeg_ghost jpeg_grid copy_move_selfmatch]
         [--learned seg_tiny mvss_tiny trufor_tiny evidence_tiny] [--minutes 3 [evidence_tiny=10]]
         [--epochs 30 [SPEC=EPOCHS]]
         [--kinds-per 8] [--seed 0] [--output-dir outputs/localization_table] [--docs docs/training_free.md]
@@ -60,7 +60,7 @@ from evaluation import PixelMetricAccumulator, image_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ("copy_move", "splicing", "inpainting", "region_edit", "damage")
-TRAINING_FREE = ("noise_level", "splicebuster", "jpeg_ghost", "copy_move_selfmatch")
+TRAINING_FREE = ("noise_level", "splicebuster", "jpeg_ghost", "jpeg_grid", "copy_move_selfmatch")
 CONDITIONS: dict[str, Callable[[np.ndarray], np.ndarray] | None] = {
     "clean": None,
     "jpeg75": lambda image: imageops.jpeg(image, 75),

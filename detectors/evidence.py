@@ -35,6 +35,7 @@ EVIDENCE_DETECTORS = {
     "noise_level": "detectors.noise_level.NoiseLevelLocalizer",
     "splicebuster": "detectors.splicebuster.SplicebusterLocalizer",
     "jpeg_ghost": "detectors.jpeg_ghost.JpegGhostLocalizer",
+    "jpeg_grid": "detectors.jpeg_grid.JpegGridLocalizer",
     "copy_move_selfmatch": "detectors.copy_move.SelfMatchLocalizer",
 }
 # a block far from any evidence reads as a large negative logit; clamped so one map cannot swamp the rest

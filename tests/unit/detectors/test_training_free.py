@@ -20,7 +20,7 @@ from tests.helpers import compose_config
 
 # the detectors of residual statistics; JPEG ghosts look at quantization instead
 TRAINING_FREE = ["noise_level_tiny", "noise_level", "splicebuster_tiny", "splicebuster"]
-EVERY = [*TRAINING_FREE, "jpeg_ghost_tiny", "jpeg_ghost"]
+EVERY = [*TRAINING_FREE, "jpeg_ghost_tiny", "jpeg_ghost", "jpeg_grid_tiny", "jpeg_grid"]
 HEIGHT, WIDTH = 160, 224  # non-square on purpose
 REGION = (slice(40, 120), slice(64, 160))  # rows, columns of the region with other traces
 
