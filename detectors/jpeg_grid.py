@@ -125,6 +125,7 @@ class JpegGridLocalizer(Localizer):
         agree, other = (shows_own * weight).sum((2, 3)), (shows_other * weight).sum((2, 3))
         own_grid = ((agree > 0.5) & (agree + other > self.own_share)).float()  # (N, 1)
         excluded = self.beside[own] * own_grid  # (N, 64): the image's grid and the offsets beside it
+        # heights lie within -1..1, so subtracting 2 takes an excluded offset out of the running
         peak = (height - 2.0 * excluded[..., None, None]).amax(1, keepdim=True)
         logit = (peak - self.peak) / self.peak_scale
         logit = F.interpolate(logit, size=luma.shape[-2:], mode="bilinear", align_corners=False)
