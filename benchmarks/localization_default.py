@@ -1,7 +1,7 @@
 """What `python train.py detector=<a localizer>` with no data gives, end to end (a script).
 
     python -m benchmarks.localization_default [--detector evidence_tiny] [--data-dir DIR]
-        [--output-dir outputs/localization_default] [--runs 1] [TRAIN.PY OVERRIDES ...]
+        [--output-dir outputs/localization_default] [--runs 1] [--split test] [TRAIN.PY OVERRIDES ...]
 
 1. Runs `train.py detector=<detector>` with no data argument, as a user would on a fresh machine:
    the embedded localization set is generated under `--data-dir` on first use (delete the folder
@@ -13,6 +13,7 @@
    does, and writes pixel F1 (at probability 0.5), pixel AUROC, the genuine pixel false-positive
    rate and image AUROC, over all manipulated test images and per operation (each operation's
    forgeries with all genuine test images), to `results.json` and `localization_default.md`.
+   `--split val` scores the validation split instead: settings are chosen there, never on test.
 """
 
 from __future__ import annotations
@@ -100,11 +101,11 @@ def metrics_of(scored: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 @torch.inference_mode()
-def per_operation(checkpoint: Path, manifest: Path) -> dict[str, dict[str, float]]:
-    """Test-split metrics over all manipulated images and per operation, each image scored whole."""
+def per_operation(checkpoint: Path, manifest: Path, split: str = "test") -> dict[str, dict[str, float]]:
+    """One split's metrics over all manipulated images and per operation, each image scored whole."""
     net = load_checkpoint(checkpoint).net.eval()
-    test = [r for r in read_layout(manifest.parent, "auto") if r.split == "test" and (r.label == 0 or r.mask)]
-    scored, _ = score_split(net, test, "clean")
+    records = [r for r in read_layout(manifest.parent, "auto") if r.split == split and (r.label == 0 or r.mask)]
+    scored, _ = score_split(net, records, "clean")
     operations = sorted({i["op"] for i in scored if i["op"] is not None})
     table = {"all": metrics_of(scored)}
     for op in operations:
@@ -121,7 +122,7 @@ def markdown(detector: str, runs: Sequence[dict[str, Any]]) -> str:
             f"{run['epochs']} epochs / {run['steps']} steps; load average before {run['load_before']}, "
             f"after {run['load_after']}.",
             "",
-            f"| {detector}, test split | " + " | ".join(COLUMNS) + " |",
+            f"| {detector}, {run['split']} split | " + " | ".join(COLUMNS) + " |",
             "|---" * (len(COLUMNS) + 1) + "|",
         ]
         for op, figures in run["per_operation"].items():
@@ -137,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "outputs" / "localization_default" / "data")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_default")
     parser.add_argument("--runs", type=int, default=1, help="train.py runs one after the other (seeds 0, 1, ...)")
+    parser.add_argument(
+        "--split", default="test", choices=("val", "test"), help="the split scored (choose settings on val)"
+    )
     parser.add_argument("overrides", nargs="*", help="more train.py overrides")
     args = parser.parse_args(argv)
     runs = []
@@ -144,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.output_dir / f"{args.detector}_seed{seed}"
         run = run_train(args.detector, args.data_dir, run_dir, [f"seed={seed}", *args.overrides])
         checkpoint = Path(run["train_py_metrics"]["checkpoint"])
-        run["per_operation"] = per_operation(checkpoint, args.data_dir / "embedded_localization" / "manifest.csv")
+        manifest = args.data_dir / "embedded_localization" / "manifest.csv"
+        run["split"] = args.split
+        run["per_operation"] = per_operation(checkpoint, manifest, args.split)
         runs.append(run)
         print(markdown(args.detector, runs[-1:]), flush=True)
     args.output_dir.mkdir(parents=True, exist_ok=True)

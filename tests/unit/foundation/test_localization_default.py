@@ -6,9 +6,11 @@ import csv
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 
+import benchmarks.localization_default as default_benchmark
 from benchmarks.localization_default import training_length
 from datamodules.localization import LocalizationDataModule
 from tests.helpers import compose_config
@@ -84,3 +86,25 @@ def test_the_datamodule_makes_a_missing_dataset_once_with_the_maker_it_is_handed
 def test_the_default_localization_benchmark_reads_a_training_free_checkpoint_as_trained_for_nothing():
     assert training_length({"hyper_parameters": {}, "state_dict": {}, "calibration": {}}) == {"epochs": 0, "steps": 0}
     assert training_length({"epoch": 29, "global_step": 600}) == {"epochs": 30, "steps": 600}
+
+
+def test_the_benchmark_scores_the_split_it_is_asked_for_so_settings_are_chosen_on_validation(tmp_path, monkeypatch):
+    from detectors.registry import create_module
+    from tools.released import save_checkpoint
+
+    manifest = write_tiny_localization_set(tmp_path / "set", 0, None)
+    checkpoint = save_checkpoint(create_module("noise_level_tiny").eval(), tmp_path / "noise_level.ckpt")
+    scored = {}
+
+    class Scored(Exception):
+        pass
+
+    def record(net, records, perturbation):
+        scored[perturbation] = sorted(Path(r.path).name for r in records)
+        raise Scored
+
+    monkeypatch.setattr(default_benchmark, "score_split", record)
+    for split, rows in (("val", [1, 4, 7, 10]), ("test", [2, 5, 8, 11])):
+        with pytest.raises(Scored):
+            default_benchmark.per_operation(checkpoint, manifest, split)
+        assert scored == {"clean": sorted(f"{i}.png" for i in rows)}
