@@ -109,6 +109,12 @@ class JpegGridLocalizer(Localizer):
         baseline = torch.maximum(shares.mean(2, keepdim=True), shares.mean(1, keepdim=True))
         return (shares - baseline).flatten(1, 2)
 
+    @property
+    def min_image_side(self) -> int:
+        """Two blocks: PyTorch pads a smaller image up to them, an exported graph keeps the padding it
+        was traced with (none), so its metadata carries this and the ONNX path refuses with the reason."""
+        return 16
+
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         luma = (image * self.luma).sum(1, keepdim=True) * 255.0 - 128.0
         # two blocks a side at least (an image of one block has no offsets to compare: mapped all the same)

@@ -190,3 +190,8 @@ def test_the_onnx_export_maps_a_pasted_jpeg_region_as_pytorch_does(tmp_path: Pat
         torch_map = torch.sigmoid(module.net(pixels)["mask_logit"])[0, 0].numpy()
     assert ((onnx_map > 0.5) == (torch_map > 0.5)).mean() > 0.999
     assert f1(onnx_map > 0.5, mask) > 0.8
+    # an image under two blocks a side, which PyTorch pads, is refused by the ONNX path with the reason
+    from inference.runtime import OnnxRuntime
+
+    with pytest.raises(ValueError, match="jpeg_grid needs an image of at least 16 px on each side; got 12 x 40"):
+        OnnxRuntime(report.path, device="cpu").predict(np.random.rand(1, 3, 12, 40))
