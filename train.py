@@ -80,7 +80,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             instantiate_group(cfg.get("callbacks")),
         )
     if cfg.get("monitor", "auto") == "auto":
-        cfg.monitor = "val/pixel_f1" if module.net.is_localizer else "val/auroc"
+        cfg.monitor = "val/pixel_f1_within_fpr" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(
         data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
         preprocess=module.net.preprocess.to_dict(),

@@ -57,6 +57,7 @@ from benchmarks.localization_quality import make_data, operation, parse_variant,
 from datamodules.io import read_image, read_mask
 from datamodules.layouts import read_layout
 from evaluation import PixelMetricAccumulator, image_metrics
+from evaluation.pixel import GENUINE_PIXEL_FPR_LIMIT
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ("copy_move", "splicing", "inpainting", "region_edit", "damage")
@@ -73,7 +74,7 @@ KIND_GROUPS = {
     "figure": ("chart", "blot", "gel", "document"),
 }
 TARGETS = {"copy_move": 0.7, "splicing": 0.6, "inpainting": 0.7}  # region edits and damage: none set
-MAX_GENUINE_FPR = 0.05
+MAX_GENUINE_FPR = GENUINE_PIXEL_FPR_LIMIT
 THRESHOLD_GRID = tuple(np.round(np.arange(0.05, 0.951, 0.05), 2))
 MARKERS = ("<!-- localization-table:start -->", "<!-- localization-table:end -->")
 

@@ -17,6 +17,7 @@ from detectors.build import build_detector, to_plain
 from detectors.localization_metrics import SplitPixelMetrics
 from evaluation import calibrate_threshold, calibration_check, image_metrics
 from evaluation.calibration import calibrate_by_category, check_rule, too_few_sentence
+from evaluation.pixel import f1_within_genuine_fpr
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +214,8 @@ class DetectorModule(L.LightningModule):
     def _log_metrics(self, stage: str, gathered: dict[str, np.ndarray], pixel: dict[str, float]) -> None:
         metrics = image_metrics(gathered["label"], gathered["score"], threshold=float(self.threshold))
         metrics.update(pixel)
+        if pixel:  # what best.ckpt follows for localizers: pixel F1 within the genuine pixels' bound
+            metrics["pixel_f1_within_fpr"] = f1_within_genuine_fpr(pixel)
         extras = self._extras[stage]
         for key in sorted({key for extra in extras for key in extra}):
             metrics[key] = float(np.nanmean([extra[key] for extra in extras if key in extra]))

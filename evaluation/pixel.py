@@ -25,6 +25,9 @@ PIXEL_KEYS = (
     "pixel_fpr_genuine",
     "n_masks",
 )
+# The share of genuine pixels a localizer may mark where it is chosen (a checkpoint, a threshold, the
+# localization table's best entry): the bound the toolkit's localization targets are stated under.
+GENUINE_PIXEL_FPR_LIMIT = 0.05
 # Said next to every pixel figure the toolkit reports: which images count, which threshold.
 PIXEL_PROTOCOL = (
     "pixel F1 / IoU / AUROC per manipulated image at probability 0.5, averaged over manipulated "
@@ -202,6 +205,17 @@ class PixelMetricAccumulator:
         undefined = [k for k, v in out.items() if isinstance(v, float) and np.isnan(v) and k not in skipped]
         warn_undefined(undefined, f"{n} manipulated and {len(self.fpr_genuine)} genuine images")
         return out
+
+
+def f1_within_genuine_fpr(metrics: dict[str, float], limit: float = GENUINE_PIXEL_FPR_LIMIT) -> float:
+    """A selection score from `compute()`'s metrics: pixel F1 while the genuine images have at most
+    `limit` of their pixels marked, else minus the share marked. Any candidate within the bound beats
+    any beyond it, and beyond it the one marking fewest wins; pixel F1 alone is blind to genuine
+    images, so it favours a map that marks everything. Without genuine images: pixel F1."""
+    f1, marked = metrics.get("pixel_f1", float("nan")), metrics.get("pixel_fpr_genuine", float("nan"))
+    if np.isnan(marked) or marked <= limit:
+        return f1
+    return -marked
 
 
 def pixel_metrics(

@@ -60,4 +60,4 @@ def test_python_train_py_with_a_localizer_and_no_data_trains_on_the_embedded_loc
     assert 0.0 <= metrics["pixel_f1"] <= 1.0 and "per manipulated image" in metrics["pixel_protocol"]
     assert (run / "contact_sheet.png").is_file() and "pixel_f1" in (run / "report.md").read_text()
     assert (tmp_path / "data" / "embedded_localization" / "manifest.csv").is_file()
-    assert "val/pixel_f1" in (run / "config.yaml").read_text()  # best.ckpt follows pixel F1
+    assert "monitor: val/pixel_f1_within_fpr" in (run / "config.yaml").read_text()  # best.ckpt: F1 within the bound
