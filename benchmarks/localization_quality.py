@@ -14,7 +14,7 @@ labelled with the variant as written.
    photo's genuine or forged images straddle train and test.
 2. Trains every detector with `train.py` (`data=localization trainer=cpu`) for at most `--epochs`
    epochs or `--minutes` of wall time (Lightning's `max_time`), whichever comes first; the best
-   checkpoint by validation pixel F1 is kept.
+   checkpoint by validation pixel F1 within the genuine pixels' bound (`train.py`'s monitor) is kept.
 3. Scores the held-out test photos whole (padded to the network's stride, as `infer.py` does) and
    writes per operation: pixel F1 per image at 0.5 (averaged over manipulated images) and at the best
    threshold per image (an oracle), pixel IoU, pixel AUROC, image AUROC (that operation's forgeries
