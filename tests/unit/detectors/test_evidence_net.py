@@ -104,6 +104,36 @@ def test_training_starts_from_the_sum_of_the_evidence_logits():
         torch.testing.assert_close(net(image)["mask_logit"], net.maps(image) + 2.5)
 
 
+def test_the_default_maps_see_a_jpeg_region_pasted_off_the_grid_before_any_training():
+    """A JPEG'd donor pasted at its own scale into a photo never compressed (what the embedded
+    default's splices often are): the jpeg_grid channel marks it, and the untrained network already
+    marks part of it and nothing else; without that channel it marks none of it."""
+    import cv2
+    from skimage import data
+
+    import imageops
+
+    def photo(name: str) -> np.ndarray:
+        return cv2.resize(getattr(data, name)()[..., :3], (256, 256), interpolation=cv2.INTER_AREA)
+
+    image, mask = photo("astronaut"), np.zeros((256, 256), bool)
+    image[64:176, 80:200] = imageops.jpeg(photo("chelsea"), 75)[61:173, 75:195]  # 3 rows, 5 columns off
+    mask[64:176, 80:200] = True
+    pixels = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 255
+
+    def f1(marked: np.ndarray) -> float:
+        return 2 * (marked & mask).sum() / (marked.sum() + mask.sum())
+
+    net = create_detector("evidence_tiny").eval()
+    with torch.no_grad():
+        untrained = net(pixels)["mask_logit"][0, 0].numpy() > 0
+        grid_channel = net.maps(pixels)[0, net.maps.names.index("jpeg_grid")].numpy() > 0
+        without = create_detector("evidence_tiny", ["~net.evidence.jpeg_grid"]).eval()(pixels)["mask_logit"]
+    assert f1(grid_channel) > 0.8
+    assert f1(untrained) > 0.2 and not untrained[~mask].any()
+    assert not (without[0, 0].numpy() > 0)[mask].any()
+
+
 def test_export_is_refused_with_the_reason_when_a_map_is_matched_per_image(tmp_path: Path):
     from exporting.onnx_export import ExportError, export_onnx
 
