@@ -22,7 +22,7 @@ import numpy as np
 from synthesis.common import as_bool_mask, as_rgb_uint8, composite, inner_alpha, random_ellipse
 from synthesis.segment import largest_component, object_candidates
 
-__all__ = ["ForgeryResult", "farthest_grid_position", "copy_move", "inpaint_region", "WARP_KERNELS"]
+__all__ = ["ForgeryResult", "farthest_grid_position", "copy_move", "content_share", "inpaint_region", "WARP_KERNELS"]
 
 WARP_KERNELS = {
     "nearest": cv2.INTER_NEAREST,
@@ -30,6 +30,20 @@ WARP_KERNELS = {
     "bicubic": cv2.INTER_CUBIC,
     "lanczos": cv2.INTER_LANCZOS4,
 }
+
+
+# A pixel carries content when its grey level is more than this from the image's background level.
+CONTENT_LEVEL = 8
+
+
+def content_share(image: np.ndarray, mask: np.ndarray) -> float:
+    """The share of `mask`'s pixels more than `CONTENT_LEVEL` grey levels from the image's background
+    level (its commonest grey level): near 0 for a blank margin or the empty plot area of a chart,
+    near 1 for a bar or a cell, whether uniform or textured."""
+    grey = cv2.cvtColor(as_rgb_uint8(image), cv2.COLOR_RGB2GRAY)
+    background = int(np.bincount(grey.ravel(), minlength=256).argmax())
+    region = grey[mask].astype(np.int16)
+    return float((np.abs(region - background) > CONTENT_LEVEL).mean()) if region.size else 0.0
 
 
 @dataclass
@@ -79,15 +93,18 @@ def copy_move(
     scale: tuple[float, float] = (1.0, 1.0),
     rotation: tuple[float, float] = (0.0, 0.0),
     interpolation: str = "bilinear",
+    min_content: float = 0.1,
 ) -> ForgeryResult:
     """Copy an object to the farthest grid position of the same image; mask = the pasted region.
 
     The object is `object_mask` or one of `object_candidates` (chosen by `rng`, compact ones more
     likely). With `scale` (factor) or `rotation` (degrees) ranges other than the identity, the copy
     is scaled and rotated about its centre by values drawn from them and resampled with
-    `interpolation` (nearest, bilinear, bicubic, lanczos). Raises ValueError when no object fits
-    `min_fraction`..`max_fraction`, or when the frame leaves no room to move it by at least
-    `min_shift` px.
+    `interpolation` (nearest, bilinear, bicubic, lanczos). Candidates with under `min_content` of
+    their pixels carrying content (`content_share`) are left out, as the seed's quality control
+    excludes copies of blank background. Raises ValueError when no object fits
+    `min_fraction`..`max_fraction` with that content, or when the frame leaves no room to move it by
+    at least `min_shift` px.
     Kept in one piece: the forgery recipe's steps in order (copy, transform, paste, mask), as the seed paper lists them.
     """
     if interpolation not in WARP_KERNELS:
@@ -100,8 +117,9 @@ def copy_move(
             raise ValueError(f"object covers {mask.mean():.3f} of the frame; expected {min_fraction}..{max_fraction}")
     else:
         candidates = object_candidates(rgb, min_fraction, max_fraction)
+        candidates = [c for c in candidates if content_share(rgb, c) >= min_content]
         if not candidates:
-            raise ValueError(f"no object covering {min_fraction}..{max_fraction} of the frame")
+            raise ValueError(f"no object with content covering {min_fraction}..{max_fraction} of the frame")
         weights = 1.0 / np.arange(1, len(candidates) + 1)
         mask = candidates[int(rng.choice(len(candidates), p=weights / weights.sum()))]
 

@@ -6,7 +6,7 @@ import pytest
 from skimage import data
 
 from synthesis.common import changed_pixels
-from synthesis.copy_move import copy_move, farthest_grid_position, inpaint_region
+from synthesis.copy_move import content_share, copy_move, farthest_grid_position, inpaint_region
 from synthesis.segment import object_candidates, otsu_object_mask
 from synthesis.splicing import pair_similarity, rank_pairs, splice, splice_both_ways
 
@@ -90,6 +90,27 @@ def test_farthest_grid_position_goes_to_the_far_corner():
     for seed in range(20):
         x, y = farthest_grid_position((10, 10, 40, 30), (200, 300), np.random.default_rng(seed))
         assert 0 <= x <= 260 and 0 <= y <= 170 and x >= 260 - 20 and y >= 170 - 20
+
+
+def test_copy_move_never_copies_blank_background_as_the_seeds_quality_control_asks():
+    """A chart whose object candidates include its empty plot area: the copy is always the one with
+    content (THEMIS A.3.3 excludes copies of blank margins); a uniform bar still counts as content."""
+    from synthesis.genuine_kinds import GENUINE_KINDS
+
+    chart = GENUINE_KINDS["chart"](np.random.default_rng(8)).pixels
+    shares = sorted(content_share(chart, mask) for mask in object_candidates(chart))
+    assert shares[0] < 0.1 <= shares[-1]  # blank candidates are there to be picked
+    for seed in range(8):
+        result = copy_move(chart, np.random.default_rng(seed))
+        core = cv2.erode(result.mask.astype(np.uint8), np.ones((11, 11), np.uint8)).astype(bool)
+        assert content_share(result.image, core) >= 0.1  # the pasted pixels are the copied object's
+    bar = np.full((100, 160, 3), 255, np.uint8)
+    bar[30:80, 40:70] = (40, 90, 200)
+    inside = np.zeros((100, 160), bool)
+    inside[30:80, 40:70] = True
+    assert content_share(bar, inside) == 1.0 and content_share(bar, ~inside) == 0.0
+    with pytest.raises(ValueError, match="no object with content"):
+        copy_move(np.full((100, 160, 3), 255, np.uint8), np.random.default_rng(0))
 
 
 def test_copy_move_rejects_a_frame_filling_object():
