@@ -118,7 +118,8 @@ class JpegGridLocalizer(Localizer):
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         luma = (image * self.luma).sum(1, keepdim=True) * 255.0 - 128.0
         # two blocks a side at least (an image of one block has no offsets to compare: mapped all the same)
-        luma = F.pad(luma, (0, max(0, 16 - luma.shape[-1]), 0, max(0, 16 - luma.shape[-2])), mode="replicate")
+        side = self.min_image_side
+        luma = F.pad(luma, (0, max(0, side - luma.shape[-1]), 0, max(0, side - luma.shape[-2])), mode="replicate")
         shares = self.near_zero_shares(luma)
         local = F.avg_pool2d(shares, self.window, 1, self.window // 2, count_include_pad=False)
         height = self.above_rows_and_columns(local)

@@ -108,17 +108,9 @@ def test_the_default_maps_see_a_jpeg_region_pasted_off_the_grid_before_any_train
     """A JPEG'd donor pasted at its own scale into a photo never compressed (what the embedded
     default's splices often are): the jpeg_grid channel marks it, and the untrained network already
     marks part of it and nothing else; without that channel it marks none of it."""
-    import cv2
-    from skimage import data
+    from tests.unit.detectors.test_jpeg_grid import pasted, photo
 
-    import imageops
-
-    def photo(name: str) -> np.ndarray:
-        return cv2.resize(getattr(data, name)()[..., :3], (256, 256), interpolation=cv2.INTER_AREA)
-
-    image, mask = photo("astronaut"), np.zeros((256, 256), bool)
-    image[64:176, 80:200] = imageops.jpeg(photo("chelsea"), 75)[61:173, 75:195]  # 3 rows, 5 columns off
-    mask[64:176, 80:200] = True
+    image, mask = pasted(photo("astronaut"), 75, (3, 5))  # chelsea at JPEG 75, 3 rows and 5 columns off
     pixels = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 255
 
     def f1(marked: np.ndarray) -> float:
