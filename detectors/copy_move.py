@@ -48,6 +48,9 @@ class SelfMatchLocalizer(Localizer):
     `max_copy_residual`, raised to `copy_residual_noise_factor` x the image's noise level
     (`noise_sigma`; JPEG recompression raises a real copy's residual with it), at most
     `copy_residual_ceiling` (look-alike text and texture sit above it however noisy the image).
+    A chart's copy is mostly flat fill, which reproduces under any map, so the residual is read
+    again on the copy's detailed pixels alone (edges, text, texture; `detail_residual`), gated at
+    `max_detail_residual` (None: not read, as checkpoints made before had it).
     A dropped structure can fit more keypoints than a copy beside it, so the maps the remaining
     matches fit are tried next, up to `max_maps` in all (`self_matching.self_matches`), each kept
     only with a turned copy whose residual was measured (`first_kept`; the configs set 3, the
@@ -98,11 +101,13 @@ class SelfMatchLocalizer(Localizer):
         border_band: int = 6,
         furniture_retry: bool = True,
         max_maps: int = 1,
+        max_detail_residual: float | None = None,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
         self.max_shift_repeat, self.max_maps = float(max_shift_repeat), int(max_maps)
+        self.max_detail_residual = float("inf") if max_detail_residual is None else float(max_detail_residual)
         self.max_copy_residual = float(max_copy_residual)
         self.copy_residual_noise_factor, self.copy_residual_ceiling = (
             float(copy_residual_noise_factor),
@@ -206,6 +211,14 @@ class SelfMatchLocalizer(Localizer):
             return missed(found, "the copy repeats again one shift further: a repeated structure")
         if found.matrix is not None and np.isfinite(found.residual) and found.residual > self.residual_gate(panel):
             return missed(found, "the copy is not its source resampled: look-alike content")
+        return self.detail_checked(found)
+
+    def detail_checked(self, found: SelfMatch) -> SelfMatch:
+        """`found`, or no copy where its detailed pixels (edges, text, texture) differ from its
+        resampled source by more than `max_detail_residual` grey levels (median): a map whose copy
+        is mostly flat fill passes the residual over all pixels whether it is right or not."""
+        if found.matrix is not None and found.detail_residual > self.max_detail_residual:  # NaN: too flat to tell
+            return missed(found, "the copy's detail is not its source's resampled: look-alike content")
         return found
 
     def furniture_fallback(self, described: Panel, keypoints: SelfMatch) -> SelfMatch:
@@ -239,7 +252,8 @@ class SelfMatchLocalizer(Localizer):
             return missed(keypoints, "dense match not reproduced by resampling")
         if found.overlap > self.max_copy_overlap:
             return missed(keypoints, "the copies overlap: a repeated structure")
-        return found
+        detailed = self.detail_checked(found)
+        return detailed if detailed.matrix is not None else missed(keypoints, detailed.reason)
 
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         heads, maps = [], []

@@ -44,6 +44,7 @@ class SelfMatch:
     residual: float = float("inf")  # median grey difference of the copy from its resampled source
     overlap: float = 0.0  # shared part of the two copies, as a fraction of the smaller
     repeat: float = 0.0  # share of a shifted copy's texture repeated once more along the shift (`repeats_again`)
+    detail_residual: float = float("nan")  # `residual` on the copy's detailed pixels only (`detail_residual`)
 
 
 def rotates(matrix: np.ndarray, angle: float = 2.0) -> bool:
@@ -182,6 +183,7 @@ def self_match_regions(
         target = trace_copy_border(panel.gray, target, inverse, border_band)
     if ordered and backward < forward:  # the map runs from the copy to the original
         source, target, matrix = target, source, inverse
+    detail = detail_residual(panel.gray, target, matrix) if target.any() else float("nan")
     if not ordered:
         source = target = source | target
     return SelfMatch(
@@ -194,6 +196,7 @@ def self_match_regions(
         residual=min(forward, backward),
         overlap=overlap,
         repeat=repeat,
+        detail_residual=detail,
     )
 
 
@@ -314,6 +317,26 @@ def copy_residual(gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode
     except cv2.error:  # no convergence: the RANSAC map alone
         return residual(initial)
     return min(residual(initial), residual(refined))  # a refinement that drifted away is not taken
+
+
+def detail_residual(
+    gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode: int = 9, min_std: float = 3.0, min_pixels: int = 50
+) -> float:
+    """`copy_residual` read on the copy's detailed pixels only (local grey std over `min_std` in 5 px),
+    without refinement: the median grey difference there from the image resampled through
+    `to_copy`. Flat fills reproduce under any map, so where most of a copy is flat (a chart's bars
+    and background) its median over all pixels is 0 whether or not the map is right; its edges,
+    text and texture tell. NaN where fewer than `min_pixels` detailed pixels lie inside."""
+    inner = cv2.erode(copy.astype(np.uint8), np.ones((erode, erode), np.uint8))
+    height, width = gray.shape
+    to_source = cv2.invertAffineTransform(to_copy).astype(np.float32)
+    covered = cv2.warpAffine(np.ones_like(inner), to_source, (width, height), flags=cv2.WARP_INVERSE_MAP)
+    detailed = (inner > 0) & (covered > 0) & (local_std(gray, 5) > min_std)
+    if detailed.sum() < min_pixels:
+        return float("nan")
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    resampled = cv2.warpAffine(gray, to_source, (width, height), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+    return float(np.median(np.abs(gray - resampled)[detailed]))
 
 
 def resampling_agreement(gray: np.ndarray, to_copy: np.ndarray, window: int = 15) -> np.ndarray:
