@@ -69,7 +69,9 @@ class SelfMatchLocalizer(Localizer):
     (`detectors.self_matching.trace_copy_border`); 0 keeps the correlation windows' outline.
     `furniture_retry`: where no copy was found, the keypoints of text and rulings (masked so far, as
     every chart has them) are matched too, and only a turned or flipped copy that resampling
-    reproduces is kept: a turned legend or bar group has no other keypoints."""
+    reproduces is kept: a turned legend or bar group has no other keypoints.
+    `enlarged_retry_side` > 0: where still nothing was found in a panel of at most that many px,
+    keypoints are found again on a copy enlarged twice (`enlarged_retry`)."""
 
     has_image_head = True
     fit_without_gradients = True
@@ -102,12 +104,16 @@ class SelfMatchLocalizer(Localizer):
         furniture_retry: bool = True,
         max_maps: int = 1,
         max_detail_residual: float | None = None,
+        enlarged_retry_side: int = 0,
+        enlarged_max_detail_residual: float = 2.0,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE, image_score=image_score)
         self.border_band, self.furniture_retry = int(border_band), bool(furniture_retry)
         self.max_copy_overlap, self.dense_min_inliers = float(max_copy_overlap), int(dense_min_inliers)
         self.max_shift_repeat, self.max_maps = float(max_shift_repeat), int(max_maps)
         self.max_detail_residual = float("inf") if max_detail_residual is None else float(max_detail_residual)
+        self.enlarged_retry_side = int(enlarged_retry_side)
+        self.enlarged_max_detail_residual = float(enlarged_max_detail_residual)
         self.max_copy_residual = float(max_copy_residual)
         self.copy_residual_noise_factor, self.copy_residual_ceiling = (
             float(copy_residual_noise_factor),
@@ -148,6 +154,8 @@ class SelfMatchLocalizer(Localizer):
             found = self.furniture_fallback(first, found)
         if found.matrix is None and self.dense_min_inliers > 0:
             found = self.dense_fallback(panel, found)
+        if found.matrix is None and 0 < max(image.shape[:2]) <= self.enlarged_retry_side:
+            found = self.enlarged_retry(image, found)
         found = self.with_hidden_copy(image, found)
         logits = np.full(image.shape[:2], -self.confidence, np.float32)
         if found.matrix is not None:
@@ -220,6 +228,27 @@ class SelfMatchLocalizer(Localizer):
         if found.matrix is not None and found.detail_residual > self.max_detail_residual:  # NaN: too flat to tell
             return missed(found, "the copy's detail is not its source's resampled: look-alike content")
         return found
+
+    def enlarged_retry(self, image: np.ndarray, missed_so_far: SelfMatch) -> SelfMatch:
+        """Keypoints found on a copy of a small panel enlarged twice (`enlarged_retry_side`), where
+        nothing else found a copy: small rotated text and marks, whose keypoints at the panel's own
+        size fit no map. Enlarged, a chart's exact repeats (grid cells, bars, legend rows) match too,
+        so only a turned or rescaled copy is kept, and only where its detail is its source
+        resampled to `enlarged_max_detail_residual` grey levels (`missed_so_far` otherwise)."""
+        side = 2 * max(image.shape[:2])
+        panel = describe_panel(
+            image, self.max_side, self.n_features, True, self._sift, detect_side=side, keep_unmasked=True
+        )
+        for view in (panel, unmasked_view(panel)):
+            candidates = self.maps_of(view)
+            found = self.first_kept(next(candidates), candidates, view)
+            if (
+                found.matrix is not None
+                and not is_pure_shift(found.matrix)
+                and found.detail_residual <= self.enlarged_max_detail_residual
+            ):
+                return found
+        return missed_so_far
 
     def furniture_fallback(self, described: Panel, keypoints: SelfMatch) -> SelfMatch:
         """The keypoints of text and rulings matched too, for a panel (`described` with

@@ -71,6 +71,16 @@ def to_working_size(image: np.ndarray, max_side: int) -> tuple[np.ndarray, float
     return image, factor
 
 
+def resized_to_side(gray: np.ndarray, side: int) -> np.ndarray:
+    """`gray` shrunk (area) or enlarged (bicubic) so its longer side is `side`; itself when it is."""
+    if side < max(gray.shape):
+        return to_working_size(gray, side)[0]
+    if side > max(gray.shape):
+        enlarge = side / max(gray.shape)
+        return cv2.resize(gray, None, fx=enlarge, fy=enlarge, interpolation=cv2.INTER_CUBIC)
+    return gray
+
+
 def describe_panel(
     image: np.ndarray,
     max_side: int = 512,
@@ -85,18 +95,16 @@ def describe_panel(
     than `min_keypoints` is described again with a lower contrast threshold. `keep_unmasked` also
     keeps the keypoints on the furniture, for `unmasked_view`.
 
-    `detect_side` (px) finds the keypoints on a copy shrunk to that longer side and scales their
+    `detect_side` (px) finds the keypoints on a copy resized to that longer side and scales their
     coordinates back to working size, where masks and colours are still measured. OpenCV's SIFT
     doubles its input first, so 256 px keeps the scales a 512 px panel's keypoints mostly come from
-    at about a third of the cost.
+    at about a third of the cost; a copy enlarged (bicubic) gives small text and marks keypoints.
     """
     original_shape = image.shape[:2]
     rgb, factor = to_working_size(np.ascontiguousarray(image[..., :3]), max_side)
     gray_u8 = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
     furniture = furniture_mask(gray_u8) if mask_furniture else np.zeros(gray_u8.shape, bool)
-    detected = gray_u8
-    if detect_side is not None and detect_side < max(gray_u8.shape):
-        detected, _ = to_working_size(gray_u8, detect_side)
+    detected = gray_u8 if detect_side is None else resized_to_side(gray_u8, detect_side)
     detector = sift if sift is not None else cv2.SIFT_create(nfeatures=n_features)
     keypoints, descriptors = detector.detectAndCompute(detected, None)
     if len(keypoints) < min_keypoints:  # faint texture (fundus, blots): ask for weaker extrema too
@@ -106,7 +114,7 @@ def describe_panel(
         points, descriptors = np.zeros((0, 2), np.float32), np.zeros((0, 128), np.float32)
     else:
         points = np.asarray([kp.pt for kp in keypoints], dtype=np.float32)
-        if detected is not gray_u8:  # pixel centres of the shrunk copy back onto the working grid
+        if detected is not gray_u8:  # pixel centres of the resized copy back onto the working grid
             stretch = np.float32([gray_u8.shape[1] / detected.shape[1], gray_u8.shape[0] / detected.shape[0]])
             points = (points + 0.5) * stretch - 0.5
         descriptors = np.sqrt(descriptors / np.maximum(descriptors.sum(1, keepdims=True), 1e-7))  # RootSIFT
