@@ -296,20 +296,13 @@ def copy_residual(gray: np.ndarray, copy: np.ndarray, to_copy: np.ndarray, erode
     the copy went through two resamplings and lost detail. The smaller residual tells the direction.
     The median, not the mean: edges a tenth of a pixel off and the feathered seam are a minority of
     the region. Infinite when the region is too small to tell."""
-    inner = cv2.erode(copy.astype(np.uint8), np.ones((erode, erode), np.uint8))
-    if inner.sum() < 50:
+    inner, inside = copy_interior(copy, to_copy, erode)
+    if inner.sum() < 50 or inside.sum() < 50:
         return float("inf")
-    height, width = gray.shape
     initial = cv2.invertAffineTransform(to_copy).astype(np.float32)
-    covered = cv2.warpAffine(np.ones_like(inner), initial, (width, height), flags=cv2.WARP_INVERSE_MAP)
-    inside = (inner > 0) & (covered > 0)  # the source lies inside the image
-    if inside.sum() < 50:
-        return float("inf")
 
     def residual(to_source: np.ndarray) -> float:
-        flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-        resampled = cv2.warpAffine(gray, to_source, (width, height), flags=flags, borderMode=cv2.BORDER_REPLICATE)
-        return float(np.median(np.abs(gray - resampled)[inside]))
+        return float(np.median(np.abs(gray - resampled_through(gray, to_source))[inside]))
 
     criteria = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 50, 1e-6)
     try:
@@ -327,16 +320,26 @@ def detail_residual(
     `to_copy`. Flat fills reproduce under any map, so where most of a copy is flat (a chart's bars
     and background) its median over all pixels is 0 whether or not the map is right; its edges,
     text and texture tell. NaN where fewer than `min_pixels` detailed pixels lie inside."""
-    inner = cv2.erode(copy.astype(np.uint8), np.ones((erode, erode), np.uint8))
-    height, width = gray.shape
-    to_source = cv2.invertAffineTransform(to_copy).astype(np.float32)
-    covered = cv2.warpAffine(np.ones_like(inner), to_source, (width, height), flags=cv2.WARP_INVERSE_MAP)
-    detailed = (inner > 0) & (covered > 0) & (local_std(gray, 5) > min_std)
+    detailed = copy_interior(copy, to_copy, erode)[1] & (local_std(gray, 5) > min_std)
     if detailed.sum() < min_pixels:
         return float("nan")
+    to_source = cv2.invertAffineTransform(to_copy).astype(np.float32)
+    return float(np.median(np.abs(gray - resampled_through(gray, to_source))[detailed]))
+
+
+def copy_interior(copy: np.ndarray, to_copy: np.ndarray, erode: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the copy eroded past its pasted seam, as uint8; the part of it whose source under
+    `to_copy` lies inside the image, as bool)."""
+    inner = cv2.erode(copy.astype(np.uint8), np.ones((erode, erode), np.uint8))
+    to_source = cv2.invertAffineTransform(to_copy).astype(np.float32)
+    covered = cv2.warpAffine(np.ones_like(inner), to_source, inner.shape[::-1], flags=cv2.WARP_INVERSE_MAP)
+    return inner, (inner > 0) & (covered > 0)
+
+
+def resampled_through(gray: np.ndarray, to_source: np.ndarray) -> np.ndarray:
+    """`gray` resampled (bilinear) at the source of each pixel under `to_source` (copy -> source)."""
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-    resampled = cv2.warpAffine(gray, to_source, (width, height), flags=flags, borderMode=cv2.BORDER_REPLICATE)
-    return float(np.median(np.abs(gray - resampled)[detailed]))
+    return cv2.warpAffine(gray, to_source, gray.shape[::-1], flags=flags, borderMode=cv2.BORDER_REPLICATE)
 
 
 def resampling_agreement(gray: np.ndarray, to_copy: np.ndarray, window: int = 15) -> np.ndarray:
