@@ -36,14 +36,20 @@ WARP_KERNELS = {
 CONTENT_LEVEL = 8
 
 
-def content_share(image: np.ndarray, mask: np.ndarray) -> float:
-    """The share of `mask`'s pixels more than `CONTENT_LEVEL` grey levels from the image's background
-    level (its commonest grey level): near 0 for a blank margin or the empty plot area of a chart,
-    near 1 for a bar or a cell, whether uniform or textured."""
-    grey = cv2.cvtColor(as_rgb_uint8(image), cv2.COLOR_RGB2GRAY)
+def content_pixels(image: np.ndarray) -> np.ndarray:
+    """Where `image` carries content: pixels more than `CONTENT_LEVEL` grey levels from its
+    background level (its commonest grey level)."""
+    grey = cv2.cvtColor(as_rgb_uint8(image), cv2.COLOR_RGB2GRAY).astype(np.int16)
     background = int(np.bincount(grey.ravel(), minlength=256).argmax())
-    region = grey[mask].astype(np.int16)
-    return float((np.abs(region - background) > CONTENT_LEVEL).mean()) if region.size else 0.0
+    return np.abs(grey - background) > CONTENT_LEVEL
+
+
+def content_share(image: np.ndarray, mask: np.ndarray, content: np.ndarray | None = None) -> float:
+    """The share of `mask`'s pixels that carry content (`content_pixels`, or `content` where the
+    caller measured it once for several masks): near 0 for a blank margin or the empty plot area of
+    a chart, near 1 for a bar or a cell, whether uniform or textured."""
+    region = (content_pixels(image) if content is None else content)[mask]
+    return float(region.mean()) if region.size else 0.0
 
 
 @dataclass
@@ -117,7 +123,8 @@ def copy_move(
             raise ValueError(f"object covers {mask.mean():.3f} of the frame; expected {min_fraction}..{max_fraction}")
     else:
         candidates = object_candidates(rgb, min_fraction, max_fraction)
-        candidates = [c for c in candidates if content_share(rgb, c) >= min_content]
+        content = content_pixels(rgb)  # once for all candidates
+        candidates = [c for c in candidates if content_share(rgb, c, content) >= min_content]
         if not candidates:
             raise ValueError(f"no object with content covering {min_fraction}..{max_fraction} of the frame")
         weights = 1.0 / np.arange(1, len(candidates) + 1)
