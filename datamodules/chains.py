@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from datamodules.classification import ManifestDataModule
-from datamodules.datasets import collate
+from datamodules.datasets import collate, own_generator, seeded_training_draws
 from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, apply_chain, read_image
 from datamodules.records import Record
 from datamodules.transforms import to_tensor
@@ -184,10 +184,14 @@ class ChainPatchDataModule(ManifestDataModule):
             views=self.views,
             crops_per_photo=self.crops_per_photo,
         )
+        sampler = None
+        if train:  # each draw made from its own seed, whichever worker makes it
+            dataset, sampler = seeded_training_draws(dataset)
         return DataLoader(
             dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
+            sampler=sampler,
+            generator=own_generator(0),  # the workers' base seed only: every draw is seeded by its own
             drop_last=train and len(dataset) > self.batch_size,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

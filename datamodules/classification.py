@@ -5,23 +5,25 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import lightning as L
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, WeightedRandomSampler
 
 from datamodules.datasets import (
+    DrawSeeded,
     ImageDataset,
     NoiseReinjectedFakes,
     SameSizeBatches,
+    SeededDraws,
     check_genuine_noise_model,
     check_rate,
     collate,
     image_size,
+    own_generator,
 )
 from datamodules.layouts import read_layout
 from datamodules.noise_matching import NoiseMatchedClasses
@@ -131,31 +133,37 @@ class RecordsDataModule(L.LightningDataModule, ABC):
                 genuine_noise_categories=self.genuine_noise_categories,
                 genuine_noise_model=self.genuine_noise_model,
             )
-        sampler = None
+        sampler, draws = None, own_generator() if train else None  # `draws` orders epochs and seeds draws
         if train and balanced_by(self.balanced):
             weights = balanced_weights(dataset.records, balanced_by(self.balanced))
-            sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True)
+            sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True, generator=draws)
         batch_size = self.batch_size if train else self.eval_batch_size
         batches = None
         if not self.preprocess.fixed_size and batch_size != 1:
-            batches, batch_size = self.whole_image_batches(dataset, batch_size, train, sampler), 1
+            batches, batch_size = self.whole_image_batches(dataset, batch_size, train, sampler, draws), 1
+        if train:  # each draw made from its own seed, whichever worker makes it
+            if batches is None:
+                sampler = SeededDraws(sampler or RandomSampler(dataset, generator=draws), draws)
+            else:
+                batches = SeededDraws(batches, draws)
+            dataset = DrawSeeded(dataset)
         return DataLoader(
             dataset,
             **(
                 {"batch_sampler": batches}
                 if batches is not None
-                else {"batch_size": batch_size, "shuffle": train and sampler is None, "sampler": sampler}
+                else {"batch_size": batch_size, "shuffle": False, "sampler": sampler}
             ),
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate,
             pin_memory=False,
-            worker_init_fn=partial(seed_worker_augmentations, rank=distributed_rank()),
+            generator=own_generator(0),  # the workers' base seed only: every draw is seeded by its own
         )
 
     def whole_image_batches(
-        self, dataset: Dataset, batch_size: int, train: bool, sampler: Any
+        self, dataset: Dataset, batch_size: int, train: bool, sampler: Any, generator: torch.Generator | None = None
     ) -> SameSizeBatches | None:
         """Preprocess mode `none` keeps each image's own size, and only images of one size stack:
         batches of images that share a size (`SameSizeBatches`), or one image per batch (None) when
@@ -166,7 +174,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         if rescaled or sampler is not None or distributed:
             log.info("preprocess mode 'none': one image per batch")
             return None
-        return SameSizeBatches([image_size(r.path) for r in dataset.records], batch_size, shuffle=train)
+        return SameSizeBatches([image_size(r.path) for r in dataset.records], batch_size, train, generator)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
@@ -217,17 +225,9 @@ def distributed_rank() -> int:
 def augment_seed() -> int:
     """A seed for the training augmentations, drawn from torch's generator (which `seed=` seeds) and
     distinct per distributed rank. albumentations draws from its own generator, seeded from the
-    operating system unless it is given a seed, which would make runs irreproducible."""
+    operating system unless it is given a seed, which would make runs irreproducible (training
+    seeds it again for every draw: `datasets.DrawSeeded`)."""
     return (int(torch.randint(2**31 - 1, ()).item()) + 1_000_003 * distributed_rank()) % 2**32
-
-
-def seed_worker_augmentations(worker_id: int, rank: int = 0) -> None:
-    """Each DataLoader worker draws its own augmentation stream (from torch's per-worker seed, which
-    depends on `seed=`), instead of every worker repeating the stream of the same copied generator."""
-    info = torch.utils.data.get_worker_info()
-    transform = getattr(info.dataset, "transform", None) if info is not None else None
-    if hasattr(transform, "set_random_seed"):
-        transform.set_random_seed((torch.initial_seed() + 1_000_003 * rank) % 2**32)
 
 
 class ManifestDataModule(RecordsDataModule):

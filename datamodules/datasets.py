@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any, Iterator, Sequence
 
 import torch
-from torch.utils.data import Dataset, Sampler, default_collate
+from torch.utils.data import Dataset, RandomSampler, Sampler, default_collate
 
 from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image
 from datamodules.records import Record
@@ -194,24 +194,31 @@ def image_size(path: str) -> tuple[int, int] | None:
 class SameSizeBatches(Sampler[list[int]]):
     """Batches of at most `batch_size` indices whose images share one size (`sizes[i]`), for whole
     images (preprocess mode `none`), which can be stacked only when their sizes agree. `shuffle`
-    draws a new order of images and batches every epoch (from torch's generator, which `seed=`
-    seeds); otherwise batches follow the index order within each size."""
+    draws a new order of images and batches every epoch (from `generator`, by default torch's, which
+    `seed=` seeds); otherwise batches follow the index order within each size."""
 
-    def __init__(self, sizes: Sequence[Any], batch_size: int, shuffle: bool) -> None:
+    def __init__(
+        self, sizes: Sequence[Any], batch_size: int, shuffle: bool, generator: torch.Generator | None = None
+    ) -> None:
         self.sizes, self.batch_size, self.shuffle = list(sizes), int(batch_size), bool(shuffle)
+        self.generator = generator
 
     def group(self, index: int) -> Any:
         """The size an image is batched by; an unreadable image (size None) gets a batch of its own."""
         return self.sizes[index] or ("unread", index)
 
     def batches(self) -> list[list[int]]:
-        order = torch.randperm(len(self.sizes)).tolist() if self.shuffle else range(len(self.sizes))
+        order = (
+            torch.randperm(len(self.sizes), generator=self.generator).tolist()
+            if self.shuffle
+            else range(len(self.sizes))
+        )
         groups: dict[Any, list[int]] = {}
         for index in order:
             groups.setdefault(self.group(index), []).append(index)
         batches = [g[k : k + self.batch_size] for g in groups.values() for k in range(0, len(g), self.batch_size)]
         if self.shuffle:
-            batches = [batches[i] for i in torch.randperm(len(batches)).tolist()]
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=self.generator).tolist()]
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -220,3 +227,63 @@ class SameSizeBatches(Sampler[list[int]]):
     def __len__(self) -> int:  # the count per size does not depend on the order (and draws nothing)
         counts = Counter(self.group(index) for index in range(len(self.sizes)))
         return sum(-(-count // self.batch_size) for count in counts.values())
+
+
+class SeededDraws(Sampler):
+    """Every index that a sampler draws (or every batch of indices a batch sampler draws), paired
+    with a seed for that draw alone, drawn in the main process from `generator` (the one that
+    orders the epoch: `own_generator`). With `DrawSeeded` around the dataset, what a draw becomes
+    (its augmentations, pseudo-fake noise, crop) depends on the run's seed and the draw, not on
+    which loader worker made it: the same `seed=` trains the same model with any `data.num_workers`."""
+
+    def __init__(self, draws: Sampler | Sequence[Any], generator: torch.Generator | None = None) -> None:
+        self.draws, self.generator = draws, generator
+
+    def __iter__(self) -> Iterator[Any]:
+        for drawn in self.draws:
+            if isinstance(drawn, list):
+                yield [(index, self.seed()) for index in drawn]
+            else:
+                yield (drawn, self.seed())
+
+    def seed(self) -> int:
+        return int(torch.randint(2**31 - 1, (), generator=self.generator).item())
+
+    def __len__(self) -> int:
+        return len(self.draws)
+
+
+def seeded_training_draws(dataset: Dataset) -> tuple[Dataset, Sampler]:
+    """A training loader's dataset and sampler: every epoch shuffled, each draw made from a seed of
+    its own (`SeededDraws`, `DrawSeeded`), both from a generator of the loader's own."""
+    draws = own_generator()
+    return DrawSeeded(dataset), SeededDraws(RandomSampler(dataset, generator=draws), draws)
+
+
+def own_generator(seed: int | None = None) -> torch.Generator:
+    """A generator of a loader's own, seeded with `seed` or from one draw of torch's generator
+    (which `seed=` seeds) when the loader is made. A DataLoader without one draws its workers' base
+    seed from torch's generator whenever it starts an epoch, persistent workers only once: the model,
+    which draws from that stream too, would train otherwise with another `data.num_workers`."""
+    if seed is None:
+        seed = int(torch.randint(2**31 - 1, ()).item())
+    return torch.Generator().manual_seed(seed)
+
+
+class DrawSeeded(WrappedDataset):
+    """`dataset[index]` for a (index, seed) draw of `SeededDraws`, with torch's generator and the
+    dataset's augmentation pipeline (albumentations, its own generator) seeded from the draw's seed
+    while the sample is made, and torch's generator restored after it (with no loader workers the
+    sample is made in the main process, whose stream the model draws from)."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, drawn: tuple[int, int]) -> dict[str, Any]:
+        index, seed = drawn
+        transform = getattr(self.dataset, "transform", None)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if hasattr(transform, "set_random_seed"):
+                transform.set_random_seed(seed)
+            return self.dataset[index]

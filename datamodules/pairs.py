@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.datasets import own_generator, seeded_training_draws
 from datamodules.preprocess import Preprocess
 from evaluation.protocols.duplication import CMO_OPERATIONS, cmo_set
 
@@ -55,9 +56,8 @@ class PairDataset(Dataset):
     `mask_b` (1 x S x S, empty for negatives), `label`, `operations` (5 CMO answers), `has_operations`,
     `index`. `swap` exchanges A and B at random (every CMO answer is its own inverse)."""
 
-    def __init__(self, pair_set: Any, size: int, swap: bool = False, seed: int = 0) -> None:
+    def __init__(self, pair_set: Any, size: int, swap: bool = False) -> None:
         self.size, self.swap = int(size), swap
-        self.rng = np.random.default_rng(seed)
         panels = {key: to_square(panel, self.size) for key, panel in pair_set.panels.items()}
         self.items = []
         for pair in pair_set.pairs:
@@ -75,7 +75,7 @@ class PairDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         a, b, mask_a, mask_b, label, operations, known = self.items[index]
-        if self.swap and self.rng.random() < 0.5:
+        if self.swap and float(torch.rand(())) < 0.5:  # training seeds each draw (`DrawSeeded`)
             a, b, mask_a, mask_b = b, a, mask_b, mask_a
         image = lambda x: torch.from_numpy(x).permute(2, 0, 1).float() / 255.0  # noqa: E731
         return {
@@ -100,7 +100,6 @@ class PairDataModule(L.LightningDataModule):
         self,
         preprocess: Preprocess | Mapping[str, Any],
         pair_sets: Mapping[str, Any],
-        seed: int = 0,
         batch_size: int = 16,
         num_workers: int = 0,
     ) -> None:
@@ -113,7 +112,7 @@ class PairDataModule(L.LightningDataModule):
         missing = sorted({"train", "val", "test"} - set(pair_sets))
         if missing:
             raise ValueError(f"pair sets for train, val and test are needed; missing {missing}")
-        self.pair_sets, self.seed = dict(pair_sets), seed
+        self.pair_sets = dict(pair_sets)
         self.batch_size, self.num_workers = batch_size, num_workers
         self.splits: dict[str, list[PairRecord]] = {}
         self.datasets: dict[str, PairDataset] = {}
@@ -122,7 +121,7 @@ class PairDataModule(L.LightningDataModule):
         if self.datasets:
             return
         size = int(self.preprocess.size)
-        self.datasets = {"train": PairDataset(self.pair_sets["train"], size, swap=True, seed=self.seed)}
+        self.datasets = {"train": PairDataset(self.pair_sets["train"], size, swap=True)}
         for split in ("val", "test"):
             self.datasets[split] = PairDataset(self.pair_sets[split], size)
         for split, pair_set in self.pair_sets.items():
@@ -132,10 +131,14 @@ class PairDataModule(L.LightningDataModule):
         log.info("pairs: train %d, val %d, test %d", *(len(self.datasets[s]) for s in ("train", "val", "test")))
 
     def loader(self, split: str, shuffle: bool) -> DataLoader:
+        dataset, sampler = self.datasets[split], None
+        if shuffle:  # each draw made from its own seed, whichever worker makes it
+            dataset, sampler = seeded_training_draws(dataset)
         return DataLoader(
-            self.datasets[split],
+            dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
+            generator=own_generator(0),  # the workers' base seed only: every draw is seeded by its own
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

@@ -67,7 +67,7 @@ def test_a_category_not_listed_and_a_rate_of_zero_leave_the_draws_as_they_were()
 
 def test_the_data_module_matches_training_draws_only_and_refuses_a_rate_outside_0_1(tmp_path):
     module = _flat_split_module(tmp_path, noise_match=0.5, noise_match_categories=["gel"])
-    train = module.train_dataloader().dataset
+    train = module.train_dataloader().dataset.dataset  # inside the per-draw seeding (`DrawSeeded`)
     assert isinstance(train, NoiseMatchedClasses) and train.rate == 0.5 and train.categories == {"gel"}
     assert next(iter(module.train_dataloader()))["image"].shape == (8, 3, 16, 16)
     module = _flat_split_module(tmp_path / "all", noise_match=1.0)  # uncategorized records: one category

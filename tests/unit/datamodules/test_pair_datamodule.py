@@ -79,3 +79,23 @@ def test_a_file_that_is_not_generate_py_pairs_is_refused(tmp_path):
     (tmp_path / "pairs.csv").write_text("path_a,path_b\na.png,b.png\n")
     with pytest.raises(ValueError, match="not a generate.py duplication_pairs.csv"):
         generated_pair_splits(str(tmp_path / "pairs.csv"), np.random.default_rng(0))
+
+
+def test_training_pairs_swap_at_random_and_alike_with_any_number_of_loader_workers(generated):
+    """Each pair's A and B are exchanged at random in training; one `seed=` draws the same
+    exchanges whether one process or two loader workers make the batches."""
+    import torch
+
+    def one_epoch(workers: int) -> torch.Tensor:
+        data = PairDataModule(
+            {"size": 32, "mode": "resize"}, pair_splits(pairs_csv=str(generated)), batch_size=2, num_workers=workers
+        )
+        data.setup()
+        torch.manual_seed(3)
+        batches = [batch for _ in range(4) for batch in data.train_dataloader()]
+        return torch.cat([torch.cat([b["image_a"], b["image_b"]], 1) for b in batches])
+
+    alone, with_workers = one_epoch(0), one_epoch(2)
+    assert torch.equal(alone, with_workers)
+    firsts = {tuple(pair[:3, 0, 0].tolist()) for pair in alone}  # A's corner over 16 draws of 4 pairs
+    assert len(firsts) > 2  # unswapped, every A is one of the two sources' A panels

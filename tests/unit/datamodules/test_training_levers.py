@@ -308,7 +308,7 @@ def test_the_data_module_hands_its_genuine_noise_options_to_the_training_set(tmp
         genuine_noise_categories=["gel"],
         genuine_noise_model="shot",
     )
-    train = module.train_dataloader().dataset
+    train = module.train_dataloader().dataset.dataset  # inside the per-draw seeding (`DrawSeeded`)
     assert isinstance(train, NoiseReinjectedFakes) and train.genuine_noise == 0.5
     assert train.genuine_noise_std == (0.1, 0.3) and train.genuine_noise_categories == {"gel"}
     assert train.genuine_noise_model == "shot"
