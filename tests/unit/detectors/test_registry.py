@@ -115,7 +115,7 @@ print("trained", module.hparams.name, sorted(changed), float(loss))
 @pytest.mark.slow  # a fresh interpreter imports torch and Lightning: 10-30 s on a shared CPU
 def test_a_new_detector_is_one_module_and_two_configs(tmp_path):
     copy = tmp_path / "toolkit"
-    for package in ("configs", "datamodules", "detectors", "evaluation"):
+    for package in ("configs", "datamodules", "detectors", "evaluation", "imageops"):
         shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "detectors" / "toy.py").write_text(TOY_MODULE)
     (copy / "configs" / "detector" / "toy.yaml").write_text(toy_config("toy", 16, 64))
