@@ -236,7 +236,7 @@ class SeededDraws(Sampler):
     (its augmentations, pseudo-fake noise, crop) depends on the run's seed and the draw, not on
     which loader worker made it: the same `seed=` trains the same model with any `data.num_workers`."""
 
-    def __init__(self, draws: Sampler | Sequence[Any], generator: torch.Generator | None = None) -> None:
+    def __init__(self, draws: Sampler | Sequence[Any], generator: torch.Generator) -> None:
         self.draws, self.generator = draws, generator
 
     def __iter__(self) -> Iterator[Any]:

@@ -44,11 +44,10 @@ def content_pixels(image: np.ndarray) -> np.ndarray:
     return np.abs(grey - background) > CONTENT_LEVEL
 
 
-def content_share(image: np.ndarray, mask: np.ndarray, content: np.ndarray | None = None) -> float:
-    """The share of `mask`'s pixels that carry content (`content_pixels`, or `content` where the
-    caller measured it once for several masks): near 0 for a blank margin or the empty plot area of
-    a chart, near 1 for a bar or a cell, whether uniform or textured."""
-    region = (content_pixels(image) if content is None else content)[mask]
+def content_share(image: np.ndarray, mask: np.ndarray) -> float:
+    """The share of `mask`'s pixels that carry content (`content_pixels`): near 0 for a blank margin
+    or the empty plot area of a chart, near 1 for a bar or a cell, whether uniform or textured."""
+    region = content_pixels(image)[mask]
     return float(region.mean()) if region.size else 0.0
 
 
@@ -123,8 +122,8 @@ def copy_move(
             raise ValueError(f"object covers {mask.mean():.3f} of the frame; expected {min_fraction}..{max_fraction}")
     else:
         candidates = object_candidates(rgb, min_fraction, max_fraction)
-        content = content_pixels(rgb)  # once for all candidates
-        candidates = [c for c in candidates if content_share(rgb, c, content) >= min_content]
+        content = content_pixels(rgb)  # once for all candidates: `content_share` of each
+        candidates = [c for c in candidates if content[c].mean() >= min_content]
         if not candidates:
             raise ValueError(f"no object with content covering {min_fraction}..{max_fraction} of the frame")
         weights = 1.0 / np.arange(1, len(candidates) + 1)

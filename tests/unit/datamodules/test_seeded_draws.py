@@ -93,7 +93,7 @@ def test_making_a_sample_leaves_the_main_process_stream_where_it_was():
 
 def test_seeded_draws_pair_every_index_and_every_batch_with_a_seed():
     singles = list(SeededDraws([3, 1, 2], torch.Generator().manual_seed(0)))
-    batches = list(SeededDraws([[0, 1], [2]]))
+    batches = list(SeededDraws([[0, 1], [2]], torch.Generator()))
     assert [index for index, _ in singles] == [3, 1, 2] and len({seed for _, seed in singles}) == 3
     assert [[index for index, _ in batch] for batch in batches] == [[0, 1], [2]]
-    assert len(SeededDraws([[0, 1], [2]])) == 2
+    assert len(SeededDraws([[0, 1], [2]], torch.Generator())) == 2
