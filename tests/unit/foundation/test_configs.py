@@ -58,6 +58,9 @@ def test_the_genuine_kinds_recipe_builds_on_the_generated_one_and_sets_its_own_c
     assert set(kinds.data.pseudo_fake_skip_categories) == set(GRAINY_KINDS)
     assert kinds.data.pseudo_fakes == generated.data.pseudo_fakes
     assert list(kinds.data.exclude_groups) == list(generated.data.exclude_groups)
+    # genuine fluorescence draws get photon grain and stay genuine; the generated recipe adds none
+    assert kinds.data.genuine_noise > 0 and generated.data.genuine_noise == 0
+    assert kinds.data.genuine_noise_model == "shot" and list(kinds.data.genuine_noise_categories) == ["fluorescence"]
     # a command-line value still wins over the recipe's
     assert compose_config("train", ["experiment=generated_kinds", "calibration.by=null"]).calibration.by is None
 
