@@ -118,7 +118,8 @@ def test_mvss_released_weights_give_the_authors_edge_logits(mvss):
     with torch.no_grad():
         edge = net.coarse_logits(image)["edge"][0, 0].numpy()
     assert edge.shape == mvss["authors"]["edge_logit_quarter"].shape == (12, 16)
-    assert np.abs(edge - mvss["authors"]["edge_logit_quarter"]).max() <= FLOAT_TOLERANCE
+    # logits up to about 150, where float32 summation order moves a few ulps: 7.6e-5 seen on one CPU
+    np.testing.assert_allclose(edge, mvss["authors"]["edge_logit_quarter"], rtol=FLOAT_TOLERANCE, atol=FLOAT_TOLERANCE)
 
 
 def test_mvss_infer_py_map_differs_from_the_authors_png_by_their_truncation_only(mvss):
