@@ -65,6 +65,13 @@ def test_the_genuine_kinds_recipe_builds_on_the_generated_one_and_sets_its_own_c
     assert compose_config("train", ["experiment=generated_kinds", "calibration.by=null"]).calibration.by is None
 
 
+def test_the_genuine_kinds_preset_draws_many_sources_of_every_kind_at_few_crops_each():
+    cfg = compose_config("generate", ["preset=cpu_kinds"])
+    # a test source moves all its crops at once: 64 sources a kind at 6 crops, not 32 at 12
+    assert cfg.panels.crops_per_photo == 6
+    assert min(cfg.genuine_kinds.values()) == 64 and cfg.genuine_kinds.chart == 128
+
+
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
     cfg = compose_config("train", [])
     assert cfg.detector.name == "npr" and cfg.data.create._target_ == "synthesis.embedded.make_embedded_manifest"
