@@ -141,7 +141,7 @@ def float_tolerance(where: str) -> float:
 
 
 def assert_same(actual: Any, expected: Any, where: str = "") -> None:
-    """Equal, with floats (also those written as text) equal to `float_tolerance`."""
+    """Equal, with float values equal to `float_tolerance` and numbers written in text to 1e-6."""
     if isinstance(expected, dict):
         assert isinstance(actual, dict) and set(actual) == set(expected), f"{where}: keys differ"
         for key in expected:
