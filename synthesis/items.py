@@ -42,7 +42,7 @@ def _panels_task(task: dict[str, Any]) -> dict[str, Any]:
         image if scale == 1.0 else cv2.resize(image, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_AREA)
     )
     crops = [("full", full)]
-    for i in range(spec["crops_per_photo"]):
+    for i in range(spec["crops_by_category"].get(photo["category"], spec["crops_per_photo"])):
         s = float(rng.uniform(*spec["crop_scales"]))
         scaled = cv2.resize(image, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
         side = min(spec["crop_size"], *scaled.shape[:2])

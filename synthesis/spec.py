@@ -99,6 +99,9 @@ class DatasetSpec:
     seed: int = 0
     max_side: int = 512  # the whole-photo panel is shrunk to this longer side
     crops_per_photo: int = 4
+    # category -> its own crop count (e.g. the bundled photographs kept at 12 while each genuine-kind
+    # source gives 3): how many sources a kind has and how many crops each gives are separate choices
+    crops_by_category: Mapping[str, int] = field(default_factory=dict)
     crop_size: int = 256
     crop_scales: Sequence[float] = (0.5, 1.0)  # crops are cut from the photo rescaled by U(lo, hi)
     min_panel_side: int = 64
@@ -130,6 +133,9 @@ class DatasetSpec:
                 raise ValueError(
                     f"forgery_options.{op}: unknown {sorted(set(settings) - set(known))}; known: {sorted(known)}"
                 )
+        negative = {k: v for k, v in self.crops_by_category.items() if int(v) < 0}
+        if self.crops_per_photo < 0 or negative:
+            raise ValueError(f"crop counts must be 0 or more, got {self.crops_per_photo} and {negative}")
         if isinstance(self.generator, Mapping):
             object.__setattr__(self, "generator", GeneratorOptions(**self.generator))
         if isinstance(self.diffusion, Mapping):
@@ -152,6 +158,8 @@ class DatasetSpec:
         data = asdict(self)
         data["generator"].pop("dir")
         data.pop("forgery_options")
+        if not self.crops_by_category:  # datasets made before the option keep their fingerprint
+            data.pop("crops_by_category")
         if not self.genuine_kinds:  # datasets made before genuine kinds existed keep their fingerprint
             data.pop("genuine_kinds")
         else:  # their sources are split within each category (a folder split otherwise is refused)

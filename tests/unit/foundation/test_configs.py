@@ -72,6 +72,14 @@ def test_the_genuine_kinds_preset_draws_many_sources_of_every_kind_at_few_crops_
     assert min(cfg.genuine_kinds.values()) == 64 and cfg.genuine_kinds.chart == 128
 
 
+def test_a_category_s_crop_count_is_set_from_the_command_line():
+    from generate import spec_from_config
+
+    assert spec_from_config(compose_config("generate", ["preset=cpu_kinds"])).crops_by_category == {}
+    cfg = compose_config("generate", ["preset=cpu_kinds", "panels.crops_by_category={photo: 12}"])
+    assert spec_from_config(cfg).crops_by_category == {"photo": 12}
+
+
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
     cfg = compose_config("train", [])
     assert cfg.detector.name == "npr" and cfg.data.create._target_ == "synthesis.embedded.make_embedded_manifest"

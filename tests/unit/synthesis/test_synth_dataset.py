@@ -52,6 +52,32 @@ def test_each_kind_of_genuine_image_has_its_own_sources_in_train_val_and_test(tm
     assert "split_by" not in DatasetSpec().fingerprint()  # datasets of photos alone keep their splits
 
 
+def test_a_category_can_have_its_own_crop_count_and_the_first_crops_do_not_move(tmp_path):
+    from synthesis.items import run_task
+
+    image = np.random.default_rng(0).integers(0, 255, (200, 240, 3), dtype=np.uint8)
+    write_image(tmp_path / "p.png", image)
+    table = [
+        {"photo": str(tmp_path / "p.png"), "key": "p", "source": "p", "category": "photo"},
+        {"photo": str(tmp_path / "p.png"), "key": "blot0", "source": "blot0", "category": "blot"},
+    ]
+
+    def panels(spec: DatasetSpec, output) -> dict[str, list[str]]:
+        rows = [r for task in _panel_tasks(output, spec, table) for r in run_task(task)["rows"]]
+        return {key: sorted(r["path"] for r in rows if r["source"] == key) for key in ("p", "blot0")}
+
+    spec = DatasetSpec(crops_per_photo=2, crops_by_category={"photo": 5}, crop_size=64, genuine_kinds={"blot": 1})
+    made = panels(spec, tmp_path / "a")
+    assert len(made["p"]) == 1 + 5 and len(made["blot0"]) == 1 + 2  # the whole panel and its crops
+    fewer = panels(DatasetSpec(crops_per_photo=2, crop_size=64, genuine_kinds={"blot": 1}), tmp_path / "b")
+    for path in fewer["p"]:  # the photo's first two crops are the same pixels with either count
+        assert np.array_equal(read_image(tmp_path / "a" / path), read_image(tmp_path / "b" / path))
+    assert "crops_by_category" not in DatasetSpec().fingerprint()  # datasets made before it keep their stamp
+    assert spec.fingerprint()["crops_by_category"] == {"photo": 5}
+    with pytest.raises(ValueError, match="0 or more"):
+        DatasetSpec(crops_by_category={"photo": -1})
+
+
 def test_photo_keys_are_unique_and_a_stereo_pair_is_one_source(tmp_path):
     paths = [
         tmp_path / "shoes" / "a.png",
