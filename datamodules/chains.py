@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from datamodules.classification import ManifestDataModule
-from datamodules.datasets import collate, own_generator, seeded_training_draws
+from datamodules.datasets import collate, seeded_training_draws, worker_base_generator
 from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, apply_chain, read_image
 from datamodules.records import Record
 from datamodules.transforms import to_tensor
@@ -191,7 +191,7 @@ class ChainPatchDataModule(ManifestDataModule):
             dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,
             sampler=sampler,
-            generator=own_generator(0),  # the workers' base seed only: every draw is seeded by its own
+            generator=worker_base_generator(),
             drop_last=train and len(dataset) > self.batch_size,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

@@ -24,6 +24,7 @@ from datamodules.datasets import (
     collate,
     image_size,
     own_generator,
+    worker_base_generator,
 )
 from datamodules.layouts import read_layout
 from datamodules.noise_matching import NoiseMatchedClasses
@@ -159,7 +160,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
             persistent_workers=self.num_workers > 0,
             collate_fn=collate,
             pin_memory=False,
-            generator=own_generator(0),  # the workers' base seed only: every draw is seeded by its own
+            generator=worker_base_generator(),
         )
 
     def whole_image_batches(

@@ -270,6 +270,12 @@ def own_generator(seed: int | None = None) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def worker_base_generator() -> torch.Generator:
+    """A loader's generator when every draw is seeded by its own (`SeededDraws`) or nothing is drawn:
+    it gives only the workers' base seed, fixed, so no loader takes a draw from torch's generator."""
+    return own_generator(0)
+
+
 class DrawSeeded(WrappedDataset):
     """`dataset[index]` for a (index, seed) draw of `SeededDraws`, with torch's generator and the
     dataset's augmentation pipeline (albumentations, its own generator) seeded from the draw's seed

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.datasets import own_generator, seeded_training_draws
+from datamodules.datasets import seeded_training_draws, worker_base_generator
 from datamodules.preprocess import Preprocess
 from evaluation.protocols.duplication import CMO_OPERATIONS, cmo_set
 
@@ -138,7 +138,7 @@ class PairDataModule(L.LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             sampler=sampler,
-            generator=own_generator(0),  # the workers' base seed only: every draw is seeded by its own
+            generator=worker_base_generator(),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
