@@ -20,7 +20,7 @@ from inference.run_report import InferenceFailed, ReportRequest, Robustness, map
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
-from inference.writer import COLUMNS
+from inference.writer import COLUMNS, TRUTH_COLUMN
 
 log = logging.getLogger("infer")
 __all__ = ["InferenceFailed", "infer", "main"]
@@ -122,11 +122,13 @@ def plan_outputs(
 ) -> tuple[Path | None, Path | None, list[str]]:
     """Where maps and overlays go (`inference.run_report.map_folders`) and the columns of the rows: a
     `mask` path when maps are saved, a `confidence` path when asked for and the localizer gives one
-    (switched on here)."""
+    (switched on here), the input's `true_label` when it has labels."""
     masks_dir, overlays_dir = map_folders(
         output, runtime, records, cfg.save_masks, cfg.overlays, cfg.get("save_confidence", False), cfg.masks_dir
     )
     columns = list(COLUMNS) + (["mask"] if masks_dir is not None else [])
+    if any(r.label is not None for r in records):  # the truth beside the decision, for reading them together
+        columns.append(TRUTH_COLUMN)
     if cfg.get("save_confidence", False):
         if getattr(runtime, "confidence_maps", None) is None or not runtime.is_localizer:
             log.warning("save_confidence requested, but %s gives no whole-image confidence map", runtime.name)

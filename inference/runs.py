@@ -109,6 +109,11 @@ def score_to_output(
     return score_into_parts(runtime, records, output, columns, processes, shard, resume, pixel, **options)
 
 
+def known_labels(records: Sequence[Record]) -> dict[str, int]:
+    """Each labelled input's own label, by path: the rows' `true_label`."""
+    return {r.path: int(r.label) for r in records if r.label is not None}
+
+
 def score_into_output(
     runtime: Runtime,
     records: Sequence[Record],
@@ -121,7 +126,7 @@ def score_into_output(
     """One process, no shard: rows stream into `output` and stay in memory (see `score_to_output`)."""
     if part_files(output):
         merge_parts(output, records, columns) if resume else remove_parts(output)
-    with ResultWriter(output, columns, resume=resume) as writer:
+    with ResultWriter(output, columns, resume=resume, truth=known_labels(records)) as writer:
         todo = [(i, p) for i, p in Shard().items(records) if p not in writer.done]
         if pixel is not None:
             reduce_saved_maps(pixel, records, writer.done.values())
@@ -159,7 +164,8 @@ def score_into_parts(
     processes.barrier()  # every process has read the same state before anyone appends to it
     mine = shard.items(records)
     todo = [item for item in mine if item[1] not in done]
-    with ResultWriter(part_path(output, shard, processes.rank), columns, resume=True) as writer:
+    part = part_path(output, shard, processes.rank)
+    with ResultWriter(part, columns, resume=True, truth=known_labels(records)) as writer:
         counts = score_items(runtime, todo[processes.rank :: processes.world_size], writer, **options)
     counts = processes.total(counts)
     processes.barrier()

@@ -7,9 +7,10 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 COLUMNS = ("path", "score", "label", "status", "error")
+TRUTH_COLUMN = "true_label"  # the input's own label, beside `label` (the decision), when it has one
 
 
 class ResultWriter:
@@ -19,19 +20,28 @@ class ResultWriter:
     only complete rows whatever moment the run is stopped at; `resume` drops a torn last line
     (from a crash mid-write) and reads which paths are already done. `done` holds every row of the
     file (those found on resume as written, text in CSV; those written since as given), so the run
-    never reads its own output back.
+    never reads its own output back. With `truth` (path -> the input's label), each row written
+    gets it as `true_label` where the columns hold one.
     """
 
-    def __init__(self, path: str | os.PathLike, columns: Sequence[str] = COLUMNS, resume: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        columns: Sequence[str] = COLUMNS,
+        resume: bool = False,
+        truth: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = Path(path)
         if self.path.suffix.lower() not in (".csv", ".jsonl"):
             raise ValueError(f"output must end in .csv or .jsonl, got {self.path}")
         self.is_csv = self.path.suffix.lower() == ".csv"
         self.columns = list(columns)
+        self.truth = truth or {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done: dict[str, dict[str, Any]] = {}
         self.written: list[dict[str, Any]] = []  # the rows written by this writer, in order
         if resume and self.path.is_file():
+            self._check_header()
             self._drop_torn_line()
             self.done = {row["path"]: row for row in read_rows(self.path)}
             self.handle = self.path.open("a", encoding="utf-8", newline="")
@@ -39,6 +49,20 @@ class ResultWriter:
             self.handle = self.path.open("w", encoding="utf-8", newline="")
             if self.is_csv:
                 self._write([dict(zip(self.columns, self.columns))], header=True)
+
+    def _check_header(self) -> None:
+        """A CSV resumed with other columns (maps saved now and not before, or the reverse) would get
+        rows that do not fit its header: refused with the reason instead."""
+        if not self.is_csv:
+            return
+        with self.path.open(encoding="utf-8", newline="") as handle:
+            header = next(csv.reader(handle), None)
+        if header is not None and header != self.columns:
+            raise ValueError(
+                f"{self.path} was written with the columns {header}, this run writes {self.columns}: resume "
+                "with the options it was started with (save_masks, save_confidence, the same input), or "
+                "write to another output"
+            )
 
     def _drop_torn_line(self) -> None:
         data = self.path.read_bytes()
@@ -60,6 +84,8 @@ class ResultWriter:
         os.fsync(self.handle.fileno())
 
     def write(self, rows: list[dict[str, Any]]) -> None:
+        if self.truth and TRUTH_COLUMN in self.columns:
+            rows = [{**row, TRUTH_COLUMN: self.truth.get(row["path"], "")} for row in rows]
         if rows:
             self._write(rows)
             self.done.update({row["path"]: row for row in rows})
@@ -87,12 +113,15 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def parse_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as read or written, with its score as a float and its label as an int (None where empty)."""
-    return {
+    """A row as read or written, with its score as a float and its labels as ints (None where empty)."""
+    parsed = {
         **row,
         "score": float(row["score"]) if row.get("score") not in (None, "") else None,
         "label": int(row["label"]) if row.get("label") not in (None, "") else None,
     }
+    if TRUTH_COLUMN in row:
+        parsed[TRUTH_COLUMN] = int(row[TRUTH_COLUMN]) if row[TRUTH_COLUMN] not in (None, "") else None
+    return parsed
 
 
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:

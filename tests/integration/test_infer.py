@@ -176,6 +176,7 @@ def test_labelled_input_gets_a_report_and_robustness_curves(checkpoint, small_da
     truth = {r.path: r for r in read_manifest(small_dataset)}
     rows = [r for r in read_results(tmp_path / "scores.csv") if r["status"] == "ok"]
     labels = np.array([truth[r["path"]].label for r in rows])
+    assert [r["true_label"] for r in rows] == list(labels)  # beside the decision, for reading them together
     scores = np.array([r["score"] for r in rows])
     threshold = load_runtime(checkpoint, "cpu").threshold
     expected = image_metrics(labels, scores, threshold=threshold)

@@ -12,7 +12,7 @@ from datamodules.preprocess import Preprocess
 from datamodules.records import Record
 from inference.parts import Shard, done_paths, merge_parts, part_files, part_path
 from inference.runs import Processes, score_to_output
-from inference.writer import COLUMNS, read_results, read_rows
+from inference.writer import COLUMNS, TRUTH_COLUMN, ResultWriter, read_results, read_rows
 from tests.helpers import write_images
 
 
@@ -128,3 +128,33 @@ def test_a_run_holds_its_rows_and_reads_its_output_only_to_resume(records, tmp_p
     assert reads == [output]
     assert resumed.counts["skipped"] == (4 if suffix == ".csv" else 5)
     assert resumed.rows == complete.rows and output.read_bytes() == whole
+
+
+@pytest.mark.parametrize("shard", ["", "0/2"])
+def test_labelled_inputs_get_their_own_label_beside_the_decision(records, tmp_path, shard):
+    labelled = [Record(r.path, label=i % 2) for i, r in enumerate(records)]
+    columns = [*COLUMNS, TRUTH_COLUMN]
+    output = tmp_path / "scores.csv"
+
+    def score(shard):
+        return score_to_output(
+            MeanBrightness(), labelled, output, columns, Processes(device="cpu"), Shard.parse(shard), num_workers=0
+        )
+
+    score(shard)
+    if shard:  # the other shard, then the merge of both parts
+        score("1/2")
+        merge_parts(output, labelled, columns)
+    rows = read_results(output)
+    assert len(rows) == len(labelled)
+    # `label` is the decision at the threshold, `true_label` the input's: the broken file's error row too
+    assert [r[TRUTH_COLUMN] for r in rows] == [r.label for r in labelled]
+    assert all(r["label"] == int(r["score"] >= 0.5) for r in rows if r["status"] == "ok")
+
+
+def test_a_resume_that_would_write_other_columns_is_refused_with_the_reason(records, tmp_path):
+    output = tmp_path / "scores.csv"
+    run(records[:3], output)
+    with pytest.raises(ValueError, match="resume with the options it was started with"):
+        ResultWriter(output, [*COLUMNS, "mask"], resume=True)
+    assert len(read_rows(output)) == 3  # the file is left as it was
