@@ -70,14 +70,16 @@ def test_the_genuine_kinds_preset_draws_many_sources_of_every_kind_at_few_crops_
     # a test source moves all its crops at once: 64 sources a kind at 6 crops, not 32 at 12
     assert cfg.panels.crops_per_photo == 6
     assert min(cfg.genuine_kinds.values()) == 64 and cfg.genuine_kinds.chart == 128
+    # the 22 bundled photographs keep 12 crops each, or their kind has a few dozen test panels
+    assert cfg.panels.crops_by_category == {"photo": 12}
 
 
 def test_a_category_s_crop_count_is_set_from_the_command_line():
     from generate import spec_from_config
 
-    assert spec_from_config(compose_config("generate", ["preset=cpu_kinds"])).crops_by_category == {}
-    cfg = compose_config("generate", ["preset=cpu_kinds", "panels.crops_by_category={photo: 12}"])
-    assert spec_from_config(cfg).crops_by_category == {"photo": 12}
+    assert spec_from_config(compose_config("generate", [])).crops_by_category == {}
+    cfg = compose_config("generate", ["panels.crops_by_category={chart: 2, photo: 12}"])
+    assert spec_from_config(cfg).crops_by_category == {"chart": 2, "photo": 12}
 
 
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
