@@ -101,6 +101,11 @@ def fold_parts(output: Path, records: Sequence[Record], columns: Sequence[str]) 
     return ordered, len({r.path for r in records} - set(rows))
 
 
+def known_labels(records: Sequence[Record]) -> dict[str, int]:
+    """Each labelled input's own label, by path: the rows' `true_label`."""
+    return {r.path: int(r.label) for r in records if r.label is not None}
+
+
 def write_in_order(
     output: Path, rows: dict[str, dict[str, Any]], records: Sequence[Record], columns: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -114,7 +119,7 @@ def write_in_order(
         log.warning("%d rows belong to no input record (kept at the end), e.g. %s", len(unknown), unknown[0])
     ordered = [rows[p] for p in sorted(rows, key=lambda p: position.get(p, len(records)))]
     tmp = output.with_name(f".{output.stem}.merging{output.suffix}")
-    with ResultWriter(tmp, columns) as writer:
+    with ResultWriter(tmp, columns, truth=known_labels(records)) as writer:  # also rows resumed without it
         writer.write(ordered)
     os.replace(tmp, output)
     return ordered

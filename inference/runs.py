@@ -18,6 +18,7 @@ from inference.parts import (
     Shard,
     done_paths,
     fold_parts,
+    known_labels,
     merge_parts,
     part_files,
     part_path,
@@ -107,11 +108,6 @@ def score_to_output(
     if processes.world_size == 1 and shard.count == 1:
         return score_into_output(runtime, records, output, columns, resume, pixel, **options)
     return score_into_parts(runtime, records, output, columns, processes, shard, resume, pixel, **options)
-
-
-def known_labels(records: Sequence[Record]) -> dict[str, int]:
-    """Each labelled input's own label, by path: the rows' `true_label`."""
-    return {r.path: int(r.label) for r in records if r.label is not None}
 
 
 def score_into_output(

@@ -57,6 +57,9 @@ class ResultWriter:
             return
         with self.path.open(encoding="utf-8", newline="") as handle:
             header = next(csv.reader(handle), None)
+        if header is not None and header == [c for c in self.columns if c != TRUTH_COLUMN]:
+            self.columns = header  # written before rows carried the truth: appended as they are, the
+            return  # rewrite in input order at the end of a resumed run adds it
         if header is not None and header != self.columns:
             raise ValueError(
                 f"{self.path} was written with the columns {header}, this run writes {self.columns}: resume "

@@ -152,6 +152,15 @@ def test_labelled_inputs_get_their_own_label_beside_the_decision(records, tmp_pa
     assert all(r["label"] == int(r["score"] >= 0.5) for r in rows if r["status"] == "ok")
 
 
+def test_a_file_written_before_rows_carried_the_truth_resumes_and_gets_it(records, tmp_path):
+    labelled = [Record(r.path, label=i % 2) for i, r in enumerate(records)]
+    output = tmp_path / "scores.csv"
+    run(labelled[:4], output)  # the columns of a run without `true_label`
+    score_to_output(MeanBrightness(), labelled, output, [*COLUMNS, TRUTH_COLUMN], Processes(device="cpu"), resume=True)
+    rows = read_results(output)
+    assert [r[TRUTH_COLUMN] for r in rows] == [r.label for r in labelled]  # the first four rows too
+
+
 def test_a_resume_that_would_write_other_columns_is_refused_with_the_reason(records, tmp_path):
     output = tmp_path / "scores.csv"
     run(records[:3], output)
