@@ -80,7 +80,7 @@ def spec_from_config(cfg: DictConfig):
         kind=plain["kind"],
         ops=plain["ops"],
         seed=plain["seed"],
-        **{**plain["panels"], "crops_by_category": plain["panels"].get("crops_by_category") or {}},
+        **plain["panels"],
         split_fractions=tuple(plain["split_fractions"]),
         splice_candidates=plain["splice_candidates"],
         local_min_side=plain["local_min_side"],

@@ -117,13 +117,9 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def parse_row(row: dict[str, Any]) -> dict[str, Any]:
     """A row as read or written, with its score as a float and its labels as ints (None where empty)."""
-    parsed = {
-        **row,
-        "score": float(row["score"]) if row.get("score") not in (None, "") else None,
-        "label": int(row["label"]) if row.get("label") not in (None, "") else None,
-    }
-    if TRUTH_COLUMN in row:
-        parsed[TRUTH_COLUMN] = int(row[TRUTH_COLUMN]) if row[TRUTH_COLUMN] not in (None, "") else None
+    parsed = {**row, "score": float(row["score"]) if row.get("score") not in (None, "") else None}
+    for column in ("label", TRUTH_COLUMN) if TRUTH_COLUMN in row else ("label",):
+        parsed[column] = int(row[column]) if row.get(column) not in (None, "") else None
     return parsed
 
 

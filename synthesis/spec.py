@@ -133,6 +133,8 @@ class DatasetSpec:
                 raise ValueError(
                     f"forgery_options.{op}: unknown {sorted(set(settings) - set(known))}; known: {sorted(known)}"
                 )
+        if self.crops_by_category is None:  # `panels.crops_by_category: null` in a config: none of its own
+            object.__setattr__(self, "crops_by_category", {})
         negative = {k: v for k, v in self.crops_by_category.items() if int(v) < 0}
         if self.crops_per_photo < 0 or negative:
             raise ValueError(f"crop counts must be 0 or more, got {self.crops_per_photo} and {negative}")
