@@ -126,6 +126,15 @@ def test_the_default_maps_see_a_jpeg_region_pasted_off_the_grid_before_any_train
     assert not (without[0, 0].numpy() > 0)[mask].any()
 
 
+def test_the_full_variant_reads_every_map_the_tiny_one_reads():
+    """`evidence` is the tiny variant at GPU size: a map the tiny one learned to use (jpeg_grid, for
+    JPEG'd donors) is not left out of it."""
+    full = compose_config("train", ["detector=evidence"]).detector.net.evidence
+    tiny = compose_config("train", ["detector=evidence_tiny"]).detector.net.evidence
+    assert set(tiny) <= set(full)
+    assert "jpeg_grid" in full
+
+
 def test_export_is_refused_with_the_reason_when_a_map_is_matched_per_image(tmp_path: Path):
     from exporting.onnx_export import ExportError, export_onnx
 
