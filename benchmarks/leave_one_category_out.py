@@ -2,8 +2,8 @@
 its genuine images the calibrated threshold flags (a script).
 
     python -m benchmarks.leave_one_category_out --manifest data/generated_kinds/manifest.csv
-        [--categories chart gel ...] [--detector npr] [--epochs 3] [--size 64]
-        [--output-dir outputs/leave_one_category_out] [--override KEY=VALUE ...]
+        [--categories chart gel ...] [--experiment generated_kinds | --detector npr --epochs 3]
+        [--size 64] [--output-dir outputs/leave_one_category_out] [--override KEY=VALUE ...]
 
 A detector deployed on journal figures or refund photos meets kinds of genuine image it never saw
 (a new stain, a new blot scanner). Make the manifest with `python generate.py preset=cpu_diverse
@@ -15,8 +15,9 @@ trained by `train.py` on that split (only the whole-image generator families of
 `leave_one_family_out`, with the same groups renamed to families), its threshold calibrated on the
 validation genuines, and the table gives, per held-out category: genuine TNR at that threshold on
 the held-out category, TPR on its fakes and AUROC on it, and the genuine TNR on the seen
-categories' test photos beside it. Written to `<output-dir>/leave_one_category_out.md` and
-`results.json`.
+categories' test photos beside it. `--experiment generated_kinds` trains each detector with that
+recipe (its detector, epochs, data levers and calibration rule) instead of naming them one by one.
+Written to `<output-dir>/leave_one_category_out.md` and `results.json`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,24 @@ def category_split(
     return out, {"held_out": held_out, "counts": counts}
 
 
+def experiment_settings(name: str) -> tuple[str, int, list[str]]:
+    """The detector, epochs and `train.py` overrides that train like `experiment=<name>` on a split
+    manifest: the data and calibration settings the recipe changes that a manifest's data takes
+    (not its folder nor its layout's own options), but not the number of loader processes."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        recipe = compose(config_name="train", overrides=[f"experiment={name}", "data=manifest"])
+        plain = compose(config_name="train", overrides=["data=manifest"])
+    changed = {}
+    for section in ("data", "calibration"):
+        ours, theirs = (OmegaConf.to_container(c[section], resolve=False) for c in (recipe, plain))
+        changed.update({f"{section}.{k}": v for k, v in ours.items() if k in theirs and theirs[k] != v})
+    changed.pop("data.num_workers", None)
+    return recipe.detector.name, int(recipe.trainer.max_epochs), [f"{k}={json.dumps(v)}" for k, v in changed.items()]
+
+
 def row(held_out: str, metrics: dict | None, error: str | None) -> list[str]:
     if metrics is None:
         return [held_out, f"failed: {error}", "", "", "", ""]
@@ -109,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=ROOT / "data" / "generated_kinds" / "manifest.csv")
     parser.add_argument("--categories", nargs="*", help="hold out only these (default: each category in turn)")
-    parser.add_argument("--detector", default="npr")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--experiment", help="train with this recipe (configs/experiment/), e.g. generated_kinds")
+    parser.add_argument("--detector", help="default: the experiment's, else npr")
+    parser.add_argument("--epochs", type=int, help="default: the experiment's, else 3")
     parser.add_argument("--size", type=int, default=64, help="detector.net.preprocess.size (0: the detector's own)")
     parser.add_argument("--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("TRAIN", "VAL", "TEST"))
     parser.add_argument("--seed", type=int, default=0)
@@ -129,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_diverse "
             "genuine_kinds='{chart: 20, gel: 20}' output=data/generated_kinds`)"
         )
+    detector, epochs, overrides = experiment_settings(args.experiment) if args.experiment else ("npr", 3, [])
+    args.detector, args.epochs = args.detector or detector, args.epochs or epochs
+    args.override = overrides + list(args.override)
     records = read_manifest(args.manifest)
     output = args.output_dir.resolve()
     held = args.categories or sorted({r.category for r in records if r.category})
@@ -159,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         results[category] = metrics
         rows.append(row(category, metrics, error))
     markdown = (
-        f"{args.detector}, {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}; "
+        f"{args.detector}, {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}"
+        f"{f' (experiment={args.experiment})' if args.experiment else ''}; "
         "genuine TNR at the threshold calibrated on validation genuines of the seen categories.\n\n"
         f"{table(rows)}\n"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.cross_generator import SplitError
-from benchmarks.leave_one_category_out import category_split, main, row
+from benchmarks.leave_one_category_out import category_split, experiment_settings, main, row
 from datamodules.records import Record, read_manifest, write_manifest
 
 KINDS = ("chart", "gel", "fluorescence")
@@ -77,3 +77,14 @@ def test_table_row_reads_the_held_out_category_beside_the_seen_ones():
     assert cells[:4] == ["gel", "0.500 (20)", "0.900", "0.800"]
     assert cells[4] == "0.975 (40)" and cells[5] == "photo 0.900"
     assert row("gel", None, "train.py exited 1")[1] == "failed: train.py exited 1"
+
+
+def test_an_experiment_gives_its_detector_epochs_and_levers_but_not_its_data_folder():
+    """The recipe's levers reach each split's training; its own data folder and loader processes do
+    not (each split is a manifest, read in the benchmark's one process)."""
+    detector, epochs, overrides = experiment_settings("generated_kinds")
+    assert (detector, epochs) == ("dct", 20)
+    assert 'data.pseudo_fake_skip_categories=["fluorescence", "electron_micrograph", "blot", "gel"]' in overrides
+    assert 'data.genuine_noise_model="shot"' in overrides
+    assert {'calibration.by="category"', 'calibration.rule="bound"'} <= set(overrides)
+    assert not [o for o in overrides if o.startswith(("data.root", "data.num_workers", "data.exclude_groups"))]
