@@ -31,7 +31,9 @@ CV2_INTERPOLATION = {
 # `noise` re-injects Gaussian noise (std a fraction `noise_std` of the full range, drawn per image),
 # so a detector cannot equate "smoother than a photo" with "generated" and "noisier" with "genuine";
 # `resample` shrinks an image by a factor in `resample_scale` and enlarges it back (area down,
-# bilinear up), so genuine images carry up-sampling traces too.
+# bilinear up), so genuine images carry up-sampling traces too. `transpose` (rows and columns
+# swapped) and `channel_shuffle` (the colour channels in a random order) change what an image
+# shows but not the traces a generator leaves, so a classifier cannot lean on orientation or colour.
 DEFAULT_AUGMENT = {
     "hflip": 0.5,
     "jpeg": 0.0,
@@ -45,6 +47,8 @@ DEFAULT_AUGMENT = {
     "noise_std": (0.02, 0.1),
     "resample": 0.0,
     "resample_scale": (0.5, 0.9),
+    "transpose": 0.0,
+    "channel_shuffle": 0.0,
 }
 # The point-6 recipe for manipulation localizers (masks follow every geometric step): flips, JPEG
 # q30-100 and Gaussian blur sigma 0-3 each with probability 0.5, rescale +-0.2.
@@ -191,6 +195,10 @@ def build_transform(
             steps.append(A.HorizontalFlip(p=options["hflip"]))
         if options["vflip"] > 0:
             steps.append(A.VerticalFlip(p=options["vflip"]))
+        if options["transpose"] > 0:
+            steps.append(A.Transpose(p=options["transpose"]))
+        if options["channel_shuffle"] > 0:
+            steps.append(A.ChannelShuffle(p=options["channel_shuffle"]))
     return A.Compose(steps + geometry(preprocess, train), seed=seed)
 
 

@@ -59,6 +59,22 @@ def test_masks_follow_the_image_geometry():
     assert out["mask"].shape == (32, 32)
 
 
+def test_transpose_moves_the_mask_with_the_image_and_channel_shuffle_reorders_colours_only():
+    image = np.zeros((40, 60, 3), np.uint8)
+    image[5:10, 30:50] = (200, 100, 50)
+    mask = np.zeros((40, 60), np.uint8)
+    mask[5:10, 30:50] = 1
+    keep = {"size": None, "mode": "none"}
+    turned = build_transform(keep, train=True, augment={"hflip": 0.0, "transpose": 1.0}, seed=0)(image=image, mask=mask)
+    np.testing.assert_array_equal(turned["image"], image.transpose(1, 0, 2))
+    np.testing.assert_array_equal(turned["mask"], mask.T)
+    shuffled = build_transform(keep, train=True, augment={"hflip": 0.0, "channel_shuffle": 1.0}, seed=0)
+    orders = {tuple(shuffled(image=image, mask=mask)["image"][7, 40]) for _ in range(40)}
+    assert orders <= {(200, 100, 50), (200, 50, 100), (100, 200, 50), (100, 50, 200), (50, 200, 100), (50, 100, 200)}
+    assert len(orders) > 1
+    np.testing.assert_array_equal(shuffled(image=image, mask=mask)["mask"], mask)
+
+
 def test_preprocess_rejects_unknown_modes_and_round_trips():
     with pytest.raises(ValueError, match="mode must be one of"):
         Preprocess(mode="stretch")
