@@ -6,10 +6,10 @@ its genuine images the calibrated threshold flags (a script).
         [--size 64] [--output-dir outputs/leave_one_category_out] [--override KEY=VALUE ...]
 
 A detector deployed on journal figures or refund photos meets kinds of genuine image it never saw
-(a new stain, a new blot scanner). Make the manifest with `python generate.py preset=cpu_diverse
-genuine_kinds='{chart: 20, fluorescence: 20, ...}'`, whose `category` column names each image's
-kind. For each held-out category, every image of it (genuine panels and the fakes made from them)
-is in test; the photos of the other categories are cut into train / validation / test by photo
+(a new stain, a new blot scanner). Make the manifest with `python generate.py preset=cpu_kinds`
+(or any set with genuine kinds), whose `category` column names each image's kind. For each
+held-out category, every image of it (genuine panels and the fakes made from them) is in test;
+the photos of the other categories are cut into train / validation / test by photo
 (`--fractions`), so the test split also shows unseen photos of seen categories. Each detector is
 trained by `train.py` on that split (only the whole-image generator families of
 `leave_one_family_out`, with the same groups renamed to families), its threshold calibrated on the
@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.manifest.is_file():
         parser.error(
-            f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_diverse "
-            "genuine_kinds='{chart: 20, gel: 20}' output=data/generated_kinds`)"
+            f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_kinds`, "
+            "which writes data/generated_kinds)"
         )
     detector, epochs, overrides = experiment_settings(args.experiment) if args.experiment else ("npr", 3, [])
     args.detector, args.epochs = args.detector or detector, args.epochs or epochs
