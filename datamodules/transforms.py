@@ -33,7 +33,8 @@ CV2_INTERPOLATION = {
 # `resample` shrinks an image by a factor in `resample_scale` and enlarges it back (area down,
 # bilinear up), so genuine images carry up-sampling traces too. `transpose` (rows and columns
 # swapped) and `channel_shuffle` (the colour channels in a random order) change what an image
-# shows but not the traces a generator leaves, so a classifier cannot lean on orientation or colour.
+# shows more than the up-sampling and noise traces a generator leaves, so a classifier leans less
+# on orientation and colour (a JPEG's chroma subsampling does move with the channels).
 DEFAULT_AUGMENT = {
     "hflip": 0.5,
     "jpeg": 0.0,
