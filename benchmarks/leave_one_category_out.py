@@ -88,7 +88,11 @@ def experiment_settings(name: str) -> tuple[str, int, list[str]]:
         ours, theirs = (OmegaConf.to_container(c[section], resolve=False) for c in (recipe, plain))
         changed.update({f"{section}.{k}": v for k, v in ours.items() if k in theirs and theirs[k] != v})
     changed.pop("data.num_workers", None)
-    return recipe.detector.name, int(recipe.trainer.max_epochs), [f"{k}={json.dumps(v)}" for k, v in changed.items()]
+    overrides = []
+    for key, value in changed.items():  # a mapping goes key by key: Hydra's grammar takes no quoted keys
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        overrides += [f"++{key}.{k}={json.dumps(v)}" if k else f"{key}={json.dumps(v)}" for k, v in items]
+    return recipe.detector.name, int(recipe.trainer.max_epochs), overrides
 
 
 def row(held_out: str, metrics: dict | None, error: str | None) -> list[str]:

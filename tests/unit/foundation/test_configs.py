@@ -61,6 +61,8 @@ def test_the_genuine_kinds_recipe_builds_on_the_generated_one_and_sets_its_own_c
     # genuine fluorescence draws get photon grain and stay genuine; the generated recipe adds none
     assert kinds.data.genuine_noise > 0 and generated.data.genuine_noise == 0
     assert kinds.data.genuine_noise_model == "shot" and list(kinds.data.genuine_noise_categories) == ["fluorescence"]
+    # orientation and colour order vary in both classes' draws; the generated recipe keeps flips only
+    assert dict(kinds.data.augment) == {"transpose": 0.5, "channel_shuffle": 0.5} and not generated.data.augment
     # a command-line value still wins over the recipe's
     assert compose_config("train", ["experiment=generated_kinds", "calibration.by=null"]).calibration.by is None
 

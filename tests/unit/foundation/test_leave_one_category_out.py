@@ -86,5 +86,6 @@ def test_an_experiment_gives_its_detector_epochs_and_levers_but_not_its_data_fol
     assert (detector, epochs) == ("dct", 20)
     assert 'data.pseudo_fake_skip_categories=["fluorescence", "electron_micrograph", "blot", "gel"]' in overrides
     assert 'data.genuine_noise_model="shot"' in overrides
+    assert {"++data.augment.transpose=0.5", "++data.augment.channel_shuffle=0.5"} <= set(overrides)
     assert {'calibration.by="category"', 'calibration.rule="bound"'} <= set(overrides)
     assert not [o for o in overrides if o.startswith(("data.root", "data.num_workers", "data.exclude_groups"))]
