@@ -89,9 +89,11 @@ def experiment_settings(name: str) -> tuple[str, int, list[str]]:
         changed.update({f"{section}.{k}": v for k, v in ours.items() if k in theirs and theirs[k] != v})
     changed.pop("data.num_workers", None)
     overrides = []
-    for key, value in changed.items():  # a mapping goes key by key: Hydra's grammar takes no quoted keys
-        items = value.items() if isinstance(value, dict) else [(None, value)]
-        overrides += [f"++{key}.{k}={json.dumps(v)}" if k else f"{key}={json.dumps(v)}" for k, v in items]
+    for key, value in changed.items():
+        if isinstance(value, dict):  # key by key: Hydra's grammar takes no quoted keys
+            overrides += [f"++{key}.{k}={json.dumps(v)}" for k, v in value.items()]
+        else:
+            overrides.append(f"{key}={json.dumps(value)}")
     return recipe.detector.name, int(recipe.trainer.max_epochs), overrides
 
 
