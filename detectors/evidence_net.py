@@ -54,7 +54,10 @@ class EvidenceLocalizer(Localizer):
     initial map is the sum of the evidence logits plus this (6: with the three default maps, whose
     logits on unremarkable pixels are about -3, -3 and -6, a pixel where one map fires by about 3
     or more starts above 0.5). `cache_mb`: memory
-    for the per-image maps (0: recompute every time). No normalization layers: a map that is low
+    for the per-image maps (0: recompute every time). `global_context`: the decoder also sees the
+    image-wide mean of the bottleneck features, so a region's noise, residual and map values can be
+    read against the image's own level (a splice's side is told by which region departs from the
+    rest, which a window of the image cannot see). No normalization layers: a map that is low
     everywhere must stay low, which per-image normalization would undo.
     """
 
@@ -66,6 +69,7 @@ class EvidenceLocalizer(Localizer):
         residual: bool = True,
         prior_bias: float = 6.0,
         cache_mb: float = DEFAULT_CACHE_MB,
+        global_context: bool = False,
         image_score: str = "topk_mean",
         topk_fraction: float = 0.01,
         loss_weights: Mapping[str, float] | None = None,
@@ -82,7 +86,7 @@ class EvidenceLocalizer(Localizer):
         self.maps = EvidenceMaps(DEFAULT_EVIDENCE if evidence is None else evidence, cache_mb)
         if self.maps.onnx_export_refusal:
             self.onnx_export_refusal = self.maps.onnx_export_refusal
-        self.residual, self.depth = bool(residual), int(depth)
+        self.residual, self.depth, self.global_context = bool(residual), int(depth), bool(global_context)
         self.register_buffer("luma", torch.tensor(LUMA).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("high_pass", torch.tensor(IMMERKAER_KERNEL).view(1, 1, 3, 3), persistent=False)
         in_channels = 3 + int(self.residual) + len(self.maps.names)
@@ -91,7 +95,8 @@ class EvidenceLocalizer(Localizer):
         # (a strided first convolution) and its logits are brought back bilinearly
         self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, stride=2, padding=1), nn.ReLU(inplace=True))
         self.down = nn.ModuleList(conv_block(widths[i], widths[i + 1], dilation=2) for i in range(self.depth))
-        self.up = nn.ModuleList(conv_block(widths[i + 1] + widths[i], widths[i]) for i in reversed(range(self.depth)))
+        from_below = [*widths[1:-1], widths[-1] * (2 if self.global_context else 1)]  # what each level decodes
+        self.up = nn.ModuleList(conv_block(from_below[i] + widths[i], widths[i]) for i in reversed(range(self.depth)))
         self.head = nn.Conv2d(widths[0], 1, 1)
         # a per-pixel linear path at full resolution keeps the sharp edges of the maps (copy-move);
         # it starts as the sum of the evidence logits plus `prior_bias` (any map that fires marks
@@ -126,6 +131,8 @@ class EvidenceLocalizer(Localizer):
         for block in self.down:
             skips.append(block(F.max_pool2d(skips[-1], 2)))
         features = skips.pop()
+        if self.global_context:
+            features = torch.cat([features, features.mean((2, 3), keepdim=True).expand_as(features)], dim=1)
         for block in self.up:
             skip = skips.pop()
             features = F.interpolate(features, size=skip.shape[-2:], mode="bilinear", align_corners=False)

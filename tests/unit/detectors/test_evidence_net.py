@@ -104,6 +104,22 @@ def test_training_starts_from_the_sum_of_the_evidence_logits():
         torch.testing.assert_close(net(image)["mask_logit"], net.maps(image) + 2.5)
 
 
+@pytest.mark.parametrize("global_context", [False, True])
+def test_with_global_context_a_pixel_reads_the_whole_image_and_without_only_its_window(global_context):
+    """A change far beyond the U-Net's window moves a pixel's logit only when the decoder sees the
+    image-wide mean (what tells a splice's side from the host's level)."""
+    torch.manual_seed(0)
+    net = create_detector("evidence_tiny", [*NOISE_ONLY, f"net.global_context={global_context}"]).eval()
+    for conv in (m for m in net.modules() if isinstance(m, torch.nn.Conv2d)):  # weights of a trained
+        torch.nn.init.kaiming_normal_(conv.weight)  # scale (the head starts at zero, the rest tiny)
+    inputs = torch.rand(1, net.stem[0].in_channels, 64, 512)
+    changed = inputs.clone()
+    changed[..., 448:] += 1.0  # the right eighth of the image, about 400 px from the left edge
+    with torch.no_grad():
+        moved = (net.network(changed) - net.network(inputs))[..., :32].abs().amax()
+    assert moved > 1e-3 if global_context else moved < 1e-6
+
+
 def test_the_default_maps_see_a_jpeg_region_pasted_off_the_grid_before_any_training():
     """A JPEG'd donor pasted at its own scale into a photo never compressed (what the embedded
     default's splices often are): the jpeg_grid channel marks it, and the untrained network already
