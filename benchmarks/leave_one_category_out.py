@@ -73,20 +73,23 @@ def category_split(
     return out, {"held_out": held_out, "counts": counts}
 
 
-def experiment_settings(name: str) -> tuple[str, int, list[str]]:
+def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:
     """The detector, epochs and `train.py` overrides that train like `experiment=<name>` on a split
-    manifest: the data and calibration settings the recipe changes that a manifest's data takes
-    (not its folder nor its layout's own options), but not the number of loader processes."""
+    manifest: the data and calibration settings the recipe changes that a manifest's data takes,
+    but not the number of loader processes; and the settings it makes that a manifest's data does
+    not take (its layout's own options, e.g. `data.exclude_groups`), other than its data folder,
+    so the caller can say they were left out."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         recipe = compose(config_name="train", overrides=[f"experiment={name}", "data=manifest"])
         plain = compose(config_name="train", overrides=["data=manifest"])
-    changed = {}
+    changed, left_out = {}, []
     for section in ("data", "calibration"):
         ours, theirs = (OmegaConf.to_container(c[section], resolve=False) for c in (recipe, plain))
         changed.update({f"{section}.{k}": v for k, v in ours.items() if k in theirs and theirs[k] != v})
+        left_out += [f"{section}.{k}" for k in ours if k not in theirs and f"{section}.{k}" != "data.root"]
     changed.pop("data.num_workers", None)
     overrides = []
     for key, value in changed.items():
@@ -94,7 +97,7 @@ def experiment_settings(name: str) -> tuple[str, int, list[str]]:
             overrides += [f"++{key}.{k}={json.dumps(v)}" for k, v in value.items()]
         else:
             overrides.append(f"{key}={json.dumps(value)}")
-    return recipe.detector.name, int(recipe.trainer.max_epochs), overrides
+    return recipe.detector.name, int(recipe.trainer.max_epochs), overrides, left_out
 
 
 def row(held_out: str, metrics: dict | None, error: str | None) -> list[str]:
@@ -155,7 +158,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_kinds`, "
             "which writes data/generated_kinds)"
         )
-    detector, epochs, overrides = experiment_settings(args.experiment) if args.experiment else ("npr", 3, [])
+    detector, epochs, overrides, left_out = (
+        experiment_settings(args.experiment) if args.experiment else ("npr", 3, [], [])
+    )
+    if left_out:
+        print(
+            f"experiment={args.experiment}: not passed to train.py, a manifest's data does not take "
+            f"{', '.join(left_out)} (the splits keep the whole-image generator families only)",
+            flush=True,
+        )
     args.detector, args.epochs = args.detector or detector, args.epochs or epochs
     args.override = overrides + list(args.override)
     records = read_manifest(args.manifest)

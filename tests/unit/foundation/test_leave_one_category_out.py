@@ -82,10 +82,21 @@ def test_table_row_reads_the_held_out_category_beside_the_seen_ones():
 def test_an_experiment_gives_its_detector_epochs_and_levers_but_not_its_data_folder():
     """The recipe's levers reach each split's training; its own data folder and loader processes do
     not (each split is a manifest, read in the benchmark's one process)."""
-    detector, epochs, overrides = experiment_settings("generated_kinds")
+    detector, epochs, overrides, left_out = experiment_settings("generated_kinds")
     assert (detector, epochs) == ("dct", 20)
     assert 'data.pseudo_fake_skip_categories=["fluorescence", "electron_micrograph", "blot", "gel"]' in overrides
     assert 'data.genuine_noise_model="shot"' in overrides
     assert {"++data.augment.transpose=0.5", "++data.augment.channel_shuffle=0.5"} <= set(overrides)
     assert {'calibration.by="category"', 'calibration.rule="bound"'} <= set(overrides)
     assert not [o for o in overrides if o.startswith(("data.root", "data.num_workers", "data.exclude_groups"))]
+    assert left_out == ["data.exclude_groups"]  # a layout's option, named to the user; the folder is replaced
+
+
+def test_a_recipe_setting_the_split_manifests_cannot_take_is_named_to_the_user(tmp_path, capsys):
+    path = tmp_path / "manifest.csv"
+    write_manifest(manifest(), path)
+    arguments = ["--manifest", str(path), "--categories", "gel", "--output-dir", str(tmp_path / "out"), "--split-only"]
+    assert main([*arguments, "--experiment", "generated_kinds"]) == 0
+    assert "not passed to train.py, a manifest's data does not take data.exclude_groups" in capsys.readouterr().out
+    assert main(arguments) == 0
+    assert "not passed" not in capsys.readouterr().out
