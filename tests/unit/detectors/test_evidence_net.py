@@ -110,8 +110,9 @@ def test_with_global_context_a_pixel_reads_the_whole_image_and_without_only_its_
     image-wide mean (what tells a splice's side from the host's level)."""
     torch.manual_seed(0)
     net = create_detector("evidence_tiny", [*NOISE_ONLY, f"net.global_context={global_context}"]).eval()
-    for conv in (m for m in net.modules() if isinstance(m, torch.nn.Conv2d)):  # weights of a trained
-        torch.nn.init.kaiming_normal_(conv.weight)  # scale (the head starts at zero, the rest tiny)
+    # weights at a trained network's scale (the head starts at zero and the signal through the rest is tiny)
+    for conv in (m for m in net.modules() if isinstance(m, torch.nn.Conv2d)):
+        torch.nn.init.kaiming_normal_(conv.weight)
     inputs = torch.rand(1, net.stem[0].in_channels, 64, 512)
     changed = inputs.clone()
     changed[..., 448:] += 1.0  # the right eighth of the image, about 400 px from the left edge
