@@ -73,6 +73,10 @@ def category_split(
     return out, {"held_out": held_out, "counts": counts}
 
 
+# what the benchmark sets itself for every split: the data (each split's manifest) and one process
+BENCHMARK_OWN_SETTINGS = frozenset({"data.root", "data.num_workers"})
+
+
 def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:
     """The detector, epochs and `train.py` overrides that train like `experiment=<name>` on a split
     manifest: the data and calibration settings the recipe changes that a manifest's data takes,
@@ -88,9 +92,14 @@ def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:
     changed, left_out = {}, []
     for section in ("data", "calibration"):
         ours, theirs = (OmegaConf.to_container(c[section], resolve=False) for c in (recipe, plain))
-        changed.update({f"{section}.{k}": v for k, v in ours.items() if k in theirs and theirs[k] != v})
-        left_out += [f"{section}.{k}" for k in ours if k not in theirs and f"{section}.{k}" != "data.root"]
-    changed.pop("data.num_workers", None)
+        for key, value in ours.items():
+            setting = f"{section}.{key}"
+            if setting in BENCHMARK_OWN_SETTINGS:
+                continue
+            if key not in theirs:
+                left_out.append(setting)
+            elif theirs[key] != value:
+                changed[setting] = value
     overrides = []
     for key, value in changed.items():
         if isinstance(value, dict):  # key by key: Hydra's grammar takes no quoted keys
