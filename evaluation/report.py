@@ -91,6 +91,30 @@ def _group_section(title: str, groups: Mapping[str, Mapping]) -> list[str]:
     return [f"### {title}", "", *_table([title.split(" ")[-1]] + list(columns), rows), ""]
 
 
+def _flagged_by_source_section(flagged: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Which sources the flagged genuine images come from: one odd source moves all its crops."""
+    lines = ["### flagged genuine images by source", ""]
+    if not flagged:
+        return [*lines, "No genuine image at or over its threshold.", ""]
+    total = sum(int(entry["flagged"]) for entry in flagged.values())
+    lines += [
+        f"{total} genuine image{'s' if total != 1 else ''} at or over the threshold, from {len(flagged)} "
+        f"source{'s' if len(flagged) != 1 else ''}. Crops of one source are not independent: where a "
+        "category misses its target through one source, more genuine images like it are what it needs.",
+        "",
+    ]
+    rows = [
+        [
+            name or "(none given)",
+            entry["flagged"],
+            entry["genuine"],
+            ", ".join(f"{category or '(none)'} {n}" for category, n in entry["categories"].items()),
+        ]
+        for name, entry in flagged.items()
+    ]
+    return [*lines, *_table(["source", "flagged", "genuine images", "flagged by category"], rows), ""]
+
+
 def _robustness_section(robustness: Mapping) -> list[str]:
     lines = ["## Robustness", ""]
     for name, curve in robustness.get("curves", {}).items():
@@ -134,28 +158,18 @@ def write_report_payload(
     extra: Mapping[str, Any] | None = None,
     category_thresholds: Mapping[str, float] | None = None,
     summary: str | None = None,
+    flagged_by_source: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """``write_report``, also returning what metrics.json holds (before JSON's NaN -> null), so
     callers keep the metrics in memory instead of reading their own file back.
     ``category_thresholds``: the per-category thresholds the rows were decided with;
-    ``summary``: a sentence report.md shows first (a category that misses its target)."""
+    ``summary``: a sentence report.md shows first (a category that misses its target);
+    ``flagged_by_source``: the flagged genuine images by source (`flagged_genuine_by_source`),
+    shown after the breakdowns."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    figures: list[tuple[str, str]] = []
     op = threshold if threshold is not None else 0.5
-    if labels is not None and scores is not None:
-        written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, op, calibrated_threshold)
-        written["histogram"] = plots.plot_score_histograms(
-            out / "score_histogram.png", labels, scores, op, calibrated_threshold
-        )
-        figures += [("ROC curve", "roc.png"), ("Score distributions", "score_histogram.png")]
-    if robustness is not None:
-        written["robustness_plot"] = plots.plot_robustness(out / "robustness.png", robustness)
-        figures.append(("Robustness curves", "robustness.png"))
-    if contact_sheet:
-        written["contact_sheet"] = plots.plot_contact_sheet(out / "contact_sheet.png", contact_sheet, op)
-        figures.append(("Localization contact sheet (green: truth, red: prediction)", "contact_sheet.png"))
+    written, figures = _write_figures(out, labels, scores, op, calibrated_threshold, robustness, contact_sheet)
 
     payload: dict[str, Any] = dict(metrics)
     for name, table in (groups or {}).items():
@@ -175,9 +189,34 @@ def write_report_payload(
     lines = _report_lines(
         title, metrics, threshold, calibrated_threshold, intervals, groups, robustness, figures, confidence
     )
+    if flagged_by_source is not None:
+        after_breakdowns = [i for i, line in enumerate(lines) if line in ("## Robustness", "## Figures")]
+        at = after_breakdowns[0] if after_breakdowns else len(lines)
+        lines[at:at] = _flagged_by_source_section(flagged_by_source)
     lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
+
+
+def _write_figures(
+    out: Path, labels, scores, threshold: float, calibrated_threshold: float | None, robustness, contact_sheet
+) -> tuple[dict[str, Path], list[tuple[str, str]]]:
+    """The report's PNGs (ROC, score histograms, robustness curves, contact sheet) and their captions."""
+    written: dict[str, Path] = {}
+    figures: list[tuple[str, str]] = []
+    if labels is not None and scores is not None:
+        written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, threshold, calibrated_threshold)
+        written["histogram"] = plots.plot_score_histograms(
+            out / "score_histogram.png", labels, scores, threshold, calibrated_threshold
+        )
+        figures += [("ROC curve", "roc.png"), ("Score distributions", "score_histogram.png")]
+    if robustness is not None:
+        written["robustness_plot"] = plots.plot_robustness(out / "robustness.png", robustness)
+        figures.append(("Robustness curves", "robustness.png"))
+    if contact_sheet:
+        written["contact_sheet"] = plots.plot_contact_sheet(out / "contact_sheet.png", contact_sheet, threshold)
+        figures.append(("Localization contact sheet (green: truth, red: prediction)", "contact_sheet.png"))
+    return written, figures
 
 
 def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | None, summary: str | None) -> list[str]:

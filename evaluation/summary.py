@@ -3,6 +3,7 @@ so train.py and infer.py wire evaluation in two lines and cannot drift apart."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -12,7 +13,7 @@ import numpy as np
 from .bootstrap import bootstrap_image_ci
 from .calibration import below_target_sentence, categories_below_target, row_thresholds
 from .image import image_metrics
-from .records import Records, as_columns, by_group, column
+from .records import Records, as_columns, by_group, column, group_names
 
 
 def _present(value) -> bool:
@@ -34,6 +35,33 @@ def labelled_rows(records: Records, label: str = "label", score: str = "score") 
     return cols
 
 
+def flagged_genuine_by_source(
+    cols: Mapping[str, np.ndarray], label: str = "label", score: str = "score", threshold: float | np.ndarray = 0.5
+) -> dict[str, dict[str, Any]]:
+    """The genuine images at or over their threshold, by the `source` they were cut from, most first:
+    ``{source: {"flagged": k, "genuine": n, "categories": {category: k}}}`` (sources with none
+    flagged left out; rows without a source under ``""``).
+
+    Crops of one source are not independent draws: a category under its target because of one
+    source unlike the rest calls for other genuine images of that kind, one that misses on many
+    sources for another threshold or model, and the per-category TNR alone cannot tell them apart.
+    """
+    y, s = cols[label], cols[score]
+    sources = group_names(column(cols, "source"))
+    categories = group_names(cols["category"]) if "category" in cols else np.full(y.shape, "", dtype=object)
+    genuine = y == 0
+    flagged = genuine & (s >= threshold)
+    found = {}
+    for name in set(sources[flagged].tolist()):
+        hit = flagged & (sources == name)
+        found[name] = {
+            "flagged": int(hit.sum()),
+            "genuine": int((genuine & (sources == name)).sum()),
+            "categories": dict(sorted(Counter(categories[hit].tolist()).items())),
+        }
+    return dict(sorted(found.items(), key=lambda item: (-item[1]["flagged"], item[0])))
+
+
 def evaluate_records(
     records: Records,
     threshold: float = 0.5,
@@ -45,7 +73,8 @@ def evaluate_records(
     category_thresholds: Mapping[str, float] | None = None,
     target_tnr: float | None = None,
 ) -> dict:
-    """``{"metrics", "groups", "intervals", "n_used"}`` for a table with label and score columns.
+    """``{"metrics", "groups", "intervals", "n_used"}`` for a table with label and score columns,
+    and ``flagged_by_source`` (`flagged_genuine_by_source`) when its rows name their ``source``.
 
     ``group`` breakdowns share the genuine images across generators; any other column
     (``category``, ``split``, ...) is scored on its own rows. ``n_resamples=0`` skips the bootstrap.
@@ -67,12 +96,15 @@ def evaluate_records(
     if target_tnr is not None and "by_category" in groups:
         metrics["genuine_tnr_below_target"] = categories_below_target(groups["by_category"], target_tnr)
         metrics["target_tnr"] = float(target_tnr)
-    return {
+    result = {
         "metrics": metrics,
         "groups": groups,
         "intervals": bootstrap_image_ci(y, s, n_resamples=n_resamples, seed=seed) if n_resamples else None,
         "n_used": int(y.size),
     }
+    if "source" in cols and (group_names(cols["source"]) != "").any():  # records carry an empty one when none is known
+        result["flagged_by_source"] = flagged_genuine_by_source(cols, label, score, cut)
+    return result
 
 
 @dataclass
@@ -127,8 +159,10 @@ def report_records(
         title=title,
         extra={
             **({"genuine_tnr_below_target": below, "target_tnr": target} if below is not None else {}),
+            **({"flagged_genuine_by_source": result["flagged_by_source"]} if "flagged_by_source" in result else {}),
             **(extra or {}),
         },
+        flagged_by_source=result.get("flagged_by_source"),
         category_thresholds=evaluate_kwargs.get("category_thresholds"),
         summary=below_target_sentence(below, target) if below else None,
     )

@@ -67,3 +67,65 @@ def test_image_accumulator_equals_one_shot():
     acc.reset()
     with pytest.warns(UserWarning):
         assert acc.compute()["n_pos"] == 0
+
+
+def sourced_rows():
+    """Genuine crops of three sources and fakes; at 0.5 source `flower` has three crops over the
+    threshold (two photo, one phone_photo), `cell` one, `coins` none; one fake is over it too."""
+    scores = {
+        "flower": [("photo", 0.9), ("photo", 0.7), ("phone_photo", 0.6), ("photo", 0.1)],
+        "cell": [("fluorescence", 0.55), ("fluorescence", 0.2)],
+        "coins": [("photo", 0.3), ("photo", 0.49)],
+    }
+    out = [
+        {"path": f"{source}_{i}.png", "label": 0, "score": score, "category": category, "source": source}
+        for source, crops in scores.items()
+        for i, (category, score) in enumerate(crops)
+    ]
+    out.append({"path": "fake.png", "label": 1, "score": 0.95, "category": "photo", "source": "coins"})
+    return out
+
+
+def test_flagged_genuine_images_are_counted_by_the_source_they_were_cut_from():
+    result = evaluate_records(sourced_rows(), threshold=0.5, n_resamples=0)
+    assert result["flagged_by_source"] == {
+        "flower": {"flagged": 3, "genuine": 4, "categories": {"phone_photo": 1, "photo": 2}},
+        "cell": {"flagged": 1, "genuine": 2, "categories": {"fluorescence": 1}},
+    }
+    assert list(result["flagged_by_source"]) == ["flower", "cell"]  # most flagged first
+
+
+def test_flagged_by_source_follows_each_categorys_own_threshold():
+    result = evaluate_records(
+        sourced_rows(), threshold=0.5, n_resamples=0, category_thresholds={"photo": 0.8, "fluorescence": 0.1}
+    )
+    assert result["flagged_by_source"] == {
+        "cell": {"flagged": 2, "genuine": 2, "categories": {"fluorescence": 2}},
+        "flower": {"flagged": 2, "genuine": 4, "categories": {"phone_photo": 1, "photo": 1}},
+    }
+
+
+def test_report_names_the_sources_of_the_flagged_genuine_images(tmp_path):
+    report = report_records(tmp_path, sourced_rows(), threshold=0.5, n_resamples=0)
+    text = report.files["report"].read_text()
+    assert "### flagged genuine images by source" in text
+    assert "4 genuine images at or over the threshold, from 2 sources" in text
+    assert "| flower | 3 | 4 | phone_photo 1, photo 2 |" in text
+    assert text.index("flagged genuine images by source") < text.index("## Figures")
+    written = json.loads(report.files["metrics"].read_text())
+    assert written["flagged_genuine_by_source"]["cell"]["flagged"] == 1
+
+
+@pytest.mark.parametrize("source", [None, ""], ids=["no source column", "every source empty"])
+def test_without_sources_there_is_no_breakdown_by_source(tmp_path, source):
+    records = rows() if source is None else [{**row, "source": source} for row in rows()]
+    report = report_records(tmp_path, records, threshold=0.5, n_resamples=0)
+    assert "flagged_genuine_by_source" not in report.metrics
+    assert "by source" not in report.files["report"].read_text()
+
+
+def test_a_run_without_flagged_genuine_images_says_so(tmp_path):
+    calm = [row for row in sourced_rows() if row["label"] == 1 or row["score"] < 0.5]
+    report = report_records(tmp_path, calm, threshold=0.5, n_resamples=0)
+    assert report.metrics["flagged_genuine_by_source"] == {}
+    assert "No genuine image at or over its threshold." in report.files["report"].read_text()
