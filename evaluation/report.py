@@ -100,7 +100,7 @@ def _flagged_by_source_section(flagged: Mapping[str, Mapping[str, Any]]) -> list
     lines += [
         f"{total} genuine image{'s' if total != 1 else ''} at or over the threshold, from {len(flagged)} "
         f"source{'s' if len(flagged) != 1 else ''}. Crops of one source are not independent: where a "
-        "category misses its target through one source, more genuine images like it are what it needs.",
+        "category misses its target through one source, it needs more genuine images like that source.",
         "",
     ]
     rows = [
@@ -186,13 +186,10 @@ def write_report_payload(
     payload.update(extra or {})
     written["metrics"] = write_metrics_json(out / "metrics.json", payload)
 
+    by_source = _flagged_by_source_section(flagged_by_source) if flagged_by_source is not None else []
     lines = _report_lines(
-        title, metrics, threshold, calibrated_threshold, intervals, groups, robustness, figures, confidence
+        title, metrics, threshold, calibrated_threshold, intervals, groups, robustness, figures, confidence, by_source
     )
-    if flagged_by_source is not None:
-        after_breakdowns = [i for i, line in enumerate(lines) if line in ("## Robustness", "## Figures")]
-        at = after_breakdowns[0] if after_breakdowns else len(lines)
-        lines[at:at] = _flagged_by_source_section(flagged_by_source)
     lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
@@ -242,8 +239,10 @@ def _report_lines(
     robustness: Mapping | None,
     figures: list[tuple[str, str]],
     confidence: float,
+    after_breakdowns: Sequence[str] = (),
 ) -> list[str]:
-    """The lines of report.md: thresholds, overall table, breakdowns, robustness, figures."""
+    """The lines of report.md: thresholds, overall table, breakdowns (then `after_breakdowns`),
+    robustness, figures."""
     lines = [f"# {title}", ""]
     lines += [f"Operating threshold: {_fmt(threshold)} (predicted fake = score >= threshold)"]
     if calibrated_threshold is not None:
@@ -253,6 +252,7 @@ def _report_lines(
         lines += ["## Breakdowns", ""]
         for name, table in groups.items():
             lines += _group_section(name.replace("_", " "), table)
+    lines += after_breakdowns
     if robustness is not None:
         lines += _robustness_section(robustness)
     if figures:
