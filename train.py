@@ -19,7 +19,7 @@ from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
 from evaluation import calibration_markdown, report_records, write_metrics_json
-from evaluation.calibration import below_target_sentence
+from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from inference.cli import expected_failures, run
 
@@ -201,7 +201,7 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
     val = metrics.get("val", {})
     val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
-    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    below = below_target_in(metrics)
     named = f"\n  {below}" if below else ""
     return (
         f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"

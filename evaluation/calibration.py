@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -227,9 +228,26 @@ def categories_below_target(by_category: dict, target_tnr: float) -> dict:
     }
 
 
-def below_target_sentence(below: dict, target_tnr: float) -> str:
-    """'' when every category meets the target, else a sentence naming each one that misses it."""
+def below_target_sentence(below: dict, target_tnr: float, flagged_by_source: dict | None = None) -> str:
+    """'' when every category meets the target, else a sentence naming each one that misses it,
+    and the sources most of the flagged genuine images come from (`flagged_genuine_by_source`,
+    most first), so one odd source is seen where a user looks first."""
     if not below:
         return ""
     listed = ", ".join(f"{name} {tnr:.4f}" for name, tnr in below.items())
-    return f"genuine TNR below the target {target_tnr:g} in categories: {listed}"
+    sentence = f"genuine TNR below the target {target_tnr:g} in categories: {listed}"
+    if flagged_by_source:
+        shown = list(flagged_by_source.items())[:3]
+        named = ", ".join(f"{name or '(none given)'} {entry['flagged']}" for name, entry in shown)
+        more = len(flagged_by_source) - len(shown)
+        sentence += f" (flagged genuine images by source: {named}{f', and {more} more' if more else ''})"
+    return sentence
+
+
+def below_target_in(metrics: Mapping[str, Any]) -> str:
+    """`below_target_sentence` of a metrics.json payload (train.py's summary, infer.py's log)."""
+    return below_target_sentence(
+        metrics.get("genuine_tnr_below_target") or {},
+        metrics.get("target_tnr", 0.0),
+        metrics.get("flagged_genuine_by_source"),
+    )

@@ -164,6 +164,6 @@ def report_records(
         },
         flagged_by_source=result.get("flagged_by_source"),
         category_thresholds=evaluate_kwargs.get("category_thresholds"),
-        summary=below_target_sentence(below, target) if below else None,
+        summary=below_target_sentence(below, target, result.get("flagged_by_source")) if below else None,
     )
     return Report(metrics=payload, files=files)

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from datamodules.records import Record
-from evaluation.calibration import below_target_sentence
+from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_PROTOCOL
 from inference.masks import PixelReduction, records_with_masks
 from inference.runtime import Runtime
@@ -120,7 +120,7 @@ def report_run(
         return {"metrics": None, "reviews": reviews}
     metrics, plots = labelled_report(request, runtime, truth, pixel)
     html_page(request, runtime, records, rows, metrics, plots, reviews, evidence)
-    below = below_target_sentence(metrics.get("genuine_tnr_below_target") or {}, metrics.get("target_tnr", 0.0))
+    below = below_target_in(metrics)
     if below:
         log.warning("%s", below)
     return {"metrics": metrics, "reviews": reviews}

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from evaluation import image_metrics
+from evaluation.calibration import below_target_in, below_target_sentence
 from evaluation.image import ImageScoreAccumulator
 from evaluation.records import by_group
 from evaluation.report import to_jsonable
@@ -129,3 +130,29 @@ def test_a_run_without_flagged_genuine_images_says_so(tmp_path):
     report = report_records(tmp_path, calm, threshold=0.5, n_resamples=0)
     assert report.metrics["flagged_genuine_by_source"] == {}
     assert "No genuine image at or over its threshold." in report.files["report"].read_text()
+
+
+def test_the_sentence_naming_categories_under_target_names_the_sources_of_their_flags_too(tmp_path):
+    report = report_records(tmp_path, sourced_rows(), threshold=0.5, n_resamples=0, target_tnr=0.99)
+    first_lines = report.files["report"].read_text().splitlines()[:4]
+    assert any(
+        line.startswith("**Genuine TNR below the target 0.99 in categories:")
+        and line.endswith("(flagged genuine images by source: flower 3, cell 1).**")
+        for line in first_lines
+    ), first_lines
+
+
+def test_the_sentence_shows_three_sources_and_counts_the_rest():
+    flagged = {name: {"flagged": 5 - i, "genuine": 9, "categories": {"photo": 5 - i}} for i, name in enumerate("abcde")}
+    sentence = below_target_sentence({"photo": 0.9}, 0.99, flagged)
+    assert sentence.endswith("(flagged genuine images by source: a 5, b 4, c 3, and 2 more)")
+    assert below_target_sentence({}, 0.99, flagged) == ""
+
+
+def test_train_and_infer_read_the_sentence_from_the_metrics_they_wrote(tmp_path):
+    report = report_records(tmp_path, sourced_rows(), threshold=0.5, n_resamples=0, target_tnr=0.99)
+    written = json.loads(report.files["metrics"].read_text())
+    sentence = below_target_in(written)
+    assert sentence.startswith("genuine TNR below the target 0.99 in categories:")
+    assert sentence.endswith("(flagged genuine images by source: flower 3, cell 1)")
+    assert below_target_in({"tnr": 1.0}) == ""
