@@ -148,19 +148,33 @@ def pager_html(current: int, links: Sequence[str]) -> str:
 
 
 def mapping_table(title: str, table: Mapping[str, Mapping[str, Any]]) -> str:
+    """A table of one row per key; a cell holding a flat mapping (the categories of the flagged
+    genuine images of a source) reads as "name value, ...", deeper ones are left out."""
     columns: list[str] = []
     for values in table.values():
-        columns += [k for k, v in values.items() if k not in columns and not isinstance(v, (Mapping, list))]
+        columns += [
+            k for k, v in values.items() if k not in columns and (_flat(v) or not isinstance(v, (Mapping, list)))
+        ]
     head = "".join(f"<th>{escape(c)}</th>" for c in [""] + columns)
     body = "".join(
         "<tr><th>"
         + escape(key)
         + "</th>"
-        + "".join(f"<td>{escape(format_value(values.get(c)))}</td>" for c in columns)
+        + "".join(f"<td>{escape(cell_text(values.get(c)))}</td>" for c in columns)
         + "</tr>"
         for key, values in table.items()
     )
     return f'<h3>{escape(title)}</h3><table class="metrics"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _flat(value: Any) -> bool:
+    return isinstance(value, Mapping) and not any(isinstance(v, (Mapping, list)) for v in value.values())
+
+
+def cell_text(value: Any) -> str:
+    if _flat(value):
+        return ", ".join(f"{k} {format_value(v)}" for k, v in value.items())
+    return format_value(value)
 
 
 def format_value(value: Any) -> str:

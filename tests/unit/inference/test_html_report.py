@@ -14,7 +14,7 @@ import pytest
 from datamodules.io import write_image
 from evaluation.calibration import calibration_check
 from inference.html_evidence import mask_at_threshold, transform_in_words
-from inference.html_parts import pager_html
+from inference.html_parts import mapping_table, pager_html
 from inference.html_report import ReportHeader, decision_of, ordered, threshold_note, write_html_report
 from tests.browser_helpers import decode_all_images
 
@@ -277,3 +277,11 @@ def test_blinded_mode_hides_scores_decisions_and_maps(tmp_path, browser):
     assert alts.count("thumbnail") == 7 and set(alts) == {"thumbnail"}  # no overlay, no mask
     assert "0.7" not in report.read_text(encoding="utf-8").replace("0.75", "")  # nor in the rows' data
     context.close()
+
+
+def test_a_metrics_table_reads_a_flat_mapping_cell_as_words_and_leaves_deeper_ones_out():
+    flagged = {"flower": {"flagged": 5, "genuine": 34, "categories": {"phone_photo": 3, "photo": 2}}}
+    page = mapping_table("By flagged_genuine_by_source", flagged)
+    assert "<th>categories</th>" in page and "<td>phone_photo 3, photo 2</td>" in page
+    nested = mapping_table("By robustness", {"jpeg": {"n": 2, "curves": {"a": {"levels": [1]}}}})
+    assert "curves" not in nested and "<td>2</td>" in nested
