@@ -160,7 +160,8 @@ class DetectorModule(L.LightningModule):
         if len(genuine):
             self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr, self.calibration_rule))
             check = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
-            self.calibration = {**check, "rule": self.calibration_rule}
+            sources = self._genuine_sources(gathered["index"][gathered["label"] == 0])
+            self.calibration = {**check, "rule": self.calibration_rule, **sources}
             if self.hparams.get("calibrate_by") == "category":
                 self._calibrate_categories(genuine, gathered["index"][gathered["label"] == 0])
         self._log_metrics("val", gathered, pixel)
@@ -169,10 +170,22 @@ class DetectorModule(L.LightningModule):
     def calibration_rule(self) -> str:
         return self.hparams.get("calibration_rule", "quantile")  # checkpoints from before the rule: quantile
 
+    def _val_records(self) -> list | None:
+        return getattr(getattr(self.trainer, "datamodule", None), "splits", {}).get("val")
+
+    def _genuine_sources(self, index: np.ndarray) -> dict[str, int]:
+        """`{"genuine_sources": m}`: how many sources the validation genuines were cut from, where
+        the records name them. The calibration counts crops of one source as independent draws,
+        which they are not; the report says so beside the count."""
+        records = self._val_records()
+        if not records or not any(records[int(i)].source for i in index):
+            return {}
+        return {"genuine_sources": len({records[int(i)].source or records[int(i)].path for i in index})}
+
     def _calibrate_categories(self, genuine: np.ndarray, index: np.ndarray) -> None:
         """One threshold per category of the validation genuines that has enough of them; the
         others keep the global threshold and are named in the calibration's warning."""
-        records = getattr(getattr(self.trainer, "datamodule", None), "splits", {}).get("val")
+        records = self._val_records()
         if not records:
             log.warning(
                 "calibration.by=category: the data module names no validation records; one global threshold is used"

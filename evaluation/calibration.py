@@ -150,12 +150,19 @@ def calibration_check(genuine_scores, threshold: float, target_fpr: float, confi
 def calibration_markdown(check: dict) -> str:
     """The calibration sample as a report section: size, FPR with its interval, and the warning."""
     low, high = check["fpr_interval"]
+    sources = check.get("genuine_sources")
+    cut_from = (
+        f" (cut from {sources} sources: crops of one source are not independent draws, so the interval "
+        "below is narrower than these images warrant)"
+        if sources and sources < check["n_genuine"]
+        else ""
+    )
     lines = [
         "## Calibration",
         "",
         f"Threshold calibrated to target FPR {check['target_fpr']:g}{rule_phrase(check.get('rule'))} on "
-        f"{check['n_genuine']} genuine "
-        f"validation images: {check['false_positives']} of them at or above it, FPR "
+        f"{check['n_genuine']} genuine validation images{cut_from}: "
+        f"{check['false_positives']} of them at or above it, FPR "
         f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "
         f"Clopper-Pearson interval [{low:.3f}, {high:.3f}]. A meaningful target needs at least "
         f"{check['genuine_needed']} genuine validation images.",

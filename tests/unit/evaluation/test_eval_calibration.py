@@ -154,3 +154,14 @@ def test_the_report_names_the_bound_rule_and_not_the_default():
     assert "(rule bound: the true FPR is at or under the target with 95% confidence)" in calibration_markdown(
         {**check, "rule": "bound"}
     )
+
+
+def test_the_report_says_how_many_sources_the_genuines_were_cut_from_when_fewer_than_images():
+    from evaluation import calibration_markdown
+
+    check = calibration_check(np.linspace(0, 1, 1000), threshold=0.996, target_fpr=0.01)
+    assert "on 1000 genuine validation images (cut from 120 sources: crops of one source are not independent" in (
+        calibration_markdown({**check, "genuine_sources": 120})
+    )
+    for plain in (check, {**check, "genuine_sources": 1000}):
+        assert "on 1000 genuine validation images: 4 of them at or above it" in calibration_markdown(plain)

@@ -128,10 +128,11 @@ CATEGORIES = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
 SCORES = torch.cat([torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)])
 
 
-def validated(monkeypatch, **options) -> DetectorModule:
-    """A module after one validation epoch on SCORES (all genuine) of CATEGORIES."""
-    module = DetectorModule(net=NET, target_fpr=0.1, calibrate_by="category", **options)
-    records = [Record(path=str(i), category=c) for i, c in enumerate(CATEGORIES)]
+def validated(monkeypatch, records: list[Record] | None = None, **options) -> DetectorModule:
+    """A module after one validation epoch on SCORES (all genuine) of `records` (by default of
+    CATEGORIES, calibrated by category)."""
+    module = DetectorModule(net=NET, target_fpr=0.1, **{"calibrate_by": "category", **options})
+    records = records or [Record(path=str(i), category=c) for i, c in enumerate(CATEGORIES)]
     trainer = type("T", (), {"sanity_checking": False, "datamodule": type("D", (), {"splits": {"val": records}})})()
     monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
     monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)
@@ -165,3 +166,11 @@ def test_training_with_rule_bound_flags_only_what_keeps_each_fpr_under_the_targe
     assert module.calibration["rule"] == "bound"
     with pytest.raises(ValueError, match="quantile, bound"):
         DetectorModule(net=NET, calibration_rule="strict")
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["records name their sources", "no sources"])
+def test_training_counts_the_sources_of_the_validation_genuines_where_records_name_them(monkeypatch, named):
+    records = [Record(path=str(i), source=f"s{i % 7}" if named else None) for i in range(len(CATEGORIES))]
+    module = validated(monkeypatch, records, calibrate_by=None)
+    assert module.calibration["n_genuine"] == 215
+    assert module.calibration.get("genuine_sources") == (7 if named else None)
