@@ -52,6 +52,12 @@ UPSAMPLERS = {
 DOWNSAMPLERS = {"area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC}
 
 
+def scene_of(photo: str | os.PathLike) -> str:
+    """The source a photo's images are split by: its file stem, one for both halves of a stereo pair
+    (`motorcycle_left` / `motorcycle_right` show one scene, so a split between them would leak)."""
+    return Path(photo).stem.removesuffix("_left").removesuffix("_right")
+
+
 def bundled_photo_paths() -> list[Path]:
     """Paths of the bundled photographs that exist in this installation."""
     import skimage
@@ -131,20 +137,18 @@ def build_embedded_dataset(
                 )
             )
             for y, x, crop in grid_crops(scaled, spec.crop_size, spec.max_crops_per_scale):
-                source = f"{photo.stem}_s{scale_index}_{y}_{x}"
+                name = f"{photo.stem}_s{scale_index}_{y}_{x}"
                 rng = np.random.default_rng([spec.seed, photo_index, scale_index, y, x])
                 fake, method = rerender(crop, rng)
-                real_path = output / "real" / f"{source}.png"
-                fake_path = output / "fake" / f"{source}.png"
+                real_path = output / "real" / f"{name}.png"
+                fake_path = output / "fake" / f"{name}.png"
                 for path, pixels in ((real_path, crop), (fake_path, fake)):
                     if not path.exists():
                         write_image(path, pixels)
-                rows.append(
-                    {"path": str(real_path), "label": 0, "group": "genuine", "category": photo.stem, "source": source}
-                )
-                rows.append(
-                    {"path": str(fake_path), "label": 1, "group": method, "category": photo.stem, "source": source}
-                )
+                # every crop of a photo (at every scale) and its fake share the photo as source
+                shared = {"category": photo.stem, "source": scene_of(photo)}
+                rows.append({"path": str(real_path), "label": 0, "group": "genuine", **shared})
+                rows.append({"path": str(fake_path), "label": 1, "group": method, **shared})
     return rows
 
 
@@ -157,7 +161,7 @@ def make_embedded_manifest(
     **spec: Any,
 ) -> Path:
     """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
-    photographs) and write its `manifest.csv`, split by source; returns the manifest's path.
+    photographs) and write its `manifest.csv`, split by photo (`scene_of`); returns the manifest's path.
 
     `train.py`'s default data config hands this function to the DataModule (a Hydra `_partial_`),
     which calls it when the manifest does not exist yet: the DataModule never imports `synthesis`.
@@ -193,7 +197,9 @@ def make_photo_manifest(
         target = output / "real" / photo.name
         if not target.exists():
             shutil.copyfile(photo, target)
-        rows.append({"path": str(target), "label": 0, "group": "genuine", "category": photo.stem, "source": photo.stem})
+        rows.append(
+            {"path": str(target), "label": 0, "group": "genuine", "category": photo.stem, "source": scene_of(photo)}
+        )
     splits = split_keys((row["source"] for row in rows), split_fractions, seed)
     write_manifest(({**row, "split": splits[row["source"]]} for row in rows), output / "manifest.csv")
     return output / "manifest.csv"
