@@ -52,10 +52,10 @@ UPSAMPLERS = {
 DOWNSAMPLERS = {"area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC}
 
 
-def scene_of(photo: str | os.PathLike) -> str:
-    """The source a photo's images are split by: its file stem, one for both halves of a stereo pair
-    (`motorcycle_left` / `motorcycle_right` show one scene, so a split between them would leak)."""
-    return Path(photo).stem.removesuffix("_left").removesuffix("_right")
+def scene_of(name: str) -> str:
+    """The source a photo's images are split by, from its name (file stem): one for both halves of a
+    stereo pair (`motorcycle_left` / `motorcycle_right` show one scene, so a split between them would leak)."""
+    return name.removesuffix("_left").removesuffix("_right")
 
 
 def bundled_photo_paths() -> list[Path]:
@@ -146,7 +146,7 @@ def build_embedded_dataset(
                     if not path.exists():
                         write_image(path, pixels)
                 # every crop of a photo (at every scale) and its fake share the photo as source
-                shared = {"category": photo.stem, "source": scene_of(photo)}
+                shared = {"category": photo.stem, "source": scene_of(photo.stem)}
                 rows.append({"path": str(real_path), "label": 0, "group": "genuine", **shared})
                 rows.append({"path": str(fake_path), "label": 1, "group": method, **shared})
     return rows
@@ -198,7 +198,13 @@ def make_photo_manifest(
         if not target.exists():
             shutil.copyfile(photo, target)
         rows.append(
-            {"path": str(target), "label": 0, "group": "genuine", "category": photo.stem, "source": scene_of(photo)}
+            {
+                "path": str(target),
+                "label": 0,
+                "group": "genuine",
+                "category": photo.stem,
+                "source": scene_of(photo.stem),
+            }
         )
     splits = split_keys((row["source"] for row in rows), split_fractions, seed)
     write_manifest(({**row, "split": splits[row["source"]]} for row in rows), output / "manifest.csv")

@@ -10,6 +10,7 @@ import zlib
 from pathlib import Path
 from typing import Sequence
 
+from synthesis.embedded import scene_of
 from synthesis.spec import DatasetSpec
 
 _LABEL_FOLDERS = {"0_real", "real", "1_fake", "fake"}
@@ -32,8 +33,7 @@ def photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathL
         if key in seen:
             key = f"{key}_{zlib.crc32(str(path).encode()):08x}"
         seen.add(key)
-        # a stereo pair (motorcycle_left/right) shows one scene: one source, or the split would leak
-        source = key.removesuffix("_left").removesuffix("_right")
+        source = scene_of(key)
         category = rel.parts[0] if len(rel.parts) > 1 else (key if root is None else None)
         table.append({"photo": str(path), "key": key, "source": source, "category": category})
     return table

@@ -22,5 +22,5 @@ def test_every_crop_of_a_photo_and_its_fake_land_in_one_split_and_a_stereo_pair_
 
 
 def test_a_stereo_pair_is_one_scene():
-    assert scene_of("/data/motorcycle_left.png") == scene_of("motorcycle_right.png") == "motorcycle"
-    assert scene_of("coffee.png") == "coffee"
+    assert scene_of("motorcycle_left") == scene_of("motorcycle_right") == "motorcycle"
+    assert scene_of("coffee") == "coffee"
