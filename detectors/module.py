@@ -178,9 +178,10 @@ class DetectorModule(L.LightningModule):
         the records name them. The calibration counts crops of one source as independent draws,
         which they are not; the report says so beside the count."""
         records = self._val_records()
-        if not records or not any(records[int(i)].source for i in index):
+        genuine = [records[int(i)] for i in index] if records else []
+        if not any(record.source for record in genuine):
             return {}
-        return {"genuine_sources": len({records[int(i)].source or records[int(i)].path for i in index})}
+        return {"genuine_sources": len({record.source or record.path for record in genuine})}
 
     def _calibrate_categories(self, genuine: np.ndarray, index: np.ndarray) -> None:
         """One threshold per category of the validation genuines that has enough of them; the

@@ -235,6 +235,9 @@ def categories_below_target(by_category: dict, target_tnr: float) -> dict:
     }
 
 
+NO_SOURCE = "(none given)"  # how reports name the flagged genuine images whose records name no source
+
+
 def below_target_sentence(below: dict, target_tnr: float, flagged_by_source: dict | None = None) -> str:
     """'' when every category meets the target, else a sentence naming each one that misses it,
     and the sources most of the flagged genuine images come from (`flagged_genuine_by_source`,
@@ -245,7 +248,7 @@ def below_target_sentence(below: dict, target_tnr: float, flagged_by_source: dic
     sentence = f"genuine TNR below the target {target_tnr:g} in categories: {listed}"
     if flagged_by_source:
         shown = list(flagged_by_source.items())[:3]
-        named = ", ".join(f"{name or '(none given)'} {entry['flagged']}" for name, entry in shown)
+        named = ", ".join(f"{name or NO_SOURCE} {entry['flagged']}" for name, entry in shown)
         more = len(flagged_by_source) - len(shown)
         sentence += f" (flagged genuine images by source: {named}{f', and {more} more' if more else ''})"
     return sentence

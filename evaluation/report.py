@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import plots
+from .calibration import NO_SOURCE
 
 GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy", "f1")
 ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_iou", "pixel_auroc")
@@ -105,7 +106,7 @@ def _flagged_by_source_section(flagged: Mapping[str, Mapping[str, Any]]) -> list
     ]
     rows = [
         [
-            name or "(none given)",
+            name or NO_SOURCE,
             entry["flagged"],
             entry["genuine"],
             ", ".join(f"{category or '(none)'} {n}" for category, n in entry["categories"].items()),

@@ -37,17 +37,20 @@ def labelled_rows(records: Records, label: str = "label", score: str = "score") 
 
 def flagged_genuine_by_source(
     cols: Mapping[str, np.ndarray], label: str = "label", score: str = "score", threshold: float | np.ndarray = 0.5
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, dict[str, Any]] | None:
     """The genuine images at or over their threshold, by the `source` they were cut from, most first:
     ``{source: {"flagged": k, "genuine": n, "categories": {category: k}}}`` (sources with none
-    flagged left out; rows without a source under ``""``).
+    flagged left out; rows without a source under ``""``); None when no row names a source (records
+    carry an empty one when none is known).
 
     Crops of one source are not independent draws: a category under its target because of one
     source unlike the rest calls for other genuine images of that kind, one that misses on many
     sources for another threshold or model, and the per-category TNR alone cannot tell them apart.
     """
+    sources = group_names(cols["source"]) if "source" in cols else np.asarray([""])
+    if not (sources != "").any():
+        return None
     y, s = cols[label], cols[score]
-    sources = group_names(column(cols, "source"))
     categories = group_names(cols["category"]) if "category" in cols else np.full(y.shape, "", dtype=object)
     genuine = y == 0
     flagged = genuine & (s >= threshold)
@@ -102,8 +105,9 @@ def evaluate_records(
         "intervals": bootstrap_image_ci(y, s, n_resamples=n_resamples, seed=seed) if n_resamples else None,
         "n_used": int(y.size),
     }
-    if "source" in cols and (group_names(cols["source"]) != "").any():  # records carry an empty one when none is known
-        result["flagged_by_source"] = flagged_genuine_by_source(cols, label, score, cut)
+    by_source = flagged_genuine_by_source(cols, label, score, cut)
+    if by_source is not None:
+        result["flagged_by_source"] = by_source
     return result
 
 

@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 
 from datamodules.io import read_image, split_keys, write_image, write_manifest
+from synthesis.photos import scene_of
 
 # Natural photographs only: synthetic test patterns (chessboard, logo, phantom, ...) would teach
 # the detector nothing about camera images.
@@ -50,12 +51,6 @@ UPSAMPLERS = {
     "lanczos": cv2.INTER_LANCZOS4,
 }
 DOWNSAMPLERS = {"area": cv2.INTER_AREA, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC}
-
-
-def scene_of(name: str) -> str:
-    """The source a photo's images are split by, from its name (file stem): one for both halves of a
-    stereo pair (`motorcycle_left` / `motorcycle_right` show one scene, so a split between them would leak)."""
-    return name.removesuffix("_left").removesuffix("_right")
 
 
 def bundled_photo_paths() -> list[Path]:

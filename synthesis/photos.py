@@ -10,10 +10,15 @@ import zlib
 from pathlib import Path
 from typing import Sequence
 
-from synthesis.embedded import scene_of
 from synthesis.spec import DatasetSpec
 
 _LABEL_FOLDERS = {"0_real", "real", "1_fake", "fake"}
+
+
+def scene_of(name: str) -> str:
+    """The source a photo's images are split by, from its name (file stem): one for both halves of a
+    stereo pair (`motorcycle_left` / `motorcycle_right` show one scene, so a split between them would leak)."""
+    return name.removesuffix("_left").removesuffix("_right")
 
 
 def photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None) -> list[dict[str, str]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 from collections import defaultdict
 
-from synthesis.embedded import make_embedded_manifest, scene_of
+from synthesis.embedded import make_embedded_manifest
+from synthesis.photos import scene_of
 
 
 def test_every_crop_of_a_photo_and_its_fake_land_in_one_split_and_a_stereo_pair_counts_as_one(tmp_path):
