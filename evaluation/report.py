@@ -14,6 +14,7 @@ import numpy as np
 
 from . import plots
 from .calibration import NO_SOURCE
+from .summary import FLAGGED_BY_SOURCE_KEY, breakdown_title
 
 GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy", "f1")
 ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_iou", "pixel_auroc")
@@ -94,7 +95,7 @@ def _group_section(title: str, groups: Mapping[str, Mapping]) -> list[str]:
 
 def _flagged_by_source_section(flagged: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Which sources the flagged genuine images come from: one odd source moves all its crops."""
-    lines = ["### flagged genuine images by source", ""]
+    lines = [f"### {breakdown_title(FLAGGED_BY_SOURCE_KEY)}", ""]
     if not flagged:
         return [*lines, "No genuine image at or over its threshold.", ""]
     total = sum(int(entry["flagged"]) for entry in flagged.values())
@@ -252,7 +253,7 @@ def _report_lines(
     if groups:
         lines += ["## Breakdowns", ""]
         for name, table in groups.items():
-            lines += _group_section(name.replace("_", " "), table)
+            lines += _group_section(breakdown_title(name), table)
     lines += after_breakdowns
     if robustness is not None:
         lines += _robustness_section(robustness)

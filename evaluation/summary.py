@@ -15,6 +15,13 @@ from .calibration import below_target_sentence, categories_below_target, row_thr
 from .image import image_metrics
 from .records import Records, as_columns, by_group, column, group_names
 
+FLAGGED_BY_SOURCE_KEY = "flagged_genuine_by_source"
+
+
+def breakdown_title(key: str) -> str:
+    """The heading of a metrics key's table, in report.md and report.html alike ("by category")."""
+    return "flagged genuine images by source" if key == FLAGGED_BY_SOURCE_KEY else key.replace("_", " ")
+
 
 def _present(value) -> bool:
     try:
@@ -163,7 +170,7 @@ def report_records(
         title=title,
         extra={
             **({"genuine_tnr_below_target": below, "target_tnr": target} if below is not None else {}),
-            **({"flagged_genuine_by_source": result["flagged_by_source"]} if "flagged_by_source" in result else {}),
+            **({FLAGGED_BY_SOURCE_KEY: result["flagged_by_source"]} if "flagged_by_source" in result else {}),
             **(extra or {}),
         },
         flagged_by_source=result.get("flagged_by_source"),

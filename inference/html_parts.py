@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from evaluation.summary import breakdown_title
 from inference.html_evidence import RowEvidence
 
 ASSETS = Path(__file__).with_name("report_assets")
@@ -190,7 +191,7 @@ def metrics_html(metrics: Mapping[str, Any], plots: Sequence[str]) -> str:
     parts.append("</tbody></table>")
     for key, value in metrics.items():
         if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
-            parts.append(mapping_table(f"By {key}", value))
+            parts.append(mapping_table(breakdown_title(key).capitalize(), value))
     parts += [
         f'<figure><img class="plot" alt="{escape(Path(p).stem)}" src="{escape(quote(p))}">'
         f"<figcaption>{escape(Path(p).stem)}</figcaption></figure>"

@@ -14,7 +14,7 @@ import pytest
 from datamodules.io import write_image
 from evaluation.calibration import calibration_check
 from inference.html_evidence import mask_at_threshold, transform_in_words
-from inference.html_parts import mapping_table, pager_html
+from inference.html_parts import mapping_table, metrics_html, pager_html
 from inference.html_report import ReportHeader, decision_of, ordered, threshold_note, write_html_report
 from tests.browser_helpers import decode_all_images
 
@@ -281,7 +281,18 @@ def test_blinded_mode_hides_scores_decisions_and_maps(tmp_path, browser):
 
 def test_a_metrics_table_reads_a_flat_mapping_cell_as_words_and_leaves_deeper_ones_out():
     flagged = {"flower": {"flagged": 5, "genuine": 34, "categories": {"phone_photo": 3, "photo": 2}}}
-    page = mapping_table("By flagged_genuine_by_source", flagged)
+    page = mapping_table("Flagged genuine images by source", flagged)
     assert "<th>categories</th>" in page and "<td>phone_photo 3, photo 2</td>" in page
-    nested = mapping_table("By robustness", {"jpeg": {"n": 2, "curves": {"a": {"levels": [1]}}}})
+    nested = mapping_table("Robustness", {"jpeg": {"n": 2, "curves": {"a": {"levels": [1]}}}})
     assert "curves" not in nested and "<td>2</td>" in nested
+
+
+def test_metrics_tables_are_headed_in_words_as_in_report_md_not_by_their_keys():
+    metrics = {
+        "auroc": 0.9,
+        "by_category": {"chart": {"n": 4, "genuine_tnr": 1.0}},
+        "flagged_genuine_by_source": {"flower": {"flagged": 1, "genuine": 3, "categories": {"photo": 1}}},
+    }
+    page = metrics_html(metrics, [])
+    assert "<h3>By category</h3>" in page and "<h3>Flagged genuine images by source</h3>" in page
+    assert "by_category" not in page and "flagged_genuine_by_source" not in page
