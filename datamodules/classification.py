@@ -234,9 +234,10 @@ def augment_seed() -> int:
 class ManifestDataModule(RecordsDataModule):
     """Records from a manifest (columns: docs/architecture.md, "Data contracts").
 
-    `create` makes a missing manifest first: a callable `create(folder, seed=, split_fractions=)`
-    that writes `folder/manifest.csv`. The default data config hands in
-    `synthesis.embedded.make_embedded_manifest` as a Hydra `_partial_`, so this module needs no
+    `create` is a callable `create(folder, seed=, split_fractions=)` that writes `folder/manifest.csv`
+    when it is missing, or brings one an earlier version made up to date: it is called before every
+    run. The default data config hands in
+    `synthesis.embedded.ensure_embedded_manifest` as a Hydra `_partial_`, so this module needs no
     knowledge of how datasets are generated.
     """
 
@@ -251,8 +252,9 @@ class ManifestDataModule(RecordsDataModule):
         self.create = create
 
     def prepare_data(self) -> None:
-        if self.create is not None and not self.manifest.is_file():
-            log.info("generating a dataset into %s", self.manifest.parent)
+        if self.create is not None:
+            if not self.manifest.is_file():
+                log.info("generating a dataset into %s", self.manifest.parent)
             self.create(self.manifest.parent, seed=self.seed, split_fractions=self.split_fractions)
 
     def load_records(self) -> list[Record]:

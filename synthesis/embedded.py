@@ -7,7 +7,10 @@ and for each crop a fake made by re-rendering the frame.
 
 from __future__ import annotations
 
+import csv
+import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -17,6 +20,8 @@ import numpy as np
 
 from datamodules.io import read_image, split_keys, write_image, write_manifest
 from synthesis.photos import scene_of
+
+log = logging.getLogger(__name__)
 
 # Natural photographs only: synthetic test patterns (chessboard, logo, phantom, ...) would teach
 # the detector nothing about camera images.
@@ -156,18 +161,53 @@ def make_embedded_manifest(
     **spec: Any,
 ) -> Path:
     """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
-    photographs) and write its `manifest.csv`, split by photo (`scene_of`); returns the manifest's path.
-
-    `train.py`'s default data config hands this function to the DataModule (a Hydra `_partial_`),
-    which calls it when the manifest does not exist yet: the DataModule never imports `synthesis`.
-    """
+    photographs) and write its `manifest.csv`, split by photo (`scene_of`); returns the manifest's path."""
     output = Path(output)
     rows = build_embedded_dataset(
         output, EmbeddedSpec(seed=seed, **spec), photos=photos, **({"progress": progress} if progress else {})
     )
-    splits = split_keys((row["source"] or row["path"] for row in rows), split_fractions, seed)
-    write_manifest(({**row, "split": splits[row["source"] or row["path"]]} for row in rows), output / "manifest.csv")
+    _write_split(rows, output / "manifest.csv", split_fractions, seed)
     return output / "manifest.csv"
+
+
+def ensure_embedded_manifest(
+    output: str | os.PathLike, seed: int = 0, split_fractions: Sequence[float] = (0.7, 0.15, 0.15)
+) -> Path:
+    """The default training set's manifest under `output`: made when missing (`make_embedded_manifest`),
+    otherwise used as it is, except a set that an earlier version split by crop (crops of one photo
+    in train and test), which is split again by photo, its images unchanged.
+
+    `train.py`'s default data config hands this function to the DataModule (a Hydra `_partial_`),
+    which calls it before every run: the DataModule never imports `synthesis`.
+    """
+    manifest = Path(output) / "manifest.csv"
+    if not manifest.is_file():
+        return make_embedded_manifest(output, seed=seed, split_fractions=split_fractions)
+    with manifest.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    if rows and all(_split_by_crop(row) for row in rows):
+        log.warning("%s was split by crop (an earlier version): splitting it again by photo", manifest)
+        rows = [
+            {**row, "path": str(manifest.parent / row["path"]), "source": scene_of(row["category"])} for row in rows
+        ]
+        _write_split(rows, manifest, split_fractions, seed)
+    return manifest
+
+
+def _split_by_crop(row: dict[str, str]) -> bool:
+    """Whether a manifest row is one an earlier version wrote: a crop named after its photo, scale
+    and place (`real/astronaut_s0_0_96.png`), and that name as its source."""
+    path = Path(row.get("path") or "")
+    return (
+        path.parent.name in ("real", "fake")
+        and row.get("source") == path.stem
+        and re.fullmatch(rf"{re.escape(row.get('category') or '')}_s\d+_\d+_\d+", path.stem) is not None
+    )
+
+
+def _write_split(rows: list[dict], manifest: Path, split_fractions: Sequence[float], seed: int) -> None:
+    splits = split_keys((row["source"] or row["path"] for row in rows), split_fractions, seed)
+    write_manifest(({**row, "split": splits[row["source"] or row["path"]]} for row in rows), manifest)
 
 
 def make_photo_manifest(

@@ -86,7 +86,7 @@ def test_a_category_s_crop_count_is_set_from_the_command_line():
 
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
     cfg = compose_config("train", [])
-    assert cfg.detector.name == "npr" and cfg.data.create._target_ == "synthesis.embedded.make_embedded_manifest"
+    assert cfg.detector.name == "npr" and cfg.data.create._target_ == "synthesis.embedded.ensure_embedded_manifest"
     assert cfg.detector.net.preprocess.size == 96 and cfg.seed == 0
 
 
