@@ -26,10 +26,17 @@ log = logging.getLogger("infer")
 __all__ = ["InferenceFailed", "infer", "main"]
 
 
+def check_report(report: str | None) -> None:
+    """`report=`: none (nothing beside the scores) or html (the reviewers' page)."""
+    if report not in (None, "none", "html"):
+        raise ValueError(f"report must be none or html, got {report!r}")
+
+
 def infer(cfg: DictConfig) -> dict[str, Any]:
     """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report."""
     output = Path(cfg.output)
     try:
+        check_report(cfg.get("report"))  # before the model is read: a typo must not cost a scoring run
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
         runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
@@ -43,10 +50,9 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         raise InferenceFailed(f"no images found in {cfg.input}")
     masks_dir, overlays_dir, columns = plan_outputs(cfg, output, runtime, records)
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
-    # a model calibrated per category decides each input with its category's threshold
     per_category = CategoryThreshold.for_records(runtime, records) if cfg.threshold is None else None
     model = f"{runtime.name} ({Path(cfg.model).suffix}, threshold {threshold:.4f})"
-    log.info("%s: %d inputs -> %s", model, len(records), output)
+    log.info("%s: %d input(s) -> %s", model, len(records), output)
     pixel = PixelReduction(records) if masks_dir is not None else None
     one_process = processes.world_size == 1 and shard.count == 1
     drawer = pictures_while_scoring(cfg, output, threshold, len(records), one_process)

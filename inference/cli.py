@@ -21,6 +21,8 @@ import os
 import sys
 from typing import Any, Callable
 
+from omegaconf.errors import MissingMandatoryValue
+
 log = logging.getLogger("toolkit")
 EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
@@ -44,7 +46,9 @@ def debugging(cfg: Any) -> bool:
 
 def expected_failures(*expected: type[BaseException]) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
     """Decorate a Hydra task function: an `expected` exception (or one wrapping it) is logged as one
-    line and ends the process with status 2; anything else propagates to Hydra (traceback, status 1)."""
+    line and ends the process with status 2; anything else propagates to Hydra (traceback, status 1).
+    A required setting left out (`model=`, `input=`: `???` in the config) is always expected."""
+    expected = (*expected, MissingMandatoryValue)
 
     def decorate(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
         @functools.wraps(task)
@@ -57,12 +61,19 @@ def expected_failures(*expected: type[BaseException]) -> Callable[[Callable[[Any
                 cause = expected_cause(error, expected)
                 if cause is None or debugging(cfg):
                     raise
-                log.error("%s", cause)
+                log.error("%s", _message(cause))
                 raise SystemExit(EXPECTED_FAILURE) from None
 
         return wrapped
 
     return decorate
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, MissingMandatoryValue):
+        key = error.full_key or "a setting"
+        return f"{key} is required: give it on the command line ({key}=...)"
+    return str(error)
 
 
 def run(main: Callable[[], Any]) -> None:

@@ -29,6 +29,7 @@ CASES = {
         "refusing to load",
         {"HYDRA_FULL_ERROR": "1"},
     ),
+    "infer_without_model": ("infer.py", ["input=bad"], "model is required", {}),
     "export_missing_model": ("export.py", ["model=nope.ckpt", "output=out.onnx"], "does not exist", {}),
     "generate_empty_source": ("generate.py", ["source=empty", "output=generated"], "no images found", {}),
     "calibrate_missing_model": (
