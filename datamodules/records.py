@@ -6,6 +6,7 @@ Every layout ends up as records, so Dataset classes, splits and `infer.py` only 
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import logging
 import os
@@ -100,6 +101,13 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             f"expected columns: {', '.join(MANIFEST_COLUMNS)}"
         )
     unknown = columns - set(MANIFEST_COLUMNS)
+    for name in sorted(unknown):
+        meant = difflib.get_close_matches(name.strip().lower(), MANIFEST_COLUMNS, n=1, cutoff=0.75)
+        if meant and meant[0] not in columns:  # a misspelled `label` would make every row unlabelled
+            raise LayoutError(
+                f"manifest {path}: column {name!r} is not one of {', '.join(MANIFEST_COLUMNS)}; "
+                f"did you mean {meant[0]!r}?"
+            )
     base = path.parent
     records = []
     for number, row in enumerate(rows, start=2):

@@ -45,6 +45,9 @@ def test_jsonl_manifest_is_read_like_csv(tmp_path):
         ("path,label\na.png,0\nb.png,fake\n", r"m.csv:3: label must be 0 .* got 'fake'"),
         ("path,split\na.png,train\nb.png,holdout\n", r"m.csv:3: split must be one of"),
         ("path,label\na.png,0\n,1\n", r"m.csv:3: empty path"),
+        # a misspelled column would leave every row without it (all unlabelled: calibrated as genuine)
+        ("path,lable\na.png,1\n", r"m.csv: column 'lable' is not one of .*; did you mean 'label'\?"),
+        ("path,Label\na.png,1\n", r"did you mean 'label'\?"),
     ],
 )
 def test_bad_manifests_say_what_is_wrong_and_where(tmp_path, content, message):
@@ -52,6 +55,11 @@ def test_bad_manifests_say_what_is_wrong_and_where(tmp_path, content, message):
     (tmp_path / "m.csv").write_text(content)
     with pytest.raises(LayoutError, match=message):
         read_manifest(tmp_path / "m.csv")
+
+
+def test_columns_of_a_users_own_are_ignored_and_one_close_to_a_present_column_is_not_a_typo(tmp_path):
+    (tmp_path / "m.csv").write_text("path,label,labels,score,photographer\na.png,1,x,0.3,me\n")
+    assert [r.label for r in read_manifest(tmp_path / "m.csv")] == [1]
 
 
 def test_write_then_read_manifest_round_trips(tmp_path):
