@@ -153,6 +153,8 @@ def generate_dataset(
                 table = stamped_table(output, spec, photos, root)
                 panel_tasks = _panel_tasks(output, spec, table)
                 fragments = execute(panel_tasks, pool, "panels", progress, counts)
+                for unreadable in (f["skipped"] for f in fragments if f.get("skipped")):
+                    log.warning("skipped a source image: %s", unreadable)
                 panels = [p for f in fragments for p in f["panels"]]
                 needs_generator = any(op in spec.active for op in ("rerender", "region_edit"))
                 generators, generator_status = (

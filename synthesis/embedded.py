@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import cv2
 import numpy as np
 
-from datamodules.io import read_image, split_keys, write_image, write_manifest
+from datamodules.io import ImageReadError, read_image, split_keys, write_image, write_manifest
 from synthesis.photos import scene_of
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,11 @@ def build_embedded_dataset(
     output = Path(output)
     rows: list[dict] = []
     for photo_index, photo in enumerate(progress([Path(p) for p in photos or bundled_photo_paths()])):
-        image = read_image(photo)
+        try:
+            image = read_image(photo)
+        except ImageReadError as error:  # one unreadable source is skipped, as every tool skips bad input
+            log.warning("skipped a source image: %s", error)
+            continue
         for scale_index, scale in enumerate(spec.scales):
             scaled = (
                 image

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from datamodules.io import read_image, write_image
+from datamodules.io import ImageReadError, read_image, write_image
 
 __all__ = ["item_rng", "fragment_path", "item_done", "run_task", "init_worker", "one_thread", "execute"]
 
@@ -35,7 +35,10 @@ def _panels_task(task: dict[str, Any]) -> dict[str, Any]:
     """Genuine panels of one photo: the whole photo (shrunk to max_side) and random rescaled crops."""
     out, spec, photo = Path(task["output"]), task["spec"], task["photo"]
     rng = item_rng(spec["seed"], task["id"])
-    image = read_image(photo["photo"])
+    try:
+        image = read_image(photo["photo"])
+    except ImageReadError as error:  # one unreadable source is skipped, as every tool skips bad input
+        return {"rows": [], "pairs": [], "panels": [], "skipped": str(error)}
     h, w = image.shape[:2]
     scale = min(1.0, spec["max_side"] / max(h, w))
     full = (
