@@ -58,6 +58,7 @@ class IndexBusy(RuntimeError):
 
 
 def faiss_module() -> Any:
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # not its CPU-feature probing, which reads as errors
     try:
         import faiss
     except ImportError:

@@ -14,6 +14,7 @@ single shift vector), and the copy is grown and ordered by
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from math import factorial
 
@@ -81,6 +82,7 @@ def nearest_far_blocks(features: np.ndarray, points: np.ndarray, gap: float, k: 
     """Indices (i, j): each block's nearest neighbour in feature space (FAISS, exact L2 on features
     scaled to unit spread) among its `k` nearest that lies at least `gap` px away. The exhaustive
     search beats a k-d tree (scikit-learn) by half on Zernike features of real images."""
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # not its CPU-feature probing, which reads as errors
     import faiss
 
     spread = features.std(0)
