@@ -85,6 +85,17 @@ def test_adding_a_folder_later_describes_only_the_new_panels(tmp_path, tiles, mo
     assert store.index.ntotal == store.db.execute("SELECT SUM(n_vectors) FROM panels").fetchone()[0]
 
 
+def test_a_folder_given_relative_is_indexed_once_by_absolute_path_and_found_from_anywhere(tmp_path, tiles, monkeypatch):
+    paths = write_panels(tmp_path / "collection", tiles[:4])
+    monkeypatch.chdir(tmp_path)
+    first = build_index("collection", tmp_path / "index")
+    again = build_index(tmp_path / "collection", tmp_path / "index")  # the same folder, typed otherwise
+    assert (first["panels"], again["panels"], again["total_panels"]) == (4, 0, 4)
+    monkeypatch.chdir(tmp_path / "collection")  # a search run from another folder reads the panel again
+    copy = planted_copy(read_image(paths[1]), np.random.default_rng(3), "hflip", min_area=0.4)
+    assert retrieve(open_index(tmp_path / "index"), copy.image, top_k=3)[0][0]["path"] == str(paths[1])
+
+
 def test_a_killed_build_resumes_from_its_last_commit(tmp_path, tiles, monkeypatch):
     write_panels(tmp_path / "collection", tiles)
     original = LocalSift.describe_located
