@@ -266,6 +266,17 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
     return "\n".join(lines) + "\n"
 
 
+def open_fraction(name: str, value: Any) -> float:
+    """`value` as a number strictly between 0 and 1, or a ValueError naming the setting."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not 0.0 < number < 1.0:
+        raise ValueError(f"{name} must be a number between 0 and 1 (0.01 for 1 %), got {value!r}")
+    return number
+
+
 def calibrate_model(
     model: str,
     input: str,
@@ -292,6 +303,7 @@ def calibrate_model(
     if by not in (None, "category"):
         raise ValueError(f"by must be null or category, got {by!r}")
     check_rule(rule)  # before scoring: a typo must not cost the user a scoring run
+    target_fpr, confidence = open_fraction("target_fpr", target_fpr), open_fraction("confidence", confidence)
     output = Path(output)
     runtime = load_runtime(model, device)
     records = records_from_input(input)

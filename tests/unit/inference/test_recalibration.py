@@ -120,3 +120,13 @@ def test_an_unknown_rule_is_refused_before_any_image_is_scored(tiny_model, manif
     with pytest.raises(ValueError, match="quantile, bound"):
         calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.onnx", rule="strict", progress=False)
     assert not (tmp_path / "c.calibration_scores.csv").exists() and not (tmp_path / "c.onnx").exists()
+
+
+@pytest.mark.parametrize("setting", [{"target_fpr": "1%"}, {"target_fpr": 1.0}, {"confidence": 95}])
+def test_a_target_or_confidence_outside_0_and_1_is_refused_before_any_image_is_scored(
+    tiny_model, manifest, tmp_path, setting
+):
+    ((name, value),) = setting.items()
+    with pytest.raises(ValueError, match=rf"{name} must be a number between 0 and 1 \(0.01 for 1 %\), got"):
+        calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.onnx", progress=False, **setting)
+    assert not (tmp_path / "c.calibration_scores.csv").exists()
