@@ -100,7 +100,7 @@ def evaluate_records(
     groups = {
         f"by_{name}": by_group(cols, name, shared_negatives=(name == "group"), label=label, score=score, threshold=cut)
         for name in group_columns
-        if name in cols
+        if name in cols and any(group_names(cols[name]))  # a column naming no group breaks nothing down
     }
     metrics = image_metrics(y, s, threshold=cut)
     if target_tnr is not None and "by_category" in groups:

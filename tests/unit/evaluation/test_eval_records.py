@@ -65,3 +65,11 @@ def test_missing_group_values_group_together():
 def test_unknown_column_names_available_ones():
     with pytest.raises(KeyError, match="available"):
         by_group(table(), "generator")
+
+
+def test_a_column_that_names_no_group_gives_no_breakdown_and_no_category_under_target():
+    from evaluation.summary import evaluate_records
+
+    rows = [{"label": 0, "score": 0.9, "category": "", "group": ""}] * 3 + [{"label": 1, "score": 0.8, "category": ""}]
+    result = evaluate_records(rows, threshold=0.5, n_resamples=0, target_tnr=0.99)
+    assert result["groups"] == {} and "genuine_tnr_below_target" not in result["metrics"]
