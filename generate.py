@@ -27,6 +27,8 @@ def find_photos(source: str | None) -> list[str] | None:
     """Image files below `source`, or None for the bundled photographs; a `LayoutError` if there are none."""
     if not source:
         return None
+    if not Path(source).is_dir():
+        raise LayoutError(f"source {source} does not exist or is not a folder")
     # a labelled tree (0_real/1_fake) may hold fakes already: only authentic images are sources
     photos = [r.path for r in list_images(source) if r.label != 1]
     if not photos:

@@ -32,6 +32,7 @@ CASES = {
     "infer_without_model": ("infer.py", ["input=bad"], "model is required", {}),
     "export_missing_model": ("export.py", ["model=nope.ckpt", "output=out.onnx"], "does not exist", {}),
     "generate_empty_source": ("generate.py", ["source=empty", "output=generated"], "no images found", {}),
+    "generate_missing_source": ("generate.py", ["source=nope", "output=generated"], "does not exist", {}),
     "calibrate_missing_model": (
         "calibrate.py",
         ["model=nope.ckpt", "input=bad", "output=out.ckpt"],

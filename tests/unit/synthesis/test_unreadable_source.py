@@ -38,3 +38,16 @@ def test_the_quick_set_skips_a_corrupt_source_photo_too(tmp_path, caplog):
         )
     assert "broken.jpg" in caplog.text
     assert {line.split(",")[4] for line in manifest.read_text().splitlines()[1:]} == {"a"}
+
+
+def test_a_source_folder_that_does_not_exist_is_named_as_missing_not_as_empty(tmp_path):
+    import pytest
+
+    from datamodules.records import LayoutError
+    from generate import find_photos
+
+    with pytest.raises(LayoutError, match="does not exist or is not a folder"):
+        find_photos(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LayoutError, match="no images found"):
+        find_photos(str(tmp_path / "empty"))
