@@ -140,7 +140,7 @@ def describe_files(
         if path in known:
             store.forget(path)
         if error:
-            log.warning("%s: %s", path, error)
+            log.warning("%s", error if path in error else f"{path}: {error}")  # read errors name their file
             store.add_file(path, size, mtime, "error", error, 0)
             counts["errors"] += 1
         else:
