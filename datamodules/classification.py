@@ -23,6 +23,7 @@ from datamodules.datasets import (
     check_rate,
     collate,
     image_size,
+    loader_workers,
     own_generator,
     worker_base_generator,
 )
@@ -74,7 +75,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
         self.preprocess = Preprocess.from_config(preprocess)
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
-        self.num_workers = num_workers
+        self.num_workers = loader_workers(num_workers)
         self.split_fractions = tuple(split_fractions)
         self.seed = seed
         self.augment = dict(augment or {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
@@ -268,6 +269,14 @@ def own_generator(seed: int | None = None) -> torch.Generator:
     if seed is None:
         seed = int(torch.randint(2**31 - 1, ()).item())
     return torch.Generator().manual_seed(seed)
+
+
+def loader_workers(requested: int) -> int:
+    """`requested` DataLoader workers, at most one per CPU this process may use: more only compete
+    for the cores (and PyTorch warns of them); the draws are seeded per draw, so the batches are the
+    same with any count."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(0, min(int(requested), available))
 
 
 def worker_base_generator() -> torch.Generator:

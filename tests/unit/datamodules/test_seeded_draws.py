@@ -97,3 +97,12 @@ def test_seeded_draws_pair_every_index_and_every_batch_with_a_seed():
     assert [index for index, _ in singles] == [3, 1, 2] and len({seed for _, seed in singles}) == 3
     assert [[index for index, _ in batch] for batch in batches] == [[0, 1], [2]]
     assert len(SeededDraws([[0, 1], [2]], torch.Generator())) == 2
+
+
+def test_loader_workers_are_capped_at_the_cpus_this_process_may_use():
+    import os
+
+    from datamodules.datasets import loader_workers
+
+    cpus = len(os.sched_getaffinity(0))
+    assert loader_workers(cpus + 6) == cpus and loader_workers(0) == 0 and loader_workers(1) == 1
