@@ -16,7 +16,13 @@ from detectors.base import Detector
 from detectors.build import build_detector, to_plain
 from detectors.localization_metrics import SplitPixelMetrics
 from evaluation import calibrate_threshold, calibration_check, image_metrics
-from evaluation.calibration import calibrate_by_category, check_rule, too_few_sentence
+from evaluation.calibration import (
+    GENUINE_IMAGES,
+    NON_DUPLICATE_PAIRS,
+    calibrate_by_category,
+    check_rule,
+    too_few_sentence,
+)
 from evaluation.pixel import f1_within_genuine_fpr
 
 log = logging.getLogger(__name__)
@@ -159,7 +165,8 @@ class DetectorModule(L.LightningModule):
         genuine = gathered["score"][gathered["label"] == 0]
         if len(genuine):
             self.threshold.fill_(calibrate_threshold(genuine, self.hparams.target_fpr, self.calibration_rule))
-            check = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr)
+            negatives = NON_DUPLICATE_PAIRS if getattr(self.net, "is_pair_detector", False) else GENUINE_IMAGES
+            check = calibration_check(genuine, float(self.threshold), self.hparams.target_fpr, negatives=negatives)
             sources = self._genuine_sources(gathered["index"][gathered["label"] == 0])
             self.calibration = {**check, "rule": self.calibration_rule, **sources}
             if self.hparams.get("calibrate_by") == "category":

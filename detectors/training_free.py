@@ -22,6 +22,7 @@ from detectors.duplication import PairDuplicationDetector
 from detectors.matching import Panel
 from detectors.pair_matching import PairMatch
 from evaluation import calibrate_threshold, calibration_check, write_metrics_json
+from evaluation.calibration import NON_DUPLICATE_PAIRS
 from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts, rates_by_kind
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def fit_pair_detector(
     val_matches = match_pair_set(detector, val)
     negatives = np.asarray([detector.score(m) for m, p in zip(val_matches, val.pairs) if p.label == 0])
     threshold = calibrate_threshold(negatives, target_fpr, rule)
-    check = {**calibration_check(negatives, threshold, target_fpr), "rule": rule}
+    check = {**calibration_check(negatives, threshold, target_fpr, negatives=NON_DUPLICATE_PAIRS), "rule": rule}
     result: dict[str, Any] = {
         "threshold": threshold,
         "calibration": check,
@@ -130,6 +131,9 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
         module.threshold.fill_(result["threshold"])
         module.calibration = result["calibration"]
         metrics = {"detector": cfg.detector.get("name"), **result}
+        if "test" in result:  # what train.py prints for every other detector: the held-out figures
+            figures = {k: v for k, v in result["test"].items() if isinstance(v, float)}
+            log.info("test pairs: %s", ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
     else:
         datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
         trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=False)

@@ -115,12 +115,18 @@ def genuine_needed(target_fpr: float, confidence: float = 0.95) -> int:
     return int(math.ceil(math.log(1.0 - confidence) / math.log1p(-float(target_fpr)) - 1e-9))
 
 
-def calibration_check(genuine_scores, threshold: float, target_fpr: float, confidence: float = 0.95) -> dict:
+GENUINE_IMAGES = "genuine validation images"  # what a detector of images is calibrated on
+NON_DUPLICATE_PAIRS = "validation pairs without duplication"  # and a detector of pairs
+
+
+def calibration_check(
+    genuine_scores, threshold: float, target_fpr: float, confidence: float = 0.95, negatives: str = GENUINE_IMAGES
+) -> dict:
     """How much a threshold calibrated on `genuine_scores` can be trusted at `target_fpr`.
 
     Returns n_genuine, false_positives, fpr and its Clopper-Pearson interval at `threshold`,
-    genuine_needed, sufficient (n_genuine >= genuine_needed) and, when not sufficient, a warning
-    sentence a user can act on.
+    genuine_needed, sufficient (n_genuine >= genuine_needed), `negatives` (what the scores are of,
+    as the report names them) and, when not sufficient, a warning sentence a user can act on.
     """
     s = as_scores(genuine_scores, "genuine_scores")
     n = int(s.size)
@@ -136,13 +142,15 @@ def calibration_check(genuine_scores, threshold: float, target_fpr: float, confi
         "target_fpr": float(target_fpr),
         "genuine_needed": needed,
         "sufficient": n >= needed,
+        "negatives": negatives,
     }
     if n < needed:
+        kind = negatives.replace("validation ", "")
         result["warning"] = (
-            f"the threshold was calibrated on {n} genuine validation images; a target FPR of "
+            f"the threshold was calibrated on {n} {negatives}; a target FPR of "
             f"{target_fpr:g} needs at least {needed} to be meaningful. The FPR at this threshold is "
             f"{fp}/{n}, {confidence:.0%} Clopper-Pearson interval [{low:.3f}, {high:.3f}]: expect more "
-            "genuine images flagged than the target. Add genuine images to validation or raise target_fpr."
+            f"{kind} flagged than the target. Add {kind} to validation or raise target_fpr."
         )
     return result
 
@@ -150,6 +158,7 @@ def calibration_check(genuine_scores, threshold: float, target_fpr: float, confi
 def calibration_markdown(check: dict) -> str:
     """The calibration sample as a report section: size, FPR with its interval, and the warning."""
     low, high = check["fpr_interval"]
+    negatives = check.get("negatives", GENUINE_IMAGES)
     sources = check.get("genuine_sources")
     cut_from = (
         f" (cut from {sources} sources: crops of one source are not independent draws, so the interval "
@@ -161,11 +170,11 @@ def calibration_markdown(check: dict) -> str:
         "## Calibration",
         "",
         f"Threshold calibrated to target FPR {check['target_fpr']:g}{rule_phrase(check.get('rule'))} on "
-        f"{check['n_genuine']} genuine validation images{cut_from}: "
+        f"{check['n_genuine']} {negatives}{cut_from}: "
         f"{check['false_positives']} of them at or above it, FPR "
         f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "
         f"Clopper-Pearson interval [{low:.3f}, {high:.3f}]. A meaningful target needs at least "
-        f"{check['genuine_needed']} genuine validation images.",
+        f"{check['genuine_needed']} {negatives}.",
     ]
     if check.get("warning"):
         lines += ["", f"**Warning**: {check['warning']}"]

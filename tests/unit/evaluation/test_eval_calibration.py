@@ -165,3 +165,14 @@ def test_the_report_says_how_many_sources_the_genuines_were_cut_from_when_fewer_
     )
     for plain in (check, {**check, "genuine_sources": 1000}):
         assert "on 1000 genuine validation images: 4 of them at or above it" in calibration_markdown(plain)
+
+
+def test_a_pair_detectors_calibration_names_pairs_without_duplication_not_genuine_images():
+    from evaluation import calibration_markdown
+    from evaluation.calibration import NON_DUPLICATE_PAIRS
+
+    check = calibration_check(np.linspace(0, 1, 95), threshold=0.99, target_fpr=0.01, negatives=NON_DUPLICATE_PAIRS)
+    assert check["warning"].startswith("the threshold was calibrated on 95 validation pairs without duplication;")
+    assert "expect more pairs without duplication flagged" in check["warning"]
+    section = calibration_markdown(check)
+    assert "on 95 validation pairs without duplication: 1 of them" in section and "genuine" not in section
