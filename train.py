@@ -53,6 +53,24 @@ def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = 
     return OmegaConf.create(plain)
 
 
+PAIR_DATA = ("synthesis.pair_set.pair_splits", "datamodules.pairs.PairDataModule")
+
+
+def check_pair_data(data: DictConfig, net: Any) -> None:
+    """A detector of pairs needs pairs of panels, and one of images images: said before anything runs."""
+    pairs = data.get("_target_") in PAIR_DATA
+    if getattr(net, "is_pair_detector", False) and not pairs:
+        raise LayoutError(
+            "this detector compares pairs of panels: train it on pairs, data=duplication_pairs (dup_sift) "
+            "or data=duplication_pair_images (pairnet)"
+        )
+    if pairs and not getattr(net, "is_pair_detector", False):
+        raise LayoutError(
+            f"the data config makes pairs of panels ({data.get('_target_')}); this detector scores single "
+            "images: choose an image data config (data=manifest, folder, layout, localization)"
+        )
+
+
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
@@ -70,6 +88,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     module = module_for(cfg)
+    check_pair_data(cfg.data, module.net)
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 

@@ -1,0 +1,29 @@
+"""A detector of pairs given images (or one of images given pairs) is told which data to choose,
+before any data is made: the data module would otherwise fail on an argument it does not take."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from datamodules.records import LayoutError
+from tests.helpers import compose_config
+from train import check_pair_data
+
+PAIRS, IMAGES = SimpleNamespace(is_pair_detector=True), SimpleNamespace()
+
+
+@pytest.mark.parametrize("data", ["duplication_pairs", "duplication_pair_images"])
+def test_pair_detectors_take_the_pair_data_configs_and_image_detectors_are_refused_them(data):
+    config = compose_config("train", [f"data={data}"]).data
+    check_pair_data(config, PAIRS)
+    with pytest.raises(LayoutError, match="this detector scores single images"):
+        check_pair_data(config, IMAGES)
+
+
+def test_a_pair_detector_on_the_default_image_data_is_told_which_data_to_give():
+    config = compose_config("train", ["detector=dup_sift_tiny"]).data
+    with pytest.raises(LayoutError, match="data=duplication_pairs \\(dup_sift\\) or data=duplication_pair_images"):
+        check_pair_data(config, PAIRS)
+    check_pair_data(config, IMAGES)
