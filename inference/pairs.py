@@ -243,6 +243,10 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     metrics = pair_report(pairs, results, threshold, output)
     if html:
         pair_page(cfg, runtime, results, threshold, metrics)
+    else:
+        from inference.run_report import warn_earlier_page
+
+        warn_earlier_page(output)
     return {"counts": counts, "metrics": metrics, "reviews": None}
 
 

@@ -79,6 +79,15 @@ def page_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}_report.html")
 
 
+def warn_earlier_page(output: Path) -> None:
+    """Said when a run without `report=html` leaves an earlier run's page beside the rows it wrote:
+    a reviewer opening it would read other scores."""
+    if page_path(output).is_file():
+        log.warning(
+            "%s is the page of an earlier run, not of these scores (report=html writes this run's)", page_path(output)
+        )
+
+
 def page_drawer(output: Path, threshold: float, blinded: bool, rows: int) -> Any:
     """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`):
     a picture per file when the `rows` fit on one page, which may then embed them, else strips, and
@@ -211,6 +220,7 @@ def html_page(
     """`report=html`: `<output stem>_report.html` beside the rows, for the people who judge them,
     with the review verdicts (`group_by`) and the pictures drawn while scoring (`evidence`)."""
     if not request.html:
+        warn_earlier_page(request.output)
         return None
     from inference.html_report import read_calibration, write_run_report
 

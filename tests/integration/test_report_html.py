@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 
 import numpy as np
@@ -31,7 +32,7 @@ def test_a_test_run_with_report_html_writes_a_page_of_every_test_image(train_con
     )
 
 
-def test_infer_with_report_html_writes_the_page_beside_the_rows_and_names_the_model(tmp_path):
+def test_infer_with_report_html_writes_the_page_beside_the_rows_and_names_the_model(tmp_path, caplog):
     from datamodules.io import write_image
     from infer import infer
     from tests.helpers import compose_config, write_tiny_model
@@ -53,3 +54,12 @@ def test_infer_with_report_html_writes_the_page_beside_the_rows_and_names_the_mo
     assert hashlib.sha256(model.read_bytes()).hexdigest() in page
     assert "&lt;img src=x onerror=alert(1)&gt;.png" in page and "<img src=x" not in page
     assert len(re.findall(r'<tr data-decision="', page)) == 4 and 'data-decision="error"' in page
+
+    # scored again without report=html: the page left beside the new rows is said to be the earlier run's
+    with caplog.at_level(logging.WARNING, logger="infer"):
+        infer(
+            compose_config(
+                "infer", [f"model={model}", f"input={folder}", f"output={output}", "num_workers=0", "progress=false"]
+            )
+        )
+    assert "scores_report.html is the page of an earlier run, not of these scores" in caplog.text
