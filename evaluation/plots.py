@@ -4,7 +4,6 @@ no global backend switched under the caller's feet."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -13,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ._checks import as_labels_scores
+from .atomic import atomic_path
 from .image import roc_points
 
 MAX_CURVE_POINTS = 5000
@@ -21,18 +21,10 @@ AXIS_LABELS = {"jpeg": "JPEG quality", "blur": "blur sigma (px)", "rescale": "sc
 
 def _save(fig: Figure, path: str | os.PathLike) -> Path:
     """Write atomically, so a crashed run never leaves a half-written PNG behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    return Path(path)
 
 
 def _operating_point(y: np.ndarray, s: np.ndarray, t: float) -> tuple[float, float]:

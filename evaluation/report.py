@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from . import plots
+from .atomic import atomic_path
 from .calibration import NO_SOURCE
 from .summary import FLAGGED_BY_SOURCE_KEY, breakdown_title
 
@@ -39,20 +39,12 @@ def to_jsonable(value: Any) -> Any:
 
 def write_metrics_json(path, payload: Mapping) -> Path:
     """Atomic write (temp file in the same folder + os.replace): readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(to_jsonable(payload), indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
 
 
 def _fmt(value: Any) -> str:
@@ -265,12 +257,6 @@ def _report_lines(
 
 
 def _atomic_text(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
