@@ -249,16 +249,22 @@ NO_SOURCE = "(none given)"  # how reports name the flagged genuine images whose 
 
 def below_target_sentence(below: dict, target_tnr: float, flagged_by_source: dict | None = None) -> str:
     """'' when every category meets the target, else a sentence naming each one that misses it,
-    and the sources most of the flagged genuine images come from (`flagged_genuine_by_source`,
-    most first), so one odd source is seen where a user looks first."""
+    and the sources most of those categories' flagged genuine images come from
+    (`flagged_genuine_by_source`, most first), so one odd source is seen where a user looks first."""
     if not below:
         return ""
     listed = ", ".join(f"{name} {tnr:.4f}" for name, tnr in below.items())
     sentence = f"genuine TNR below the target {target_tnr:g} in categories: {listed}"
-    if flagged_by_source:
-        shown = list(flagged_by_source.items())[:3]
-        named = ", ".join(f"{name or NO_SOURCE} {entry['flagged']}" for name, entry in shown)
-        more = len(flagged_by_source) - len(shown)
+    # the sources of the flagged genuine images of the categories named, most first
+    sources = [
+        (name, sum(n for category, n in entry["categories"].items() if (category or "(none)") in below))
+        for name, entry in (flagged_by_source or {}).items()
+    ]
+    sources = sorted([(name, n) for name, n in sources if n], key=lambda item: -item[1])
+    if sources:
+        shown = sources[:3]
+        named = ", ".join(f"{name or NO_SOURCE} {n}" for name, n in shown)
+        more = len(sources) - len(shown)
         sentence += f" (flagged genuine images by source: {named}{f', and {more} more' if more else ''})"
     return sentence
 

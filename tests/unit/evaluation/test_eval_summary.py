@@ -156,3 +156,13 @@ def test_train_and_infer_read_the_sentence_from_the_metrics_they_wrote(tmp_path)
     assert sentence.startswith("genuine TNR below the target 0.99 in categories:")
     assert sentence.endswith("(flagged genuine images by source: flower 3, cell 1)")
     assert below_target_in({"tnr": 1.0}) == ""
+
+
+def test_the_sentence_names_only_the_sources_of_the_categories_under_target():
+    flagged = {
+        "cat": {"flagged": 4, "genuine": 9, "categories": {"photo": 4}},  # photo meets the target
+        "text": {"flagged": 4, "genuine": 9, "categories": {"doc": 4}},
+        "receipt": {"flagged": 3, "genuine": 9, "categories": {"doc": 1, "photo": 2}},
+    }
+    sentence = below_target_sentence({"doc": 0.8889}, 0.99, flagged)
+    assert sentence.endswith("doc 0.8889 (flagged genuine images by source: text 4, receipt 1)")
