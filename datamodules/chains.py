@@ -186,7 +186,7 @@ class ChainPatchDataModule(ManifestDataModule):
         )
         sampler = None
         if train:  # each draw made from its own seed, whichever worker makes it
-            dataset, sampler = seeded_training_draws(dataset)
+            dataset, sampler = seeded_training_draws(dataset, self.training_draws())
         return DataLoader(
             dataset,
             batch_size=self.batch_size if train else self.eval_batch_size,

@@ -17,6 +17,7 @@ from datamodules.datasets import (
     DrawSeeded,
     ImageDataset,
     NoiseReinjectedFakes,
+    ResumableDraws,
     SameSizeBatches,
     SeededDraws,
     check_genuine_noise_model,
@@ -24,7 +25,6 @@ from datamodules.datasets import (
     collate,
     image_size,
     loader_workers,
-    own_generator,
     worker_base_generator,
 )
 from datamodules.layouts import read_layout
@@ -36,7 +36,7 @@ from datamodules.transforms import DEFAULT_AUGMENT, build_transform
 log = logging.getLogger(__name__)
 
 
-class RecordsDataModule(L.LightningDataModule, ABC):
+class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
     """Splits records by source, builds each split's pipeline from the detector's preprocessing.
 
     Subclasses only say where records come from (`load_records`). Records that carry a `split`
@@ -135,7 +135,7 @@ class RecordsDataModule(L.LightningDataModule, ABC):
                 genuine_noise_categories=self.genuine_noise_categories,
                 genuine_noise_model=self.genuine_noise_model,
             )
-        sampler, draws = None, own_generator() if train else None  # `draws` orders epochs and seeds draws
+        sampler, draws = None, self.training_draws() if train else None  # orders epochs and seeds draws
         if train and balanced_by(self.balanced):
             weights = balanced_weights(dataset.records, balanced_by(self.balanced))
             sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True, generator=draws)

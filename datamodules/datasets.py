@@ -254,11 +254,38 @@ class SeededDraws(Sampler):
         return len(self.draws)
 
 
-def seeded_training_draws(dataset: Dataset) -> tuple[Dataset, Sampler]:
+def seeded_training_draws(dataset: Dataset, draws: torch.Generator | None = None) -> tuple[Dataset, Sampler]:
     """A training loader's dataset and sampler: every epoch shuffled, each draw made from a seed of
-    its own (`SeededDraws`, `DrawSeeded`), both from a generator of the loader's own."""
-    draws = own_generator()
+    its own (`SeededDraws`, `DrawSeeded`), both from `draws` (default: a generator of the loader's own)."""
+    draws = draws or own_generator()
     return DrawSeeded(dataset), SeededDraws(RandomSampler(dataset, generator=draws), draws)
+
+
+class ResumableDraws:
+    """For a LightningDataModule (listed before it among the bases): the generator that orders the
+    training epochs and seeds their draws travels in the checkpoint, so a run resumed with
+    `ckpt_path` draws the epochs the uninterrupted run would have drawn. Lightning restores the
+    model, the optimizer and the loops, not a loader's generator: a resumed run drew its first
+    epoch's order and augmentations again."""
+
+    _draws: torch.Generator | None = None
+    _resumed_draws: torch.Tensor | None = None
+
+    def training_draws(self) -> torch.Generator:
+        """The training loader's generator (`own_generator`), where a checkpoint left it if resumed."""
+        draws = own_generator()
+        if self._resumed_draws is not None:
+            draws.set_state(self._resumed_draws)
+            self._resumed_draws = None
+        self._draws = draws
+        return draws
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self._draws is None else {"training_draws": self._draws.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "training_draws" in state_dict:
+            self._resumed_draws = state_dict["training_draws"]
 
 
 def own_generator(seed: int | None = None) -> torch.Generator:

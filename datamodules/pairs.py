@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.datasets import loader_workers, seeded_training_draws, worker_base_generator
+from datamodules.datasets import ResumableDraws, loader_workers, seeded_training_draws, worker_base_generator
 from datamodules.preprocess import Preprocess
 from evaluation.protocols.duplication import CMO_OPERATIONS, cmo_set
 
@@ -90,7 +90,7 @@ class PairDataset(Dataset):
         }
 
 
-class PairDataModule(L.LightningDataModule):
+class PairDataModule(ResumableDraws, L.LightningDataModule):
     """`pair_splits(photos, held_out, val_fraction, positives_per_photo, negatives_per_photo,
     figure_pairs, seed)` as datasets; `train_rounds` - 1 more pair sets drawn from the training photos.
     `pair_sets[split]` keeps the original panels and masks (for scoring at full size), `splits[split]`
@@ -133,7 +133,7 @@ class PairDataModule(L.LightningDataModule):
     def loader(self, split: str, shuffle: bool) -> DataLoader:
         dataset, sampler = self.datasets[split], None
         if shuffle:  # each draw made from its own seed, whichever worker makes it
-            dataset, sampler = seeded_training_draws(dataset)
+            dataset, sampler = seeded_training_draws(dataset, self.training_draws())
         return DataLoader(
             dataset,
             batch_size=self.batch_size,

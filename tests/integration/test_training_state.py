@@ -73,6 +73,19 @@ def test_resume_ends_where_the_uninterrupted_run_ends(small_dataset, tmp_path):
     assert moved > 1e-4  # the third epoch did train
 
 
+def test_a_resumed_run_draws_the_epochs_the_uninterrupted_run_draws(small_dataset, tmp_path):
+    """Small shuffled batches with random flips: what an epoch teaches depends on its order and its
+    draws. Resumed from the first epoch's checkpoint, the second epoch draws what the uninterrupted
+    run's second epoch drew (the generator travels in the checkpoint), so both end in one state."""
+    constant_rate = [o for o in ORDER_FREE if o.startswith(("detector.", "test="))]
+    common = [*small_train_overrides(small_dataset), *constant_rate, "data.batch_size=4", "+data.augment.hflip=0.5"]
+    train(prepare_train_config([*common, "trainer.max_epochs=2"], tmp_path / "straight"))
+    train(prepare_train_config([*common, "trainer.max_epochs=1"], tmp_path / "first"))
+    first = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    train(prepare_train_config([*common, "trainer.max_epochs=2", f"ckpt_path={first}"], tmp_path / "resumed"))
+    assert_same_state(last_checkpoint(tmp_path / "resumed"), last_checkpoint(tmp_path / "straight"))
+
+
 def test_seed_zero_seeds_the_run_and_target_fpr_sets_the_calibration(small_dataset, tmp_path):
     """`seed=0` (the default) seeds like any other seed: two runs started from different global
     random states end with identical weights. `target_fpr=` is the target the threshold is
