@@ -6,11 +6,13 @@ python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]
 from __future__ import annotations
 
 import logging
+import pickle
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.records import LayoutError
@@ -71,6 +73,30 @@ def check_pair_data(data: DictConfig, net: Any) -> None:
         )
 
 
+def check_resume(ckpt_path: str | None, module: Any) -> None:
+    """A `ckpt_path` to resume from exists and holds this detector's weights: said before any data
+    is made (Lightning would say it after, with a traceback)."""
+    if not ckpt_path:
+        return
+    if not Path(ckpt_path).is_file():
+        raise MissingWeightsError(f"ckpt_path {ckpt_path} does not exist")
+    try:  # weights only: a checkpoint that would run code is refused here too
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True).get("state_dict", {})
+    except (pickle.UnpicklingError, RuntimeError, OSError) as error:
+        raise IncompatibleWeightsError(
+            f"ckpt_path {ckpt_path} is not a checkpoint this toolkit reads: {error}"
+        ) from None
+    own = module.state_dict()
+    differ = sorted(
+        k for k in own.keys() | saved.keys() if k not in saved or k not in own or saved[k].shape != own[k].shape
+    )
+    if differ:
+        raise IncompatibleWeightsError(
+            f"ckpt_path {ckpt_path} holds the weights of another detector or size ({len(differ)} tensors differ, "
+            f"e.g. {differ[0]}): resume with the detector= and detector.net settings it was trained with"
+        )
+
+
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
@@ -89,6 +115,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     module = module_for(cfg)
     check_pair_data(cfg.data, module.net)
+    check_resume(cfg.get("ckpt_path"), module)
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 

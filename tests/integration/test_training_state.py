@@ -104,3 +104,19 @@ def test_seed_zero_seeds_the_run_and_target_fpr_sets_the_calibration(small_datas
     calibration = metrics["calibration"]
     assert calibration["target_fpr"] == 0.25
     assert calibration["false_positives"] == math.floor(0.25 * calibration["n_genuine"]) > 0
+
+
+def test_a_missing_or_foreign_checkpoint_to_resume_is_refused_before_any_training(small_dataset, tmp_path):
+    import pytest
+
+    from detectors.blocks.released import IncompatibleWeightsError
+    from detectors.blocks.weights import MissingWeightsError
+
+    common = [*small_train_overrides(small_dataset), "test=false"]
+    with pytest.raises(MissingWeightsError, match="ckpt_path .*nope.ckpt does not exist"):
+        train(prepare_train_config([*common, f"ckpt_path={tmp_path / 'nope.ckpt'}"], tmp_path / "missing"))
+    train(prepare_train_config(common, tmp_path / "npr"))
+    wider = [*common, "detector.net.width=16", f"ckpt_path={tmp_path / 'npr' / 'checkpoints' / 'last.ckpt'}"]
+    with pytest.raises(IncompatibleWeightsError, match="holds the weights of another detector or size"):
+        train(prepare_train_config(wider, tmp_path / "wider"))
+    assert not (tmp_path / "wider" / "checkpoints").exists()
