@@ -335,14 +335,18 @@ def score_for_calibration(
     runtime: Runtime, records: Sequence[Record], scores_path: Path, batch_size: int, num_workers: int, progress: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Score the genuine and fake images of `records` into `scores_path`; their scored rows, genuine
-    then fake. Without labels every image is genuine; with labels, unlabelled rows are left out."""
+    then fake. Without labels every image is genuine; with labels, unlabelled rows are left out.
+    The file holds each image's score and its label as given (`true_label`), not a decision: the
+    model's threshold is the one being replaced."""
     from inference.scoring import score_records
-    from inference.writer import ResultWriter, read_results
+    from inference.writer import TRUTH_COLUMN, ResultWriter, read_results
 
     labelled = any(r.label is not None for r in records)
     genuine = {r.path for r in records if r.label == 0 or not labelled}
     fakes = {r.path for r in records if r.label == 1}
-    with ResultWriter(scores_path) as writer:
+    truth = {path: 0 for path in genuine} | {path: 1 for path in fakes}
+    columns = ("path", "score", TRUTH_COLUMN, "status", "error")
+    with ResultWriter(scores_path, columns, truth=truth) as writer:
         score_records(
             runtime,
             [r for r in records if r.path in genuine | fakes],

@@ -86,8 +86,11 @@ def test_calibrated_model_carries_the_threshold_and_its_provenance(tiny_model, m
     assert record["input"] == str(manifest) and record["previous_threshold"] == 0.5 and record["date"]
     runtime = (OnnxRuntime if kind == "onnx" else TorchRuntime)(output, "cpu")
     assert runtime.threshold == pytest.approx(record["threshold"], rel=1e-7)
-    scores = [float(r["score"]) for r in csv.DictReader(open(tmp_path / "calibrated.calibration_scores.csv"))]
+    rows = list(csv.DictReader(open(tmp_path / "calibrated.calibration_scores.csv")))
+    scores = [float(r["score"]) for r in rows]
     assert sum(s >= runtime.threshold for s in scores[:35]) == record["false_positives"]
+    # each image's label as given, not a decision at the threshold being replaced
+    assert "label" not in rows[0] and [r["true_label"] for r in rows] == ["0"] * 35 + ["1"] * 6
     if kind == "onnx":
         stored = json.loads(runtime.session.get_modelmeta().custom_metadata_map["calibration"])
         assert stored == record
