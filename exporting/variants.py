@@ -260,6 +260,9 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
         "threshold": float(meta["threshold"]),
         "outputs": json.loads(meta.get("outputs", '["score"]')),
         "min_side": int(meta.get("min_side", 1)),  # the smallest image side (px) the model scores
+        **({"target_fpr": float(meta["target_fpr"])} if "target_fpr" in meta else {}),
+        # calibrated by category: each input of a named category is decided at its category's threshold
+        **({"category_thresholds": json.loads(meta["category_thresholds"])} if "category_thresholds" in meta else {}),
         **extra,
     }
     path = model_path.with_suffix(".json")

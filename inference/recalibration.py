@@ -205,6 +205,10 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
         if sidecar.is_file():
             data = json.loads(sidecar.read_text())
             data.update({"threshold": float(record["threshold"]), "calibration": record})
+            data.update({"target_fpr": float(record["target_fpr"])})
+            data.pop("category_thresholds", None)  # as in the metadata: replaced, or gone with a global one
+            if record.get("category_thresholds"):
+                data["category_thresholds"] = record["category_thresholds"]
             output.with_suffix(".json").write_text(json.dumps(data, indent=2))
     else:
         import torch

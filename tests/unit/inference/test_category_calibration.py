@@ -90,6 +90,11 @@ def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_
     assert runtime.category_thresholds == pytest.approx(record["category_thresholds"], rel=1e-7)
     assert runtime.target_fpr == pytest.approx(0.1)
     assert "Per category" in (tmp_path / "calibrated.calibration.md").read_text()
+    if kind == "onnx":  # services that read only the JSON sidecar decide per category too
+        assert tiny_model["onnx"].with_suffix(".json").is_file()
+        sidecar = json.loads(output.with_suffix(".json").read_text())
+        assert sidecar["category_thresholds"] == pytest.approx(record["category_thresholds"])
+        assert sidecar["target_fpr"] == pytest.approx(0.1)
 
     scored = tmp_path / "scored.csv"
     result = infer(
