@@ -119,12 +119,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 
-        return train_training_free(
+        metrics, datamodule = train_training_free(
             cfg,
             module,
             data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
             instantiate_group(cfg.get("callbacks")),
         )
+        return report_and_summary(cfg, output_dir, module, datamodule, metrics)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1_within_fpr" if module.net.is_localizer else "val/auroc"
     datamodule = hydra.utils.instantiate(
@@ -156,16 +157,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         metrics["duplication"] = evaluate_pair_network(
             module.net, datamodule.pair_sets["test"], float(module.threshold)
         )
-    if trainer.is_global_zero:
-        if "test" in module.stage_scores:
-            metrics = write_test_report(
-                output_dir, module, datamodule.splits["test"], metrics, html=cfg.get("report", "md") == "html"
-            )
-        else:
-            write_metrics_json(output_dir / "metrics.json", metrics)
-        log.info("%s", summary(metrics, output_dir))
-        if (metrics.get("calibration") or {}).get("warning"):
-            log.warning("calibration: %s", metrics["calibration"]["warning"])
+    return report_and_summary(cfg, output_dir, module, datamodule, metrics) if trainer.is_global_zero else metrics
+
+
+def report_and_summary(
+    cfg: DictConfig, output_dir: Path, module: DetectorModule, datamodule: Any, metrics: dict[str, Any]
+) -> dict[str, Any]:
+    """metrics.json, and the test report where the test split was scored; the closing summary."""
+    if "test" in module.stage_scores and datamodule is not None:
+        metrics = write_test_report(
+            output_dir, module, datamodule.splits["test"], metrics, html=cfg.get("report", "md") == "html"
+        )
+    else:
+        write_metrics_json(output_dir / "metrics.json", metrics)
+    log.info("%s", summary(metrics, output_dir))
+    if (metrics.get("calibration") or {}).get("warning"):
+        log.warning("calibration: %s", metrics["calibration"]["warning"])
     return metrics
 
 

@@ -113,9 +113,11 @@ def save_checkpoint(module: Any, path: Path, calibration: dict[str, Any] | None)
     return path
 
 
-def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) -> dict[str, Any]:
+def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) -> tuple[dict[str, Any], Any]:
     """train.py's path for `fit_without_gradients` detectors (see the module docstring); `data` is
-    the data config train.py chose for this detector, `callbacks` its instantiated callbacks."""
+    the data config train.py chose for this detector, `callbacks` its instantiated callbacks.
+    Returns metrics.json's payload and the image data module (None for pair detectors), whose test
+    split train.py reports on as for every detector."""
     import hydra
     from omegaconf import OmegaConf
 
@@ -130,7 +132,7 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
         result = fit_pair_detector(module.net, splits, float(cfg.target_fpr), module.calibration_rule)
         module.threshold.fill_(result["threshold"])
         module.calibration = result["calibration"]
-        metrics = {"detector": cfg.detector.get("name"), **result}
+        metrics, datamodule = {"detector": cfg.detector.get("name"), **result}, None
         if "test" in result:  # what train.py prints for every other detector: the held-out figures
             figures = {k: v for k, v in result["test"].items() if isinstance(v, float)}
             log.info("test pairs: %s", ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
@@ -153,6 +155,4 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
     log.info(
         "training-free %s: threshold %.4f -> %s", metrics["detector"], float(module.threshold), metrics["checkpoint"]
     )
-    if (module.calibration or {}).get("warning"):
-        log.warning("calibration: %s", module.calibration["warning"])
-    return metrics
+    return metrics, datamodule
