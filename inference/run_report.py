@@ -4,6 +4,7 @@ robustness curves, all from the rows and map reductions the run holds in memory.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -168,24 +169,30 @@ def labelled_report(
     folder and `<output>.metrics.json`; returns the metrics and the report's figures."""
     output = request.output
     robustness = sweep(runtime, truth, request.robustness, request.threshold) if request.robustness else None
-    from evaluation import report_records, write_metrics_json  # reports load plotting libraries: only now
+    from evaluation import UndefinedMetricWarning, report_records, write_metrics_json  # plotting libraries: only now
 
     pixel_metrics = pixel.metrics() if pixel is not None else None
     sheet = pixel.contact_sheet() if pixel_metrics else None
     by_category = (getattr(runtime, "category_thresholds", None) or None) if request.per_category_thresholds else None
     target_fpr = getattr(runtime, "target_fpr", None) or 0.01  # exports without it: the toolkit's default
-    written = report_records(
-        output.with_name(f"{output.stem}_report"),
-        truth,
-        threshold=request.threshold,
-        calibrated_threshold=runtime.threshold,
-        category_thresholds=by_category,
-        target_tnr=1.0 - target_fpr,
-        robustness=robustness,
-        title=f"{runtime.name} on {request.input}",
-        pixel=pixel_metrics,
-        contact_sheet=sheet,
-    )
+    with warnings.catch_warnings(record=True) as undefined:  # one class only: said once, plainly
+        warnings.simplefilter("always", UndefinedMetricWarning)
+        written = report_records(
+            output.with_name(f"{output.stem}_report"),
+            truth,
+            threshold=request.threshold,
+            calibrated_threshold=runtime.threshold,
+            category_thresholds=by_category,
+            target_tnr=1.0 - target_fpr,
+            robustness=robustness,
+            title=f"{runtime.name} on {request.input}",
+            pixel=pixel_metrics,
+            contact_sheet=sheet,
+        )
+    for message in dict.fromkeys(str(w.message) for w in undefined if w.category is UndefinedMetricWarning):
+        log.info("%s", message)
+    for other in (w for w in undefined if w.category is not UndefinedMetricWarning):
+        warnings.showwarning(other.message, other.category, other.filename, other.lineno)
     metrics = written.metrics
     if pixel_metrics:
         metrics["pixel_protocol"] = PIXEL_PROTOCOL
@@ -196,14 +203,8 @@ def labelled_report(
             )
     metrics_path = output.with_suffix(".metrics.json")
     write_metrics_json(metrics_path, metrics)
-    log.info(
-        "auroc %s, tpr %s, tnr %s -> %s (report: %s)",
-        metrics["auroc"],
-        metrics["tpr"],
-        metrics["tnr"],
-        metrics_path,
-        written.files["report"],
-    )
+    shown = [("n/a" if v is None or v != v else f"{v:.4f}") for v in (metrics["auroc"], metrics["tpr"], metrics["tnr"])]
+    log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", *shown, metrics_path, written.files["report"])
     return metrics, [p for p in written.files.values() if str(p).endswith(".png")]
 
 

@@ -176,7 +176,10 @@ def effective_batch_size(runtime: Runtime, batch_size: int) -> int:
     """Whole-image localizers batch images that share a size; other detectors without a fixed input
     size score one image at a time."""
     if not runtime.preprocess.fixed_size and batch_size != 1 and not runtime.is_localizer:
-        log.warning("preprocess mode 'none' keeps each image's own size: scoring one image at a time")
+        log.info(
+            "this model takes each image at its own size (tiles, preprocessing in the graph, or preprocess "
+            "mode none): scoring one image at a time"
+        )
         return 1
     return batch_size
 

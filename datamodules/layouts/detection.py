@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,8 @@ FILE_LAYOUTS = {
     ".json": "imdl_json",
     ".txt": "casia_list",
 }
+
+log = logging.getLogger(__name__)
 
 
 def _is_folder(root: Path) -> bool:
@@ -97,6 +100,7 @@ def read_layout(path: str | os.PathLike, layout: str = "auto") -> list[Record]:
     path = Path(path)
     if layout == "auto":
         layout = detect_layout(path)
+        log.info("%s: read as the %s layout (detected; layout= chooses another)", path, layout)
         if layout == "manifest" and path.is_dir():
             path = path / "manifest.csv" if (path / "manifest.csv").is_file() else path / "manifest.jsonl"
     if layout not in LAYOUTS:
