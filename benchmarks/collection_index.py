@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> dict:
             print(json.dumps({name: entry}, indent=1), flush=True)
         return result
     finally:
-        if not args.keep:
+        if not args.keep and not args.workdir:  # only a folder this run made for itself: never the user's
             shutil.rmtree(root, ignore_errors=True)
 
 
@@ -290,12 +290,16 @@ def main() -> None:
     parser.add_argument("--max-side", type=int, default=256, help="the pair detector's working size")
     parser.add_argument("--workers", type=int, default=1, help="processes describing panels during the build")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workdir", default=None)
-    parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--workdir", default=None, help="where the collection and index go (kept); default: a temporary folder"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder too")
     parser.add_argument("--reuse", action="store_true", help="measure again on a --keep run's --workdir (no build)")
     parser.add_argument("--check-inliers", type=int, default=None, help="the geometric check's minimum (0: off)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.reuse and not args.workdir:
+        parser.error("--reuse measures again on the --workdir of an earlier run: give it")
     if args.check_inliers is not None:
         collection.verification.MIN_GEOMETRIC_INLIERS = args.check_inliers
     result = run(args)

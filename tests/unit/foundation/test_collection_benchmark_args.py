@@ -1,0 +1,29 @@
+"""The collection benchmark never deletes a folder the user named, and `--reuse` needs one."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import benchmarks.collection_index as bench
+
+
+def test_reuse_without_a_workdir_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["collection_index.py", "--reuse"])
+    monkeypatch.setattr(bench, "run", lambda args: pytest.fail("the benchmark ran"))
+    with pytest.raises(SystemExit) as stop:
+        bench.main()
+    assert stop.value.code == 2 and "--reuse measures again on the --workdir" in capsys.readouterr().err
+
+
+def test_a_named_workdir_is_kept_without_keep(tmp_path, monkeypatch):
+    def fail_after_writing(root, args):
+        (root / "collection").mkdir(parents=True)
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(bench, "write_collection", fail_after_writing)
+    args = bench.argparse.Namespace(workdir=str(tmp_path / "W"), keep=False)
+    with pytest.raises(RuntimeError):
+        bench.run(args)
+    assert (tmp_path / "W" / "collection").is_dir()
