@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from datamodules.io import file_sha256
 from datamodules.layouts import records_from_input
 from datamodules.records import Record
 from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
@@ -58,9 +59,15 @@ def genuine_records(path: str, layout: str = "auto") -> list[Record]:
 def score_to_file(
     model: str, records: list[Record], output: Path, batch_size: int, device: str, workers: int
 ) -> list[dict[str, Any]]:
-    """Score records with one model into `output` (resuming), returning the result rows."""
+    """Score records with one model into `output` (resuming the scores of the same model file: its
+    SHA-256 is kept beside them, and scores of another file are made again), returning the rows."""
     runtime = load_runtime(model, device)
     output.parent.mkdir(parents=True, exist_ok=True)
+    stamp, digest = output.with_suffix(".model_sha256"), file_sha256(model)
+    if output.is_file() and (not stamp.is_file() or stamp.read_text().strip() != digest):
+        log.warning("%s holds the scores of another model file than %s: scoring again", output, model)
+        output.unlink()
+    stamp.write_text(digest + "\n")
     with ResultWriter(output, resume=True) as writer:
         counts = score_records(
             runtime, records, writer, batch_size=batch_size, num_workers=workers, threshold=0.5, progress=False

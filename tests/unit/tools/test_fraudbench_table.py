@@ -164,3 +164,24 @@ def test_scores_without_genuine_scores_are_refused_when_calibration_is_asked(tmp
         )
     with pytest.raises(SystemExit, match="NAME=PATH"):
         main(["--data", str(tmp_path / "tree"), "--model", "no-name", "--output", str(tmp_path / "t.md")])
+
+
+def test_scores_kept_for_a_name_are_made_again_when_the_name_points_at_another_model(tmp_path, monkeypatch):
+    import tools.fraudbench_table as table
+    from datamodules.records import Record
+
+    def fake_scoring(runtime, records, writer, **_):
+        writer.write([{"path": r.path, "score": runtime, "status": "ok"} for r in records if r.path not in writer.done])
+        return {}
+
+    monkeypatch.setattr(table, "load_runtime", lambda model, device: {"a": 0.1, "b": 0.9}[Path(model).stem])
+    monkeypatch.setattr(table, "score_records", fake_scoring)
+    (tmp_path / "a.ckpt").write_bytes(b"model a")
+    (tmp_path / "b.ckpt").write_bytes(b"model b")
+    records = [Record(path=f"{i}.png") for i in range(3)]
+    output = tmp_path / "scores" / "npr.csv"
+    first = table.score_to_file(str(tmp_path / "a.ckpt"), records, output, 1, "cpu", 0)
+    again = table.score_to_file(str(tmp_path / "a.ckpt"), records, output, 1, "cpu", 0)  # resumed: kept
+    other = table.score_to_file(str(tmp_path / "b.ckpt"), records, output, 1, "cpu", 0)
+    assert [r["score"] for r in first] == [r["score"] for r in again] == [0.1] * 3
+    assert [r["score"] for r in other] == [0.9] * 3
