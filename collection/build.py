@@ -216,11 +216,12 @@ def merge_parts(
 ) -> dict[str, Any]:
     """Fold `<index>/parts/*` into the index: vectors with FAISS's merge_from, panels and files re-numbered."""
     faiss = faiss_module()
-    main = open_store(index_dir, descriptor, create=True, checkpoint=checkpoint).lock()
     parts = sorted((Path(index_dir) / "parts").glob("*-of-*"))
     if not parts:
-        main.close()
         raise ValueError(f"no index parts under {Path(index_dir) / 'parts'}: build with shard=i/n first")
+    for part_dir in parts:  # each part built with this descriptor, checked before the index is made
+        open_store(part_dir, descriptor, checkpoint=checkpoint).close()
+    main = open_store(index_dir, descriptor, create=True, checkpoint=checkpoint).lock()
     merged = {"parts": len(parts), "panels": 0}
     try:
         for part_dir in parts:

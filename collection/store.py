@@ -171,7 +171,7 @@ class PanelStore:
         if stored != self.descriptor.name:
             raise IndexRefused(
                 f"{self.directory} holds {meta.get('descriptor')} descriptors, not {self.descriptor.name}: "
-                f"query it with descriptor={str(meta.get('descriptor')).split('-')[0]}, or build another index"
+                f"use it with descriptor={str(meta.get('descriptor')).split('-')[0]}, or build another index"
             )
         return meta
 

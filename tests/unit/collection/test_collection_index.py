@@ -200,6 +200,19 @@ def test_shards_merge_into_one_index_with_faiss_merge_from(tmp_path, tiles):
         assert retrieve(store, read_image(path), 1, exclude_same="none")[0][0]["path"] == str(path)
 
 
+def test_a_merge_with_another_descriptor_than_the_parts_is_refused_and_leaves_the_index_mergeable(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:4])
+    for shard in ("0/2", "1/2"):
+        build_index(tmp_path / "collection", tmp_path / "index", descriptor="phash", shard=shard)
+    with pytest.raises(IndexRefused, match="use it with descriptor=phash"):
+        merge_parts(tmp_path / "index")  # local_sift, the default
+    assert not (tmp_path / "index" / "meta.json").exists()
+    assert merge_parts(tmp_path / "index", descriptor="phash")["total_panels"] == 4
+    with pytest.raises(ValueError, match="no index parts"):
+        merge_parts(tmp_path / "empty")
+    assert not (tmp_path / "empty").exists()
+
+
 def test_white_gutters_cut_a_figure_into_its_panels():
     figure = np.full((300, 420, 3), 255, np.uint8)
     boxes = [(10, 10, 200, 140), (220, 10, 410, 140), (10, 160, 410, 290)]
