@@ -37,7 +37,22 @@ def build_released(detector: str, overrides: Sequence[str] = (), threshold: floa
     bad = [o for o in overrides if not o.startswith("net.") or "=" not in o]
     if bad:
         raise SystemExit(f"overrides must look like net.key=value, got {bad}")
-    module = create_module(detector, [f"++{o}" for o in overrides])  # `++`: set, or add if absent
+    if not 0.0 <= float(threshold) <= 1.0:
+        raise SystemExit(f"--threshold is a probability between 0 and 1, got {threshold}")
+    try:
+        module = create_module(detector, [f"++{o}" for o in overrides])  # `++`: set, or add if absent
+    except TypeError as error:  # a key the network does not take
+        raise SystemExit(f"{detector}: {error}") from None
+    net = module.net
+    if not getattr(getattr(net, "score_model", None), "fitted", True):
+        raise SystemExit(f"{detector} has score models fitted on pairs: make its checkpoint with train.py")
+    learned = any(p.requires_grad for p in net.parameters())
+    if learned and not module.hparams["net"].get("pretrained"):  # never random weights without a word
+        log.warning(
+            "%s: no released weights were given (net.pretrained=PATH), so its learned weights are random "
+            "(what its backbone settings load aside): train it with train.py for a checkpoint that detects",
+            detector,
+        )
     module.threshold.fill_(float(threshold))
     return module.eval()
 

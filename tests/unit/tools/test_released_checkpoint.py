@@ -110,3 +110,19 @@ def test_checkpoint_needs_none_of_the_backbone_folders_it_was_built_from(tmp_pat
             torch.load(path, weights_only=True)["hyper_parameters"]["net"]["clip" if name == "effort_tiny" else "vae"],
             dict,
         )
+
+
+def test_random_weights_are_said_and_a_pair_detector_to_fit_or_a_threshold_over_1_refused(caplog):
+    with caplog.at_level("WARNING", logger="tools.released"):
+        build_released("npr_tiny")
+    assert "npr_tiny: no released weights were given (net.pretrained=PATH)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tools.released"):
+        build_released("noise_level")  # nothing learned: nothing to say
+    assert caplog.text == ""
+    with pytest.raises(SystemExit, match="score models fitted on pairs: make its checkpoint with train.py"):
+        build_released("dup_sift_tiny")
+    with pytest.raises(SystemExit, match="--threshold is a probability between 0 and 1, got 2"):
+        build_released("noise_level", threshold=2)
+    with pytest.raises(SystemExit, match="noise_level: .*nosuch"):
+        build_released("noise_level", ["net.nosuch=3"])
