@@ -24,7 +24,7 @@ import numpy as np
 
 from collection.descriptors import SLOTS, make_descriptor
 from collection.panels import split_figure
-from collection.store import FLAT_MAX, PanelStore, faiss_module
+from collection.store import FLAT_MAX, PanelStore, choose_type, faiss_module
 from datamodules.io import ImageReadError, read_image
 from datamodules.layouts import records_from_input
 from inference.parts import Shard
@@ -173,6 +173,9 @@ def build_index(
 ) -> dict[str, Any]:
     """Add the input's new panels to the index at `index_dir` (created when absent); `checkpoint`:
     the weights of a learned descriptor (`pairnet`), run on `device`."""
+    choose_type(index_type, 0)  # a wrong name or count refused before any file is read
+    if int(workers) < 1:
+        raise ValueError(f"workers must be 1 or more, got {workers}")
     items = source_ids(input, layout)
     parsed = Shard.parse(shard)
     target = Path(index_dir)

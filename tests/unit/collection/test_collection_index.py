@@ -213,6 +213,15 @@ def test_a_merge_with_another_descriptor_than_the_parts_is_refused_and_leaves_th
     assert not (tmp_path / "empty").exists()
 
 
+def test_a_wrong_index_type_or_worker_count_is_refused_before_anything_is_made(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:2])
+    with pytest.raises(ValueError, match="index_type must be one of auto, flat, ivf, ivf_pq, got 'bogus'"):
+        build_index(tmp_path / "collection", tmp_path / "index", index_type="bogus")
+    with pytest.raises(ValueError, match="workers must be 1 or more, got 0"):
+        build_index(tmp_path / "collection", tmp_path / "index", workers=0)
+    assert not (tmp_path / "index").exists()
+
+
 def test_white_gutters_cut_a_figure_into_its_panels():
     figure = np.full((300, 420, 3), 255, np.uint8)
     boxes = [(10, 10, 200, 140), (220, 10, 410, 140), (10, 160, 410, 290)]
