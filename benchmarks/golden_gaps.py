@@ -13,6 +13,7 @@ map. For TruFor the same is printed with 8-bit pixels divided by 255 instead of 
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -62,6 +63,7 @@ def gaps(family: str, extra: list[str], folder: Path) -> dict[str, float]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     report = {}
     with tempfile.TemporaryDirectory() as folder:
         report["trufor (pixels / 256, published layout)"] = gaps("trufor", [], Path(folder))
