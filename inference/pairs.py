@@ -28,6 +28,7 @@ import numpy as np
 from datamodules.io import ImageReadError, read_image, read_mask, write_image
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
+from evaluation.protocols.duplication import parse_operations
 from inference.masks import safe_mask_name
 from inference.writer import ResultWriter, read_results
 
@@ -65,7 +66,12 @@ def is_pair_manifest(path: str | os.PathLike) -> bool:
         else:
             first = next((line for line in handle if line.strip()), "{}")
             header = list(json.loads(first))
-    return {"path_a", "path_b"} <= {h.strip() for h in header}
+    named = {"path_a", "path_b"} & {h.strip() for h in header}
+    if len(named) == 1:  # meant as a pair manifest: say what it lacks, not that it has no `path`
+        (given,) = named
+        missing = "path_b" if given == "path_a" else "path_a"
+        raise LayoutError(f"{path} names {given} but not {missing}: a pair manifest needs both")
+    return len(named) == 2
 
 
 def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -93,10 +99,18 @@ def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
             "mask_a": resolve(row.get("mask_a")),
             "mask_b": resolve(row.get("mask_b")),
         }
+        where = f"{path}: row {number}"
         if "operations" in row:
             pair["operations"] = row.get("operations") or ""
-        if str(row.get("label", "")).strip() != "":
-            pair["label"] = int(float(row["label"]))
+            try:  # checked now, not after every pair was scored
+                parse_operations(pair["operations"])
+            except ValueError as error:
+                raise LayoutError(f"{where}: {error}") from None
+        label = str(row.get("label", "")).strip()
+        if label not in ("", "0", "1", "0.0", "1.0"):
+            raise LayoutError(f"{where}: label must be 0 (no duplication) or 1 (duplication), got {label!r}")
+        if label:
+            pair["label"] = int(float(label))
         pairs.append(pair)
     return pairs
 
@@ -288,7 +302,7 @@ def pair_report(
     """`<output>.metrics.json` when the pairs carry truth (label or operations); masks scored from the
     written files, so a resumed run is scored as a whole."""
     from evaluation import write_metrics_json
-    from evaluation.protocols.duplication import duplication_metrics, parse_operations
+    from evaluation.protocols.duplication import duplication_metrics
 
     by_key = {r["path"]: r for r in results if r.get("status") == "ok"}
     rows, counts = [], []

@@ -98,3 +98,21 @@ def test_an_input_without_pairs_fails_with_the_reason(model, tmp_path):
     write_image(tmp_path / "alone" / "one.png", np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(InferenceFailed, match="no pairs"):
         run(model, tmp_path / "alone", tmp_path / "out.csv")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("path_a,label\na.png,1\n", "names path_a but not path_b: a pair manifest needs both"),
+        (
+            "path_a,path_b,label\na.png,b.png,yes\n",
+            "row 2: label must be 0 \\(no duplication\\) or 1 \\(duplication\\), got 'yes'",
+        ),
+        ("path_a,path_b,operations\na.png,b.png,mirror\n", "row 2: unknown duplication operations \\['mirror'\\]"),
+    ],
+)
+def test_a_bad_pair_manifest_is_refused_with_its_row_before_any_pair_is_scored(model, tmp_path, content, message):
+    (tmp_path / "pairs.csv").write_text(content)
+    with pytest.raises(InferenceFailed, match=message):
+        run(model, tmp_path / "pairs.csv", tmp_path / "out.csv")
+    assert not (tmp_path / "out.csv").exists()
