@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from datamodules.io import file_sha256
 from datamodules.layouts import records_from_input
 from datamodules.records import Record
+from evaluation.calibration import genuine_needed
 from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
 from inference.runtime import load_runtime
 from inference.scoring import join_truth, score_records
@@ -112,6 +113,17 @@ def build_table(args: argparse.Namespace) -> dict:
             genuine_scores[name] = ok_scores(read_results(genuine_files[name]))
         elif genuine:
             raise SystemExit(f"--scores {name}: give its genuine images' scores with --genuine-scores {name}=CSV")
+    needed = genuine_needed(args.target_fpr)
+    for name, values in genuine_scores.items():
+        if len(values) < needed:
+            log.warning(
+                "%s: its threshold is calibrated on %d genuine images; a target FPR of %g needs at least %d "
+                "for the calibrated row's genuine TNR to mean what it says",
+                name,
+                len(values),
+                args.target_fpr,
+                needed,
+            )
     for name, rows in scored.items():
         if len(rows) < len(records):
             log.warning(

@@ -57,7 +57,7 @@ def write_scores(path: Path, scores: dict[str, float]) -> Path:
     return path
 
 
-def test_table_from_scores_has_the_hand_counted_figures_at_both_thresholds(tmp_path):
+def test_table_from_scores_has_the_hand_counted_figures_at_both_thresholds(tmp_path, caplog):
     data = write_scores(tmp_path / "scores.csv", make_tree(tmp_path / "tree"))
     genuine = write_scores(tmp_path / "genuine.csv", {f"/g/{i}.png": s for i, s in enumerate(GENUINE)})
     output = tmp_path / "out" / "table.md"
@@ -77,6 +77,9 @@ def test_table_from_scores_has_the_hand_counted_figures_at_both_thresholds(tmp_p
     )
     table = json.loads(output.with_suffix(".json").read_text())
     assert table["generators"] == ["GenA", "GenB"]
+    assert "det: its threshold is calibrated on 10 genuine images; a target FPR of 0.1 needs at least 29" in (
+        caplog.text
+    )
     fixed, calibrated = table["rows"]
     # at 0.5: Receipts TNR 2/4, GenA 1/2, GenB 2/2, BA (3/4 + 1/2) / 2, F1 6/9; Cars TNR 1/2, GenA 2/2, BA 3/4, F1 4/5
     assert fixed["threshold"] == 0.5 and fixed["threshold_kind"] == "fixed"
