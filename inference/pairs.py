@@ -326,13 +326,15 @@ def pair_report(
     metrics = duplication_metrics(rows, threshold, counts)
     write_metrics_json(output.with_suffix(".metrics.json"), metrics)
     operations = metrics.get("operations", {})
+    shown = [
+        "n/a" if v is None or v != v else f"{v:.4f}"  # undefined: no truth of that kind given
+        for v in (operations.get("set_f1"), operations.get("exact_match"), metrics.get("pixel_f1"))
+    ]
     log.info(
         "pairs: f1 %.4f mcc %.4f; operations set-F1 %s EM %s; pixel F1 %s -> %s",
         metrics["pair_f1"],
         metrics["pair_mcc"],
-        operations.get("set_f1"),
-        operations.get("exact_match"),
-        metrics.get("pixel_f1"),
+        *shown,
         output.with_suffix(".metrics.json"),
     )
     return metrics
