@@ -23,6 +23,11 @@ def breakdown_title(key: str) -> str:
     return "flagged genuine images by source" if key == FLAGGED_BY_SOURCE_KEY else key.replace("_", " ")
 
 
+def figure_text(value: float | None) -> str:
+    """A figure for a log line: four places, or n/a where it is undefined (None or NaN)."""
+    return "n/a" if value is None or value != value else f"{value:.4f}"
+
+
 def _present(value) -> bool:
     try:
         return value is not None and value != "" and not np.isnan(float(value))

@@ -29,6 +29,7 @@ from datamodules.io import ImageReadError, read_image, read_mask, write_image
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
 from evaluation.protocols.duplication import parse_operations
+from evaluation.summary import figure_text
 from inference.masks import safe_mask_name
 from inference.writer import ResultWriter, read_results
 
@@ -326,10 +327,8 @@ def pair_report(
     metrics = duplication_metrics(rows, threshold, counts)
     write_metrics_json(output.with_suffix(".metrics.json"), metrics)
     operations = metrics.get("operations", {})
-    shown = [
-        "n/a" if v is None or v != v else f"{v:.4f}"  # undefined: no truth of that kind given
-        for v in (operations.get("set_f1"), operations.get("exact_match"), metrics.get("pixel_f1"))
-    ]
+    # undefined (n/a) where no truth of that kind was given
+    shown = [figure_text(v) for v in (operations.get("set_f1"), operations.get("exact_match"), metrics.get("pixel_f1"))]
     log.info(
         "pairs: f1 %.4f mcc %.4f; operations set-F1 %s EM %s; pixel F1 %s -> %s",
         metrics["pair_f1"],

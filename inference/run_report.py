@@ -14,6 +14,7 @@ import numpy as np
 from datamodules.records import Record
 from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_PROTOCOL
+from evaluation.summary import figure_text
 from inference.masks import PixelReduction, records_with_masks
 from inference.runtime import Runtime
 from inference.scoring import join_truth, score_perturbed_fn
@@ -203,7 +204,7 @@ def labelled_report(
             )
     metrics_path = output.with_suffix(".metrics.json")
     write_metrics_json(metrics_path, metrics)
-    shown = [("n/a" if v is None or v != v else f"{v:.4f}") for v in (metrics["auroc"], metrics["tpr"], metrics["tnr"])]
+    shown = [figure_text(metrics[key]) for key in ("auroc", "tpr", "tnr")]
     log.info("auroc %s, tpr %s, tnr %s -> %s (report: %s)", *shown, metrics_path, written.files["report"])
     return metrics, [p for p in written.files.values() if str(p).endswith(".png")]
 
