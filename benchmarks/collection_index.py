@@ -44,11 +44,21 @@ from datamodules.io import read_image, write_image
 from synthesis.collection import COPY_OPERATIONS, distractor, photo_tiles, planted_copy, texture_panel
 from synthesis.pair_set import load_photos, scene_of, split_sources
 
+COLLECTION_SETTINGS = ("distractors", "sources", "copies_per_source", "calibration_queries", "seed")
+
 
 def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list, list]:
     """Writes sources and distractors under root/collection (with --reuse: draws them only, the
     files are there from a kept run); returns (sources, queries, calibration, the names of the
     photographs no source comes from)."""
+    made_with = {key: getattr(args, key) for key in COLLECTION_SETTINGS}
+    stamp = root / "collection_settings.json"
+    if args.reuse:  # the kept files must be the collection these settings draw, or the figures are another's
+        kept = json.loads(stamp.read_text()) if stamp.is_file() else None
+        if kept != made_with:
+            raise SystemExit(
+                f"--reuse: {root} holds a collection made with {kept or 'unrecorded settings'}, not {made_with}"
+            )
     write = (lambda path, image: None) if args.reuse else write_image
     rng = np.random.default_rng(args.seed)
     photos = load_photos(max_side=1024)
@@ -85,6 +95,8 @@ def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, 
     calibration = [{"image": image, "source": None} for image in negatives[planted:]]
     for name in distractor_photos:  # lossless copies for fitting the pair detector
         write_image(root / "fitting" / f"{Path(name).stem}.png", photos[name])
+    if not args.reuse:
+        stamp.write_text(json.dumps(made_with))
     return files, queries, calibration, distractor_photos
 
 
@@ -169,7 +181,9 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         # photo tiles and generated textures among the sources
         "recall_at_k_retrieved_by_source_kind": by_kind(planted, [q["source"] in a["candidates"] for q, a in planted]),
         "recall_at_k_verified_by_source_kind": by_kind(planted, found) if detector is not None else None,
-        "recall_at_k_checked": float(np.mean([q["source"] in a["checked"] for q, a in planted])),
+        "recall_at_k_checked": (
+            float(np.mean([q["source"] in a["checked"] for q, a in planted])) if detector is not None else None
+        ),
         # without the confirmation by retrieval's map (the pair detector's score alone), and what it adds
         "recall_at_k_by_score_alone": float(np.mean(by_score_alone)) if detector is not None else None,
         "recall_at_k_by_score_alone_by_source_kind": by_kind(planted, by_score_alone) if detector is not None else None,
@@ -178,7 +192,9 @@ def measure(index_dir: Path, detector, queries: list, calibration: list, model_t
         ),
         # calibration queries (no copy in the index) whose first candidate was confirmed: rows no threshold removes
         "calibration_queries_confirmed": sum(any(confirmed for *_, confirmed in v) for v in calibrated),
-        "pair_detector_calls_per_query": float(np.mean([len(a["checked"]) for a in answers])),
+        "pair_detector_calls_per_query": (
+            float(np.mean([len(a["checked"]) for a in answers])) if detector is not None else None
+        ),
         "precision_verified": correct / max(1, len(rows)) if detector is not None else None,
         "verified_rows": len(rows),
         "wrong_rows": wrong,

@@ -27,3 +27,14 @@ def test_a_named_workdir_is_kept_without_keep(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         bench.run(args)
     assert (tmp_path / "W" / "collection").is_dir()
+
+
+def test_reuse_of_a_collection_drawn_with_other_settings_is_refused(tmp_path):
+    settings = {"distractors": 40, "sources": 4, "copies_per_source": 1, "calibration_queries": 8, "seed": 0}
+    (tmp_path / "collection_settings.json").write_text(bench.json.dumps(settings))
+    args = bench.argparse.Namespace(**{**settings, "distractors": 60}, reuse=True)
+    with pytest.raises(SystemExit, match="holds a collection made with .*'distractors': 40.*, not .*'distractors': 60"):
+        bench.write_collection(tmp_path, args)
+    (tmp_path / "collection_settings.json").unlink()
+    with pytest.raises(SystemExit, match="unrecorded settings"):
+        bench.write_collection(tmp_path, bench.argparse.Namespace(**settings, reuse=True))
