@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -143,8 +144,11 @@ def table(ours: Mapping[str, Mapping[str, Mapping[str, float]]], tasks: Sequence
     return "\n".join(lines)
 
 
-def load_items(results_path: Path, manifest: Path, tasks: Mapping[str, str]) -> list[dict[str, Any]]:
-    """infer.py's rows (with saved maps) joined to the manifest's true masks and groups by path."""
+def load_items(
+    results_path: Path, manifest: Path, tasks: Mapping[str, str], unmatched: Counter | None = None
+) -> list[dict[str, Any]]:
+    """infer.py's rows (with saved maps) joined to the manifest's true masks and groups by path;
+    `unmatched` counts the manipulated images left out because their group matches no task."""
     records = {str(Path(r.path).resolve()): r for r in read_manifest(manifest)}
     items = []
     for row in read_results(results_path):
@@ -159,6 +163,8 @@ def load_items(results_path: Path, manifest: Path, tasks: Mapping[str, str]) -> 
             continue
         task = task_of(record.group, tasks) if record.label == 1 else "genuine"
         if record.label == 1 and (truth is None or task is None):
+            if task is None and unmatched is not None:
+                unmatched[record.group or "(none)"] += 1
             continue  # manipulated without a mask, or of a task THEMIS does not localize
         items.append({"path": row["path"], "map": probabilities, "truth": truth, "task": task})
     return items
@@ -199,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="leave out the every-block-flagged row")
     args = parser.parse_args(argv)
     tasks = dict(item.split("=", 1) for item in args.task) if args.task else DEFAULT_TASKS
+    unknown = sorted(set(tasks.values()) - set(DEFAULT_TASKS.values()))
+    if unknown:
+        parser.error(f"--task GROUP=TASK takes THEMIS's tasks {sorted(DEFAULT_TASKS.values())}, got {unknown}")
     names = args.names or [path.stem for path in args.results]
     if len(names) != len(args.results):
         parser.error("--names needs one name per results file")
@@ -206,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, results in zip(names, args.results):
         if not results.is_file():
             parser.error(f"{results} does not exist")
-        items = load_items(results, args.manifest, tasks)
+        unmatched: Counter = Counter()
+        items = load_items(results, args.manifest, tasks, unmatched)
+        if unmatched:
+            print(f"{results}: left out, their group matching no --task: {dict(unmatched)}", file=sys.stderr)
         if not items:
             parser.error(f"{results}: no scored image with a saved map matches the manifest (save_masks=true?)")
         ours[name] = summarize(

@@ -104,3 +104,21 @@ def test_command_reads_infer_results_and_the_manifest(tmp_path):
     text = (tmp_path / "table.md").read_text()
     assert "| scores | ours | 100.00 (n=1) | 100.00 |" in text
     assert "| (every block flagged) | ours | 11.11 (n=1) | 20.00 |" in text  # 1 true block of 9
+
+
+def test_images_of_no_task_are_counted_aloud_and_an_unknown_task_refused(tmp_path, capsys):
+    rows, results = ["path,label,mask,group"], ["path,score,label,status,error,mask"]
+    for name, group in (("a", "splicing"), ("b", "damage")):  # THEMIS localizes no damage task
+        Image.fromarray(np.zeros((90, 90, 3), np.uint8)).save(tmp_path / f"{name}.png")
+        Image.fromarray((square() * 255).astype(np.uint8)).save(tmp_path / f"{name}_map.png")
+        Image.fromarray((square() * 255).astype(np.uint8)).save(tmp_path / f"{name}_mask.png")
+        rows.append(f"{name}.png,1,{name}_mask.png,{group}")
+        results.append(f"{tmp_path / (name + '.png')},0.9,1,ok,,{tmp_path / (name + '_map.png')}")
+    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
+    arguments = [str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv")]
+    assert main(arguments) == 0
+    assert "left out, their group matching no --task: {'damage': 1}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*arguments, "--task", "photos=XYZ"])
+    assert "--task GROUP=TASK takes THEMIS's tasks ['AIG', 'CM', 'SPL'], got ['XYZ']" in capsys.readouterr().err
