@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, Mapping
 
 import numpy as np
 
 from ._checks import as_scores, warn_undefined
+from .records import NO_GROUP
 
 CALIBRATION_RULES = ("quantile", "bound")
 
@@ -256,11 +258,13 @@ def below_target_sentence(below: dict, target_tnr: float, flagged_by_source: dic
     listed = ", ".join(f"{name} {tnr:.4f}" for name, tnr in below.items())
     sentence = f"genuine TNR below the target {target_tnr:g} in categories: {listed}"
     # the sources of the flagged genuine images of the categories named, most first
-    sources = [
-        (name, sum(n for category, n in entry["categories"].items() if (category or "(none)") in below))
-        for name, entry in (flagged_by_source or {}).items()
-    ]
-    sources = sorted([(name, n) for name, n in sources if n], key=lambda item: -item[1])
+    counts = Counter(
+        {
+            name: sum(n for category, n in entry["categories"].items() if (category or NO_GROUP) in below)
+            for name, entry in (flagged_by_source or {}).items()
+        }
+    )
+    sources = [(name, n) for name, n in counts.most_common() if n]
     if sources:
         shown = sources[:3]
         named = ", ".join(f"{name or NO_SOURCE} {n}" for name, n in shown)

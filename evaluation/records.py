@@ -12,6 +12,9 @@ from .image import image_metrics
 Records = Any  # pandas.DataFrame | Mapping[str, Sequence] | Sequence[Mapping[str, Any]]
 
 
+NO_GROUP = "(none)"  # the breakdown row of records whose column is empty
+
+
 def as_columns(records: Records) -> dict[str, np.ndarray]:
     """Columns as numpy arrays, whatever tabular shape the records come in."""
     if hasattr(records, "columns") and hasattr(records, "to_numpy"):  # DataFrame-like
@@ -88,7 +91,7 @@ def by_group(
         kwargs = (
             {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]} if per_row else metric_kwargs
         )
-        out[name or "(none)"] = metric_fn(y[rows], s[rows], **kwargs)
+        out[name or NO_GROUP] = metric_fn(y[rows], s[rows], **kwargs)
     return out
 
 

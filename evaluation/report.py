@@ -14,6 +14,7 @@ import numpy as np
 from . import plots
 from .atomic import atomic_path
 from .calibration import NO_SOURCE
+from .records import NO_GROUP
 from .summary import FLAGGED_BY_SOURCE_KEY, breakdown_title
 
 GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy", "f1")
@@ -102,7 +103,7 @@ def _flagged_by_source_section(flagged: Mapping[str, Mapping[str, Any]]) -> list
             name or NO_SOURCE,
             entry["flagged"],
             entry["genuine"],
-            ", ".join(f"{category or '(none)'} {n}" for category, n in entry["categories"].items()),
+            ", ".join(f"{category or NO_GROUP} {n}" for category, n in entry["categories"].items()),
         ]
         for name, entry in flagged.items()
     ]

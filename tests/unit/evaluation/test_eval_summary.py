@@ -166,3 +166,11 @@ def test_the_sentence_names_only_the_sources_of_the_categories_under_target():
     }
     sentence = below_target_sentence({"doc": 0.8889}, 0.99, flagged)
     assert sentence.endswith("doc 0.8889 (flagged genuine images by source: text 4, receipt 1)")
+
+
+def test_the_sources_named_are_ordered_by_their_flags_in_the_categories_under_target():
+    flagged = {  # ordered by all their flags, as flagged_genuine_by_source gives them
+        "a": {"flagged": 6, "genuine": 9, "categories": {"photo": 5, "doc": 1}},
+        "b": {"flagged": 3, "genuine": 9, "categories": {"doc": 3}},
+    }
+    assert below_target_sentence({"doc": 0.9}, 0.99, flagged).endswith("(flagged genuine images by source: b 3, a 1)")
