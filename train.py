@@ -23,6 +23,7 @@ from detectors.registry import create_module
 from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
+from evaluation.summary import figure_text
 from inference.cli import expected_failures, run
 
 log = logging.getLogger("train")
@@ -234,9 +235,6 @@ def write_test_report(
 
 
 def summary(metrics: dict[str, Any], output_dir: Path) -> str:
-    def show(value: Any) -> str:
-        return "n/a" if value is None or value != value else f"{value:.4f}"
-
     keys = (
         "auroc",
         "pauroc@0.1",
@@ -250,14 +248,20 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
         "pixel_auroc",
         "pixel_fpr_genuine",
         "chain_auroc",
+        "pair_auroc",
+        "pair_tpr@fpr=0.01",
+        "pair_f1",
+        "pair_mcc",
     )
-    test = "  ".join(f"{k}={show(metrics[k])}" for k in keys if k in metrics)
+    # a pair detector fitted without gradients keeps its held-out pair figures under "test"
+    figures = metrics["test"] if isinstance(metrics.get("test"), dict) else metrics
+    test = "  ".join(f"{k}={figure_text(figures[k])}" for k in keys if k in figures)
     val = metrics.get("val", {})
-    val_chain = f"  chain_auroc={show(val['chain_auroc'])}" if "chain_auroc" in val else ""
+    val_chain = f"  chain_auroc={figure_text(val['chain_auroc'])}" if "chain_auroc" in val else ""
     below = below_target_in(metrics)
     named = f"\n  {below}" if below else ""
     return (
-        f"\n  detector {metrics.get('detector')}\n  val auroc={show(val.get('auroc'))}{val_chain}"
+        f"\n  detector {metrics.get('detector')}\n  val auroc={figure_text(val.get('auroc'))}{val_chain}"
         f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n"
     )
 

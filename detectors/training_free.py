@@ -133,9 +133,6 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
         module.threshold.fill_(result["threshold"])
         module.calibration = result["calibration"]
         metrics, datamodule = {"detector": cfg.detector.get("name"), **result}, None
-        if "test" in result:  # what train.py prints for every other detector: the held-out figures
-            figures = {k: v for k, v in result["test"].items() if isinstance(v, float)}
-            log.info("test pairs: %s", ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
     else:
         datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
         trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=False)
