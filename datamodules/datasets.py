@@ -254,10 +254,9 @@ class SeededDraws(Sampler):
         return len(self.draws)
 
 
-def seeded_training_draws(dataset: Dataset, draws: torch.Generator | None = None) -> tuple[Dataset, Sampler]:
+def seeded_training_draws(dataset: Dataset, draws: torch.Generator) -> tuple[Dataset, Sampler]:
     """A training loader's dataset and sampler: every epoch shuffled, each draw made from a seed of
-    its own (`SeededDraws`, `DrawSeeded`), both from `draws` (default: a generator of the loader's own)."""
-    draws = draws or own_generator()
+    its own (`SeededDraws`, `DrawSeeded`), both from `draws` (`ResumableDraws.training_draws`)."""
     return DrawSeeded(dataset), SeededDraws(RandomSampler(dataset, generator=draws), draws)
 
 
