@@ -130,7 +130,11 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             )
         )
     if unknown:
-        log.info("manifest %s: ignoring columns %s", path, sorted(unknown))
+        log.info(
+            "manifest %s: columns %s are not record columns; only an option that names one (group_by=...) reads it",
+            path,
+            sorted(unknown),
+        )
     return records
 
 
