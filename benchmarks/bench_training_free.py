@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 import torch
 
-from detectors.registry import create_detector
+from detectors.registry import create_detector, list_detectors
 
 DEFAULT_DETECTORS = ("noise_level", "splicebuster", "jpeg_ghost", "jpeg_grid")
 TARGET_SECONDS = 2.0
@@ -60,12 +60,20 @@ def main() -> None:
     parser.add_argument("--image", type=Path, help="score this image (resized) instead of the synthetic scene")
     parser.add_argument("--output", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
+    if args.size < 32 or args.repeats < 1:
+        parser.error(f"--size must be at least 32 and --repeats at least 1 (got {args.size}, {args.repeats})")
+    unknown = sorted(set(args.detectors) - set(list_detectors()))
+    if unknown:
+        parser.error(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(list_detectors())}")
 
     pixels = sample_image(args.size)
     if args.image:
-        from datamodules.io import read_image
+        from datamodules.io import ImageReadError, read_image
 
-        pixels = cv2.resize(read_image(args.image), (args.size, args.size), interpolation=cv2.INTER_CUBIC)
+        try:
+            pixels = cv2.resize(read_image(args.image), (args.size, args.size), interpolation=cv2.INTER_CUBIC)
+        except ImageReadError as error:
+            parser.error(str(error))
     image = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0).float() / 255
 
     def opencv_reference() -> np.ndarray:
