@@ -186,4 +186,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, config_name="generate")

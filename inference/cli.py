@@ -15,15 +15,19 @@ traceback. `HYDRA_FULL_ERROR=1` or `debug=true` shows the traceback of expected 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import os
 import sys
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 log = logging.getLogger("toolkit")
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
 
@@ -76,12 +80,47 @@ def _message(error: BaseException) -> str:
     return str(error)
 
 
-def run(main: Callable[[], Any]) -> None:
+def misspelled_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
+    """ "did you mean" lines for the `key=value` overrides whose key the config lacks. Hydra's own
+    advice for one, `+key=value`, adds a key that nothing reads."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    def is_group(key: str) -> bool:
+        return (CONFIG_DIR / key.lstrip("+~").replace(".", "/")).is_dir()
+
+    settings = [o for o in overrides if "=" in o and not o.startswith(("+", "~", "hydra."))]
+    groups = [o for o in overrides if "=" in o and is_group(o.split("=", 1)[0])]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            config = compose(config_name=config_name, overrides=groups)
+    except Exception:  # an unknown group option: Hydra's message already names it
+        return []
+    finally:
+        GlobalHydra.instance().clear()
+    lines = []
+    for override in settings:
+        key, value = override.split("=", 1)
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(config, parent) if parent else config
+        if not isinstance(node, DictConfig) or leaf in node.keys():
+            continue
+        meant = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1, cutoff=0.6)
+        if meant:
+            lines.append(f"{key!r} is not a setting; did you mean {key[: len(key) - len(leaf)]}{meant[0]}={value}?")
+    return lines
+
+
+def run(main: Callable[[], Any], config_name: str | None = None) -> None:
     """Call a `hydra.main` function; a config Hydra could not compose (a mistyped `detector=` name,
-    an unknown key) exits with status 2 after Hydra's message, like other expected failures."""
+    an unknown key) exits with status 2 after Hydra's message, like other expected failures, and a
+    mistyped key of config `config_name` is answered with the closest one it has."""
     try:
         main()
     except SystemExit as stop:
         if stop.code == 1 and not _task_started:
+            for line in misspelled_keys(config_name, sys.argv[1:]) if config_name else ():
+                print(line, file=sys.stderr)
             sys.exit(EXPECTED_FAILURE)
         raise

@@ -30,6 +30,7 @@ CASES = {
         {"HYDRA_FULL_ERROR": "1"},
     ),
     "infer_without_model": ("infer.py", ["input=bad"], "model is required", {}),
+    "mistyped_key": ("infer.py", ["model=model.ckpt", "inputs=bad"], "did you mean input=bad?", {}),
     "export_missing_model": ("export.py", ["model=nope.ckpt", "output=out.onnx"], "does not exist", {}),
     "generate_empty_source": ("generate.py", ["source=empty", "output=generated"], "no images found", {}),
     "generate_missing_source": ("generate.py", ["source=nope", "output=generated"], "does not exist", {}),

@@ -37,3 +37,16 @@ def test_an_unknown_report_kind_is_refused_before_the_model_is_read(tmp_path):
     cfg = compose_config("infer", [f"model={tmp_path / 'absent.ckpt'}", f"input={tmp_path}", "report=htm"])
     with pytest.raises(InferenceFailed, match="report must be none or html, got 'htm'"):
         infer(cfg)
+
+
+def test_a_mistyped_key_is_answered_with_the_closest_setting_of_the_composed_config():
+    from inference.cli import misspelled_keys
+
+    assert misspelled_keys("infer", ["model=m.ckpt", "inputs=photos/"]) == [
+        "'inputs' is not a setting; did you mean input=photos/?"
+    ]
+    # a group choice changes which keys exist: the detector's own settings are looked up in it
+    assert misspelled_keys("train", ["detector=seg_tiny", "detector.net.encoder_nme=x"]) == [
+        "'detector.net.encoder_nme' is not a setting; did you mean detector.net.encoder=x?"
+    ]
+    assert misspelled_keys("train", ["data.batch_size=3", "+extra=1", "zzzz=1"]) == []
