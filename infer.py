@@ -24,6 +24,7 @@ from inference.writer import COLUMNS, TRUTH_COLUMN
 
 log = logging.getLogger("infer")
 __all__ = ["InferenceFailed", "infer", "main"]
+SCORED = "scored %(ok)d, failed %(error)d (unreadable or refused: see the error column), already done %(skipped)d"
 
 
 def check_report(report: str | None) -> None:
@@ -80,11 +81,8 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
             )
         except KeyboardInterrupt:
             raise InferenceFailed("interrupted; the rows written are complete: rerun with resume=true") from None
-        log.info(
-            "scored %(ok)d, failed %(error)d (unreadable or refused by the model: see the error column), "
-            "already done %(skipped)d",
-            scored.counts,
-        )
+        if processes.is_main:  # the counts are every process's together
+            log.info(SCORED, scored.counts)
         if not processes.is_main or shard.count > 1:
             return {"counts": scored.counts, "metrics": None}  # rank 0 reports; shards report after the merge
     if not any(row["status"] == "ok" for row in scored.rows):

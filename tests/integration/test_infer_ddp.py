@@ -62,6 +62,7 @@ def test_two_processes_write_the_rows_and_metrics_of_one(tiny_model, tmp_path):
     command = infer_command(tiny_model["onnx"], manifest, tmp_path / "two.csv", "batch_size=3", *TWO_CPU_PROCESSES)
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout + done.stderr).count("scored 20, failed 1") == 1  # rank 0 speaks for both
     assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
     assert not (tmp_path / "two.csv.parts").exists()
     one, two = (json.loads((tmp_path / f"{n}.metrics.json").read_text()) for n in ("one", "two"))
