@@ -198,21 +198,27 @@ def gel(rng: np.random.Generator) -> GenuineImage:
     return GenuineImage(255 - image.pixels, image.codec, image.quality)
 
 
-def _font(rng: np.random.Generator, size: int):
+def document_fonts() -> list[Path]:
+    """The fonts receipts are set in: matplotlib's DejaVu faces and, where the system has them,
+    two Liberation faces (Debian's fonts-liberation)."""
     import matplotlib
-    from PIL import ImageFont
 
     folder = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
     names = ["DejaVuSans.ttf", "DejaVuSansMono.ttf", "DejaVuSerif.ttf", "DejaVuSans-Bold.ttf"]
-    system = [
-        Path(p)
-        for p in (
-            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-            "/usr/share/fonts/truetype/liberation/LiberationMono-Regular.ttf",
-        )
-        if os.path.isfile(p)
-    ]
-    candidates = [folder / n for n in names if (folder / n).is_file()] + system
+    system = ["LiberationSans-Regular.ttf", "LiberationMono-Regular.ttf"]
+    return [folder / n for n in names] + [Path("/usr/share/fonts/truetype/liberation") / n for n in system]
+
+
+def missing_document_fonts() -> list[str]:
+    """The names of `document_fonts` this machine lacks: documents drawn without them differ (a
+    dataset's fingerprint records them, so that it is not resumed on a machine with other fonts)."""
+    return [path.name for path in document_fonts() if not path.is_file()]
+
+
+def _font(rng: np.random.Generator, size: int):
+    from PIL import ImageFont
+
+    candidates = [path for path in document_fonts() if path.is_file()]
     return ImageFont.truetype(str(rng.choice(candidates)), size)
 
 

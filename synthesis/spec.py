@@ -166,6 +166,10 @@ class DatasetSpec:
             data.pop("genuine_kinds")
         else:  # their sources are split within each category (a folder split otherwise is refused)
             data["split_by"] = "category"
+            from synthesis.genuine_kinds import missing_document_fonts
+
+            if self.genuine_kinds.get("document") and (missing := missing_document_fonts()):
+                data["missing_fonts"] = missing  # receipts set in fewer fonts than the full set
         if self.changed_forgery_options():  # else the seed's recipe: datasets made before the option match
             data["forgery_options"] = self.changed_forgery_options()
         return json.loads(json.dumps(data, default=list))

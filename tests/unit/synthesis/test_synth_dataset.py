@@ -174,3 +174,15 @@ def test_forgery_options_mark_the_fingerprint_and_reach_the_generator(tmp_path):
     ][0]
     meta = json.loads((tmp_path / row["mask"]).with_suffix(".json").read_text())["meta"]
     assert meta["rotation"] == 20.0 and meta["interpolation"] == "bicubic"
+
+
+def test_receipts_drawn_without_some_fonts_are_told_apart_in_the_fingerprint(monkeypatch, tmp_path):
+    import synthesis.genuine_kinds as kinds
+
+    spec = DatasetSpec(genuine_kinds={"document": 4})
+    full = spec.fingerprint()
+    assert "missing_fonts" not in full or full["missing_fonts"] == kinds.missing_document_fonts()
+    present = [path for path in kinds.document_fonts() if path.is_file()]
+    monkeypatch.setattr(kinds, "document_fonts", lambda: [*present, tmp_path / "NoSuchFont.ttf"])
+    assert spec.fingerprint()["missing_fonts"] == ["NoSuchFont.ttf"]
+    assert "missing_fonts" not in DatasetSpec(genuine_kinds={"blot": 4}).fingerprint()  # no text drawn
