@@ -61,6 +61,7 @@ def export(cfg: DictConfig) -> dict:
             calibration=calibration,
             int8_mode=cfg.int8_mode,
             max_auroc_drop=cfg.max_auroc_drop,
+            max_fpr_rise=cfg.max_fpr_rise,
             graph_tolerance=cfg.tolerance,
             graph_resize_tolerance=cfg.graph_resize_tolerance,
         )

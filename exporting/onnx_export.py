@@ -15,8 +15,10 @@ from torch import nn
 
 import detectors
 from detectors.module import DetectorModule
+from inference.runtime import scoring_preprocess
 
 PARITY_TOLERANCE = 1e-4
+MIN_OPSET = 18  # torch's dynamo exporter (the TorchScript one, which wrote older opsets, is deprecated)
 # Pixel maps pass through bilinear resampling and long attention chains whose float reductions
 # onnxruntime orders differently; their probabilities are held to a looser bound than the score.
 MAP_PARITY_TOLERANCE = 1e-3
@@ -60,12 +62,24 @@ class ExportReport:
     checked_shapes: list[tuple[int, ...]] | None = None
 
 
+def photo_batch(count: int, height: int, width: int) -> torch.Tensor:
+    """`count` bundled photographs resized to height x width (N x 3 x H x W in [0, 1])."""
+    import cv2
+
+    from exporting.variants import bundled_photographs
+
+    photos = [cv2.resize(p, (width, height), interpolation=cv2.INTER_AREA) for p in bundled_photographs()[:count]]
+    return torch.from_numpy(np.stack(photos)).permute(0, 3, 1, 2).float() / 255
+
+
 def parity_probes(module: DetectorModule, size: int, generator: torch.Generator) -> list[torch.Tensor]:
-    """Inputs the export is checked on: a batch of 3 (the graph was traced with 2) and, for
-    localizers, whose height and width are dynamic, a second batch at another, odd size."""
-    probes = [torch.rand(3, 3, size, size, generator=generator)]
+    """Inputs the export is checked on: batches of 3 (the graph was traced with 2) of random pixels
+    and of photographs (whose scores noise alone may leave saturated, where wrong graphs agree) and,
+    for localizers, whose height and width are dynamic, both again at another, odd size."""
+    probes = [torch.rand(3, 3, size, size, generator=generator), photo_batch(3, size, size)]
     if module.net.is_localizer:
-        probes.append(torch.rand(1, 3, size + size // 2 + 3, max(32, size - 5), generator=generator))
+        odd = (size + size // 2 + 3, max(32, size - 5))
+        probes += [torch.rand(1, 3, *odd, generator=generator), photo_batch(1, *odd)]
     return probes
 
 
@@ -81,7 +95,7 @@ def parity_differences(
         for name, a, e in zip(names, actual, expected):
             if a.shape != e.shape:
                 raise ExportError(f"ONNX output {name} has shape {a.shape}, PyTorch {e.shape}")
-            differences[name] = max(differences[name], float(np.max(np.abs(a - e))))
+            differences[name] = float(np.maximum(differences[name], np.max(np.abs(a - e))))  # NaN stays NaN
     return differences
 
 
@@ -91,19 +105,23 @@ def example_size(module: DetectorModule) -> int:
 
 
 def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None:
-    """Write what a user of the file needs (detector, version, preprocessing, threshold, outputs)
-    into its `metadata_props`, then run `onnx.checker` on the result."""
+    """Write what a user of the file needs (detector, version, the preprocessing `infer.py` applies,
+    threshold, outputs) into its `metadata_props`, then run `onnx.checker` on the result."""
     import onnx
 
     model = onnx.load(str(path))
+    trained = module.net.preprocess
+    scoring = scoring_preprocess(trained, module.net.is_localizer)  # localizers: each image whole
     metadata = {
         "detector": module.hparams.get("name") or type(module.net).__name__,
         "toolkit_version": detectors.__version__,
-        "preprocess": json.dumps(module.net.preprocess.to_dict()),
+        "preprocess": json.dumps(scoring.to_dict()),
         "threshold": repr(float(module.threshold)),
         "outputs": json.dumps(names),
         "target_fpr": repr(float(module.hparams.get("target_fpr", 0.01))),
     }
+    if scoring != trained:  # tiles (infer.py tiles=true) are cut at the size it was trained at
+        metadata["trained_preprocess"] = json.dumps(trained.to_dict())
     if getattr(module, "category_thresholds", None):  # calibration.by=category
         metadata["category_thresholds"] = json.dumps(module.category_thresholds)
     if getattr(module.net, "min_image_side", 1) > 1:  # e.g. noise_level: more than half a block
@@ -124,7 +142,12 @@ def export_graph(
     opset: int,
 ) -> None:
     """`torch.onnx.export` (dynamo, one file, its warnings silenced), with any exporter failure
-    reported as an ExportError naming the network."""
+    reported as an ExportError naming the network, and a file of another opset than asked refused
+    (the exporter falls back to its own when it cannot convert)."""
+    import onnx
+
+    if opset < MIN_OPSET:
+        raise ExportError(f"opset={opset}: the exporter writes opset {MIN_OPSET} or newer")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -143,6 +166,10 @@ def export_graph(
         except Exception as error:  # the exporter raises many internal types; report them uniformly
             name = type(getattr(graph, "net", graph)).__name__
             raise ExportError(f"torch.onnx.export failed for {name}: {error}") from error
+    written = {o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx")}
+    if written != {opset}:
+        path.unlink(missing_ok=True)
+        raise ExportError(f"opset={opset}: the exporter wrote opset {sorted(written)}; the file was not written")
 
 
 def export_onnx(

@@ -48,7 +48,7 @@ def export_pair_onnx(
     """`exporting.onnx_export.export_onnx` for pair detectors (it delegates here)."""
     import onnxruntime as ort
 
-    from exporting.onnx_export import ExportError, ExportReport, export_graph, stamp_metadata
+    from exporting.onnx_export import ExportError, ExportReport, export_graph, photo_batch, stamp_metadata
 
     output.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval().cpu()
@@ -62,7 +62,10 @@ def export_pair_onnx(
     export_graph(graph, inputs, PAIR_OUTPUTS, {"image_a": {0: batch}, "image_b": {0: batch}}, tmp, opset)
     stamp_metadata(tmp, module, PAIR_OUTPUTS)
     annotate_operations(tmp)
-    probe = tuple(torch.rand(3, 3, size, size, generator=generator) for _ in range(2))
+    # random pixels, and photographs paired with others and with their own mirror (a duplicate)
+    photos = photo_batch(3, size, size)
+    noise = tuple(torch.rand(3, 3, size, size, generator=generator) for _ in range(2))
+    probe = (torch.cat([noise[0], photos]), torch.cat([noise[1], photos.roll(1, 0)[:2], photos[2:].flip(-1)]))
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     with torch.inference_mode():
         expected = [t.numpy() for t in graph(*probe)]
@@ -86,9 +89,13 @@ def export_pair_onnx(
 
 
 def annotate_operations(path: Path) -> None:
-    """Name the columns of the `operations` output in the metadata (`operations`: JSON list)."""
+    """Name the columns of the `operations` output in the metadata (`operations`: JSON list), and
+    say that panels are resized by pixel area, as the pair detector does whatever its config says."""
     import onnx
 
     model = onnx.load(str(path))
+    for prop in model.metadata_props:
+        if prop.key == "preprocess":
+            prop.value = json.dumps({**json.loads(prop.value), "interpolation": "area"})
     model.metadata_props.add(key="operations", value=json.dumps(list(CMO_OPERATIONS)))
     onnx.save(model, str(path))

@@ -56,20 +56,30 @@ def sample_images(records: Sequence[Record], limit: int, seed: int = 0) -> tuple
     return images, (np.asarray(labels) if known else None)
 
 
+def bundled_photographs() -> list[np.ndarray]:
+    """Four of scikit-image's sample photographs (RGB uint8), shipped with it. A detector's scores
+    on real images are not saturated, so two graphs that differ show it there; on random pixels
+    many detectors score every probe near 0 or 1, where any two graphs agree."""
+    import skimage.data
+
+    return [skimage.data.astronaut(), skimage.data.coffee(), skimage.data.chelsea(), skimage.data.rocket()]
+
+
 def probe_images(preprocess: Preprocess, count: int = 8, seed: int = 0) -> list[np.ndarray]:
-    """Random-pixel images of assorted sizes around the input size (noise: the hardest case for
-    resampling), used when no images are given."""
+    """Images of assorted sizes around the input size, used when no images are given: the bundled
+    photographs resized, and random pixels (the hardest case for resampling)."""
+    import cv2
+
     rng = np.random.default_rng(seed)
     side = int(preprocess.size or 64)
-    return [
-        rng.integers(
-            0,
-            256,
-            (side + int(rng.integers(-side // 3, side)), side + int(rng.integers(-side // 3, side)), 3),
-            dtype=np.uint8,
-        )
-        for _ in range(count)
+    shapes = [
+        (side + int(rng.integers(-side // 3, side)), side + int(rng.integers(-side // 3, side))) for _ in range(count)
     ]
+    photos = [
+        cv2.resize(photo, (width, height), interpolation=cv2.INTER_AREA)
+        for photo, (height, width) in zip(bundled_photographs(), shapes[: count // 2])
+    ]
+    return photos + [rng.integers(0, 256, (*shape, 3), dtype=np.uint8) for shape in shapes[len(photos) :]]
 
 
 def network_batches(images: Sequence[np.ndarray], preprocess: Preprocess, batch_size: int = 16) -> list[np.ndarray]:
@@ -96,7 +106,9 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
     if precision == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
-        return convert_float_to_float16(model, keep_io_types=True)
+        half = convert_float_to_float16(model, keep_io_types=True)
+        in_dependency_order(half.graph)  # the converter appends its input casts after their users
+        return half
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -132,15 +144,50 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
         return onnx.load(str(target))
 
 
-def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | None) -> dict[str, Any]:
-    """Score deviation from fp32 and, with labels, AUROC and TPR at 1 % FPR of both."""
+def in_dependency_order(graph: onnx.GraphProto) -> None:
+    """Reorder `graph.node` so that every node comes after the nodes making its inputs (what
+    `onnx.checker` demands), keeping the given order wherever it already holds."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output}
+    waits_on = [{producer[name] for name in node.input if name in producer} - {i} for i, node in enumerate(nodes)]
+    users: dict[int, list[int]] = {}
+    for i, needed in enumerate(waits_on):
+        for j in needed:
+            users.setdefault(j, []).append(i)
+    ready = [i for i, needed in enumerate(waits_on) if not needed]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users.get(i, []):
+            waits_on[user].discard(i)
+            if not waits_on[user]:
+                heapq.heappush(ready, user)
+    if len(order) != len(nodes):
+        raise VariantRefused("the converted graph has a cycle; the file was not written")
+    del graph.node[:]
+    graph.node.extend(nodes[i] for i in order)
+
+
+def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, threshold: float) -> dict[str, Any]:
+    """Score deviation from fp32, decisions at `threshold` that change and, with labels, the
+    genuine images flagged at it, and AUROC and TPR at 1 % FPR, of both."""
     from evaluation import image_metrics
 
     result: dict[str, Any] = {
         "images": int(scores.size),
         "max_score_deviation": float(np.max(np.abs(scores - fp32_scores))),
         "mean_score_deviation": float(np.mean(np.abs(scores - fp32_scores))),
+        "decisions_changed": int(np.sum((scores >= threshold) != (fp32_scores >= threshold))),
     }
+    if labels is not None and (labels == 0).any():
+        genuine = labels == 0
+        result["genuine_flagged_fp32"] = int(np.sum(fp32_scores[genuine] >= threshold))
+        result["genuine_flagged"] = int(np.sum(scores[genuine] >= threshold))
+        result["genuine"] = int(genuine.sum())
     if labels is not None and len(set(labels.tolist())) == 2:
         before, after = image_metrics(labels, fp32_scores), image_metrics(labels, scores)
         result.update(
@@ -153,6 +200,29 @@ def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | No
             }
         )
     return result
+
+
+def refuse_more_false_alarms(measured: dict[str, Any], precision: str, max_fpr_rise: float) -> None:
+    """The variant decides at the fp32 model's threshold: refuse it when that flags a larger share
+    of the genuine images than fp32 did, by more than `max_fpr_rise` (a score at a tie just under
+    the threshold moves over it)."""
+    if "genuine" not in measured:
+        if measured["decisions_changed"]:
+            log.warning(
+                "the %s variant decides %d of %d images otherwise at the threshold (no labels to say which: "
+                "eval_input=...)",
+                precision,
+                measured["decisions_changed"],
+                measured["images"],
+            )
+        return
+    rise = (measured["genuine_flagged"] - measured["genuine_flagged_fp32"]) / measured["genuine"]
+    if rise > max_fpr_rise:
+        raise VariantRefused(
+            f"precision={precision} flags {measured['genuine_flagged']} of {measured['genuine']} genuine images at "
+            f"the threshold, fp32 {measured['genuine_flagged_fp32']} (allowed rise: max_fpr_rise={max_fpr_rise:g}); "
+            "the file was not written"
+        )
 
 
 def graph_parity(
@@ -187,6 +257,7 @@ def build_variant(
     calibration: Sequence[np.ndarray] = (),
     int8_mode: str = "static",
     max_auroc_drop: float = 0.005,
+    max_fpr_rise: float = 0.005,
     graph_tolerance: float = 1e-4,
     graph_resize_tolerance: float = 0.02,
 ) -> dict[str, Any]:
@@ -215,7 +286,8 @@ def build_variant(
         calibration_batches = network_batches(list(calibration), preprocess, 8) if precision == "int8" else None
         model = quantized(fp32_path, precision, calibration_batches, int8_mode)
         batches = network_batches(images, preprocess)
-        report["quality"] = quality(scores_of(fp32, batches), scores_of(model, batches), labels)
+        threshold = float(meta["threshold"])
+        report["quality"] = quality(scores_of(fp32, batches), scores_of(model, batches), labels, threshold)
         drop = report["quality"].get("auroc_drop")
         if drop is not None and drop > max_auroc_drop:
             raise VariantRefused(
@@ -224,6 +296,7 @@ def build_variant(
             )
         if drop is None:
             log.warning("no labelled images (eval_input=...): the %s variant's AUROC was not checked", precision)
+        refuse_more_false_alarms(report["quality"], precision, max_fpr_rise)
     if graph_preprocess:
         float_model, model = model, with_graph_preprocess(model, preprocess)
         exact = preprocess.mode in EXACT_MODES or preprocess.interpolation == "nearest"
@@ -255,7 +328,8 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
         "toolkit_version": meta.get("toolkit_version"),
         "input": ["image_a", "image_b"] if "operations" in meta else U8_INPUT if u8 else "image",  # pair graphs: two
         "input_layout": f"{layout}, each" if "operations" in meta else layout,
-        "preprocess": json.loads(meta.get("preprocess", "{}")),
+        "preprocess": json.loads(meta.get("preprocess", "{}")),  # what infer.py does before the network
+        **({"trained_preprocess": json.loads(meta["trained_preprocess"])} if "trained_preprocess" in meta else {}),
         "preprocess_in_graph": u8,
         "threshold": float(meta["threshold"]),
         "outputs": json.loads(meta.get("outputs", '["score"]')),

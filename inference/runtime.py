@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -237,8 +238,8 @@ class OnnxRuntime:
         self.min_side = int(meta.get("min_side", 1))
         self.is_localizer = "mask" in self.output_names
         self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported
-        self.trained_preprocess, self.preprocess = (
-            self.preprocess,
+        self.trained_preprocess, self.preprocess = (  # files exported before trained_preprocess: the same
+            Preprocess.from_config(json.loads(meta.get("trained_preprocess", meta["preprocess"]))),
             scoring_preprocess(self.preprocess, self.is_localizer),
         )
         # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
@@ -312,6 +313,8 @@ def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = Fals
     if suffix == ".onnx":
         return OnnxRuntime(path, device, tta)
     if suffix in (".ckpt", ".pt", ".pth"):
+        if importlib.util.find_spec("torch") is None:
+            raise ModelLoadError(f"{path}: a .ckpt model needs torch, which is not installed; score its .onnx export")
         return TorchRuntime(path, device, tta)
     raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
 

@@ -3,6 +3,7 @@ with the .ckpt and the .onnx; an export whose map drifts from PyTorch is refused
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,10 @@ def test_mask_output_has_dynamic_batch_height_and_width_and_matches_pytorch(expo
         expected = torch.sigmoid(module.net(image)["mask_logit"]).numpy()
     assert mask.shape == (2, 1, 41, 97) and score.shape == (2,)
     assert np.abs(mask - expected).max() <= 1e-3
+    # what a service must feed: each image whole, as infer.py does; tiles are cut at the trained size
+    metadata = session.get_modelmeta().custom_metadata_map
+    assert json.loads(metadata["preprocess"])["mode"] == "none" and json.loads(metadata["preprocess"])["size"] is None
+    assert json.loads(metadata["trained_preprocess"]) == module.net.preprocess.to_dict()
 
 
 @pytest.mark.slow  # scores with both runtimes: about a minute on a shared CPU

@@ -120,11 +120,15 @@ def test_infer_py_scores_a_pair_manifest_with_rows_operations_and_masks(trained,
 
 # the ONNX export takes minutes on two busy cores
 def test_infer_py_scores_pairs_alike_from_the_checkpoint_and_its_onnx_export(trained, photos, tmp_path):
+    from onnx import load as load_onnx
+
     from exporting.onnx_export import export_onnx
     from inference.runtime import load_checkpoint
 
     run, _ = trained
     onnx = export_onnx(load_checkpoint(run / "checkpoints" / "best.ckpt"), tmp_path / "pairnet.onnx").path
+    metadata = {p.key: p.value for p in load_onnx(str(onnx)).metadata_props}
+    assert json.loads(metadata["preprocess"])["interpolation"] == "area"  # panels are resized by pixel area
     rows = {}
     for model in (run / "checkpoints" / "best.ckpt", onnx):
         output = tmp_path / f"{model.suffix[1:]}.csv"

@@ -148,7 +148,7 @@ def test_without_labels_the_auroc_is_not_checked_and_the_user_is_told(tmp_path, 
 def test_quality_of_one_class_or_no_labels_has_no_auroc_and_averages_the_deviation():
     fp32, variant = np.asarray([0.1, 0.2, 0.8, 0.9]), np.asarray([0.1, 0.3, 0.8, 0.6])
     for labels in (None, np.asarray([1, 1, 1, 1])):
-        report = quality(fp32, variant, labels)
+        report = quality(fp32, variant, labels, 0.5)
         assert "auroc" not in report and report["images"] == 4
         assert report["max_score_deviation"] == pytest.approx(0.3)
         assert report["mean_score_deviation"] == pytest.approx(0.1)
@@ -215,16 +215,21 @@ def test_graph_parity_reports_the_largest_difference_over_the_images(tmp_path):
     assert graph_parity(fp32, merged, images, preprocess) == {"images": 5, "max_score_difference": max(each)}
 
 
-def test_probe_images_are_noise_of_assorted_sizes_around_the_input_size():
+def test_probe_images_are_photographs_and_noise_of_assorted_sizes_around_the_input_size():
     """Heights and widths each fall below and above the input size, so the variant is measured
-    up-sampling and down-sampling along both axes."""
+    up-sampling and down-sampling along both axes; half are photographs, whose scores are not
+    saturated, half random pixels."""
+    from exporting.variants import bundled_photographs
+
     images = probe_images(Preprocess.from_config({"size": 60}), count=8)
     assert len(images) == 8 and all(image.shape[2] == 3 and image.dtype == np.uint8 for image in images)
     for axis in (0, 1):
         sides = [image.shape[axis] for image in images]
         assert all(40 <= side < 120 for side in sides) and min(sides) < 60 < max(sides), sides
         assert len(set(sides)) > 4
-    assert all(image.std() > 50 for image in images)
+    for image, photo in zip(images[:4], bundled_photographs()):
+        assert abs(float(image.mean()) - float(photo.mean())) < 2  # the photograph, resized
+    assert all(abs(float(image.mean()) - 127.5) < 5 and image.std() > 70 for image in images[4:])
 
 
 def test_network_batches_keep_every_image_in_order(tmp_path):

@@ -55,9 +55,9 @@ def flat_images(genuine_level: int, fake_level: int, count: int = 6) -> tuple[li
 def test_auroc_drop_is_positive_when_the_variant_ranks_worse():
     labels = np.asarray([0, 0, 1, 1])
     fp32 = np.asarray([0.1, 0.2, 0.8, 0.9])
-    report = quality(fp32, np.asarray([0.5, 0.5, 0.5, 0.5]), labels)
+    report = quality(fp32, np.asarray([0.5, 0.5, 0.5, 0.5]), labels, 0.5)
     assert report["auroc_fp32"] == 1.0 and report["auroc"] == 0.5 and report["auroc_drop"] == 0.5
-    better = quality(np.asarray([0.5, 0.5, 0.5, 0.5]), fp32, labels)
+    better = quality(np.asarray([0.5, 0.5, 0.5, 0.5]), fp32, labels, 0.5)
     assert better["auroc_drop"] == -0.5
     assert report["max_score_deviation"] == pytest.approx(0.4) and report["images"] == 4
 
@@ -91,3 +91,30 @@ def test_an_fp16_variant_that_keeps_the_ranking_is_written_with_its_drop(tmp_pat
     assert report["quality"]["auroc_drop"] == 0.0 and report["quality"]["auroc"] == 1.0
     assert (tmp_path / "fp16.onnx").is_file()
     assert json.loads((tmp_path / "fp16.json").read_text())["precision"] == "fp16"
+
+
+def test_a_variant_that_moves_genuine_scores_over_the_threshold_is_refused():
+    """The variant keeps the fp32 threshold: a tie of genuine scores just under it that moves over
+    it raises the false-alarm rate while AUROC and TPR read off the curve stay the same."""
+    from exporting.variants import refuse_more_false_alarms
+
+    labels = np.asarray([0] * 100 + [1] * 10)
+    fp32 = np.concatenate([np.full(100, 0.92286), [0.99] * 10])
+    variant = np.concatenate([np.full(90, 0.92286), np.full(10, 0.92295), [0.99] * 10])
+    measured = quality(fp32, variant, labels, threshold=0.92287)
+    assert measured["auroc_drop"] == 0.0 and measured["decisions_changed"] == 10
+    assert (measured["genuine_flagged_fp32"], measured["genuine_flagged"], measured["genuine"]) == (0, 10, 100)
+    with pytest.raises(VariantRefused, match="flags 10 of 100 genuine images at the threshold, fp32 0"):
+        refuse_more_false_alarms(measured, "fp16", max_fpr_rise=0.005)
+    refuse_more_false_alarms(measured, "fp16", max_fpr_rise=0.1)  # within a looser bound
+
+
+def test_fp16_with_preprocessing_in_the_graph_passes_the_onnx_checker(tmp_path):
+    """The fp16 converter appends its input casts after the nodes that use them; the variant puts
+    the nodes back in dependency order, which onnx.checker demands."""
+    two_weight_model(tmp_path / "fp32.onnx", 1.0, 0.0)
+    images, labels = flat_images(77, 87)
+    build_variant(tmp_path / "fp32.onnx", tmp_path / "u8.onnx", precision="fp16", graph_preprocess=True, images=images)
+    build_variant(tmp_path / "fp32.onnx", tmp_path / "half.onnx", precision="fp16", images=images, labels=labels)
+    for name in ("u8.onnx", "half.onnx"):
+        onnx.checker.check_model(str(tmp_path / name))
