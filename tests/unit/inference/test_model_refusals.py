@@ -50,3 +50,14 @@ def test_an_image_the_model_refuses_is_an_error_row_and_its_batch_is_still_score
     infer(compose_config("infer", [*options[:-1], "batch_size=1", f"output={tmp_path / 'single.csv'}"]))
     singles = {Path(row["path"]).name: row["score"] for row in read_results(tmp_path / "single.csv")}
     assert singles == {name: row["score"] for name, row in rows.items()}
+
+
+def test_a_checkpoint_where_torch_is_not_installed_is_refused_with_the_way_out(tmp_path, monkeypatch):
+    import importlib.util
+
+    from inference.runtime import ModelLoadError, load_runtime
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    with pytest.raises(ModelLoadError, match="needs torch, which is not installed; score its .onnx export"):
+        load_runtime(tmp_path / "model.ckpt")
