@@ -12,11 +12,21 @@ from omegaconf import DictConfig
 from collection.store import IndexBusy
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
+from evaluation.protocols.review import AGGREGATIONS
 from inference.cli import expected_failures, run
 from inference.masks import PixelReduction
 from inference.parts import Shard
 from inference.recalibration import CategoryThreshold
-from inference.run_report import InferenceFailed, ReportRequest, Robustness, map_folders, page_drawer, report_run
+from inference.report_pictures import check_page_folder
+from inference.run_report import (
+    InferenceFailed,
+    ReportRequest,
+    Robustness,
+    map_folders,
+    page_drawer,
+    page_path,
+    report_run,
+)
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
@@ -27,17 +37,31 @@ __all__ = ["InferenceFailed", "infer", "main"]
 SCORED = "scored %(ok)d, failed %(error)d (unreadable or refused: see the error column), already done %(skipped)d"
 
 
-def check_report(report: str | None) -> None:
-    """`report=`: none (nothing beside the scores) or html (the reviewers' page)."""
-    if report not in (None, "none", "html"):
-        raise ValueError(f"report must be none or html, got {report!r}")
+def check_options(cfg: DictConfig, output: Path) -> None:
+    """What can be refused before the model is read, so that a typo costs no scoring run and no
+    earlier results: the report kind and its folder, the output's name, batch size, threshold and
+    review aggregation."""
+    if cfg.get("report") not in (None, "none", "html"):
+        raise ValueError(f"report must be none or html, got {cfg.get('report')!r}")
+    if cfg.get("report") == "html":
+        check_page_folder(page_path(output).with_name(f"{page_path(output).stem}_files"))
+    if output.suffix.lower() not in (".csv", ".jsonl"):
+        raise ValueError(f"output must end in .csv or .jsonl, got {output}")
+    if output.resolve() == Path(cfg.input).resolve():
+        raise ValueError(f"output {output} is the input: the scores would overwrite it")
+    if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number of at least 1, got {cfg.batch_size!r}")
+    if cfg.threshold is not None and not (isinstance(cfg.threshold, (int, float)) and 0 <= cfg.threshold <= 1):
+        raise ValueError(f"threshold must be a number from 0 to 1 (or null: the model's), got {cfg.threshold!r}")
+    if cfg.get("review_aggregation", "max") not in AGGREGATIONS:
+        raise ValueError(f"review_aggregation must be one of {', '.join(AGGREGATIONS)}, got {cfg.review_aggregation!r}")
 
 
 def infer(cfg: DictConfig) -> dict[str, Any]:
     """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report."""
     output = Path(cfg.output)
     try:
-        check_report(cfg.get("report"))  # before the model is read: a typo must not cost a scoring run
+        check_options(cfg, output)
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
         runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))

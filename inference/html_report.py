@@ -50,6 +50,7 @@ from inference.html_parts import (
     row_html,
     table_head,
 )
+from inference.report_pictures import check_page_folder
 
 __all__ = ["PAGE_SIZE", "ReportHeader", "decision_of", "ordered", "write_html_report", "write_run_report"]
 
@@ -227,6 +228,7 @@ def write_html_report(
 def clear_page_files(files: Path, keep_evidence: bool) -> None:
     """A fresh sibling folder; `keep_evidence` keeps the pictures the scoring run drew into it."""
     if files.exists() and not keep_evidence:
+        check_page_folder(files)
         shutil.rmtree(files)
     for sub in ("pages", "plots", "pairs"):
         if (files / sub).exists():

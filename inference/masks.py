@@ -51,10 +51,12 @@ def save_mask(
     probabilities: np.ndarray,
     size: tuple[int, int],
     collect: MapCollector | None = None,
+    name: str | None = None,
 ) -> Path:
-    """Write a probability map as an 8-bit PNG at the input image's original size, and hand the
-    written pixels to `collect` (pixel metrics reduced while streaming)."""
-    target = masks_dir / safe_mask_name(index, path)
+    """Write a probability map as an 8-bit PNG at the input image's original size (named `name`, by
+    default `safe_mask_name`), and hand the written pixels to `collect` (pixel metrics reduced while
+    streaming)."""
+    target = masks_dir / (name or safe_mask_name(index, path))
     pixels = to_uint8_map(probabilities, size)
     write_image(target, pixels)
     if collect is not None:
@@ -70,14 +72,16 @@ def heat_overlay(image: np.ndarray, probabilities: np.ndarray, strength: float =
     return np.clip(image.astype(np.float32) * (1 - alpha) + red * alpha, 0, 255).round().astype(np.uint8)
 
 
-def save_overlay(overlays_dir: Path, index: int, path: str, image: np.ndarray, probabilities: np.ndarray) -> Path:
+def save_overlay(
+    overlays_dir: Path, index: int, path: str, image: np.ndarray, probabilities: np.ndarray, name: str | None = None
+) -> Path:
     """`image` (H x W x 3 uint8 or 3 x H x W float in [0, 1], as the network saw it) with its map,
     as a JPEG named like the mask."""
     picture = np.asarray(image)
     if picture.ndim == 3 and picture.shape[0] == 3 and picture.dtype != np.uint8:
         picture = (np.clip(picture.transpose(1, 2, 0), 0, 1) * 255).round().astype(np.uint8)
     prob = to_uint8_map(probabilities, picture.shape[:2]).astype(np.float32) / 255
-    target = overlays_dir / safe_mask_name(index, path).replace(".png", ".jpg")
+    target = overlays_dir / (name or safe_mask_name(index, path)).replace(".png", ".jpg")
     write_image(target, heat_overlay(picture, prob), quality=90)
     return target
 
@@ -89,9 +93,20 @@ class MapWriter:
     of a batch are written only once those are done, so a row never names a map not yet on disk.
     The report page's thumbnails and overlays are drawn here too (`evidence`), for the same reason."""
 
-    def __init__(self) -> None:
+    def __init__(self, taken: dict[str, str] | None = None) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maps")
         self.queued: list[Future] = []
+        self.taken = dict(taken or {})  # map names the rows of an earlier run (resume) give -> their input
+
+    def name(self, index: int, path: str) -> str:
+        """A map's file name (`safe_mask_name`), with a suffix where a row of an earlier run names
+        that file for another input (inputs added before a resume move the positions)."""
+        name = stem = safe_mask_name(index, path)[: -len(".png")]
+        copies = 1
+        while self.taken.setdefault(f"{name}.png", path) != path:
+            copies += 1
+            name = f"{stem}-{copies}"
+        return f"{name}.png"
 
     def _submit(self, write: Callable[..., Any], *args: Any) -> None:
         self.queued.append(self.pool.submit(write, *args))
@@ -107,11 +122,12 @@ class MapWriter:
     ) -> Path:
         """Queue `save_mask`; returns the path it writes. `collect` runs on the writing thread, in
         the order the maps were queued."""
-        self._submit(save_mask, masks_dir, index, path, probabilities, size, collect)
-        return masks_dir / safe_mask_name(index, path)
+        name = self.name(index, path)
+        self._submit(save_mask, masks_dir, index, path, probabilities, size, collect, name)
+        return masks_dir / name
 
     def overlay(self, overlays_dir: Path, index: int, path: str, image: np.ndarray, probabilities: np.ndarray) -> None:
-        self._submit(save_overlay, overlays_dir, index, path, image, probabilities)
+        self._submit(save_overlay, overlays_dir, index, path, image, probabilities, self.name(index, path))
 
     def evidence(
         self, drawer: Any, rows: list[tuple[int, str, np.ndarray, np.ndarray | None, tuple[int, int]]]

@@ -32,6 +32,22 @@ STRIP = 64  # pictures per strip file
 KIND_FIELDS = {"thumbs": "thumb", "overlays": "overlay", "masks": "mask"}  # RowEvidence field of each kind
 
 
+PAGE_FOLDER_PARTS = {"thumbs", "overlays", "masks", "pages", "plots", "pairs", "rows.js"}
+
+
+def check_page_folder(files: Path) -> None:
+    """A report empties its `<page>_files/` folder before writing it again; one that holds anything a
+    report does not write is the user's, and is refused instead."""
+    if files.exists():
+        foreign = sorted(p.name for p in files.iterdir()) if files.is_dir() else [files.name]
+        foreign = [name for name in foreign if name not in PAGE_FOLDER_PARTS]
+        if foreign or not files.is_dir():
+            raise ValueError(
+                f"{files} holds files no report writes ({', '.join(foreign[:3])}): move them, or choose "
+                "another output (the report's folder is named after it)"
+            )
+
+
 class PictureStrip:
     """Pictures of one kind (`thumbs`, `overlays` or `masks`) waiting for their strip file."""
 
@@ -102,6 +118,7 @@ class EvidenceDrawer:
         self, files: Path, threshold: float, maps: bool = True, per_strip: int | None = None, link_sources: bool = False
     ) -> None:
         if files.exists():
+            check_page_folder(files)
             shutil.rmtree(files)
         self.files, self.threshold, self.maps, self.link_sources = files, float(threshold), maps, link_sources
         self.lut = colour_lut()

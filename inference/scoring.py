@@ -210,7 +210,8 @@ def score_items(
     masks_dir = Path(masks_dir) if masks_dir is not None else None
     overlays_dir = Path(overlays_dir) if overlays_dir is not None else None
     batch_size = effective_batch_size(runtime, batch_size)  # warns once; predictions keep it
-    maps = MapWriter() if masks_dir is not None or overlays_dir is not None or evidence is not None else None
+    taken = {Path(row["mask"]).name: path for path, row in writer.done.items() if row.get("mask")}
+    maps = MapWriter(taken) if masks_dir is not None or overlays_dir is not None or evidence is not None else None
     thumbnailer = evidence.thumbnailer(runtime.is_localizer) if evidence is not None else None
 
     def write(rows: list[dict[str, Any]], saving: list[Any]) -> None:

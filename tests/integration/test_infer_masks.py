@@ -123,3 +123,20 @@ def test_tiled_maps_cover_the_original_size(localizer, manifest, tmp_path):
     rows = {Path(r["path"]).name: r for r in read_results(output) if r["status"] == "ok"}
     for name, (h, w) in SIZES.items():
         assert np.asarray(Image.open(rows[name]["mask"])).shape == (h, w)
+
+
+def test_an_input_added_before_a_resume_does_not_overwrite_an_earlier_rows_map(localizer, tmp_path):
+    """The new input takes the first position, which an earlier row's map is named after."""
+    checkpoint, _ = localizer
+    rng = np.random.default_rng(3)
+    (tmp_path / "in" / "b").mkdir(parents=True)
+    Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(tmp_path / "in" / "b" / "x.png")
+    output = tmp_path / "scores.csv"
+    run_infer(checkpoint, tmp_path / "in", output, "save_masks=true")
+    (tmp_path / "in" / "a").mkdir()
+    Image.fromarray(rng.integers(0, 256, (30, 20, 3), dtype=np.uint8)).save(tmp_path / "in" / "a" / "x.png")
+    run_infer(checkpoint, tmp_path / "in", output, "save_masks=true", "resume=true")
+    rows = {Path(r["path"]).parent.name: r for r in read_results(output)}
+    assert rows["a"]["mask"] != rows["b"]["mask"]
+    for folder, row in rows.items():  # each row's map is its own image's (sizes differ)
+        assert Image.open(row["mask"]).size == Image.open(tmp_path / "in" / folder / "x.png").size

@@ -30,13 +30,42 @@ def test_an_unexpected_error_still_propagates():
         task(OmegaConf.create({}))
 
 
-def test_an_unknown_report_kind_is_refused_before_the_model_is_read(tmp_path):
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["report=htm"], "report must be none or html, got 'htm'"),
+        (["output=scores.txt"], "output must end in .csv or .jsonl"),
+        (["batch_size=0"], "batch_size must be a whole number of at least 1, got 0"),
+        (["batch_size=abc"], "batch_size must be a whole number of at least 1, got 'abc'"),
+        (["threshold=2"], "threshold must be a number from 0 to 1"),
+        (["threshold=abc"], "threshold must be a number from 0 to 1"),
+        (["review_aggregation=foo"], "review_aggregation must be one of max, mean, noisy_or"),
+    ],
+)
+def test_bad_options_are_refused_before_the_model_is_read(tmp_path, options, message):
     from infer import InferenceFailed, infer
     from tests.helpers import compose_config
 
-    cfg = compose_config("infer", [f"model={tmp_path / 'absent.ckpt'}", f"input={tmp_path}", "report=htm"])
-    with pytest.raises(InferenceFailed, match="report must be none or html, got 'htm'"):
+    cfg = compose_config("infer", [f"model={tmp_path / 'absent.ckpt'}", f"input={tmp_path}", *options])
+    with pytest.raises(InferenceFailed, match=message):
         infer(cfg)
+
+
+def test_the_input_manifest_as_output_and_a_users_folder_named_like_the_report_are_refused(tmp_path):
+    from infer import InferenceFailed, infer
+    from tests.helpers import compose_config
+
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text("path,label\na.png,0\n")
+    base = [f"model={tmp_path / 'absent.ckpt'}"]
+    with pytest.raises(InferenceFailed, match="is the input: the scores would overwrite it"):
+        infer(compose_config("infer", [*base, f"input={manifest}", f"output={manifest}"]))
+    assert manifest.read_text() == "path,label\na.png,0\n"
+    (tmp_path / "case_report_files").mkdir()
+    (tmp_path / "case_report_files" / "evidence.jpg").write_bytes(b"the user's")
+    with pytest.raises(InferenceFailed, match="holds files no report writes \\(evidence.jpg\\)"):
+        infer(compose_config("infer", [*base, f"input={tmp_path}", f"output={tmp_path / 'case.csv'}", "report=html"]))
+    assert (tmp_path / "case_report_files" / "evidence.jpg").read_bytes() == b"the user's"
 
 
 def test_a_mistyped_key_is_answered_with_the_closest_setting_of_the_composed_config():
