@@ -73,12 +73,31 @@ def _parse_label(value: object, where: str) -> int | None:
     if text is None:
         return None
     try:
-        label = int(float(text))
+        number = float(text)
     except ValueError:
-        raise LayoutError(f"{where}: label must be 0 (genuine) or 1 (fake), got {text!r}") from None
-    if label not in (0, 1):
+        number = None
+    if number not in (0.0, 1.0):  # 0.7, -0.5 or inf are no label to round
         raise LayoutError(f"{where}: label must be 0 (genuine) or 1 (fake), got {text!r}")
-    return label
+    return int(number)
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    """The objects of a JSONL manifest, one per non-empty line; a line that is none is refused."""
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise LayoutError(f"{path}:{number}: not JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise LayoutError(
+                    f"{path}:{number}: each line must be a JSON object with a path, got {line.strip()[:60]}"
+                )
+            rows.append(row)
+    return rows
 
 
 def read_manifest(path: str | os.PathLike) -> list[Record]:
@@ -87,8 +106,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
     if not path.is_file():
         raise LayoutError(f"manifest {path} does not exist")
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        with path.open(encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in handle if line.strip()]
+        rows = _jsonl_rows(path)
         columns = set().union(*(row.keys() for row in rows)) if rows else set()
     else:
         with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -100,6 +118,11 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             f"manifest {path} has no `path` column (found: {', '.join(sorted(columns)) or 'nothing'}); "
             f"expected columns: {', '.join(MANIFEST_COLUMNS)}"
         )
+    if {"score", "status", "label"} <= columns:
+        raise LayoutError(
+            f"{path} is a results file (columns score, status): its label column holds the decisions, not the "
+            "truth; give a manifest whose label is the truth (a results file's true_label column, renamed)"
+        )
     unknown = columns - set(MANIFEST_COLUMNS)
     for name in sorted(unknown):
         meant = difflib.get_close_matches(name.strip().lower(), MANIFEST_COLUMNS, n=1, cutoff=0.75)
@@ -110,7 +133,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             )
     base = path.parent
     records = []
-    for number, row in enumerate(rows, start=2):
+    for number, row in enumerate(rows, start=1 if path.suffix.lower() in (".jsonl", ".ndjson") else 2):
         where = f"{path}:{number}"
         split = _clean(row.get("split"))
         if split is not None and split not in SPLITS:
@@ -129,6 +152,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
                 review=_clean(row.get("review")),
             )
         )
+    check_repeated_paths(path, records)
     if unknown:
         log.info(
             "manifest %s: columns %s are not record columns; only an option that names one (group_by=...) reads it",
@@ -136,6 +160,21 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             sorted(unknown),
         )
     return records
+
+
+def check_repeated_paths(manifest: Path, records: list[Record]) -> None:
+    """An image listed with both labels has no truth (metrics would take one of them): refused. One
+    listed more than once with one label is scored once per row: said."""
+    labels: dict[str, set[int | None]] = {}
+    for record in records:
+        labels.setdefault(record.path, set()).add(record.label)
+    conflicting = [p for p, found in labels.items() if len(found - {None}) > 1]
+    if conflicting:
+        raise LayoutError(
+            f"manifest {manifest}: {len(conflicting)} image(s) listed as both genuine and fake, e.g. {conflicting[0]}"
+        )
+    if len(labels) < len(records):
+        log.warning("manifest %s lists %d image(s) more than once", manifest, len(records) - len(labels))
 
 
 def scan_folder(root: str | os.PathLike) -> list[Record]:

@@ -48,6 +48,13 @@ def test_jsonl_manifest_is_read_like_csv(tmp_path):
         # a misspelled column would leave every row without it (all unlabelled: calibrated as genuine)
         ("path,lable\na.png,1\n", r"m.csv: column 'lable' is not one of .*; did you mean 'label'\?"),
         ("path,Label\na.png,1\n", r"did you mean 'label'\?"),
+        # fractions, negatives and infinities are no label to round or truncate
+        ("path,label\na.png,0.7\n", r"m.csv:2: label must be 0 .* got '0.7'"),
+        ("path,label\na.png,-0.5\n", r"m.csv:2: label must be 0 .* got '-0.5'"),
+        ("path,label\na.png,inf\n", r"m.csv:2: label must be 0 .* got 'inf'"),
+        # infer.py's rows: `label` is the decision there, and reading it as the truth is circular
+        ("path,score,label,status,error,true_label\na.png,0.9,1,ok,,0\n", r"m.csv is a results file"),
+        ("path,label\na.png,0\na.png,1\nb.png,1\n", r"m.csv: 1 image\(s\) listed as both genuine and fake"),
     ],
 )
 def test_bad_manifests_say_what_is_wrong_and_where(tmp_path, content, message):
@@ -129,3 +136,18 @@ def test_splits_keep_every_image_of_a_source_together_and_are_deterministic():
     assert counts == {"train": 30, "val": 10, "test": 10}
     assert first[-1].split == "test"
     assert assign_splits(records, (0.6, 0.2, 0.2), seed=4) != first
+
+
+def test_a_jsonl_line_that_is_no_object_is_refused_with_its_line(tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"path": "a.png", "label": 1.0}\n["b.png", 0]\n')
+    with pytest.raises(LayoutError, match=r"m.jsonl:2: each line must be a JSON object"):
+        read_manifest(tmp_path / "m.jsonl")
+    (tmp_path / "m.jsonl").write_text('{"path": "a.png", "label": 1.0}\n{"path": "b.png", "label": 3}\n')
+    with pytest.raises(LayoutError, match=r"m.jsonl:2: label must be 0"):
+        read_manifest(tmp_path / "m.jsonl")
+
+
+def test_an_image_listed_twice_with_one_label_is_said(tmp_path, caplog):
+    (tmp_path / "m.csv").write_text("path,label\na.png,1\na.png,1.0\n")
+    assert [r.label for r in read_manifest(tmp_path / "m.csv")] == [1, 1]
+    assert "lists 1 image(s) more than once" in caplog.text
