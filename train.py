@@ -56,6 +56,24 @@ def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = 
     return OmegaConf.create(plain)
 
 
+def check_data_overrides(data: DictConfig, localizer: bool) -> None:
+    """A localizer on a data config with a `localizers` variant trains on that variant: a command-line
+    override of the other data keys would go unused, so it is refused, naming the key to give."""
+    if not localizer or data.get("localizers") is None:
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():  # a config composed in code: no command line to check
+        return
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task]
+    unused = [key for key in keys if key.startswith("data.") and not key.startswith("data.localizers.")]
+    if unused:
+        raise LayoutError(
+            f"{', '.join(unused)}: a localizer trains on this data's `localizers` settings, which do not read "
+            f"{'it' if len(unused) == 1 else 'them'}; give data.localizers.{unused[0][len('data.') :]}=... instead"
+        )
+
+
 PAIR_DATA = ("synthesis.pair_set.pair_splits", "datamodules.pairs.PairDataModule")
 
 
@@ -116,6 +134,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     module = module_for(cfg)
     check_pair_data(cfg.data, module.net)
+    check_data_overrides(cfg.data, module.net.is_localizer)
     check_resume(cfg.get("ckpt_path"), module)
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free

@@ -1,0 +1,31 @@
+"""A localizer on the default data trains on its `localizers` settings: an override of the other
+data keys would go unused, so it is refused with the key to give instead."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.core.hydra_config import HydraConfig
+
+from datamodules.records import LayoutError
+from tests.helpers import compose_config
+from train import check_data_overrides
+
+
+def checked(overrides: list[str], localizer: bool) -> None:
+    cfg = compose_config("train", overrides)
+    HydraConfig().set_config(cfg)  # as a real run: the command line is in Hydra's config
+    try:
+        check_data_overrides(cfg.data, localizer)
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def test_a_classifiers_data_key_given_to_a_localizer_is_refused_with_the_key_it_reads():
+    with pytest.raises(LayoutError, match="data.batch_size: .* give data.localizers.batch_size=... instead"):
+        checked(["detector=seg_tiny", "data.batch_size=4"], localizer=True)
+
+
+def test_the_localizer_keys_and_a_classifiers_own_overrides_pass():
+    checked(["detector=seg_tiny", "data.localizers.batch_size=4"], localizer=True)
+    checked(["data.batch_size=4"], localizer=False)
+    checked(["detector=seg_tiny", "data=localization", "data.batch_size=4"], localizer=True)  # no variant there
