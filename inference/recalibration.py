@@ -83,6 +83,13 @@ def recalibrate(
             f"{needed_rule(target_fpr, confidence)}. Add genuine images or raise target_fpr."
         )
     threshold = calibrate_threshold(genuine, target_fpr, rule, confidence)
+    if threshold > 1.0:  # scores are probabilities: a threshold above 1 flags nothing at all
+        top = genuine.max()
+        raise CalibrationRefused(
+            f"{int(np.sum(genuine == top))} of {genuine.size} genuine images score {float(top):.9g}, the highest "
+            f"score there is: a threshold flagging at most target_fpr={target_fpr:g} of them would flag no image "
+            "at all. The model is saturated on them; raise target_fpr, or train it on images of this kind."
+        )
     false_positives = int(np.sum(genuine >= threshold))
     fpr_low, fpr_high = clopper_pearson(false_positives, genuine.size, confidence)
     summary: dict[str, Any] = {
@@ -310,6 +317,11 @@ def calibrate_model(
     target_fpr, confidence = open_fraction("target_fpr", target_fpr), open_fraction("confidence", confidence)
     output = Path(output)
     runtime = load_runtime(model, device)
+    if getattr(getattr(runtime, "net", None), "is_pair_detector", False):
+        raise CalibrationRefused(
+            "calibrate.py calibrates a detector of single images; a pair detector is calibrated on pairs "
+            "without duplication when train.py fits it (data=duplication_pairs or duplication_pair_images)"
+        )
     records = records_from_input(input)
     scores_path = output.with_name(f"{output.stem}.calibration_scores.csv")
     genuine_rows, fake_rows = score_for_calibration(runtime, records, scores_path, batch_size, num_workers, progress)

@@ -66,6 +66,26 @@ def test_too_few_genuine_images_are_refused_with_the_number_needed():
         recalibrate(np.zeros(30), target_fpr=0.05)
 
 
+def test_genuine_images_saturating_the_model_are_refused_rather_than_a_threshold_above_1():
+    """12 of 70 genuine images score exactly 1.0: flagging at most 5 % of them needs a threshold over
+    1, which flags nothing, fakes included."""
+    scores = np.concatenate([np.linspace(0.1, 0.9, 58), np.ones(12)]).astype(np.float32)
+    with pytest.raises(CalibrationRefused, match="12 of 70 genuine images score 1, the highest score there is"):
+        recalibrate(scores, target_fpr=0.05)
+    assert recalibrate(scores, target_fpr=0.2)["threshold"] <= 1.0  # 12 of 70 may be flagged at 20 %
+
+
+def test_a_pair_detector_is_refused_before_any_image_is_scored(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import inference.runtime
+
+    pair_model = SimpleNamespace(net=SimpleNamespace(is_pair_detector=True))
+    monkeypatch.setattr(inference.runtime, "load_runtime", lambda *args: pair_model)
+    with pytest.raises(CalibrationRefused, match="a pair detector is calibrated on pairs without duplication"):
+        calibrate_model(tmp_path / "pairs.ckpt", tmp_path, tmp_path / "out.ckpt", target_fpr=0.05)
+
+
 @pytest.fixture
 def manifest(tmp_path):
     """35 genuine images and 6 fakes (random pixels: the labels only say which is which)."""
