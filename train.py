@@ -274,6 +274,8 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     )
     # a pair detector fitted without gradients keeps its held-out pair figures under "test"
     figures = metrics["test"] if isinstance(metrics.get("test"), dict) else metrics
+    # a learned pair detector: its pair figures at full size, measured as dup_sift's (`duplication`)
+    figures = {**figures, **{k: v for k, v in metrics.get("duplication", {}).items() if k.startswith("pair_")}}
     test = "  ".join(f"{k}={figure_text(figures[k])}" for k in keys if k in figures)
     val = metrics.get("val", {})
     val_chain = f"  chain_auroc={figure_text(val['chain_auroc'])}" if "chain_auroc" in val else ""

@@ -19,3 +19,15 @@ def test_a_pair_detectors_summary_shows_its_held_out_pair_figures():
         "test": {"threshold": 0.35, "pair_auroc": 0.99, "pair_f1": 0.95},
     }
     assert "test threshold=0.3500  pair_auroc=0.9900  pair_f1=0.9500" in summary(metrics, Path("run"))
+
+
+def test_a_learned_pair_detectors_summary_shows_its_pair_figures_measured_at_full_size():
+    metrics = {
+        "detector": "pairnet",
+        "auroc": 0.97,
+        "threshold": 0.41,
+        "duplication": {"pair_auroc": 0.96, "pair_f1": 0.88, "pair_mcc": 0.8, "set_f1": 0.7},
+    }
+    text = summary(metrics, Path("run"))
+    assert "test auroc=0.9700  threshold=0.4100" in text
+    assert "pair_auroc=0.9600  pair_f1=0.8800  pair_mcc=0.8000" in text and "set_f1" not in text
