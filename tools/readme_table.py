@@ -30,9 +30,12 @@ def read_configs(config_dir: Path) -> dict[str, Any]:
     return {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in paths}
 
 
-def describe_input(net: dict[str, Any]) -> str:
+def describe_input(net: dict[str, Any], task: str = "classifier") -> str:
+    """What the network is fed; a localizer scores each image whole, after training on crops."""
     preprocess = net.get("preprocess") or {}
     size, mode = preprocess.get("size"), preprocess.get("mode", "none")
+    if task == "localizer":
+        return f"each image whole (training and calibration: {size} px, {mode})" if size else "each image whole"
     return f"{size} px, {mode}" if size else f"any size ({mode})"
 
 
@@ -64,7 +67,7 @@ def detector_rows(config_dir: Path = ROOT / "configs" / "detector") -> list[list
         net = config.get("net") or {}
         task = task_of(net)
         tiny = f"`{name}{TINY_SUFFIX}`" if f"{name}{TINY_SUFFIX}" in configs else "itself"
-        rows.append([f"`{name}`", task, " ".join(str(summary).split()), describe_input(net), tiny])
+        rows.append([f"`{name}`", task, " ".join(str(summary).split()), describe_input(net, task), tiny])
     return sorted(rows, key=lambda row: (row[1], row[0].strip("`")))  # classifiers, localizers, then pair detectors
 
 
