@@ -74,7 +74,7 @@ def category_split(
 
 
 # what the benchmark sets itself for every split: the data (each split's manifest) and one process
-BENCHMARK_OWN_SETTINGS = frozenset({"data.root", "data.num_workers"})
+BENCHMARK_OWN_SETTINGS = frozenset({"data.root", "data.made_by", "data.num_workers"})  # the folder is replaced
 
 
 def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:

@@ -305,10 +305,12 @@ class LayoutDataModule(RecordsDataModule):
         ignore_splits: bool = False,
         exclude_groups: Sequence[str] = (),
         test_groups: Sequence[str] = (),
+        made_by: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.root = Path(root)
+        self.made_by = made_by  # the command that makes `root`, said when it is missing
         self.layout = layout
         self.ignore_splits = ignore_splits
         self.exclude_groups = set(exclude_groups or ())
@@ -327,6 +329,8 @@ class LayoutDataModule(RecordsDataModule):
         return [r for r in records if r.label != 1 or (r.group in self.test_groups) == (r.split == "test")]
 
     def _split_records(self) -> list[Record]:
+        if self.made_by and not self.root.exists():
+            raise LayoutError(f"{self.root} does not exist: make it first with `{self.made_by}`")
         records = read_layout(self.root, self.layout)
         if self.ignore_splits:
             return [replace(r, split=None) for r in records]

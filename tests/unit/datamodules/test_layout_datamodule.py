@@ -90,3 +90,14 @@ def test_cross_generator_split_and_excluded_groups(tmp_path):
     assert fakes == {"train": {"ae_transposed"}, "val": {"ae_transposed"}, "test": {"ae_pixel_shuffle"}}
     sources = {name: {r.source for r in split} for name, split in module.splits.items()}
     assert not (sources["train"] & sources["test"]) and not (sources["val"] & sources["test"])
+
+
+def test_the_generated_experiments_name_the_command_that_makes_their_missing_data(tmp_path):
+    import pytest
+
+    from datamodules.records import LayoutError
+
+    for experiment, command in (("generated", "preset=cpu_diverse"), ("generated_kinds", "preset=cpu_kinds")):
+        data = _data([f"experiment={experiment}", f"paths.data_dir={tmp_path}"])
+        with pytest.raises(LayoutError, match=f"does not exist: make it first with `python generate.py {command}`"):
+            data.load_records()
