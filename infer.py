@@ -10,6 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from collection.store import IndexBusy
+from datamodules.io import file_sha256
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from evaluation.protocols.review import AGGREGATIONS
@@ -30,7 +31,7 @@ from inference.run_report import (
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
-from inference.writer import COLUMNS, TRUTH_COLUMN
+from inference.writer import COLUMNS, TRUTH_COLUMN, stamp_run
 
 log = logging.getLogger("infer")
 __all__ = ["InferenceFailed", "infer", "main"]
@@ -57,6 +58,18 @@ def check_options(cfg: DictConfig, output: Path) -> None:
         raise ValueError(f"review_aggregation must be one of {', '.join(AGGREGATIONS)}, got {cfg.review_aggregation!r}")
 
 
+def without_own_outputs(records: list[Record], cfg: DictConfig, output: Path) -> list[Record]:
+    """An output written inside the input folder must not become input: the maps, overlays and report
+    pictures of this run's earlier tries (resume) are left out, and said."""
+    page = page_path(output)
+    own = [Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")]
+    own = [folder.resolve() for folder in (*own, page.with_name(f"{page.stem}_files"))]
+    kept = [r for r in records if not any(folder in Path(r.path).resolve().parents for folder in own)]
+    if len(kept) < len(records):
+        log.info("left out %d image(s) in this run's own output folders", len(records) - len(kept))
+    return kept
+
+
 def infer(cfg: DictConfig) -> dict[str, Any]:
     """Score (one process, `devices=N` processes or one `shard=i/n`), merge, and report."""
     output = Path(cfg.output)
@@ -68,7 +81,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         if (answer := pair_run(cfg, runtime)) is not None:
             return answer
         runtime = tiled(cfg, runtime) if cfg.tiles else runtime
-        records = records_from_input(cfg.input, cfg.get("layout", "auto"))
+        records = without_own_outputs(records_from_input(cfg.input, cfg.get("layout", "auto")), cfg, output)
     except (ModelLoadError, LayoutError, ValueError, IndexBusy) as error:
         raise InferenceFailed(str(error)) from None
     if not records:
@@ -151,6 +164,17 @@ def plan_outputs(
     """Where maps and overlays go (`inference.run_report.map_folders`) and the columns of the rows: a
     `mask` path when maps are saved, a `confidence` path when asked for and the localizer gives one
     (switched on here), the input's `true_label` when it has labels."""
+    own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
+    stamp = {
+        "model": str(Path(cfg.model).resolve()),
+        "model_sha256": file_sha256(cfg.model),
+        "threshold": runtime.threshold if own else float(cfg.threshold),
+        "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
+    }
+    try:
+        stamp_run(output, stamp, bool(cfg.resume) and not cfg.merge)
+    except ValueError as error:
+        raise InferenceFailed(str(error)) from None
     masks_dir, overlays_dir = map_folders(
         output, runtime, records, cfg.save_masks, cfg.overlays, cfg.get("save_confidence", False), cfg.masks_dir
     )

@@ -126,3 +126,23 @@ def parse_row(row: dict[str, Any]) -> dict[str, Any]:
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
     return [parse_row(row) for row in read_rows(path)]
+
+
+def stamp_run(output: Path, stamp: Mapping[str, Any], resume: bool) -> None:
+    """`<output stem>.run.json`: the model (its SHA-256) and thresholds the rows are decided with. A
+    resume with another model or threshold is refused (the file would mix two runs' decisions);
+    rows written before the stamp existed are resumed as before."""
+    from evaluation.atomic import atomic_path
+
+    path = output.with_name(f"{output.stem}.run.json")
+    if resume and output.is_file() and path.is_file():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        changed = [key for key in stamp if key != "model" and key in before and before[key] != stamp[key]]
+        if changed:
+            raise ValueError(
+                f"{output} was scored with {before.get('model')} ({', '.join(f'{k} {before[k]}' for k in changed)}): "
+                "resuming with another model or threshold would mix two runs' decisions; "
+                "rerun without resume=true, or write to another output"
+            )
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(dict(stamp), indent=1), encoding="utf-8")

@@ -81,6 +81,19 @@ def test_unreadable_files_become_error_rows_and_never_stop_the_run(checkpoint, m
     assert result["metrics"] is None and not (tmp_path / "scores.metrics.json").exists()
 
 
+def test_a_resume_with_another_threshold_is_refused_before_any_row_changes(checkpoint, mixed_folder, tmp_path):
+    from inference.run_report import InferenceFailed
+
+    output = tmp_path / "scores.csv"
+    run_infer(checkpoint, mixed_folder, output, "threshold=0.5")
+    written = output.read_bytes()
+    with pytest.raises(InferenceFailed, match="threshold 0.5\\): resuming with another model or threshold"):
+        run_infer(checkpoint, mixed_folder, output, "resume=true", "threshold=0.25")
+    assert output.read_bytes() == written
+    run_infer(checkpoint, mixed_folder, output, "resume=true", "threshold=0.5")  # the same threshold resumes
+    run_infer(checkpoint, mixed_folder, output, "threshold=0.25")  # a new run (no resume) starts over
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, mixed_folder, tmp_path, suffix):
     output = tmp_path / f"scores{suffix}"

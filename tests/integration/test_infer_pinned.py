@@ -100,7 +100,9 @@ def outcome(folder: Path, roots: list[Path]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = path.relative_to(folder).as_posix()
-        if path.suffix == ".csv":
+        if path.name.endswith(".run.json"):  # names the model file by its absolute path and hash
+            found[name] = "file"
+        elif path.suffix == ".csv":
             with path.open(newline="", encoding="utf-8") as handle:
                 found[name] = [{k: relative(v, roots) for k, v in row.items()} for row in csv.DictReader(handle)]
         elif path.suffix == ".json":

@@ -167,3 +167,22 @@ def test_a_resume_that_would_write_other_columns_is_refused_with_the_reason(reco
     with pytest.raises(ValueError, match="resume with the options it was started with"):
         ResultWriter(output, [*COLUMNS, "mask"], resume=True)
     assert len(read_rows(output)) == 3  # the file is left as it was
+
+
+def test_the_runs_own_maps_and_report_pictures_inside_the_input_are_not_scored(tmp_path):
+    from datamodules.records import Record
+    from infer import without_own_outputs
+    from tests.helpers import compose_config
+
+    output = tmp_path / "scores.csv"
+    paths = ["photo.png", "scores_masks/0000000_photo.png", "scores_report_files/thumbs/strip-000000.jpg", "x/a.png"]
+    records = [Record(path=str(tmp_path / p)) for p in paths]
+    cfg = compose_config("infer", ["model=m.ckpt", f"input={tmp_path}", f"output={output}"])
+    assert [r.path for r in without_own_outputs(records, cfg, output)] == [
+        str(tmp_path / "photo.png"),
+        str(tmp_path / "x/a.png"),
+    ]
+    cfg = compose_config(
+        "infer", ["model=m.ckpt", f"input={tmp_path}", f"output={output}", f"masks_dir={tmp_path / 'x'}"]
+    )
+    assert len(without_own_outputs(records, cfg, output)) == 2  # the maps folder named by masks_dir instead

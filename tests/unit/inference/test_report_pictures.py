@@ -237,7 +237,7 @@ def test_a_small_run_is_one_page_with_its_pictures_embedded(tmp_path, browser):
     model, names = scored_folder(tmp_path)
     output = infer_with_page(tmp_path, model)
     page_file = output.with_name("scores_report.html")
-    assert sorted(p.name for p in output.parent.iterdir()) == ["scores.csv", "scores_report.html"]
+    assert sorted(p.name for p in output.parent.iterdir()) == ["scores.csv", "scores.run.json", "scores_report.html"]
     context, page, seen = open_page(browser, page_file)
     thumbnails = page.locator("#rows-body img.thumb")
     assert thumbnails.count() == len(names)
