@@ -35,9 +35,10 @@ log = logging.getLogger(__name__)
 def source_ids(input: str | os.PathLike, layout: str = "auto") -> list[tuple[str, str]]:
     """(absolute path, source id) of every image of the input: its `review` column, else its folder's
     name. Absolute, so a search run from another folder reads the panels again, and a folder given
-    once as `archive/` and once as `/data/archive/` is indexed once."""
+    once as `archive/` and once as `/data/archive/` is indexed once; a symbolic link keeps its own
+    name (the path the user gave), as infer.py's rows do."""
     records = records_from_input(input, layout)
-    return [(str(Path(r.path).resolve()), r.review or r.group or Path(r.path).parent.name) for r in records]
+    return [(os.path.abspath(r.path), r.review or r.group or Path(r.path).parent.name) for r in records]
 
 
 def open_store(

@@ -96,6 +96,14 @@ def test_a_folder_given_relative_is_indexed_once_by_absolute_path_and_found_from
     assert retrieve(open_index(tmp_path / "index"), copy.image, top_k=3)[0][0]["path"] == str(paths[1])
 
 
+def test_a_linked_panel_keeps_the_name_the_user_gave(tmp_path, tiles):
+    paths = write_panels(tmp_path / "collection", tiles[:3])
+    (tmp_path / "collection" / "review0" / "link.png").symlink_to(paths[1])
+    build_index(tmp_path / "collection", tmp_path / "index")
+    stored = {row[0] for row in open_index(tmp_path / "index").db.execute("SELECT path FROM panels")}
+    assert str(tmp_path / "collection" / "review0" / "link.png") in stored and str(paths[1]) in stored
+
+
 def test_a_killed_build_resumes_from_its_last_commit(tmp_path, tiles, monkeypatch):
     write_panels(tmp_path / "collection", tiles)
     original = LocalSift.describe_located
