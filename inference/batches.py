@@ -72,8 +72,9 @@ def collate_samples(samples: Sequence[Sample]) -> dict[str, Any]:
 
 
 def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
-    """A decoded batch split into one batch per readable image (the unreadable ones stay with the
-    first), each as `collate_samples` would have made it."""
+    """A decoded batch split into one batch per readable image, each as `collate_samples` would
+    have made it; an unreadable one goes with the readable image before it in the input (the first
+    when none is), so the rows keep the input's order."""
     images = batch["image"]
     singles = []
     for i, path in enumerate(batch["path"]):
@@ -83,7 +84,11 @@ def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
         if "thumb" in batch:
             single["thumb"] = [batch["thumb"][i]]
         singles.append(single)
-    singles[0]["errors"], singles[0]["error_index"] = batch["errors"], batch["error_index"]
+    for error, position in zip(batch["errors"], batch["error_index"]):
+        before = [single for single in singles if single["index"][0] < position]
+        owner = before[-1] if before else singles[0]
+        owner["errors"].append(error)
+        owner["error_index"].append(position)
     return singles
 
 

@@ -186,3 +186,20 @@ def test_the_runs_own_maps_and_report_pictures_inside_the_input_are_not_scored(t
         "infer", ["model=m.ckpt", f"input={tmp_path}", f"output={output}", f"masks_dir={tmp_path / 'x'}"]
     )
     assert len(without_own_outputs(records, cfg, output)) == 2  # the maps folder named by masks_dir instead
+
+
+def test_a_batch_scored_image_by_image_keeps_its_unreadable_rows_in_input_order():
+    import numpy as np
+
+    from inference.batches import collate_samples, single_image_batches
+
+    samples = [
+        {"path": "0.png", "index": 0, "error": "unreadable"},
+        {"path": "1.png", "index": 1, "image": np.zeros((8, 8, 3), np.uint8), "size": (8, 8)},
+        {"path": "2.png", "index": 2, "error": "unreadable"},
+        {"path": "3.png", "index": 3, "image": np.zeros((8, 8, 3), np.uint8), "size": (8, 8)},
+        {"path": "4.png", "index": 4, "error": "unreadable"},
+    ]
+    singles = single_image_batches(collate_samples(samples))
+    order = [sorted([*single["index"], *single["error_index"]]) for single in singles]
+    assert order == [[0, 1, 2], [3, 4]]  # each batch's rows are sorted, and the batches come in order
