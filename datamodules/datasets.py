@@ -182,12 +182,15 @@ def shot_noise(image: torch.Tensor, photons: float, dark: float = 0.5) -> torch.
 
 
 def image_size(path: str) -> tuple[int, int] | None:
-    """(width, height) from the file's header, None when it cannot be read (the sample will say why)."""
+    """(width, height) from the file's header, upright as `read_image` turns it by its EXIF
+    orientation; None when it cannot be read (the sample will say why)."""
     from PIL import Image
 
     try:
         with Image.open(path) as image:
-            return image.size
+            width, height = image.size
+            turned = image.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # orientations that swap the sides
+            return (height, width) if turned else (width, height)
     except (OSError, ValueError):
         return None
 

@@ -106,3 +106,21 @@ def test_loader_workers_are_capped_at_the_cpus_this_process_may_use():
 
     cpus = len(os.sched_getaffinity(0))
     assert loader_workers(cpus + 6) == cpus and loader_workers(0) == 0 and loader_workers(1) == 1
+
+
+def test_an_exif_turned_photo_is_batched_with_images_of_its_upright_size(tmp_path):
+    """Whole images are batched by size; a JPEG stored 300 x 100 with orientation 6 (turned a quarter)
+    reads as 100 x 300, and batching it by its stored size stacked it with 300 x 100 images."""
+    from PIL import Image
+
+    from datamodules.datasets import image_size
+    from datamodules.io import read_image
+
+    turned = Image.fromarray(np.zeros((100, 300, 3), np.uint8))
+    exif = turned.getexif()
+    exif[0x0112] = 6
+    turned.save(tmp_path / "turned.jpg", exif=exif)
+    Image.fromarray(np.zeros((100, 300, 3), np.uint8)).save(tmp_path / "plain.jpg")
+    height, width = read_image(tmp_path / "turned.jpg").shape[:2]
+    assert image_size(str(tmp_path / "turned.jpg")) == (width, height) == (100, 300)
+    assert image_size(str(tmp_path / "plain.jpg")) == (300, 100)
