@@ -6,7 +6,6 @@ python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]
 from __future__ import annotations
 
 import logging
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from evaluation.summary import figure_text
-from inference.cli import expected_failures, run
+from inference.cli import SettingError, expected_failures, run
 
 log = logging.getLogger("train")
 
@@ -100,11 +99,14 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
     if not Path(ckpt_path).is_file():
         raise MissingWeightsError(f"ckpt_path {ckpt_path} does not exist")
     try:  # weights only: a checkpoint that would run code is refused here too
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True).get("state_dict", {})
-    except (pickle.UnpicklingError, RuntimeError, OSError) as error:
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+        saved = saved["state_dict"] if isinstance(saved, dict) and isinstance(saved.get("state_dict"), dict) else None
+    except Exception as error:  # whatever an unreadable or foreign file makes the unpickler raise
         raise IncompatibleWeightsError(
             f"ckpt_path {ckpt_path} is not a checkpoint this toolkit reads: {error}"
         ) from None
+    if saved is None:
+        raise IncompatibleWeightsError(f"ckpt_path {ckpt_path} is not a checkpoint this toolkit reads: no state_dict")
     own = module.state_dict()
     differ = sorted(
         k for k in own.keys() | saved.keys() if k not in saved or k not in own or saved[k].shape != own[k].shape
@@ -119,6 +121,8 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
+    if not (isinstance(cfg.target_fpr, (int, float)) and 0 < cfg.target_fpr < 1):  # said before training
+        raise SettingError(f"target_fpr must be a number between 0 and 1 (0.01 for 1 %), got {cfg.target_fpr!r}")
     return create_module(
         cfg.detector,
         target_fpr=cfg.target_fpr,

@@ -177,6 +177,8 @@ def build_index(
     choose_type(index_type, 0)  # a wrong name or count refused before any file is read
     if int(workers) < 1:
         raise ValueError(f"workers must be 1 or more, got {workers}")
+    if int(commit_every) < 1:
+        raise ValueError(f"commit_every must be 1 or more, got {commit_every}")
     items = source_ids(input, layout)
     parsed = Shard.parse(shard)
     target = Path(index_dir)

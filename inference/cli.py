@@ -32,6 +32,11 @@ EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
 
 
+class SettingError(ValueError):
+    """A setting outside what it can be (its message names the setting and its range): always an
+    expected failure."""
+
+
 def expected_cause(error: BaseException, expected: tuple[type[BaseException], ...]) -> BaseException | None:
     """`error` or the exception it wraps (Hydra's instantiate wraps what a constructor raised) when
     one of them is expected, else None."""
@@ -51,8 +56,9 @@ def debugging(cfg: Any) -> bool:
 def expected_failures(*expected: type[BaseException]) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
     """Decorate a Hydra task function: an `expected` exception (or one wrapping it) is logged as one
     line and ends the process with status 2; anything else propagates to Hydra (traceback, status 1).
-    A required setting left out (`model=`, `input=`: `???` in the config) is always expected."""
-    expected = (*expected, MissingMandatoryValue)
+    A required setting left out (`model=`, `input=`: `???` in the config) and a `SettingError` are
+    always expected."""
+    expected = (*expected, MissingMandatoryValue, SettingError)
 
     def decorate(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
         @functools.wraps(task)

@@ -68,8 +68,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> dict[
             f"{path}: refusing to load: the file holds objects other than weights and plain "
             f"values, and loading them could run code ({error})"
         ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise ModelLoadError(f"{path}: not a readable checkpoint ({error})") from None
+    except Exception as error:  # whatever a file that is no checkpoint makes the unpickler raise
+        reason = str(error) or type(error).__name__
+        raise ModelLoadError(f"{path}: not a readable checkpoint ({reason})") from None
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if not isinstance(hparams, dict) or "net" not in hparams or "state_dict" not in checkpoint:
         raise ModelLoadError(

@@ -221,12 +221,14 @@ def test_a_merge_with_another_descriptor_than_the_parts_is_refused_and_leaves_th
     assert not (tmp_path / "empty").exists()
 
 
-def test_a_wrong_index_type_or_worker_count_is_refused_before_anything_is_made(tmp_path, tiles):
+def test_a_wrong_index_type_worker_count_or_commit_interval_is_refused_before_anything_is_made(tmp_path, tiles):
     write_panels(tmp_path / "collection", tiles[:2])
     with pytest.raises(ValueError, match="index_type must be one of auto, flat, ivf, ivf_pq, got 'bogus'"):
         build_index(tmp_path / "collection", tmp_path / "index", index_type="bogus")
     with pytest.raises(ValueError, match="workers must be 1 or more, got 0"):
         build_index(tmp_path / "collection", tmp_path / "index", workers=0)
+    with pytest.raises(ValueError, match="commit_every must be 1 or more, got 0"):
+        build_index(tmp_path / "collection", tmp_path / "index", commit_every=0)
     assert not (tmp_path / "index").exists()
 
 

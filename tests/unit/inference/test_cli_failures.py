@@ -79,3 +79,25 @@ def test_a_mistyped_key_is_answered_with_the_closest_setting_of_the_composed_con
         "'detector.net.encoder_nme' is not a setting; did you mean detector.net.encoder=x?"
     ]
     assert misspelled_keys("train", ["data.batch_size=3", "+extra=1", "zzzz=1"]) == []
+
+
+def test_a_setting_out_of_its_range_is_an_expected_failure(caplog):
+    from inference.cli import SettingError
+
+    @expected_failures()
+    def task(cfg):
+        raise SettingError("target_fpr must be a number between 0 and 1 (0.01 for 1 %), got 2")
+
+    with caplog.at_level(logging.ERROR, logger="toolkit"), pytest.raises(SystemExit) as stop:
+        task(OmegaConf.create({}))
+    assert stop.value.code == EXPECTED_FAILURE and "target_fpr must be a number between 0 and 1" in caplog.text
+
+
+def test_train_refuses_a_target_fpr_outside_0_and_1_before_training():
+    from inference.cli import SettingError
+    from tests.helpers import compose_config
+    from train import module_for
+
+    for value in ("2", "0", "abc"):
+        with pytest.raises(SettingError, match="target_fpr must be a number between 0 and 1"):
+            module_for(compose_config("train", [f"target_fpr={value}"]))

@@ -61,3 +61,21 @@ def test_a_checkpoint_where_torch_is_not_installed_is_refused_with_the_way_out(t
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
     with pytest.raises(ModelLoadError, match="needs torch, which is not installed; score its .onnx export"):
         load_runtime(tmp_path / "model.ckpt")
+
+
+def test_files_that_are_no_checkpoint_are_refused_with_a_reason(tmp_path):
+    import torch
+
+    from inference.runtime import ModelLoadError, read_checkpoint
+    from train import IncompatibleWeightsError, check_resume
+
+    text, listed = tmp_path / "notes.ckpt", tmp_path / "list.ckpt"
+    text.write_text("hello world, not a checkpoint")
+    torch.save([1, 2, 3], listed)
+    with pytest.raises(ModelLoadError, match="notes.ckpt: not a readable checkpoint \\(.+\\)"):
+        read_checkpoint(text)
+    with pytest.raises(ModelLoadError, match="not a checkpoint written by this toolkit"):
+        read_checkpoint(listed)
+    for path in (text, listed):
+        with pytest.raises(IncompatibleWeightsError, match="is not a checkpoint this toolkit reads"):
+            check_resume(str(path), module=None)
