@@ -11,6 +11,7 @@ import csv
 import logging
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -125,8 +126,15 @@ def build_embedded_dataset(
     exist are kept, so an interrupted run resumes.
     """
     output = Path(output)
+    sources = [Path(p) for p in photos or bundled_photo_paths()]
+    stems = Counter(path.stem for path in sources)
+    if clashing := sorted(str(path) for path in sources if stems[path.stem] > 1):
+        raise ValueError(
+            f"source photos sharing a name ({', '.join(clashing[:4])}): the dataset names its files by the photo's "
+            "name, so one would replace the other; rename them"
+        )
     rows: list[dict] = []
-    for photo_index, photo in enumerate(progress([Path(p) for p in photos or bundled_photo_paths()])):
+    for photo_index, photo in enumerate(progress(sources)):
         try:
             image = read_image(photo)
         except ImageReadError as error:  # one unreadable source is skipped, as every tool skips bad input
@@ -137,7 +145,9 @@ def build_embedded_dataset(
                 image
                 if scale == 1.0
                 else cv2.resize(
-                    image, (round(image.shape[1] * scale), round(image.shape[0] * scale)), interpolation=cv2.INTER_AREA
+                    image,
+                    (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale))),
+                    interpolation=cv2.INTER_AREA,
                 )
             )
             for y, x, crop in grid_crops(scaled, spec.crop_size, spec.max_crops_per_scale):
