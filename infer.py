@@ -25,7 +25,7 @@ from inference.run_report import (
     Robustness,
     map_folders,
     page_drawer,
-    page_path,
+    page_files,
     report_run,
 )
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
@@ -45,7 +45,7 @@ def check_options(cfg: DictConfig, output: Path) -> None:
     if cfg.get("report") not in (None, "none", "html"):
         raise ValueError(f"report must be none or html, got {cfg.get('report')!r}")
     if cfg.get("report") == "html":
-        check_page_folder(page_path(output).with_name(f"{page_path(output).stem}_files"))
+        check_page_folder(page_files(output))
     if output.suffix.lower() not in (".csv", ".jsonl"):
         raise ValueError(f"output must end in .csv or .jsonl, got {output}")
     if output.resolve() == Path(cfg.input).resolve():
@@ -61,9 +61,8 @@ def check_options(cfg: DictConfig, output: Path) -> None:
 def without_own_outputs(records: list[Record], cfg: DictConfig, output: Path) -> list[Record]:
     """An output written inside the input folder must not become input: the maps, overlays and report
     pictures of this run's earlier tries (resume) are left out, and said."""
-    page = page_path(output)
-    own = [Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")]
-    own = [folder.resolve() for folder in (*own, page.with_name(f"{page.stem}_files"))]
+    masks = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
+    own = [masks.resolve(), page_files(output).resolve()]
     kept = [r for r in records if not any(folder in Path(r.path).resolve().parents for folder in own)]
     if len(kept) < len(records):
         log.info("left out %d image(s) in this run's own output folders", len(records) - len(kept))
@@ -163,18 +162,9 @@ def plan_outputs(
 ) -> tuple[Path | None, Path | None, list[str]]:
     """Where maps and overlays go (`inference.run_report.map_folders`) and the columns of the rows: a
     `mask` path when maps are saved, a `confidence` path when asked for and the localizer gives one
-    (switched on here), the input's `true_label` when it has labels."""
-    own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
-    stamp = {
-        "model": str(Path(cfg.model).resolve()),
-        "model_sha256": file_sha256(cfg.model),
-        "threshold": runtime.threshold if own else float(cfg.threshold),
-        "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
-    }
-    try:
-        stamp_run(output, stamp, bool(cfg.resume) and not cfg.merge)
-    except ValueError as error:
-        raise InferenceFailed(str(error)) from None
+    (switched on here), the input's `true_label` when it has labels. First the run is stamped
+    (`stamp`): a resume with another model or threshold is refused before anything is written."""
+    stamp(cfg, output, runtime)
     masks_dir, overlays_dir = map_folders(
         output, runtime, records, cfg.save_masks, cfg.overlays, cfg.get("save_confidence", False), cfg.masks_dir
     )
@@ -188,6 +178,21 @@ def plan_outputs(
             runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
             columns.append("confidence")
     return masks_dir, overlays_dir, columns
+
+
+def stamp(cfg: DictConfig, output: Path, runtime: Runtime) -> None:
+    """`inference.writer.stamp_run` with this run's model and thresholds."""
+    own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
+    decided_by = {
+        "model": str(Path(cfg.model).resolve()),
+        "model_sha256": file_sha256(cfg.model),
+        "threshold": runtime.threshold if own else float(cfg.threshold),
+        "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
+    }
+    try:
+        stamp_run(output, decided_by, bool(cfg.resume) and not cfg.merge)
+    except ValueError as error:
+        raise InferenceFailed(str(error)) from None
 
 
 def report_request(cfg: DictConfig, output: Path, threshold: float) -> ReportRequest:

@@ -81,6 +81,12 @@ def page_path(output: Path) -> Path:
     return output.with_name(f"{output.stem}_report.html")
 
 
+def page_files(output: Path) -> Path:
+    """The page's pictures and further pages: `<output stem>_report_files/` beside it."""
+    page = page_path(output)
+    return page.with_name(f"{page.stem}_files")
+
+
 def warn_earlier_page(output: Path) -> None:
     """Said when a run without `report=html` leaves an earlier run's page beside the rows it wrote:
     a reviewer opening it would read other scores."""
@@ -97,14 +103,9 @@ def page_drawer(output: Path, threshold: float, blinded: bool, rows: int) -> Any
     from inference import html_report
     from inference.report_pictures import STRIP, EvidenceDrawer
 
-    page = page_path(output)
     one_page = rows <= html_report.PAGE_SIZE
     return EvidenceDrawer(
-        page.with_name(f"{page.stem}_files"),
-        threshold,
-        maps=not blinded,
-        per_strip=1 if one_page else STRIP,
-        link_sources=not one_page,
+        page_files(output), threshold, maps=not blinded, per_strip=1 if one_page else STRIP, link_sources=not one_page
     )
 
 
