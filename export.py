@@ -15,7 +15,7 @@ from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
 from detectors.blocks.weights import MissingWeightsError
 from exporting.onnx_export import ExportError, export_onnx
-from exporting.variants import VariantRefused, build_variant, sample_images
+from exporting.variants import PRECISIONS, VariantRefused, build_variant, sample_images
 from inference.cli import expected_failures, run
 from inference.runtime import ModelLoadError, load_checkpoint
 
@@ -25,6 +25,10 @@ log = logging.getLogger("export")
 def export(cfg: DictConfig) -> dict:
     """The fp32 export with its parity check, then the requested variant measured against it."""
     output = Path(cfg.output)
+    if output.suffix.lower() != ".onnx":  # its sidecar is <stem>.json: m.txt would replace m.json
+        raise ExportError(f"output must end in .onnx, got {output}")
+    if cfg.precision not in PRECISIONS:  # before the fp32 export, which takes minutes for large models
+        raise VariantRefused(f"precision must be one of {PRECISIONS}, got {cfg.precision!r}")
     plain = cfg.precision == "fp32" and not cfg.graph_preprocess
     module = load_checkpoint(cfg.model)
     if getattr(module.net, "is_pair_detector", False) and not plain:

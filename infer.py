@@ -48,6 +48,10 @@ def check_options(cfg: DictConfig, output: Path) -> None:
         check_page_folder(page_files(output))
     if output.suffix.lower() not in (".csv", ".jsonl"):
         raise ValueError(f"output must end in .csv or .jsonl, got {output}")
+    if blocking := next((folder for folder in output.parents if folder.exists() and not folder.is_dir()), None):
+        raise ValueError(f"output {output}: {blocking} is a file, not a folder")
+    if not isinstance(cfg.resume, bool):
+        raise ValueError(f"resume must be true or false, got {cfg.resume!r}")
     if output.resolve() == Path(cfg.input).resolve():
         raise ValueError(f"output {output} is the input: the scores would overwrite it")
     if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:

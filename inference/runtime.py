@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import math
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 
 # torch is imported inside the functions that need it: scoring with an `.onnx` model never loads it
 # (its import alone takes seconds, longer than scoring a handful of images).
+
+
+log = logging.getLogger(__name__)
 
 
 class ModelLoadError(Exception):
@@ -312,12 +317,20 @@ def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = Fals
     """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason."""
     suffix = Path(path).suffix.lower()
     if suffix == ".onnx":
-        return OnnxRuntime(path, device, tta)
-    if suffix in (".ckpt", ".pt", ".pth"):
+        runtime: Runtime = OnnxRuntime(path, device, tta)
+    elif suffix in (".ckpt", ".pt", ".pth"):
         if importlib.util.find_spec("torch") is None:
             raise ModelLoadError(f"{path}: a .ckpt model needs torch, which is not installed; score its .onnx export")
-        return TorchRuntime(path, device, tta)
-    raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
+        runtime = TorchRuntime(path, device, tta)
+    else:
+        raise ModelLoadError(f"model must be a .ckpt (from train.py) or .onnx (from export.py), got {path}")
+    if math.isnan(runtime.threshold):
+        log.warning(
+            "%s has no calibrated threshold (NaN: its training scored no genuine validation image), so every "
+            "image would be labelled genuine: pass threshold=, or calibrate it with calibrate.py",
+            path,
+        )
+    return runtime
 
 
 def runtime_transform(runtime: Runtime) -> Callable[[np.ndarray], np.ndarray]:

@@ -40,6 +40,7 @@ def test_an_unexpected_error_still_propagates():
         (["threshold=2"], "threshold must be a number from 0 to 1"),
         (["threshold=abc"], "threshold must be a number from 0 to 1"),
         (["review_aggregation=foo"], "review_aggregation must be one of max, mean, noisy_or"),
+        (["resume=maybe"], "resume must be true or false, got 'maybe'"),
     ],
 )
 def test_bad_options_are_refused_before_the_model_is_read(tmp_path, options, message):
@@ -101,3 +102,32 @@ def test_train_refuses_a_target_fpr_outside_0_and_1_before_training():
     for value in ("2", "0", "abc"):
         with pytest.raises(SettingError, match="target_fpr must be a number between 0 and 1"):
             module_for(compose_config("train", [f"target_fpr={value}"]))
+
+
+def test_an_output_under_a_file_is_refused_naming_the_file(tmp_path):
+    from infer import InferenceFailed, infer
+    from tests.helpers import compose_config
+
+    (tmp_path / "notes").write_text("a file")
+    cfg = compose_config(
+        "infer", [f"model={tmp_path / 'absent.ckpt'}", f"input={tmp_path}", f"output={tmp_path}/notes/s.csv"]
+    )
+    with pytest.raises(InferenceFailed, match="notes is a file, not a folder"):
+        infer(cfg)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["output=model.txt"], "output must end in .onnx, got model.txt"),
+        (["precision=int9"], "precision must be one of"),
+    ],
+)
+def test_export_refuses_a_bad_output_name_or_precision_before_reading_the_model(tmp_path, options, message):
+    from export import export
+    from exporting.onnx_export import ExportError
+    from exporting.variants import VariantRefused
+    from tests.helpers import compose_config
+
+    with pytest.raises((ExportError, VariantRefused), match=message):
+        export(compose_config("export", [f"model={tmp_path / 'absent.ckpt'}", *options]))

@@ -79,3 +79,17 @@ def test_files_that_are_no_checkpoint_are_refused_with_a_reason(tmp_path):
     for path in (text, listed):
         with pytest.raises(IncompatibleWeightsError, match="is not a checkpoint this toolkit reads"):
             check_resume(str(path), module=None)
+
+
+def test_a_model_without_a_calibrated_threshold_is_said(tmp_path, caplog, monkeypatch):
+    import inference.runtime as runtime
+
+    class Uncalibrated:
+        threshold = float("nan")
+
+        def __init__(self, *args):
+            pass
+
+    monkeypatch.setattr(runtime, "OnnxRuntime", Uncalibrated)
+    runtime.load_runtime(tmp_path / "model.onnx")
+    assert "has no calibrated threshold (NaN" in caplog.text and "pass threshold=" in caplog.text
