@@ -179,6 +179,8 @@ def build_index(
         raise ValueError(f"workers must be 1 or more, got {workers}")
     if int(commit_every) < 1:
         raise ValueError(f"commit_every must be 1 or more, got {commit_every}")
+    if Path(index_dir).exists() and not Path(index_dir).is_dir():
+        raise ValueError(f"index {index_dir} is a file: an index is a folder")
     items = source_ids(input, layout)
     parsed = Shard.parse(shard)
     target = Path(index_dir)

@@ -230,6 +230,9 @@ def test_a_wrong_index_type_worker_count_or_commit_interval_is_refused_before_an
     with pytest.raises(ValueError, match="commit_every must be 1 or more, got 0"):
         build_index(tmp_path / "collection", tmp_path / "index", commit_every=0)
     assert not (tmp_path / "index").exists()
+    (tmp_path / "index").write_text("a file")
+    with pytest.raises(ValueError, match="is a file: an index is a folder"):
+        build_index(tmp_path / "collection", tmp_path / "index")
 
 
 def test_white_gutters_cut_a_figure_into_its_panels():
