@@ -218,7 +218,11 @@ def list_images(root: str | os.PathLike) -> list[Record]:
     try:
         return scan_folder(root)
     except LayoutError:  # no label folders: the images are simply unlabelled
-        paths = sorted(p for p in root.rglob("*") if p.is_file() and is_image_file(p))
+        files = [p for p in root.rglob("*") if p.is_file() or p.is_symlink()]
+        paths = sorted(p for p in files if p.is_file() and is_image_file(p))
+        if len(paths) < len(files):  # other formats, notes, broken links: no row, so said here
+            kinds = sorted({p.suffix.lower() or p.name for p in files if not (p.is_file() and is_image_file(p))})
+            log.info("%s: %d file(s) not read as images (%s)", root, len(files) - len(paths), ", ".join(kinds[:8]))
         return [Record(path=str(p)) for p in paths]
 
 

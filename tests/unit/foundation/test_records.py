@@ -151,3 +151,13 @@ def test_an_image_listed_twice_with_one_label_is_said(tmp_path, caplog):
     (tmp_path / "m.csv").write_text("path,label\na.png,1\na.png,1.0\n")
     assert [r.label for r in read_manifest(tmp_path / "m.csv")] == [1, 1]
     assert "lists 1 image(s) more than once" in caplog.text
+
+
+def test_files_of_a_folder_that_are_not_read_as_images_are_counted(tmp_path, caplog):
+    Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "gone.png").symlink_to(tmp_path / "missing.png")
+    with caplog.at_level("INFO", logger="datamodules.records"):
+        records = records_from_input(tmp_path)
+    assert [r.path for r in records] == [str(tmp_path / "photo.png")]
+    assert "2 file(s) not read as images (.png, .txt)" in caplog.text
