@@ -133,7 +133,8 @@ def resolve_clip_weights(model: str, pretrained: str, cache_dir: str | None = No
     how = [
         f"with internet once: python -c \"import open_clip; open_clip.create_model('{model}', "
         f"pretrained='{pretrained}')\", then copy ~/.cache/huggingface (or ~/.cache/clip) to this machine",
-        f"download the weights from {source} and pass the file as `pretrained: /path/to/file`",
+        f"download the weights from {source} and give the file's path where the tag {pretrained!r} is set "
+        "(`net.clip_pretrained` or `net.pretrained`)",
     ]
     raise MissingWeightsError(missing_weights_message(f"open_clip {model!r} + {pretrained!r}", looked, how))
 

@@ -80,7 +80,8 @@ def missing_weights_message(what: str, looked: Sequence[str], how: Sequence[str]
         *[f"  - {place}" for place in looked],
         "Provide them by one of:",
         *[f"  - {step}" for step in how],
-        "Or set `pretrained: null` to train from random initialization (logged as such).",
+        "Or set the detector's option naming these weights to null to train from random initialization (logged "
+        "as such): `net.pretrained`, or `net.clip_pretrained` / `net.encoder_weights` where its config has them.",
     ]
     return "\n".join(lines)
 
