@@ -105,9 +105,10 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
     del model.graph.value_info[:]  # stale intermediate shapes from the exporter trip onnx shape inference
     if precision == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
+        from onnxruntime.transformers.onnx_model import OnnxModel
 
         half = convert_float_to_float16(model, keep_io_types=True)
-        in_dependency_order(half.graph)  # the converter appends its input casts after their users
+        OnnxModel.graph_topological_sort(half.graph)  # the converter appends its input casts after their users
         return half
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -142,34 +143,6 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
                 activation_type=QuantType.QUInt8,
             )
         return onnx.load(str(target))
-
-
-def in_dependency_order(graph: onnx.GraphProto) -> None:
-    """Reorder `graph.node` so that every node comes after the nodes making its inputs (what
-    `onnx.checker` demands), keeping the given order wherever it already holds."""
-    import heapq
-
-    nodes = list(graph.node)
-    producer = {name: i for i, node in enumerate(nodes) for name in node.output}
-    waits_on = [{producer[name] for name in node.input if name in producer} - {i} for i, node in enumerate(nodes)]
-    users: dict[int, list[int]] = {}
-    for i, needed in enumerate(waits_on):
-        for j in needed:
-            users.setdefault(j, []).append(i)
-    ready = [i for i, needed in enumerate(waits_on) if not needed]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for user in users.get(i, []):
-            waits_on[user].discard(i)
-            if not waits_on[user]:
-                heapq.heappush(ready, user)
-    if len(order) != len(nodes):
-        raise VariantRefused("the converted graph has a cycle; the file was not written")
-    del graph.node[:]
-    graph.node.extend(nodes[i] for i in order)
 
 
 def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, threshold: float) -> dict[str, Any]:
