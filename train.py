@@ -23,7 +23,8 @@ from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from evaluation.summary import figure_text
-from inference.cli import SettingError, expected_failures, run
+from inference.cli import expected_failures, run
+from inference.recalibration import open_fraction
 
 log = logging.getLogger("train")
 
@@ -121,11 +122,9 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
-    if not (isinstance(cfg.target_fpr, (int, float)) and 0 < cfg.target_fpr < 1):  # said before training
-        raise SettingError(f"target_fpr must be a number between 0 and 1 (0.01 for 1 %), got {cfg.target_fpr!r}")
     return create_module(
         cfg.detector,
-        target_fpr=cfg.target_fpr,
+        target_fpr=open_fraction("target_fpr", cfg.target_fpr),  # a bad one said before training
         calibrate_by=calibration.get("by"),
         calibration_rule=calibration.get("rule", "quantile"),
     )

@@ -28,6 +28,7 @@ from evaluation.calibration import (
     rule_phrase,
     too_few_sentence,
 )
+from inference.cli import SettingError
 
 if TYPE_CHECKING:  # type hints only: scoring loads these when it runs
     from datamodules.records import Record
@@ -278,13 +279,13 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
 
 
 def open_fraction(name: str, value: Any) -> float:
-    """`value` as a number strictly between 0 and 1, or a ValueError naming the setting."""
+    """`value` as a number strictly between 0 and 1, or a `SettingError` naming the setting."""
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
     if not 0.0 < number < 1.0:
-        raise ValueError(f"{name} must be a number between 0 and 1 (0.01 for 1 %), got {value!r}")
+        raise SettingError(f"{name} must be a number between 0 and 1 (0.01 for 1 %), got {value!r}")
     return number
 
 
