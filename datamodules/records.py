@@ -68,7 +68,8 @@ def _resolve(base: Path, value: str | None) -> str | None:
     return str(path if path.is_absolute() else base / path)
 
 
-def _parse_label(value: object, where: str) -> int | None:
+def parse_label(value: object, where: str, meaning: str = "0 (genuine) or 1 (fake)") -> int | None:
+    """A row's 0/1 label (None when empty); anything else is refused naming `where` and `meaning`."""
     text = _clean(value)
     if text is None:
         return None
@@ -77,7 +78,7 @@ def _parse_label(value: object, where: str) -> int | None:
     except ValueError:
         number = None
     if number not in (0.0, 1.0):  # 0.7, -0.5 or inf are no label to round
-        raise LayoutError(f"{where}: label must be 0 (genuine) or 1 (fake), got {text!r}")
+        raise LayoutError(f"{where}: label must be {meaning}, got {text!r}")
     return int(number)
 
 
@@ -143,7 +144,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
         records.append(
             Record(
                 path=_resolve(base, _clean(row["path"])),
-                label=_parse_label(row.get("label"), where),
+                label=parse_label(row.get("label"), where),
                 mask=_resolve(base, _clean(row.get("mask"))),
                 group=_clean(row.get("group")),
                 category=_clean(row.get("category")),

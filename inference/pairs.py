@@ -27,7 +27,7 @@ import numpy as np
 
 from datamodules.io import ImageReadError, read_image, read_mask, write_image
 from datamodules.layouts import records_from_input
-from datamodules.records import LayoutError
+from datamodules.records import LayoutError, parse_label
 from evaluation.protocols.duplication import parse_operations
 from evaluation.summary import figure_text
 from inference.masks import safe_mask_name
@@ -107,11 +107,9 @@ def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
                 parse_operations(pair["operations"])
             except ValueError as error:
                 raise LayoutError(f"{where}: {error}") from None
-        label = str(row.get("label", "")).strip()
-        if label not in ("", "0", "1", "0.0", "1.0"):
-            raise LayoutError(f"{where}: label must be 0 (no duplication) or 1 (duplication), got {label!r}")
-        if label:
-            pair["label"] = int(float(label))
+        label = parse_label(row.get("label"), where, "0 (no duplication) or 1 (duplication)")
+        if label is not None:
+            pair["label"] = label
         pairs.append(pair)
     return pairs
 
