@@ -85,8 +85,7 @@ def single_image_batches(batch: dict[str, Any]) -> list[dict[str, Any]]:
             single["thumb"] = [batch["thumb"][i]]
         singles.append(single)
     for error, position in zip(batch["errors"], batch["error_index"]):
-        before = [single for single in singles if single["index"][0] < position]
-        owner = before[-1] if before else singles[0]
+        owner = next((single for single in reversed(singles) if single["index"][0] < position), singles[0])
         owner["errors"].append(error)
         owner["error_index"].append(position)
     return singles

@@ -212,8 +212,8 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
         sidecar = model.with_suffix(".json")
         if sidecar.is_file():
             data = json.loads(sidecar.read_text())
-            data.update({"threshold": float(record["threshold"]), "calibration": record})
-            data.update({"target_fpr": float(record["target_fpr"])})
+            threshold, target_fpr = float(record["threshold"]), float(record["target_fpr"])
+            data.update(threshold=threshold, target_fpr=target_fpr, calibration=record)
             data.pop("category_thresholds", None)  # as in the metadata: replaced, or gone with a global one
             if record.get("category_thresholds"):
                 data["category_thresholds"] = record["category_thresholds"]

@@ -38,14 +38,14 @@ PAGE_FOLDER_PARTS = {"thumbs", "overlays", "masks", "pages", "plots", "pairs", "
 def check_page_folder(files: Path) -> None:
     """A report empties its `<page>_files/` folder before writing it again; one that holds anything a
     report does not write is the user's, and is refused instead."""
-    if files.exists():
-        foreign = sorted(p.name for p in files.iterdir()) if files.is_dir() else [files.name]
-        foreign = [name for name in foreign if name not in PAGE_FOLDER_PARTS]
-        if foreign or not files.is_dir():
-            raise ValueError(
-                f"{files} holds files no report writes ({', '.join(foreign[:3])}): move them, or choose "
-                "another output (the report's folder is named after it)"
-            )
+    if not files.exists():
+        return
+    foreign = sorted(p.name for p in files.iterdir() if p.name not in PAGE_FOLDER_PARTS) if files.is_dir() else [files]
+    if foreign:
+        raise ValueError(
+            f"{files} holds files no report writes ({', '.join(map(str, foreign[:3]))}): move them, or choose "
+            "another output (the report's folder is named after it)"
+        )
 
 
 class PictureStrip:
