@@ -177,6 +177,9 @@ def test_the_runs_own_maps_and_report_pictures_inside_the_input_are_not_scored(t
     output = tmp_path / "scores.csv"
     paths = ["photo.png", "scores_masks/0000000_photo.png", "scores_report_files/thumbs/strip-000000.jpg", "x/a.png"]
     records = [Record(path=str(tmp_path / p)) for p in paths]
+    for path in paths:  # the files on disk, as an earlier run left them
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
     cfg = compose_config("infer", ["model=m.ckpt", f"input={tmp_path}", f"output={output}"])
     assert [r.path for r in without_own_outputs(records, cfg, output)] == [
         str(tmp_path / "photo.png"),
