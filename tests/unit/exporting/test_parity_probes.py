@@ -86,6 +86,9 @@ def test_the_file_has_the_opset_asked_for_or_is_refused(tmp_path):
     with pytest.raises(ExportError, match="opset=13: the exporter writes opset 18 or newer"):
         export_graph(graph, inputs, ["score"], {"image": {}}, tmp_path / "old.onnx", 13)
     assert not (tmp_path / "old.onnx").exists()
+    with pytest.raises(ExportError, match=r"opset=40: the exporter wrote opset \[18\]; the file was not written"):
+        export_graph(graph, inputs, ["score"], {"image": {}}, tmp_path / "unknown.onnx", 40)  # it falls back to 18
+    assert not (tmp_path / "unknown.onnx").exists()
     export_graph(graph, inputs, ["score"], {"image": {}}, tmp_path / "new.onnx", 20)
     assert {o.version for o in onnx.load(str(tmp_path / "new.onnx")).opset_import if o.domain == ""} == {20}
 

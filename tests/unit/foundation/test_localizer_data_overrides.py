@@ -29,3 +29,18 @@ def test_the_localizer_keys_and_a_classifiers_own_overrides_pass():
     checked(["detector=seg_tiny", "data.localizers.batch_size=4"], localizer=True)
     checked(["data.batch_size=4"], localizer=False)
     checked(["detector=seg_tiny", "data=localization", "data.batch_size=4"], localizer=True)  # no variant there
+
+
+def test_train_refuses_it_before_any_data_is_made(tmp_path):
+    from tests.helpers import prepare_train_config
+    from train import train
+
+    cfg = prepare_train_config(
+        ["detector=seg_tiny", "data.batch_size=4", f"paths.data_dir={tmp_path / 'data'}"], tmp_path
+    )
+    try:
+        with pytest.raises(LayoutError, match="give data.localizers.batch_size=... instead"):
+            train(cfg)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert not (tmp_path / "data").exists()
