@@ -196,6 +196,13 @@ def report_and_summary(
     log.info("%s", summary(metrics, output_dir))
     if (metrics.get("calibration") or {}).get("warning"):
         log.warning("calibration: %s", metrics["calibration"]["warning"])
+    elif not metrics.get("calibration"):
+        log.warning(
+            "calibration: no genuine validation image was scored, so the threshold %g is the default, not "
+            "calibrated; calibrate it on genuine images of your own: python calibrate.py model=<checkpoint> "
+            "input=<genuine images>",
+            float(module.threshold),
+        )
     return metrics
 
 

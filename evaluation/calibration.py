@@ -146,14 +146,23 @@ def calibration_check(
         "sufficient": n >= needed,
         "negatives": negatives,
     }
+    warnings = []
+    kind = negatives.replace("validation ", "")
     if n < needed:
-        kind = negatives.replace("validation ", "")
-        result["warning"] = (
+        warnings.append(
             f"the threshold was calibrated on {n} {negatives}; a target FPR of "
             f"{target_fpr:g} needs at least {needed} to be meaningful. The FPR at this threshold is "
             f"{fp}/{n}, {confidence:.0%} Clopper-Pearson interval [{low:.3f}, {high:.3f}]: expect more "
             f"{kind} flagged than the target. Add {kind} to validation or raise target_fpr."
         )
+    if threshold > 1.0:  # scores are probabilities: more of the negatives than target_fpr score 1
+        warnings.append(
+            f"the threshold {threshold:.9g} is above every score there is, so it flags no image at all: "
+            f"{int(np.sum(s >= 1.0))} of {n} {kind} score 1, more than target_fpr={target_fpr:g} allows. "
+            "The model is saturated on them; train it on images of this kind or raise target_fpr."
+        )
+    if warnings:
+        result["warning"] = " ".join(warnings)
     return result
 
 

@@ -120,3 +120,20 @@ def test_a_missing_or_foreign_checkpoint_to_resume_is_refused_before_any_trainin
     with pytest.raises(IncompatibleWeightsError, match="holds the weights of another detector or size"):
         train(prepare_train_config(wider, tmp_path / "wider"))
     assert not (tmp_path / "wider" / "checkpoints").exists()
+
+
+def test_a_run_whose_validation_has_no_genuine_image_says_its_threshold_is_not_calibrated(
+    small_dataset, tmp_path, caplog
+):
+    import logging
+
+    import pandas as pd
+
+    rows = pd.read_csv(small_dataset)
+    rows["path"] = [str(small_dataset.parent / path) for path in rows["path"]]
+    fakes_only = tmp_path / "fakes_only_val.csv"
+    rows[(rows["split"] != "val") | (rows["label"] == 1)].to_csv(fakes_only, index=False)
+    with caplog.at_level(logging.WARNING, logger="train"):
+        metrics = train(prepare_train_config([*small_train_overrides(fakes_only), "test=false"], tmp_path / "run"))
+    assert "calibration" not in metrics
+    assert "no genuine validation image was scored, so the threshold 0.5 is the default" in caplog.text

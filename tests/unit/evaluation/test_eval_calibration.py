@@ -108,8 +108,16 @@ def test_calibration_check_warns_when_the_validation_genuines_are_too_few():
     assert check["n_genuine"] == 20 and check["false_positives"] == 1
     assert check["fpr_interval"][0] < 0.05 < check["fpr_interval"][1]
     assert not check["sufficient"] and "299" in check["warning"] and "20 genuine" in check["warning"]
-    enough = calibration_check(np.linspace(0.0, 1.0, 400), threshold=2.0, target_fpr=0.01)
+    enough = calibration_check(np.linspace(0.0, 0.9, 400), threshold=0.95, target_fpr=0.01)
     assert enough["sufficient"] and "warning" not in enough and enough["fpr_interval"][1] < 0.01
+
+
+def test_a_threshold_above_every_possible_score_is_said_to_flag_nothing():
+    saturated = np.concatenate([np.linspace(0.0, 0.9, 388), np.ones(12)])  # 12 of 400 genuines score 1
+    threshold = calibrate_threshold(saturated, target_fpr=0.01)
+    assert threshold > 1.0
+    check = calibration_check(saturated, threshold, target_fpr=0.01)
+    assert check["sufficient"] and "flags no image at all" in check["warning"] and "12 of 400" in check["warning"]
 
 
 # --- rule=bound: the true FPR stays under the target with the stated confidence -------------------
