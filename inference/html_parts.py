@@ -41,9 +41,10 @@ class ReportHeader:
 
 
 def decision_of(row: Mapping[str, Any], threshold: float) -> str:
+    """The row's decision at its own `threshold` where it has one (its category's), else at `threshold`."""
     if row.get("status", "ok") != "ok" or row.get("score") is None:
         return "error"
-    return "flagged" if float(row["score"]) >= threshold else "not flagged"
+    return "flagged" if float(row["score"]) >= float(row.get("threshold", threshold)) else "not flagged"
 
 
 def escape(value: Any) -> str:

@@ -57,10 +57,20 @@ __all__ = ["PAGE_SIZE", "ReportHeader", "decision_of", "ordered", "write_html_re
 PAGE_SIZE = 200  # rows per static page (scripts off); the script pages its own way
 
 
-def threshold_note(threshold: float, calibration: Mapping[str, Any] | None, chosen_by_user: bool) -> str:
-    """How the threshold was set, in one sentence a reviewer can weigh."""
+def threshold_note(
+    threshold: float,
+    calibration: Mapping[str, Any] | None,
+    chosen_by_user: bool,
+    category_thresholds: Mapping[str, float] | None = None,
+) -> str:
+    """How the threshold was set, in one sentence a reviewer can weigh; `category_thresholds`: the
+    categories whose images this run decided at a threshold of their own."""
     if chosen_by_user:
         return f"set by the user to {threshold:.4g} for this run"
+    if category_thresholds:
+        own = ", ".join(f"{name} {value:.4g}" for name, value in sorted(category_thresholds.items()))
+        general = threshold_note(threshold, calibration, chosen_by_user)
+        return f"per category, calibrated on each category's genuine images: {own}; other images {general}"
     if not calibration:
         return f"{threshold:.4g}, stored in the model (no calibration record in the model file)"
     target = calibration.get("target_fpr")
@@ -273,11 +283,13 @@ def write_run_report(
     threshold: float,
     calibration: Mapping[str, Any] | None = None,
     threshold_from_user: bool = False,
+    category_thresholds: Mapping[str, float] | None = None,
     input: str = "",
     **options: Any,
 ) -> Path:
     """`write_html_report` with the header of a scoring or test run: the model file and its SHA-256,
-    how the threshold was set, the toolkit's version. `options` go to `write_html_report`."""
+    how the threshold was set (`category_thresholds`: those the rows' own `threshold` came from),
+    the toolkit's version. `options` go to `write_html_report`."""
     from detectors import __version__
 
     model_file = Path(model) if model else None
@@ -288,7 +300,7 @@ def write_run_report(
         threshold=float(threshold),
         input=str(input),
         version=__version__,
-        threshold_note=threshold_note(float(threshold), calibration, threshold_from_user),
+        threshold_note=threshold_note(float(threshold), calibration, threshold_from_user, category_thresholds),
         model_sha256=file_sha256(model_file) if model_file is not None and model_file.is_file() else "",
     )
     return write_html_report(target, rows, header, **options)

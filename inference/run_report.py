@@ -16,6 +16,7 @@ from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_PROTOCOL
 from evaluation.summary import figure_text
 from inference.masks import PixelReduction, records_with_masks
+from inference.recalibration import CategoryThreshold
 from inference.runtime import Runtime
 from inference.scoring import join_truth, score_perturbed_fn
 
@@ -228,7 +229,10 @@ def html_page(
     from inference.html_report import read_calibration, write_run_report
 
     group_of = {r.path: r.review or r.group for r in records}
-    page_rows = [{**row, "group": group_of.get(row["path"]) or ""} for row in rows]
+    # where the model decides per category, each row is shown at the threshold that decided it
+    per_input = CategoryThreshold.for_records(runtime, records) if request.per_category_thresholds else None
+    own = (lambda path: {"threshold": per_input(path)}) if per_input else (lambda path: {})
+    page_rows = [{**row, "group": group_of.get(row["path"]) or "", **own(row["path"])} for row in rows]
     page = write_run_report(
         page_path(request.output),
         page_rows,
@@ -237,6 +241,7 @@ def html_page(
         threshold=request.threshold,
         calibration=read_calibration(request.model) if request.model else None,
         threshold_from_user=not request.per_category_thresholds,
+        category_thresholds=per_input.by_category if per_input else None,
         input=request.input,
         is_localizer=runtime.is_localizer,
         metrics=metrics,

@@ -5,9 +5,14 @@ reported per category with every category that misses its genuine TNR target nam
 from __future__ import annotations
 
 import csv
+import html
 import json
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -15,6 +20,7 @@ from datamodules.records import Record
 from detectors.module import DetectorModule
 from evaluation import report_records
 from evaluation.calibration import calibrate_by_category, row_thresholds
+from exporting.variants import write_sidecar
 from infer import infer
 from inference.recalibration import CalibrationRefused, calibrate_model, recalibrate_by_category
 from inference.runtime import OnnxRuntime, TorchRuntime
@@ -80,9 +86,13 @@ def two_kinds(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["onnx", "ckpt"])
 def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_model, two_kinds, tmp_path, kind):
+    model = tiny_model[kind]
+    if kind == "onnx":  # with the JSON sidecar export.py writes beside it
+        model = Path(shutil.copy(model, tmp_path / "exported.onnx"))
+        write_sidecar(model, onnx.load(str(model)), {})
     output = tmp_path / f"calibrated.{kind}"
     record = calibrate_model(
-        str(tiny_model[kind]), str(two_kinds), output, target_fpr=0.1, num_workers=0, progress=False, by="category"
+        str(model), str(two_kinds), output, target_fpr=0.1, num_workers=0, progress=False, by="category"
     )
     assert set(record["by_category"]) == {"chart", "gel"}
     assert record["by_category"]["gel"]["n_genuine"] == 35 and record["by_category"]["gel"]["n_fake"] == 4
@@ -91,7 +101,6 @@ def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_
     assert runtime.target_fpr == pytest.approx(0.1)
     assert "Per category" in (tmp_path / "calibrated.calibration.md").read_text()
     if kind == "onnx":  # services that read only the JSON sidecar decide per category too
-        assert tiny_model["onnx"].with_suffix(".json").is_file()
         sidecar = json.loads(output.with_suffix(".json").read_text())
         assert sidecar["category_thresholds"] == pytest.approx(record["category_thresholds"])
         assert sidecar["target_fpr"] == pytest.approx(0.1)
@@ -99,13 +108,30 @@ def test_per_category_thresholds_travel_in_the_model_and_decide_each_input(tiny_
     scored = tmp_path / "scored.csv"
     result = infer(
         compose_config(
-            "infer", [f"model={output}", f"input={two_kinds}", f"output={scored}", "progress=false", "num_workers=0"]
+            "infer",
+            [f"model={output}", f"input={two_kinds}", f"output={scored}", "progress=false", "num_workers=0"]
+            + ["report=html"],
         )
     )
     category = {row["path"]: row["category"] for row in csv.DictReader(two_kinds.open())}
+    decided = {}
     for row in csv.DictReader(scored.open()):
         own = runtime.category_thresholds[category[row["path"].rsplit("/", 1)[-1]]]
         assert int(row["label"]) == int(float(row["score"]) >= own)
+        decided[html.escape(row["path"])] = "flagged" if row["label"] == "1" else "not flagged"
+    # the reviewers' page shows the decisions the rows hold, and says each category's threshold
+    page = (tmp_path / "scored_report.html").read_text()
+    shown = dict(
+        re.findall(
+            r'<tr data-decision="[^"]*"><td>.*?</td><td class="name">([^<]*)</td>.*?'
+            r'<td class="decision">([^<]*)</td>',
+            page,
+        )
+    )
+    assert shown == decided and len(set(decided.values())) == 2
+    assert "per category, calibrated on each category" in page
+    for name, value in runtime.category_thresholds.items():
+        assert f"{name} {value:.4g}" in page
     metrics = result["metrics"]
     assert metrics["category_thresholds"] == pytest.approx(record["category_thresholds"])
     for name in ("chart", "gel"):  # each category's genuine TNR at its own threshold, as calibrated
