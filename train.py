@@ -20,7 +20,7 @@ from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
 from evaluation import calibration_markdown, report_records, write_metrics_json
-from evaluation.calibration import below_target_in
+from evaluation.calibration import below_target_in, row_thresholds
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from evaluation.summary import figure_text
 from inference.cli import expected_failures, run
@@ -248,6 +248,9 @@ def write_test_report(
 
         # a record's `mask` is the true mask; the page's maps are predictions, which a test run does not save
         page_rows = [{k: v for k, v in row.items() if k != "mask"} for row in rows]
+        if module.category_thresholds:  # each image shown at the threshold that decided it
+            own = row_thresholds([row.get("category") for row in rows], module.category_thresholds, threshold)
+            page_rows = [{**row, "threshold": float(cut)} for row, cut in zip(page_rows, own)]
         page = write_run_report(
             output_dir / "report.html",
             page_rows,
@@ -255,6 +258,7 @@ def write_test_report(
             detector=str(extra.get("detector")),
             threshold=threshold,
             calibration=extra.get("calibration"),
+            category_thresholds=module.category_thresholds or None,
             input="the test split",
             metrics=report.metrics,
             plots=sorted(str(p) for p in report.files.values() if str(p).endswith(".png")),

@@ -205,3 +205,32 @@ def test_training_counts_the_sources_of_the_validation_genuines_where_records_na
     module = validated(monkeypatch, records, calibrate_by=None)
     assert module.calibration["n_genuine"] == 215
     assert module.calibration.get("genuine_sources") == (7 if named else None)
+
+
+def test_the_test_reports_page_decides_each_image_at_its_categorys_threshold(monkeypatch, tmp_path):
+    from train import write_test_report
+
+    module = validated(monkeypatch)
+    own, general = module.category_thresholds, float(module.threshold)
+    # between the global threshold and its category's: the two decide these images differently
+    scores = [(own["micrograph"] + general) / 2, (own["photo"] + general) / 2, 0.999, 0.001]
+    assert own["photo"] < general < own["micrograph"]
+    paths = write_images(tmp_path / "test", [(32, 32)] * 4)
+    kinds = ["micrograph", "photo", "photo", "micrograph"]
+    records = [Record(path=str(p), label=i % 2, category=c) for i, (p, c) in enumerate(zip(paths, kinds))]
+    module.stage_scores["test"] = {
+        "index": np.arange(4),
+        "label": np.asarray([r.label for r in records]),
+        "score": np.asarray(scores, dtype=np.float32),
+    }
+    module.stage_metrics["test"] = {}
+    write_test_report(tmp_path / "run", module, records, {"detector": "npr", "calibration": module.calibration}, True)
+    page = (tmp_path / "run" / "report.html").read_text()
+    shown = dict(re.findall(r'<td class="name">([^<]*)</td>.*?<td class="decision">([^<]*)</td>', page))
+    assert shown == {
+        html.escape(str(paths[0])): "not flagged",  # a micrograph under its own threshold
+        html.escape(str(paths[1])): "flagged",  # a photo over its own
+        html.escape(str(paths[2])): "flagged",
+        html.escape(str(paths[3])): "not flagged",
+    }
+    assert f"micrograph {own['micrograph']:.4g}" in page
