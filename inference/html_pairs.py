@@ -12,7 +12,7 @@ from urllib.parse import quote
 import numpy as np
 
 from inference.html_evidence import draw_pair, transform_in_words
-from inference.html_parts import decision_of, escape, score_text
+from inference.html_parts import decision_of, escape, score_text, shown_name
 
 PAIRS_SHOWN = 200  # pairs drawn on the page, most suspicious first; every pair stays in the results file
 
@@ -80,14 +80,14 @@ def pairs_html(
                 + (f'<p class="note">{escape(pair.get("reason"))}</p>' if pair.get("reason") else "")
             )
         items.append(
-            f'<div class="pair-row"><p class="name">A: {escape(pair["path_a"])}<br>B: {escape(pair["path_b"])}</p>'
-            f"{image}{words}</div>"
+            f'<div class="pair-row"><p class="name">A: {shown_name(pair["path_a"])}<br>'
+            f"B: {shown_name(pair['path_b'])}</p>{image}{words}</div>"
         )
     rest = len(scored) - PAIRS_SHOWN
     fewer = "not shown" if blinded else "scored lower"  # blinded: the sample is random, not the top
     more = f"<p>{rest} more pairs {fewer}; every pair is in the results file.</p>" if rest > 0 else ""
     errors = "".join(
-        f'<tr><td class="name">{escape(p.get("path_a"))}</td><td class="name">{escape(p.get("path_b"))}</td>'
+        f'<tr><td class="name">{shown_name(p.get("path_a"))}</td><td class="name">{shown_name(p.get("path_b"))}</td>'
         f'<td class="note">{escape(p.get("error"))}</td></tr>'
         for p in failed
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,6 +50,16 @@ def decision_of(row: Mapping[str, Any], threshold: float) -> str:
 
 def escape(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
+
+
+# Characters that reorder the text around them: a name holding them is shown as another name
+# ("x_<U+202E>gnp.exe" reads "x_exe.png"), so a page shows them as their code points instead.
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown_name(path: Any) -> str:
+    """A file name as a page shows it: escaped, with its direction controls made visible."""
+    return escape(BIDI_CONTROLS.sub(lambda found: f"<U+{ord(found.group()):04X}>", "" if path is None else str(path)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -105,6 +116,8 @@ def row_html(
     if thumb:
         thumb = f'<a href="{escape(link)}">{thumb}</a>'
     decision_text = escape_repeated(decision)
+    # blinded: the decision is nowhere on the page (an error is no decision, and is listed as one)
+    marked = decision_text if not blinded or decision == "error" else ""
     group = row.get("group")
     score = "" if blinded else score_text(row.get("score"))
     verdict = "" if blinded else f'<td class="score">{score}</td><td class="decision">{decision_text}</td>'
@@ -114,9 +127,9 @@ def row_html(
         mask = picture_html(evidence.mask, evidence.mask_box, "mask at threshold", up)
         share = "" if evidence.pixel_share is None else f"{100 * evidence.pixel_share:.1f} %"
         maps = f'<td>{overlay}</td><td>{mask}</td><td class="share">{share}</td>'
-    note = row.get("error") or evidence.problem or ""
+    note = row.get("error") or evidence.problem or row.get("note") or ""
     return (
-        f'<tr data-decision="{decision_text}"><td>{thumb}</td><td class="name">{escape(row["path"])}</td>{verdict}'
+        f'<tr data-decision="{marked}"><td>{thumb}</td><td class="name">{shown_name(row["path"])}</td>{verdict}'
         f'<td class="group">{escape_repeated("" if group is None else str(group))}</td>{maps}'
         f'{RATING_CELL if blinded else ""}<td class="note">{escape(note) if note else ""}</td></tr>'
     )
@@ -278,7 +291,8 @@ def header_html(header: ReportHeader, counts: Mapping[str, int], blinded: bool) 
 
 
 def filters_html(groups: Sequence[str], blinded: bool) -> str:
-    options = "".join(f"<option>{escape(g)}</option>" for g in groups)
+    # the value said outright: an option's text loses repeated and edge spaces, the rows' groups keep them
+    options = "".join(f'<option value="{escape(g)}">{escape(g)}</option>' for g in groups)
     decision = (
         ""
         if blinded
@@ -298,7 +312,7 @@ def filters_html(groups: Sequence[str], blinded: bool) -> str:
     )
     return (
         '<form id="filters" class="filters" hidden onsubmit="return false">'
-        f'<label>search <input id="f-search" type="search" placeholder="file name"></label>{decision}'
+        f'<label>search <input id="f-search" type="search" placeholder="path contains"></label>{decision}'
         f'<label>group <select id="f-group"><option value="">any</option>{options}</select></label>{scores}'
         '<span id="f-count"></span></form>'
     )

@@ -330,7 +330,7 @@ def rows_payload(
             "thumb": link if drawn.thumb_is_source else drawn.thumb,
             "thumb_box": drawn.thumb_box,
             "group": "" if row.get("group") is None else str(row["group"]),
-            "note": row.get("error") or drawn.problem or "",
+            "note": row.get("error") or drawn.problem or row.get("note") or "",
         }
         if not blinded:
             item.update({"score": None if row.get("score") is None else float(row["score"]), "decision": decision})

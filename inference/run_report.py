@@ -228,11 +228,18 @@ def html_page(
         return None
     from inference.html_report import read_calibration, write_run_report
 
-    group_of = {r.path: r.review or r.group for r in records}
+    if request.group_by:  # the groups whose verdicts the page shows
+        from inference.reviews import review_ids
+
+        group_of = review_ids(records, request.group_by, request.input)
+    else:
+        group_of = {r.path: r.review or r.group for r in records}
     # where the model decides per category, each row is shown at the threshold that decided it
     per_input = CategoryThreshold.for_records(runtime, records) if request.per_category_thresholds else None
     own = (lambda path: {"threshold": per_input(path)}) if per_input else (lambda path: {})
     page_rows = [{**row, "group": group_of.get(row["path"]) or "", **own(row["path"])} for row in rows]
+    if runtime.is_localizer and not request.blinded:
+        page_rows = noted_without_map(page_rows, evidence or {})
     page = write_run_report(
         page_path(request.output),
         page_rows,
@@ -255,6 +262,18 @@ def html_page(
     )
     log.info("report for people to read: %s", page)
     return page
+
+
+NO_MAP = "no map: scored by another process or an earlier run, which keep maps for the page only with save_masks=true"
+
+
+def noted_without_map(rows: list[dict[str, Any]], evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A localizer's rows whose map the page cannot draw (not drawn while scoring, not saved), noted
+    as such, and said once: their map cells would otherwise be empty without a word."""
+    lacking = {row["path"] for row in rows if row.get("status", "ok") == "ok" and not row.get("mask")} - set(evidence)
+    if lacking:
+        log.warning("the report shows no map for %d image(s): %s", len(lacking), NO_MAP)
+    return [{**row, "note": NO_MAP} if row["path"] in lacking else row for row in rows]
 
 
 def sweep(runtime: Runtime, rows: list[dict[str, Any]], options: Robustness, threshold: float) -> dict[str, Any]:

@@ -40,13 +40,26 @@
     return td;
   }
 
+  // A relative path as a URL: each folder and file name encoded whole ("#" and "?" included, which
+  // encodeURI keeps as fragment and query); pictures inside the page (data: URLs) as they are.
+  function url(path) {
+    return path.indexOf("data:") === 0 ? path : path.split("/").map(encodeURIComponent).join("/");
+  }
+
+  // A name's direction controls as their code points, as the static pages show them.
+  function visibleName(name) {
+    return name.replace(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, function (c) {
+      return "<U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + ">";
+    });
+  }
+
   function image(td, src, alt, href, box) {
     if (!src) { return; }
     var img = document.createElement("img");
     img.className = "thumb";
     img.loading = "lazy";
     img.alt = alt;
-    img.src = src === href ? href : encodeURI(src);  // the scored file shown as itself: its link is a URL already
+    img.src = src === href ? href : url(src);  // the scored file shown as itself: its link is a URL already
     if (box) {  // a box [x, width, height] of a strip file holding several pictures
       img.style.width = box[1] + "px";
       img.style.height = box[2] + "px";
@@ -85,7 +98,7 @@
       var tr = document.createElement("tr");
       tr.setAttribute("data-decision", row.decision || "");
       image(cell(tr), row.thumb, "thumbnail", row.link, row.thumb_box);
-      cell(tr, row.name, "name");
+      cell(tr, visibleName(row.name), "name");
       if (!data.blinded) {
         cell(tr, row.score === null ? "" : row.score.toFixed(4), "score");
         cell(tr, row.decision, "decision");

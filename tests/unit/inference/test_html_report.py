@@ -275,8 +275,35 @@ def test_blinded_mode_hides_scores_decisions_and_maps(tmp_path, browser):
     assert page.locator("td.rating select").count() == 8
     alts = page.evaluate("Array.from(document.images).map(i => i.alt)")
     assert alts.count("thumbnail") == 7 and set(alts) == {"thumbnail"}  # no overlay, no mask
-    assert "0.7" not in report.read_text(encoding="utf-8").replace("0.75", "")  # nor in the rows' data
+    source = report.read_text(encoding="utf-8")
+    assert "0.7" not in source.replace("0.75", "")  # nor in the rows' data
+    assert re.findall(r'<tr data-decision="([^"]*)"', source) == [""] * 7 + ["error"]
     context.close()
+
+
+def test_names_that_a_url_or_a_text_would_misread_still_show_their_pictures_rows_and_groups(tmp_path, browser):
+    """A page named with "#" and "?" (fragment and query in a URL) loads every picture of its folder,
+    with scripts and without; a group of repeated and edge spaces still filters; a name holding a
+    direction control shows its code point, not the reversed name it would read as."""
+    folder = tmp_path / "case #7?"
+    rows = make_rows(folder)
+    spoofed = folder / "images" / "0_\u202egnp.exe"
+    spoofed.write_bytes(Path(rows[0]["path"]).read_bytes())
+    rows[0] = {**rows[0], "path": str(spoofed)}
+    for row in rows[:3]:
+        row["group"] = " Fig 1  a\t"
+    report = write_html_report(folder / "case #7?_report.html", rows, header(), embed_limit=0)
+    for javascript in (True, False):
+        context, page, seen = open_page(browser, report, javascript=javascript)
+        decode_all_images(page)
+        widths = page.evaluate("Array.from(document.images).map(i => i.naturalWidth)")
+        assert len(widths) == 7 and min(widths) > 0
+        assert f"{folder}/images/0_<U+202E>gnp.exe" in page.locator("#rows-body td.name").all_inner_texts()
+        if javascript:
+            page.select_option("#f-group", " Fig 1  a\t")
+            assert page.locator("#rows-body tr").count() == 3
+        assert seen["errors"] == [] and seen["dialogs"] == []
+        context.close()
 
 
 def test_a_metrics_table_reads_a_flat_mapping_cell_as_words_and_leaves_deeper_ones_out():

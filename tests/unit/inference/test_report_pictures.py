@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -280,3 +281,18 @@ def test_only_a_run_in_one_process_draws_the_pictures_while_scoring(tmp_path, mo
     assert output.with_name("scores_report.html").read_text(encoding="utf-8").count('class="thumb"') >= len(names)
     infer_with_page(tmp_path, model)  # the same run in one process: drawn while scoring
     assert len(drawers) == 1 and len(drawn_by_page) == len(names) + 2
+
+
+def test_a_localizers_row_whose_map_the_page_cannot_draw_says_why(caplog):
+    from inference.run_report import NO_MAP, noted_without_map
+
+    rows = [
+        {"path": "drawn.png", "status": "ok"},  # drawn while scoring
+        {"path": "saved.png", "status": "ok", "mask": "maps/saved.png"},  # save_masks=true
+        {"path": "earlier.png", "status": "ok"},  # scored by an earlier run or another process
+        {"path": "broken.png", "status": "error", "error": "cannot decode"},
+    ]
+    with caplog.at_level(logging.WARNING, logger="infer"):
+        noted = noted_without_map(rows, {"drawn.png": object()})
+    assert [row.get("note") for row in noted] == [None, None, NO_MAP, None]
+    assert "no map for 1 image(s)" in caplog.text and "save_masks=true" in caplog.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -93,3 +94,23 @@ def test_infer_writes_reviews_and_their_metrics_and_a_resume_rewrites_the_same_f
     (tmp_path / "scores.csv").write_text("".join(lines[:5]) + lines[5][:12])  # interrupted mid-row
     infer(compose_config("infer", [*overrides, f"output={tmp_path / 'scores.csv'}", "resume=true"]))
     assert (tmp_path / "scores.reviews.csv").read_bytes() == first
+
+
+def test_the_reports_groups_are_those_whose_verdicts_it_shows(tiny_model, tmp_path):
+    """group_by=parent: each row's group on the page, and the group filter, are its folder, as the
+    page's review verdicts are (the rows showed the manifest's review column, empty here)."""
+    for folder in ("case-a", "case-b"):
+        write_images(tmp_path / "in" / folder, [(30, 31), (32, 30)])
+    infer(
+        compose_config(
+            "infer",
+            [f"model={tiny_model['onnx']}", f"input={tmp_path / 'in'}", f"output={tmp_path / 'scores.csv'}"]
+            + ["progress=false", "group_by=parent", "report=html"],
+        )
+    )
+    page = (tmp_path / "scores_report.html").read_text()
+    folders = [str(tmp_path / "in" / folder) for folder in ("case-a", "case-b")]
+    assert sorted(re.findall(r'<td class="group">([^<]*)</td>', page)) == sorted(folders * 2)
+    assert re.findall(r'<select id="f-group"><option value="">any</option>(.*?)</select>', page) == [
+        "".join(f'<option value="{folder}">{folder}</option>' for folder in folders)
+    ]
