@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -60,9 +61,17 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def markdown_text(text: Any) -> str:
+    """Text from the data (group, category and source names, paths) as report.md shows it: its
+    markup characters escaped, so that a name is read as text by a Markdown viewer (which renders
+    HTML) and a "|" does not split a table cell."""
+    return html.escape(str(text), quote=False).replace("|", "\\|")
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(_fmt(v) if not isinstance(v, str) else v for v in row) + " |" for row in rows]
+    cells = [[markdown_text(v) if isinstance(v, str) else _fmt(v) for v in row] for row in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
     return lines
 
 
@@ -217,10 +226,10 @@ def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | 
     if category_thresholds:
         lines[3:3] = [
             "Per-category thresholds (other categories use the operating threshold): "
-            + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(category_thresholds.items()))
+            + ", ".join(f"{markdown_text(k)} {_fmt(v)}" for k, v in sorted(category_thresholds.items()))
         ]
     if summary:
-        lines[2:2] = [f"**{summary[0].upper()}{summary[1:]}.**", ""]
+        lines[2:2] = [f"**{markdown_text(summary[0].upper() + summary[1:])}.**", ""]
     return lines
 
 
@@ -238,7 +247,7 @@ def _report_lines(
 ) -> list[str]:
     """The lines of report.md: thresholds, overall table, breakdowns (then `after_breakdowns`),
     robustness, figures."""
-    lines = [f"# {title}", ""]
+    lines = [f"# {markdown_text(title)}", ""]
     lines += [f"Operating threshold: {_fmt(threshold)} (predicted fake = score >= threshold)"]
     if calibrated_threshold is not None:
         lines += [f"Calibrated threshold (from genuine scores): {_fmt(calibrated_threshold)}"]
