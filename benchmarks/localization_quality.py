@@ -126,11 +126,16 @@ def operation(group: str | None) -> str | None:
 
 def train(spec: str, data: Path, run: Path, epochs: int, minutes: float, reuse: bool) -> tuple[Path, dict]:
     """Train a detector or variant in a subprocess (`train.py`); return (best checkpoint, budget:
-    seconds, optimizer steps, epochs, load average before and after). `reuse` keeps a finished run."""
+    seconds, optimizer steps, epochs, load average before and after). `reuse` keeps a finished run
+    of the same spec, data, epochs and minutes; a run of other settings in `run` is trained again."""
     detector, overrides = parse_variant(spec)
     timing = run / "budget.json"
+    settings = {"spec": spec, "data": str(Path(data).absolute()), "max_epochs": int(epochs), "minutes": float(minutes)}
     if reuse and timing.is_file() and (run / "checkpoints" / "best.ckpt").is_file():
-        return run / "checkpoints" / "best.ckpt", json.loads(timing.read_text())
+        finished = json.loads(timing.read_text())
+        if finished.get("settings") == settings:
+            return run / "checkpoints" / "best.ckpt", finished
+        print(f"{spec}: the run in {run} was trained with other settings; training again", flush=True)
     command = [
         sys.executable,
         str(ROOT / "train.py"),
@@ -157,6 +162,7 @@ def train(spec: str, data: Path, run: Path, epochs: int, minutes: float, reuse: 
         "steps": int(last["global_step"]),
         "epochs": int(last["epoch"]) + 1,
         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "settings": settings,
     }
     timing.write_text(json.dumps(budget))
     return run / "checkpoints" / "best.ckpt", budget

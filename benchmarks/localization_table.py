@@ -40,6 +40,7 @@ marked). Image AUROC: the operation's forgeries against the genuine test images 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 import warnings
@@ -275,15 +276,47 @@ def learned_checkpoints(
     specs: Sequence[str], data: Path, output: Path, minutes: Mapping[str, float], epochs: Mapping[str, float]
 ) -> dict[str, Any]:
     """Train each learned localizer on the train split (`epochs[spec]` epochs, wall-time budget
-    `minutes[spec]`); return {spec: (checkpoint, budget)}."""
+    `minutes[spec]`), in a run folder of this data set's own; return {spec: (checkpoint, budget)}."""
+    runs = output / "runs" / data.name
     return {
-        spec: train(spec, data, output / run_name(spec), int(epochs[spec]), minutes[spec], reuse=True) for spec in specs
+        spec: train(spec, data, runs / run_name(spec), int(epochs[spec]), minutes[spec], reuse=True) for spec in specs
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    from benchmarks.localization_table_markdown import markdown
+def checked_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict, dict]:
+    """Each learned spec's minutes and epochs; a typo, an empty run or an impossible count is refused
+    (parser.error: one line, status 2) before anything is generated or trained."""
+    try:
+        for spec in [*args.localizers, *args.learned]:
+            parse_variant(spec)
+        minutes = per_spec(args.minutes, args.learned, "--minutes", 3.0)
+        epochs = per_spec(args.epochs, args.learned, "--epochs", 30)
+    except ValueError as error:
+        parser.error(str(error))
+    if not args.localizers and not args.learned:
+        parser.error("nothing to score: name --localizers, --learned or both")
+    if args.kinds_per < 0 or args.crops_per_photo < 1:
+        parser.error("--kinds-per must be 0 or more and --crops-per-photo 1 or more")
+    if any(value <= 0 for value in [*minutes.values(), *epochs.values()]):
+        parser.error("--minutes and --epochs must be above 0")
+    if args.docs and not (args.docs.is_file() and all(marker in args.docs.read_text() for marker in MARKERS)):
+        parser.error(f"--docs {args.docs}: needs a file holding the markers {' and '.join(MARKERS)}")
+    return minutes, epochs
 
+
+def earlier_results(path: Path, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The localizers an earlier invocation scored on the same generated set (`spec`), kept beside
+    this one's in the table (the published table is put together from several invocations)."""
+    if not path.is_file():
+        return {}
+    earlier = json.loads(path.read_text())
+    if earlier.get("spec") != json.loads(json.dumps(spec)):
+        print(f"{path} holds results on another generated set: replaced by this set's", flush=True)
+        return {}
+    return earlier.get("localizers", {})
+
+
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--localizers", nargs="*", default=list(TRAINING_FREE), help="training-free configs")
     parser.add_argument("--learned", nargs="*", default=[], help="learned configs (or NAME:KEY=VALUE variants)")
@@ -298,18 +331,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="draws the generated set (and its splits)")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_table")
     parser.add_argument("--docs", type=Path, default=None, help="also write the tables into this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.localization_table_markdown import markdown
+
+    parser = argument_parser()
     args = parser.parse_args(argv)
     from detectors.registry import create_detector
 
-    for spec in [*args.localizers, *args.learned]:
-        parse_variant(spec)  # fail on a typo before generating anything
-    minutes = per_spec(args.minutes, args.learned, "--minutes", 3.0)
-    epochs = per_spec(args.epochs, args.learned, "--epochs", 30)
+    minutes, epochs = checked_arguments(parser, args)
     spec = dataset_spec(args.kinds_per, args.crops_per_photo, args.seed)
-    manifest = make_data(data_folder(args.output_dir, args.kinds_per, args.crops_per_photo, args.seed), spec)
+    try:
+        manifest = make_data(data_folder(args.output_dir, args.kinds_per, args.crops_per_photo, args.seed), spec)
+    except ValueError as refused:  # a folder of another set, or of one made before sets recorded their spec
+        parser.error(str(refused))
     records = [
         r for r in read_layout(manifest.parent, "auto") if r.label == 0 or (operation(r.group) in OPERATIONS and r.mask)
     ]
+    if args.kinds_per == 0:  # a set of photographs only names each photo as its category
+        records = [dataclasses.replace(r, category="photo") for r in records]
     val, test = [r for r in records if r.split == "val"], [r for r in records if r.split == "test"]
     nets: dict[str, Callable[[], torch.nn.Module]] = {n: (lambda n=n: create_detector(n)) for n in args.localizers}
     budgets = {}
@@ -326,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = {**evaluate_localizer(build().eval(), val, test), "learned": name in budgets}
         if name in budgets:
             results[name]["budget"] = budgets[name]
+    results = {**earlier_results(args.output_dir / "results.json", spec), **results}
     summary = {
         "spec": spec,
         "n_val": len(val),

@@ -84,3 +84,31 @@ def test_tables_carry_the_variant_label_the_budget_and_each_strength(tmp_path):
     write_readme(readme, robust, ROBUSTNESS_MARKERS)
     text = readme.read_text()
     assert "stale table" not in text and robust in text and text.startswith("before") and text.endswith("after\n")
+
+
+def test_a_finished_run_is_reused_only_for_the_data_and_schedule_it_was_trained_on(tmp_path, monkeypatch):
+    """A learned run trained on one generated set is not scored on another (another seed's test
+    photos were in its training split): other data, epochs or minutes train it again."""
+    import subprocess
+
+    import torch
+
+    from benchmarks import localization_quality
+
+    trained = []
+
+    def fake_train_py(command, **_):
+        trained.append(next(arg for arg in command if arg.startswith("data.root=")))
+        run = tmp_path / "run" / "checkpoints"
+        run.mkdir(parents=True, exist_ok=True)
+        for name in ("last.ckpt", "best.ckpt"):
+            torch.save({"global_step": 4, "epoch": 1}, run / name)
+
+    monkeypatch.setattr(subprocess, "run", fake_train_py)
+    train = localization_quality.train
+    train("seg_tiny", tmp_path / "data_seed0", tmp_path / "run", 2, 0.5, reuse=True)
+    train("seg_tiny", tmp_path / "data_seed0", tmp_path / "run", 2, 0.5, reuse=True)  # the same: reused
+    assert len(trained) == 1
+    train("seg_tiny", tmp_path / "data_seed1", tmp_path / "run", 2, 0.5, reuse=True)
+    train("seg_tiny", tmp_path / "data_seed1", tmp_path / "run", 3, 0.5, reuse=True)
+    assert trained == [f"data.root={tmp_path / f'data_seed{seed}'}" for seed in (0, 1, 1)]

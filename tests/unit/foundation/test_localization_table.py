@@ -130,8 +130,9 @@ def test_a_rescaled_image_is_scored_and_its_map_brought_back_to_the_original_siz
         assert scored[0]["prob"].shape == (48, 40) and scored[0]["kind"] == "figure" and seconds > 0
 
 
-def write_tiny_set(folder):
-    """Per split three photographs: a genuine one and a copy-move forgery of it with its mask."""
+def write_tiny_set(folder, named_by_photo: bool = False):
+    """Per split three photographs: a genuine one and a copy-move forgery of it with its mask, of
+    category `photo` (or, `named_by_photo`, named after the photo, as a set of photos only is)."""
     rng = np.random.default_rng(1)
     records = []
     for split in ("train", "val", "test"):
@@ -139,7 +140,8 @@ def write_tiny_set(folder):
             source = f"{split}{index}"
             pixels = rng.integers(60, 200, (48, 48, 3), dtype=np.uint8)
             write_image(folder / f"real/{source}.png", pixels)
-            genuine = Record(str(folder / f"real/{source}.png"), 0, group="genuine", category="photo", source=source)
+            category = source if named_by_photo else "photo"
+            genuine = Record(str(folder / f"real/{source}.png"), 0, group="genuine", category=category, source=source)
             records.append(replace(genuine, split=split))
             forged = pixels.copy()
             forged[8:24, 8:24] = pixels[24:40, 24:40]
@@ -151,7 +153,7 @@ def write_tiny_set(folder):
                     1,
                     str(folder / f"mask/{source}.png"),
                     "copy_move",
-                    "photo",
+                    category,
                     source=source,
                     split=split,
                 )
@@ -234,3 +236,52 @@ def test_each_learned_localizer_trains_for_the_default_budget_and_epochs_unless_
         table.per_spec(["mvss_tiny=10"], specs)
     with pytest.raises(ValueError, match="--epochs 'ten': expected a number or SPEC=NUMBER"):
         table.per_spec(["ten"], specs, "--epochs", 30)
+
+
+def test_each_generated_set_has_its_own_learned_runs(tmp_path, monkeypatch):
+    runs = []
+    monkeypatch.setattr(table, "train", lambda spec, data, run, *_, **__: runs.append(run) or (run, {}))
+    for seed in (0, 1):
+        folder = table.data_folder(tmp_path, seed=seed)
+        table.learned_checkpoints(["seg_tiny"], folder, tmp_path, {"seg_tiny": 1.0}, {"seg_tiny": 1})
+    assert runs[0] != runs[1] and runs[1].parent.name == table.data_folder(tmp_path, seed=1).name
+
+
+def test_localizers_scored_by_an_earlier_invocation_on_the_same_set_stay_in_the_table(tmp_path, monkeypatch):
+    manifest = write_tiny_set(tmp_path / "data")
+    monkeypatch.setattr(table, "make_data", lambda folder, spec: manifest)
+    out = ["--output-dir", str(tmp_path / "out")]
+    assert table.main(["--localizers", "noise_level_tiny", *out]) == 0
+    assert table.main(["--localizers", "jpeg_grid_tiny", *out]) == 0
+    results = tmp_path / "out" / "results.json"
+    assert set(json.loads(results.read_text())["localizers"]) == {"noise_level_tiny", "jpeg_grid_tiny"}
+    assert table.main(["--localizers", "jpeg_grid_tiny", "--seed", "1", *out]) == 0  # another set: its own only
+    assert set(json.loads(results.read_text())["localizers"]) == {"jpeg_grid_tiny"}
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--localizers", "nosuch"], "unknown detector 'nosuch'"),
+        (["--localizers"], "nothing to score"),
+        (["--kinds-per", "-1"], "--kinds-per must be 0 or more"),
+        (["--learned", "seg_tiny", "--epochs", "0"], "must be above 0"),
+        (["--learned", "seg_tiny", "--minutes", "abc"], "expected a number"),
+        (["--docs", "README.md"], "needs a file holding the markers"),
+    ],
+)
+def test_a_mistyped_or_empty_run_is_refused_in_one_line_before_any_data_is_made(
+    arguments, message, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(table, "make_data", lambda *_: pytest.fail("data made for a refused run"))
+    with pytest.raises(SystemExit) as refused:
+        table.main([*arguments, "--output-dir", str(tmp_path)])
+    assert refused.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_set_of_photographs_only_is_reported_as_photographs(tmp_path, monkeypatch):
+    manifest = write_tiny_set(tmp_path / "data", named_by_photo=True)
+    monkeypatch.setattr(table, "make_data", lambda folder, spec: manifest)
+    table.main(["--localizers", "noise_level_tiny", "--kinds-per", "0", "--output-dir", str(tmp_path / "out")])
+    scored = json.loads((tmp_path / "out" / "results.json").read_text())["localizers"]["noise_level_tiny"]
+    assert set(scored["test"]["clean"]["copy_move"]) == {"all", "photograph"}
