@@ -23,6 +23,19 @@ from synthesis.embedded import make_embedded_manifest
 log = logging.getLogger("generate")
 
 
+def check_options(cfg: DictConfig, output: Path) -> None:
+    """What can be refused before anything is made: `merge` that is not true or false, an output
+    that is a file or lies under one, an output inside the source folder (its images would be read
+    as sources by the next shard or resume)."""
+    if not isinstance(cfg.get("merge", False), bool):
+        raise ValueError(f"merge must be true or false, got {cfg.get('merge')!r}")
+    output = output.absolute()
+    if blocking := next((f for f in (output, *output.parents) if f.exists() and not f.is_dir()), None):
+        raise ValueError(f"output {output}: {blocking} is a file, not a folder")
+    if cfg.source and output.resolve().is_relative_to(Path(cfg.source).resolve()):
+        raise ValueError(f"output {output} is inside source {cfg.source}: choose an output folder outside it")
+
+
 def find_photos(source: str | None) -> list[str] | None:
     """Image files below `source`, or None for the bundled photographs; a `LayoutError` if there are none."""
     if not source:
@@ -99,12 +112,13 @@ def generate(cfg: DictConfig) -> Path:
     made in one run); returns the manifest written."""
     from synthesis.summary import format_summary
 
-    photos = find_photos(cfg.source)
     output = cfg.output or (
         "data/generated_diffusers"
         if cfg.generator.get("backend") == "diffusers"
         else {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}")
     )
+    check_options(cfg, Path(output))
+    photos = find_photos(cfg.source)
     shard = Shard.parse(cfg.get("shard"))
     one_process = cfg.kind == "aigi_quick" or cfg.generator.get("backend") == "diffusers"
     if (shard.count > 1 or cfg.get("merge")) and one_process:

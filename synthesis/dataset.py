@@ -32,7 +32,7 @@ from datamodules.io import split_keys, split_keys_by_group, write_manifest
 from synthesis.items import execute, fragment_path, init_worker, one_thread
 from synthesis.photos import stamped_table
 from synthesis.planning import plan_items
-from synthesis.shards import check_shards, finish_shard, shared_phase
+from synthesis.shards import check_shards, finish_shard, finished_shards, shared_phase
 from synthesis.spec import DEFAULT_RATES, KINDS, OPERATIONS, DatasetSpec, GeneratorOptions
 from synthesis.summary import dataset_summary
 
@@ -142,6 +142,8 @@ def generate_dataset(
     index, count = shard
     if not 0 <= index < count:
         raise ValueError(f"shard must be i/n with 0 <= i < n, got {index}/{count}")
+    if merge:
+        finished_shards(output)  # before the shared phase makes anything
     started = time.perf_counter()
     counts: Counter = Counter()
     pool = (

@@ -44,11 +44,42 @@ def photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathL
     return table
 
 
+# What a generation writes at the top of its output folder (beside `.items/`, its own bookkeeping).
+GENERATED_NAMES = (
+    "contact_sheet.png",
+    "duplication_pairs.csv",
+    "fake",
+    "generators",
+    "manifest.csv",
+    "masks",
+    "real",
+    "sources",
+)
+
+
 def stamped_table(
     output: Path, spec: DatasetSpec, photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None
 ) -> list[dict[str, str]]:
     """The photo table (with the genuine kinds' sources written), checked against and stamped into
-    `output`, so a folder never mixes items made with other options or photos."""
+    `output`, so a folder never mixes items made with other options or photos. The options are
+    checked and stamped before anything is written: a run killed while it wrote the sources is
+    resumed only with the same options, and a folder of other files is never written over."""
+    stamp = output / ".items" / "spec.json"
+    options = spec.fingerprint()
+    earlier = json.loads(stamp.read_text()) if stamp.is_file() else None
+    if earlier is not None and {k: v for k, v in earlier.items() if k != "photos"} != options:
+        raise ValueError(
+            f"{output} holds a dataset generated with other options ({stamp}); "
+            "choose a new output folder or delete the old one"
+        )
+    if earlier is None:
+        if found := [name for name in GENERATED_NAMES if (output / name).exists()]:
+            raise ValueError(
+                f"{output} already holds {', '.join(found)}, which no generation made there (it has no {stamp}): "
+                "choose a new or empty output folder"
+            )
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({**options, "photos": None}, indent=1, sort_keys=True))
     table = photo_table(photos, root)
     if spec.genuine_kinds:
         from synthesis.genuine_kinds import write_genuine_sources
@@ -60,13 +91,11 @@ def stamped_table(
         )
     if not table:
         raise ValueError("no photos to generate from")
-    stamp = output / ".items" / "spec.json"
-    fingerprint = {**spec.fingerprint(), "photos": [p["key"] for p in table]}
-    if stamp.is_file() and json.loads(stamp.read_text()) != fingerprint:
+    keys = [p["key"] for p in table]
+    if earlier is not None and earlier.get("photos") not in (None, keys):
         raise ValueError(
-            f"{output} holds a dataset generated with other options or photos ({stamp}); "
+            f"{output} holds a dataset generated from other photos ({stamp}); "
             "choose a new output folder or delete the old one"
         )
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+    stamp.write_text(json.dumps({**options, "photos": keys}, indent=1, sort_keys=True))
     return table

@@ -44,21 +44,24 @@ def mark_shard_done(output: Path, index: int, count: int, items: int) -> None:
     os.replace(tmp, path)
 
 
-def check_shards(output: Path, items: list[dict[str, Any]]) -> None:
-    """Refuse to merge unless one sharding of the items has every shard finished and every item's
-    result on disk; the message names the shards to (re)run."""
-    done = [json.loads(p.read_text()) for p in sorted(shards_dir(output).glob("*-of-*.json"))]
-    if not done:
+def finished_shards(output: Path) -> list[dict[str, Any]]:
+    """The finished shards' marks in `output`, the latest last; a refusal when there is none, which
+    `merge=true` checks before it makes anything (a mistyped output would otherwise be filled)."""
+    marks = sorted(shards_dir(output).glob("*-of-*.json"), key=lambda path: path.stat().st_mtime)
+    if not marks:
         raise ValueError(f"nothing to merge in {output}: no shard has finished there (run shard=i/n first)")
-    sizes = sorted({d["of"] for d in done})
-    if len(sizes) > 1:
-        raise ValueError(
-            f"{output} holds shards of different splittings (n = {sizes}); merge one of them into a fresh folder"
-        )
-    count = sizes[0]
-    missing = set(range(count)) - {d["shard"] for d in done}
+    return [json.loads(path.read_text()) for path in marks]
+
+
+def check_shards(output: Path, items: list[dict[str, Any]]) -> None:
+    """Refuse to merge unless every item's result is on disk, whichever shards made it (shards of
+    several splittings join as well); the message names the shards of the latest splitting to
+    (re)run."""
+    done = finished_shards(output)
+    count = done[-1]["of"]
+    missing = set(range(count)) - {d["shard"] for d in done if d["of"] == count}
     absent = {k % count for k, item in enumerate(items) if not item_done(item)}
-    if missing or absent:
+    if absent:
         rerun = ", ".join(f"shard={i}/{count}" for i in sorted(missing | absent))
         raise ValueError(
             f"{output}: shards not finished or with items missing: rerun {rerun} (a rerun "

@@ -5,6 +5,7 @@ a killed shard resumes like a single run, keeping what it finished."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,59 @@ def test_shard_option_is_checked_and_refused_where_it_does_not_apply(tmp_path):
         generate(compose_config("generate", [f"output={tmp_path}", "kind=aigi_quick", "shard=0/2"]))
     with pytest.raises(ValueError, match="no shard has finished"):
         generate_dataset(tmp_path / "empty", SPEC, photos=PHOTOS[:1], progress=False, merge=True)
+    assert not (tmp_path / "empty").exists()  # refused before the panels and generators were made
+    with pytest.raises(ValueError, match="merge must be true or false, got 'no'"):
+        generate(compose_config("generate", [f"output={tmp_path}", "merge=no"]))
+
+
+def test_a_merge_joins_shards_of_several_splittings_once_every_item_is_on_disk(tmp_path, monkeypatch):
+    from synthesis import shards
+
+    for index, count in ((0, 3), (1, 3), (0, 2)):
+        shards.mark_shard_done(tmp_path, index, count, items=2)
+    items = [{"id": k} for k in range(6)]
+    monkeypatch.setattr(shards, "item_done", lambda item: item["id"] != 3)
+    with pytest.raises(ValueError, match=r"rerun shard=1/2 \(a rerun"):  # the latest splitting's shard of item 3
+        shards.check_shards(tmp_path, items)
+    monkeypatch.setattr(shards, "item_done", lambda item: True)
+    shards.check_shards(tmp_path, items)
+
+
+def test_an_output_that_is_a_file_under_one_or_inside_the_source_is_refused_before_anything_is_made(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    (tmp_path / "photos").mkdir()
+    for output, message in (
+        (afile, "afile is a file, not a folder"),
+        (afile / "sub", "afile is a file, not a folder"),
+        (tmp_path / "photos" / "generated", "is inside source"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            generate(compose_config("generate", [f"output={output}", f"source={tmp_path / 'photos'}"]))
+    assert afile.read_text() == "mine" and not (tmp_path / "photos" / "generated").exists()
+
+
+def test_a_folder_of_the_users_own_files_is_not_written_over(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "manifest.csv").write_text("path,label\nmy/own.png,0\n")
+    with pytest.raises(ValueError, match="already holds manifest.csv, real, which no generation made there"):
+        generate_dataset(tmp_path, SPEC, photos=PHOTOS[:1], progress=False)
+    assert (tmp_path / "manifest.csv").read_text() == "path,label\nmy/own.png,0\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.csv", "real"]
+
+
+def test_a_run_killed_while_writing_its_sources_is_not_resumed_with_other_options(tmp_path):
+    """The options are stamped before the genuine kinds' sources are written: a run of another seed
+    finds the stamp and is refused, rather than keeping the killed run's sources as its own."""
+    from synthesis.photos import stamped_table
+
+    kinds = replace(SPEC, genuine_kinds={"chart": 1}, seed=1)
+    stamped_table(tmp_path, kinds, PHOTOS[:1], None)
+    (tmp_path / ".items" / "spec.json").write_text(
+        json.dumps({**json.loads((tmp_path / ".items" / "spec.json").read_text()), "photos": None})
+    )  # as a run killed while writing its sources leaves it
+    written = sorted(p.name for p in (tmp_path / "sources").rglob("*"))
+    with pytest.raises(ValueError, match="generated with other options"):
+        stamped_table(tmp_path, replace(kinds, seed=0), PHOTOS[:1], None)
+    assert sorted(p.name for p in (tmp_path / "sources").rglob("*")) == written
+    assert [p["key"] for p in stamped_table(tmp_path, kinds, PHOTOS[:1], None)]  # the same options: resumed
