@@ -12,7 +12,9 @@
 2. Scores the held-out test split again with the best checkpoint, each image whole as `infer.py`
    does, and writes pixel F1 (at probability 0.5), pixel AUROC, the genuine pixel false-positive
    rate and image AUROC, over all manipulated test images and per operation (each operation's
-   forgeries with all genuine test images), to `results.json` and `localization_default.md`.
+   forgeries with all genuine test images), to `results_<detector>.json` and
+   `localization_default_<detector>.md` (`_seed<N>` added for a set drawn with
+   `data.localizers.seed=N`, which gets its own data folder too).
    `--split val` scores the validation split instead: settings are chosen there, never on test.
 """
 
@@ -33,6 +35,7 @@ import torch
 
 from benchmarks.localization_table import score_split
 from datamodules.layouts import read_layout
+from detectors.registry import list_detectors
 from evaluation import PixelMetricAccumulator, image_metrics
 from inference.runtime import load_checkpoint
 
@@ -135,7 +138,12 @@ def markdown(detector: str, runs: Sequence[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--detector", default="evidence_tiny")
-    parser.add_argument("--data-dir", type=Path, default=ROOT / "outputs" / "localization_default" / "data")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the embedded set is made (default: <output-dir>/data, data_seed<N> for data.localizers.seed=N)",
+    )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "localization_default")
     parser.add_argument("--runs", type=int, default=1, help="train.py runs one after the other (seeds 0, 1, ...)")
     parser.add_argument(
@@ -143,19 +151,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("overrides", nargs="*", help="more train.py overrides")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error(f"--runs must be 1 or more, got {args.runs}")
+    if args.detector not in list_detectors():
+        parser.error(f"unknown detector {args.detector!r}; known: {', '.join(list_detectors())}")
+    # a set drawn with another seed is another set: its own folder, and runs named after it
+    data_seed = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("data.localizers.seed=")), "0")
+    drawn = "" if data_seed == "0" else f"_seed{data_seed}"
+    data_dir = args.data_dir or args.output_dir / f"data{drawn}"
     runs = []
     for seed in range(args.runs):
-        run_dir = args.output_dir / f"{args.detector}_seed{seed}"
-        run = run_train(args.detector, args.data_dir, run_dir, [f"seed={seed}", *args.overrides])
+        run_dir = (
+            args.output_dir / f"{args.detector}_seed{seed}"
+            if not drawn
+            else args.output_dir / (f"{args.detector}_seed{seed}_data{drawn}")
+        )
+        try:
+            run = run_train(args.detector, data_dir, run_dir, [f"seed={seed}", *args.overrides])
+        except subprocess.CalledProcessError as failed:
+            parser.exit(1, f"train.py exited {failed.returncode}; its output: {run_dir / 'stdout.log'}\n")
         checkpoint = Path(run["train_py_metrics"]["checkpoint"])
-        manifest = args.data_dir / "embedded_localization" / "manifest.csv"
+        manifest = data_dir / "embedded_localization" / "manifest.csv"
         run["split"] = args.split
         run["per_operation"] = per_operation(checkpoint, manifest, args.split)
         runs.append(run)
         print(markdown(args.detector, runs[-1:]), flush=True)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "results.json").write_text(json.dumps(runs, indent=1, default=float))
-    (args.output_dir / "localization_default.md").write_text(markdown(args.detector, runs) + "\n")
+    stem = f"{args.detector}{drawn}"  # one detector's runs on one set do not replace another's
+    (args.output_dir / f"results_{stem}.json").write_text(json.dumps(runs, indent=1, default=float))
+    (args.output_dir / f"localization_default_{stem}.md").write_text(markdown(args.detector, runs) + "\n")
     return 0
 
 

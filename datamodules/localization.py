@@ -8,6 +8,7 @@ band is computed after the geometry, so its width is in network-input pixels.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Callable, Sequence
 
@@ -129,9 +130,21 @@ class LocalizationDataModule(LayoutDataModule):
     def prepare_data(self) -> None:
         """With `create` (a callable `create(root, seed=, split_fractions=)` writing `root/manifest.csv`),
         make the dataset first when `root` has no manifest yet: the embedded default."""
-        if self.create is not None and not (self.root / "manifest.csv").is_file():
+        if self.create is None:
+            return
+        if not (self.root / "manifest.csv").is_file():
             log.info("generating a localization dataset into %s", self.root)
             self.create(self.root, seed=self.seed, split_fractions=self.split_fractions)
+            return
+        stamp = self.root / ".items" / "spec.json"
+        made = json.loads(stamp.read_text()) if stamp.is_file() else {}
+        asked = {"seed": self.seed, "split_fractions": [float(f) for f in self.split_fractions]}
+        if made and {key: made.get(key) for key in asked} != asked:
+            raise LayoutError(
+                f"{self.root} holds the set made with seed {made.get('seed')} and split fractions "
+                f"{made.get('split_fractions')}; this run asks for seed {self.seed} and {asked['split_fractions']}. "
+                "Give it a data folder of its own (paths.data_dir=...) or delete that one"
+            )
 
     def load_records(self) -> list[Record]:
         records = super().load_records()

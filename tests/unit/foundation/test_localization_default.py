@@ -108,3 +108,41 @@ def test_the_benchmark_scores_the_split_it_is_asked_for_so_settings_are_chosen_o
         with pytest.raises(Scored):
             default_benchmark.per_operation(checkpoint, manifest, split)
         assert scored == {"clean": sorted(f"{i}.png" for i in rows)}
+
+
+def test_a_set_made_with_another_seed_is_refused_not_trained_on_as_if_it_were_the_one_asked_for(tmp_path):
+    import json
+
+    from datamodules.records import LayoutError
+
+    root = tmp_path / "embedded_localization"
+    write_tiny_localization_set(root, 0, None)
+    (root / ".items").mkdir()
+    (root / ".items" / "spec.json").write_text(json.dumps({"seed": 0, "split_fractions": [0.8, 0.1, 0.1]}))
+    made = LocalizationDataModule(root=str(root), create=lambda *a, **k: pytest.fail("made again"), seed=0)
+    made.prepare_data()  # the set asked for: used as it is
+    other = LocalizationDataModule(root=str(root), create=lambda *a, **k: pytest.fail("made again"), seed=1)
+    with pytest.raises(LayoutError, match="holds the set made with seed 0 .* this run asks for seed 1"):
+        other.prepare_data()
+
+
+def test_the_benchmark_gives_a_set_drawn_with_another_seed_its_own_folder_runs_and_results(tmp_path, monkeypatch):
+    trained = []
+
+    def run_train(detector, data_dir, run_dir, overrides):
+        trained.append((data_dir.name, run_dir.name))
+        return {"train_py_metrics": {"checkpoint": str(run_dir / "best.ckpt")}}
+
+    monkeypatch.setattr(default_benchmark, "run_train", run_train)
+    monkeypatch.setattr(default_benchmark, "per_operation", lambda *a: {})
+    monkeypatch.setattr(default_benchmark, "markdown", lambda *a: "table")
+    out = ["--detector", "noise_level_tiny", "--output-dir", str(tmp_path)]
+    default_benchmark.main(out)
+    default_benchmark.main([*out, "data.localizers.seed=2"])
+    assert trained == [("data", "noise_level_tiny_seed0"), ("data_seed2", "noise_level_tiny_seed0_data_seed2")]
+    assert {p.name for p in tmp_path.glob("results_*.json")} == {
+        "results_noise_level_tiny.json",
+        "results_noise_level_tiny_seed2.json",
+    }
+    with pytest.raises(SystemExit):
+        default_benchmark.main([*out, "--runs", "0"])
