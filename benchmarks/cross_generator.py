@@ -62,10 +62,51 @@ def crop_size(records: list[Record]) -> int:
     return min(sides)
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (epochs, sizes)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text}")
+    return value
+
+
+def positive_or_zero(text: str) -> int:
+    """An argparse type: 0 (the configured value) or a whole number of at least 1."""
+    return 0 if int(text) == 0 else positive(text)
+
+
+def write_split(split: list, manifest: Path, options: dict, resume: bool) -> None:
+    """A split's manifest, with the options that drew it beside it (`split.json`); `resume` keeps one
+    drawn with the same options (split-up runs share the manifests) and draws anew otherwise."""
+    drawn = manifest.with_name("split.json")
+    if resume and manifest.is_file() and drawn.is_file() and json.loads(drawn.read_text()) == options:
+        return
+    write_manifest(split, manifest)
+    drawn.write_text(json.dumps(options, indent=1))
+
+
+def finished_run(run_dir: Path, settings: dict) -> dict | None:
+    """The metrics of a run `train_detector` finished in `run_dir` with these very `settings` (the
+    split's options included), or None: a resume never reuses a run of other settings."""
+    done, recorded = run_dir / "metrics.json", run_dir / "benchmark_settings.json"
+    if done.is_file() and recorded.is_file() and json.loads(recorded.read_text()) == settings:
+        return json.loads(done.read_text())
+    return None
+
+
 def train_detector(
-    detector: str, manifest: Path, run_dir: Path, epochs: int, size: int, seed: int, overrides: list[str]
+    detector: str,
+    manifest: Path,
+    run_dir: Path,
+    epochs: int,
+    size: int,
+    seed: int,
+    overrides: list[str],
+    settings: dict | None = None,
 ) -> tuple[dict | None, float, str | None]:
-    """`python train.py ...` for one detector; (metrics.json or None, seconds, error or None)."""
+    """`python train.py ...` for one detector; (metrics.json or None, seconds, error or None). A
+    finished run records `settings` (what `finished_run` compares on a resume)."""
+    (run_dir / "benchmark_settings.json").unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable,
@@ -90,6 +131,8 @@ def train_detector(
     metrics_file = run_dir / "metrics.json"
     if done.returncode != 0 or not metrics_file.is_file():
         return None, seconds, f"train.py exited {done.returncode}; see {run_dir / 'train.log'}"
+    if settings is not None:
+        (run_dir / "benchmark_settings.json").write_text(json.dumps(settings, indent=1))
     return json.loads(metrics_file.read_text()), seconds, None
 
 
@@ -146,10 +189,10 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-groups", nargs="+", default=DEFAULT_TRAIN, help="fake groups to train on")
     parser.add_argument("--test-groups", nargs="+", default=DEFAULT_TEST, help="held-out fake groups to test on")
     parser.add_argument("--detectors", nargs="+", default=DEFAULT_DETECTORS, help="configs/detector names")
-    parser.add_argument("--epochs", type=int, default=8, help="trainer.max_epochs of every run")
+    parser.add_argument("--epochs", type=positive, default=8, help="trainer.max_epochs of every run")
     parser.add_argument(
         "--size",
-        type=int,
+        type=positive_or_zero,
         default=None,
         help="detector.net.preprocess.size (default: the shortest image side; 0: each detector's own)",
     )

@@ -27,10 +27,11 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Sequence
 
-from benchmarks.cross_generator import fmt, train_detector
+from benchmarks.cross_generator import finished_run, fmt, positive, positive_or_zero, train_detector, write_split
 from datamodules.io import split_keys_by_group
-from datamodules.records import Record, read_manifest, write_manifest
+from datamodules.records import Record, read_manifest
 from datamodules.splits import DEFAULT_FAMILIES, SplitError, _as_family, family_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +71,10 @@ def category_split(
     }
     if not counts["val"]["genuine"] or not any(r.split == "train" and r.label == 1 for r in out):
         raise SplitError(f"holding out {held_out!r} leaves no validation genuines or no training fakes")
-    return out, {"held_out": held_out, "counts": counts}
+    # categories whose every photo went to test with the held-out one's (photos and phone photos of them)
+    trained_on = {r.category for r in out if r.split != "test"}
+    held_with = sorted(set(categories) - trained_on - {held_out})
+    return out, {"held_out": held_out, "counts": counts, "held_with": held_with}
 
 
 # what the benchmark sets itself for every split: the data (each split's manifest) and one process
@@ -109,17 +113,21 @@ def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:
     return recipe.detector.name, int(recipe.trainer.max_epochs), overrides, left_out
 
 
-def row(held_out: str, metrics: dict | None, error: str | None) -> list[str]:
+def row(held_out: str, metrics: dict | None, error: str | None, held_with: Sequence[str] = ()) -> list[str]:
+    """A table row: the held-out category's figures, and the seen categories' (not those held out
+    with it, whose photos went to test whole)."""
+    name = f"{held_out} (with {', '.join(held_with)})" if held_with else held_out
     if metrics is None:
-        return [held_out, f"failed: {error}", "", "", "", ""]
+        return [name, f"failed: {error}", "", "", "", ""]
     own = metrics.get("by_category", {}).get(held_out, {})
-    seen = [m for name, m in metrics.get("by_category", {}).items() if name != held_out and m.get("n_neg")]
+    unseen = {held_out, *held_with}
+    seen = [m for name, m in metrics.get("by_category", {}).items() if name not in unseen and m.get("n_neg")]
     seen_genuine = sum(m["n_neg"] for m in seen)
     seen_tnr = sum(m["tnr"] * m["n_neg"] for m in seen) / seen_genuine if seen_genuine else None
     worst = min(seen, key=lambda m: m["tnr"], default=None)
     worst_name = next((n for n, m in metrics.get("by_category", {}).items() if m is worst), "")
     return [
-        held_out,
+        name,
         f"{fmt(own.get('tnr'))} ({own.get('n_neg', 0)})",
         fmt(own.get("tpr")),
         fmt(own.get("auroc")),
@@ -148,8 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--categories", nargs="*", help="hold out only these (default: each category in turn)")
     parser.add_argument("--experiment", help="train with this recipe (configs/experiment/), e.g. generated_kinds")
     parser.add_argument("--detector", help="default: the experiment's, else npr")
-    parser.add_argument("--epochs", type=int, help="default: the experiment's, else 3")
-    parser.add_argument("--size", type=int, default=64, help="detector.net.preprocess.size (0: the detector's own)")
+    parser.add_argument("--epochs", type=positive, help="default: the experiment's, else 3")
+    parser.add_argument(
+        "--size", type=positive_or_zero, default=64, help="detector.net.preprocess.size (0: the detector's own)"
+    )
     parser.add_argument("--fractions", type=float, nargs=3, default=(0.6, 0.2, 0.2), metavar=("TRAIN", "VAL", "TEST"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_category_out")
@@ -159,14 +169,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The manifest, recipe and fractions, refused in one line before anything is split."""
     if not args.manifest.is_file():
         parser.error(
             f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_kinds`, "
             "which writes data/generated_kinds)"
         )
+    if args.experiment and not (ROOT / "configs" / "experiment" / f"{args.experiment}.yaml").is_file():
+        known = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+        parser.error(f"--experiment {args.experiment}: no such recipe; recipes: {', '.join(known)}")
+    if sum(args.fractions) <= 0 or min(args.fractions) < 0:
+        parser.error(f"--fractions must be 0 or more each and add up to more than 0, got {args.fractions}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
     detector, epochs, overrides, left_out = (
         experiment_settings(args.experiment) if args.experiment else ("npr", 3, [], [])
     )
@@ -183,30 +203,33 @@ def main(argv: list[str] | None = None) -> int:
     held = args.categories or sorted({r.category for r in records if r.category})
     try:
         splits = {c: category_split(records, c, tuple(args.fractions), args.seed) for c in held}
-    except SplitError as error:
+    except (SplitError, ValueError) as error:  # ValueError: fractions that cannot split
         print(f"error: {error}", file=sys.stderr)
         return 2
+    drawn = {"manifest": str(args.manifest.resolve()), "fractions": list(args.fractions), "seed": args.seed}
     manifests = {}
     for category, (split, summary) in splits.items():
         manifests[category] = output / f"holdout_{category}" / "manifest.csv"
-        if not (args.resume and manifests[category].is_file()):
-            write_manifest(split, manifests[category])
-        print(f"held out {category}: {json.dumps(summary['counts'])}", flush=True)
+        write_split(split, manifests[category], drawn, args.resume)
+        with_it = f" (and with it {', '.join(summary['held_with'])})" if summary["held_with"] else ""
+        print(f"held out {category}{with_it}: {json.dumps(summary['counts'])}", flush=True)
     if args.split_only:
         return 0
     rows, results, failed = [], {}, False
     for category, manifest in manifests.items():
         run = manifest.parent / args.detector
-        if args.resume and (run / "metrics.json").is_file():
-            metrics, seconds, error = json.loads((run / "metrics.json").read_text()), 0.0, None
+        settings = {"split": drawn, "epochs": args.epochs, "size": args.size, "override": list(args.override)}
+        metrics = finished_run(run, settings) if args.resume else None
+        if metrics is not None:
+            seconds, error = 0.0, None
         else:
             metrics, seconds, error = train_detector(
-                args.detector, manifest, run, args.epochs, args.size, args.seed, list(args.override)
+                args.detector, manifest, run, args.epochs, args.size, args.seed, list(args.override), settings
             )
         failed |= error is not None
         print(f"[{args.detector} / held out {category}] {error or 'done'} in {seconds:.0f} s", flush=True)
         results[category] = metrics
-        rows.append(row(category, metrics, error))
+        rows.append(row(category, metrics, error, splits[category][1]["held_with"]))
     markdown = (
         f"{args.detector}, {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}"
         f"{f' (experiment={args.experiment})' if args.experiment else ''}; "

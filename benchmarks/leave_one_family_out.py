@@ -24,8 +24,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.cross_generator import fmt, train_detector
-from datamodules.records import read_manifest, write_manifest
+from benchmarks.cross_generator import finished_run, fmt, positive, positive_or_zero, train_detector, write_split
+from datamodules.records import read_manifest
 from datamodules.splits import SplitError, all_families_split, family_split, parse_families
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DETECTORS = ["npr", "dct", "clip_freq_tiny"]
 
 
+NOT_RUN = object()  # a family this invocation did not hold out (`--holdout`)
+
+
 def _cells(metrics: dict | None, family: str) -> str:
+    if metrics is NOT_RUN:
+        return "not run"
     if metrics is None:
         return "failed"
     m = metrics.get("by_group", {}).get(family, metrics)
@@ -44,7 +49,7 @@ def table(results: dict, families: list[str]) -> str:
     head = ["detector (trained on)", *[f"held out: {f}" for f in families]]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for detector, per_family in results.items():
-        lines.append("| " + " | ".join([detector, *[_cells(per_family.get(f), f) for f in families]]) + " |")
+        lines.append("| " + " | ".join([detector, *[_cells(per_family.get(f, NOT_RUN), f) for f in families]]) + " |")
     return "\n".join(lines)
 
 
@@ -54,8 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--families", nargs="*", help="NAME=PATTERN[,PATTERN...] (default: the cpu_diverse families)")
     parser.add_argument("--detectors", nargs="+", default=DEFAULT_DETECTORS)
     parser.add_argument("--fused", default="clip_freq_tiny", help="also train this detector on every family ('' = no)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--size", type=int, default=64, help="detector.net.preprocess.size (0: each detector's own)")
+    parser.add_argument("--epochs", type=positive, default=3)
+    parser.add_argument(
+        "--size", type=positive_or_zero, default=64, help="detector.net.preprocess.size (0: each detector's own)"
+    )
     parser.add_argument("--val-fraction", type=float, default=0.15)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "leave_one_family_out")
@@ -79,22 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output_dir.resolve()
     try:
         families = parse_families(args.families)
+        if unknown := sorted(set(args.holdout or ()) - set(families)):
+            raise SplitError(f"--holdout {', '.join(unknown)}: not a family; families: {', '.join(families)}")
         splits = {f: family_split(records, families, f, args.val_fraction, args.seed) for f in families}
     except SplitError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    drawn = {"manifest": str(args.manifest.resolve()), "families": families, "val_fraction": args.val_fraction}
+    drawn["seed"] = args.seed
     manifests = {}
     for family, (split, summary) in splits.items():
         if args.holdout and family not in args.holdout:
             continue
         manifests[family] = output / f"holdout_{family}" / "manifest.csv"
-        if not (args.resume and manifests[family].is_file()):  # split-up runs share the manifests
-            write_manifest(split, manifests[family])
+        write_split(split, manifests[family], drawn, args.resume)  # split-up runs share the manifests
         print(f"held out {family}: {json.dumps(summary['counts'])}", flush=True)
     if args.fused:
         manifests["*"] = output / "all_families" / "manifest.csv"
-        if not (args.resume and manifests["*"].is_file()):
-            write_manifest(all_families_split(records, families, seed=args.seed), manifests["*"])
+        write_split(all_families_split(records, families, seed=args.seed), manifests["*"], drawn, args.resume)
     if args.split_only:
         return 0
 
@@ -103,11 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     for family, manifest in manifests.items():
         for detector in [args.fused] if family == "*" else args.detectors:
             run = manifest.parent / detector
-            if args.resume and (run / "metrics.json").is_file():
-                metrics, seconds, error = json.loads((run / "metrics.json").read_text()), 0.0, None
+            settings = {"split": drawn, "epochs": args.epochs, "size": args.size, "override": list(args.override)}
+            metrics = finished_run(run, settings) if args.resume else None
+            if metrics is not None:
+                seconds, error = 0.0, None
             else:
                 metrics, seconds, error = train_detector(
-                    detector, manifest, run, args.epochs, args.size, args.seed, list(args.override)
+                    detector, manifest, run, args.epochs, args.size, args.seed, list(args.override), settings
                 )
             failed |= error is not None
             print(f"[{detector} / held out {family}] {error or 'done'} in {seconds:.0f} s", flush=True)
@@ -120,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         f"genuines; {args.epochs} epochs, {args.size or 'configured'} px, seed {args.seed}.\n\n"
         f"{table(results, list(families))}\n"
     )
+    output.mkdir(parents=True, exist_ok=True)
     (output / "leave_one_family_out.md").write_text(markdown)
     (output / "results.json").write_text(json.dumps({"families": families, "results": results}, indent=1, default=str))
     print("\n" + markdown)

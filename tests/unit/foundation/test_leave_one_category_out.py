@@ -100,3 +100,60 @@ def test_a_recipe_setting_the_split_manifests_cannot_take_is_named_to_the_user(t
     assert "not passed to train.py, a manifest's data does not take data.exclude_groups" in capsys.readouterr().out
     assert main(arguments) == 0
     assert "not passed" not in capsys.readouterr().out
+
+
+def test_a_category_held_out_with_the_one_asked_for_is_named_and_not_counted_as_seen():
+    """Phone photos are made from the bundled photographs: holding out photo holds them out too."""
+    _, summary = category_split(manifest(), "photo", seed=1)
+    assert summary["held_with"] == ["phone_photo"]
+    metrics = {
+        "by_category": {
+            "photo": {"tnr": 0.9, "n_neg": 4},
+            "phone_photo": {"tnr": 0.5, "n_neg": 4},
+            "chart": {"tnr": 1.0, "n_neg": 6},
+        }
+    }
+    cells = row("photo", metrics, None, summary["held_with"])
+    assert cells[0] == "photo (with phone_photo)" and cells[4] == "1.000 (6)" and cells[5] == "chart 1.000"
+
+
+def test_a_resume_reuses_splits_and_runs_only_of_the_same_options(tmp_path, monkeypatch):
+    import benchmarks.leave_one_category_out as loco
+
+    path = tmp_path / "manifest.csv"
+    write_manifest(manifest(), path)
+    trained = []
+
+    def train_detector(detector, split_manifest, run, epochs, size, seed, overrides, settings):
+        trained.append((epochs, seed))
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "metrics.json").write_text("{}")
+        (run / "benchmark_settings.json").write_text(__import__("json").dumps(settings))
+        return {}, 0.0, None
+
+    monkeypatch.setattr(loco, "train_detector", train_detector)
+    common = ["--manifest", str(path), "--categories", "gel", "--output-dir", str(tmp_path / "out"), "--resume"]
+    split = tmp_path / "out" / "holdout_gel" / "manifest.csv"
+    assert main([*common, "--epochs", "1"]) == 0
+    first = split.read_bytes()
+    assert main([*common, "--epochs", "1"]) == 0  # the same options: reused
+    assert main([*common, "--epochs", "2"]) == 0  # other epochs: trained again
+    assert main([*common, "--epochs", "2", "--seed", "5"]) == 0  # another seed: another split, trained again
+    assert trained == [(1, 0), (2, 0), (2, 5)] and split.read_bytes() != first
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--experiment", "nosuch"], "no such recipe"),
+        (["--epochs", "0"], "at least 1"),
+        (["--size", "-5"], "at least 1"),
+        (["--fractions", "0", "0", "0"], "add up to more than 0"),
+    ],
+)
+def test_a_mistyped_recipe_or_count_is_refused_in_one_line(arguments, message, tmp_path, capsys):
+    path = tmp_path / "manifest.csv"
+    write_manifest(manifest(), path)
+    with pytest.raises(SystemExit) as refused:
+        main(["--manifest", str(path), "--output-dir", str(tmp_path / "out"), *arguments])
+    assert refused.value.code == 2 and message in capsys.readouterr().err

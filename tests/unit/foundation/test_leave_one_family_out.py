@@ -90,3 +90,15 @@ def test_split_only_writes_one_manifest_per_held_out_family(tmp_path):
         records = read_manifest(tmp_path / "out" / f"holdout_{family}" / "manifest.csv")
         assert {r.group for r in records if r.split == "test" and r.label == 1} == {family}
     assert (tmp_path / "out" / "all_families" / "manifest.csv").is_file()
+
+
+def test_an_unknown_holdout_is_refused_and_families_not_run_are_not_called_failed(tmp_path, capsys):
+    from benchmarks.leave_one_family_out import table
+    from datamodules.records import write_manifest
+
+    write_manifest(manifest(), tmp_path / "manifest.csv")
+    arguments = ["--manifest", str(tmp_path / "manifest.csv"), "--output-dir", str(tmp_path / "out")]
+    assert main([*arguments, "--holdout", "nosuch", "--fused", ""]) == 2
+    assert "--holdout nosuch: not a family" in capsys.readouterr().err
+    cells = table({"npr (the other families)": {"ae": None}}, ["ae", "ddpm"]).splitlines()[-1]
+    assert cells == "| npr (the other families) | failed | not run |"
