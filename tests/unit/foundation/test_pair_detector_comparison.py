@@ -44,3 +44,22 @@ def test_each_kind_shows_its_rate_per_detector():
     assert "| local (duplicated: TPR) | 13 | 1.000 | 0.154 |" in text
     assert "| figure_furniture (not duplicated: FPR) | 84 | 0.036 | 0.000 |" in text
     assert "| set-F1 / EM, operation head alone (`given_duplicated`) | - | 0.6000 / 0.1250 |" in text
+
+
+def test_runs_on_other_pairs_are_said_apart_and_a_bad_file_is_refused_in_one_line(tmp_path, capsys):
+    from benchmarks.pair_detector_comparison import main
+
+    other = protocol(1.0, 0.0)
+    other["by_kind"]["local"]["n"] = 9
+    for name, metrics in (("seed0", protocol(1.0, 0.0)), ("seed1", other)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"detector": "dup_sift", "test": metrics}))
+    assert main([str(tmp_path / "seed0" / "metrics.json"), str(tmp_path / "seed1" / "metrics.json")]) == 1
+    printed = capsys.readouterr().out
+    assert "| held-out pairs | dup_sift (seed0) | dup_sift (seed1) |" in printed
+    assert "| local (duplicated: TPR) | 13 / 9 |" in printed and "not measured on the same held-out pairs" in printed
+    (tmp_path / "broken.json").write_text("{not json")
+    for path in (tmp_path / "broken.json", tmp_path / "missing.json", tmp_path):
+        with pytest.raises(SystemExit):
+            main([str(path)])
+        assert "not a readable metrics.json" in capsys.readouterr().err
