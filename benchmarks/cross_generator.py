@@ -75,6 +75,18 @@ def positive_or_zero(text: str) -> int:
     return 0 if int(text) == 0 else positive(text)
 
 
+def check_runs(parser: argparse.ArgumentParser, detectors: list[str], output_dir: Path) -> None:
+    """Refuse, in one line before anything is split or trained, an unknown detector (it failed only
+    after the others had trained) and an output folder that is a file or under one."""
+    from detectors.registry import list_detectors
+
+    if unknown := [name for name in detectors if name not in list_detectors()]:
+        parser.error(f"unknown detector {', '.join(unknown)}; known: {', '.join(list_detectors())}")
+    output_dir = output_dir.absolute()
+    if blocking := next((f for f in (output_dir, *output_dir.parents) if f.exists() and not f.is_dir()), None):
+        parser.error(f"--output-dir {output_dir}: {blocking} is a file, not a folder")
+
+
 def write_split(split: list, manifest: Path, options: dict, resume: bool) -> None:
     """A split's manifest, with the options that drew it beside it (`split.json`); `resume` keeps one
     drawn with the same options (split-up runs share the manifests) and draws anew otherwise."""
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     """Split, train every detector on the training groups, test on the held-out ones, write the report."""
     parser = argument_parser()
     args = parser.parse_args(argv)
-
+    check_runs(parser, args.detectors, args.output_dir)
     manifest = args.manifest.resolve()
     if not manifest.is_file():
         if manifest != (ROOT / "data" / "embedded" / "manifest.csv").resolve():

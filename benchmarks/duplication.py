@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -187,7 +188,7 @@ def speed_benchmark(args: argparse.Namespace) -> dict:
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--positives-per-photo", type=int, default=8)
     parser.add_argument("--negatives-per-photo", type=int, default=16)
@@ -210,7 +211,17 @@ def main() -> None:
     parser.add_argument("--skip-pairs", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    counts = {name: getattr(args, name) for name in ("copy_move", "speed_panels", "figure_groups", "figure_pairs")}
+    counts.update({name: getattr(args, name) for name in ("positives_per_photo", "negatives_per_photo")})
+    if negative := [f"--{name.replace('_', '-')}" for name, value in counts.items() if value < 0]:
+        parser.error(f"{', '.join(negative)}: must be 0 or more")
+    if args.speed_panels == 1 or (args.speed_panels and args.speed_rounds < 1):
+        parser.error("the timed group needs --speed-panels 2 or more (0: skip) and --speed-rounds 1 or more")
+    if args.skip_pairs and not args.copy_move and not args.speed_panels:
+        parser.error("nothing to measure: --skip-pairs with --copy-move 0 and --speed-panels 0")
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).absolute().parent.is_dir()):
+        parser.error(f"--json {args.json}: needs a file in an existing folder")  # found now, not after the run
     cv2.setNumThreads(1)
     args.detect_side, args.fallback_keypoints = args.detect_side or None, args.fallback_keypoints or None
     report: dict = {"args": vars(args)}

@@ -29,7 +29,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from benchmarks.cross_generator import finished_run, fmt, positive, positive_or_zero, train_detector, write_split
+from benchmarks.cross_generator import (
+    check_runs,
+    finished_run,
+    fmt,
+    positive,
+    positive_or_zero,
+    train_detector,
+    write_split,
+)
 from datamodules.io import split_keys_by_group
 from datamodules.records import Record, read_manifest
 from datamodules.splits import DEFAULT_FAMILIES, SplitError, _as_family, family_of
@@ -197,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     args.detector, args.epochs = args.detector or detector, args.epochs or epochs
+    check_runs(parser, [args.detector], args.output_dir)
     args.override = overrides + list(args.override)
     records = read_manifest(args.manifest)
     output = args.output_dir.resolve()

@@ -24,7 +24,15 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.cross_generator import finished_run, fmt, positive, positive_or_zero, train_detector, write_split
+from benchmarks.cross_generator import (
+    check_runs,
+    finished_run,
+    fmt,
+    positive,
+    positive_or_zero,
+    train_detector,
+    write_split,
+)
 from datamodules.records import read_manifest
 from datamodules.splits import SplitError, all_families_split, family_split, parse_families
 
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.manifest.is_file():
         parser.error(f"{args.manifest} does not exist (make one with `python generate.py preset=cpu_diverse`)")
+    check_runs(parser, [*args.detectors, *([args.fused] if args.fused else [])], args.output_dir)
     records = read_manifest(args.manifest)
     output = args.output_dir.resolve()
     try:

@@ -102,3 +102,19 @@ def test_an_unknown_holdout_is_refused_and_families_not_run_are_not_called_faile
     assert "--holdout nosuch: not a family" in capsys.readouterr().err
     cells = table({"npr (the other families)": {"ae": None}}, ["ae", "ddpm"]).splitlines()[-1]
     assert cells == "| npr (the other families) | failed | not run |"
+
+
+@pytest.mark.parametrize("bad", ["detector", "output"])
+def test_an_unknown_detector_or_an_output_under_a_file_is_refused_before_any_split_or_training(tmp_path, capsys, bad):
+    from datamodules.records import write_manifest
+
+    write_manifest(manifest(), tmp_path / "manifest.csv")
+    (tmp_path / "afile").write_text("mine")
+    output = tmp_path / ("afile/out" if bad == "output" else "out")
+    detectors = ["npr", "nosuch"] if bad == "detector" else ["npr"]
+    arguments = ["--manifest", str(tmp_path / "manifest.csv"), "--output-dir", str(output), "--fused", ""]
+    with pytest.raises(SystemExit) as refused:
+        main([*arguments, "--detectors", *detectors])
+    assert refused.value.code == 2
+    assert ("unknown detector nosuch" if bad == "detector" else "afile is a file") in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
