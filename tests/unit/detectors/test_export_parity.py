@@ -21,6 +21,7 @@ import torch
 
 from detectors.registry import create_module, detector_class, detector_config, list_detectors
 from exporting.onnx_export import ExportError, export_onnx
+from inference.runtime import scoring_preprocess
 
 # variants of a tiny config that change the exported graph (adapter, fusion, artifact branch)
 VARIANTS = {
@@ -63,7 +64,11 @@ def test_shipped_export_reproduces_pytorch(name, overrides, tmp_path):
     model = onnx.load(str(report.path))
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["detector"] == name and float(meta["threshold"]) == pytest.approx(0.37)
-    assert json.loads(meta["preprocess"]) == module.net.preprocess.to_dict()
+    # what infer.py applies (a localizer scores each image whole) and, where that differs, the crop it trained at
+    scoring = scoring_preprocess(module.net.preprocess, module.net.is_localizer)
+    assert json.loads(meta["preprocess"]) == scoring.to_dict()
+    trained = json.loads(meta.get("trained_preprocess", meta["preprocess"]))
+    assert trained == module.net.preprocess.to_dict()
     expected_outputs = ["score", "mask"] if module.net.is_localizer else ["score"]
     assert json.loads(meta["outputs"]) == report.outputs == [o.name for o in model.graph.output]
     assert report.outputs[: len(expected_outputs)] == expected_outputs  # extra maps (confidence) may follow
