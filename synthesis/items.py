@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import zlib
 from collections import Counter
@@ -142,10 +143,20 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def init_worker() -> None:
+    """A worker process: one thread, and gone when the run that started it is (a run killed with
+    SIGKILL or SIGTERM leaves its pool's workers behind otherwise, each holding a model)."""
     import torch
 
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
+    threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def exit_with_parent(parent: int, every: float = 1.0) -> None:
+    """Ends this process once its parent has gone (it is then adopted: another parent id)."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 @contextmanager

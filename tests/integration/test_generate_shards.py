@@ -128,3 +128,36 @@ def test_a_run_killed_while_writing_its_sources_is_not_resumed_with_other_option
         stamped_table(tmp_path, replace(kinds, seed=0), PHOTOS[:1], None)
     assert sorted(p.name for p in (tmp_path / "sources").rglob("*")) == written
     assert [p["key"] for p in stamped_table(tmp_path, kinds, PHOTOS[:1], None)]  # the same options: resumed
+
+
+def test_the_workers_of_a_killed_run_end_with_it(tmp_path):
+    """`workers>1`: a run killed with SIGKILL (no cleanup runs) leaves no worker behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from multiprocessing import get_context\n"
+        "from synthesis.items import init_worker\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(1, mp_context=get_context('spawn'), initializer=init_worker)\n"
+        "    import os\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd())
+    worker = int(run.stdout.readline())
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    for _ in range(100):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail("the worker outlived its killed run by 10 s")
