@@ -245,17 +245,13 @@ def make_generated_manifest(
 
     Splits are drawn per authentic photo by the generator, so the manifest keeps them as they are.
     """
-    output = Path(output)
+    output = Path(output).resolve()  # "a/b/../c" names c: no folder b is made for it
     result = generate_dataset(
         output, spec or DatasetSpec(), photos=photos, root=root, workers=workers, progress=progress, merge=merge
     )
     write_manifest(
         (
-            {
-                **row,
-                "path": str(output.resolve() / row["path"]),
-                "mask": str(output.resolve() / row["mask"]) if row.get("mask") else None,
-            }
+            {**row, "path": str(output / row["path"]), "mask": str(output / row["mask"]) if row.get("mask") else None}
             for row in result["rows"]
         ),
         output / "manifest.csv",

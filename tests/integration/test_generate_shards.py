@@ -161,3 +161,10 @@ def test_the_workers_of_a_killed_run_end_with_it(tmp_path):
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     pytest.fail("the worker outlived its killed run by 10 s")
+
+
+def test_an_output_path_through_a_folder_that_does_not_exist_makes_no_such_folder(tmp_path):
+    spec = DatasetSpec(kind="forgery", ops={"copy_move": 1.0}, max_side=96, crops_per_photo=1, crop_size=64)
+    manifest, _ = make_generated_manifest(tmp_path / "nx" / ".." / "set", spec, photos=PHOTOS[:1], progress=False)
+    assert manifest == tmp_path / "set" / "manifest.csv" and manifest.is_file()
+    assert not (tmp_path / "nx").exists()
