@@ -64,6 +64,10 @@ def _generators(
     train_panels = sorted(
         p["path"] for p in panels if p["path"].endswith("_full.png") and min(p["height"], p["width"]) >= options.crop
     )
+    # A training's fragment is named for its run and removed once its weights are written: one left
+    # behind is a training killed before that, of no use to any run.
+    for stale in fragment_path(output, "generator/any").parent.glob("*.json"):
+        stale.unlink()
     paths, status, tasks = {}, {}, []
     for index, variant in enumerate(options.variants):
         weights = folder / f"{variant}.pt"

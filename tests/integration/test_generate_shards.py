@@ -168,3 +168,11 @@ def test_an_output_path_through_a_folder_that_does_not_exist_makes_no_such_folde
     manifest, _ = make_generated_manifest(tmp_path / "nx" / ".." / "set", spec, photos=PHOTOS[:1], progress=False)
     assert manifest == tmp_path / "set" / "manifest.csv" and manifest.is_file()
     assert not (tmp_path / "nx").exists()
+
+
+def test_a_killed_generator_trainings_marker_is_not_left_in_the_finished_set(tmp_path):
+    stale = tmp_path / ".items" / "generator" / "transposed_5_1796620343701894522.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")  # what a run killed while training its generator leaves
+    make_generated_manifest(tmp_path, SPEC, photos=PHOTOS[:1], progress=False)
+    assert not list(stale.parent.glob("*.json"))
