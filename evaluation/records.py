@@ -3,10 +3,12 @@ row dicts (as read from a manifest or infer.py's output) without ``evaluation`` 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ._checks import UndefinedMetricWarning
 from .image import image_metrics
 
 Records = Any  # pandas.DataFrame | Mapping[str, Sequence] | Sequence[Mapping[str, Any]]
@@ -91,7 +93,12 @@ def by_group(
         kwargs = (
             {**metric_kwargs, "threshold": np.asarray(metric_kwargs["threshold"])[rows]} if per_row else metric_kwargs
         )
-        out[name or NO_GROUP] = metric_fn(y[rows], s[rows], **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out[name or NO_GROUP] = metric_fn(y[rows], s[rows], **kwargs)
+        for found in caught:  # a metric undefined in one group is said of that group, not of the whole run
+            prefix = f"{column_name} {name or NO_GROUP}: " if issubclass(found.category, UndefinedMetricWarning) else ""
+            warnings.warn_explicit(f"{prefix}{found.message}", found.category, found.filename, found.lineno)
     return out
 
 

@@ -189,3 +189,20 @@ def test_names_from_the_data_are_text_in_report_md_not_markup_or_table_cells(tmp
     assert "# npr on &lt;b&gt;uploads&lt;/b&gt;" in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     row = next(line for line in text.splitlines() if line.startswith("| fig\\|panel |"))
     assert len(row.replace("\\|", "").split("|")) == len(text.splitlines()[text.splitlines().index(row) - 1].split("|"))
+
+
+def test_a_metric_undefined_in_one_category_is_said_of_that_category():
+    from evaluation import UndefinedMetricWarning
+    from evaluation.records import by_category
+
+    records = [
+        {"label": 0, "score": 0.2, "category": "chart"},
+        {"label": 0, "score": 0.4, "category": "chart"},
+        {"label": 0, "score": 0.1, "category": "gel"},
+        {"label": 1, "score": 0.9, "category": "gel"},
+    ]
+    with pytest.warns(UndefinedMetricWarning) as said:
+        by_category(records)
+    messages = [str(w.message) for w in said]
+    assert any(m.startswith("category chart: ") and "needs both classes" in m for m in messages)
+    assert not any(m.startswith("category gel") for m in messages)
