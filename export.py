@@ -68,6 +68,11 @@ def export(cfg: DictConfig) -> dict:
             max_fpr_rise=cfg.max_fpr_rise,
             graph_tolerance=cfg.tolerance,
             graph_resize_tolerance=cfg.graph_resize_tolerance,
+            pytorch_parity={
+                "max_score_difference": report.max_score_difference,
+                "max_mask_difference": report.max_mask_difference,
+                "checked_shapes": report.checked_shapes,
+            },
         )
 
 

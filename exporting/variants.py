@@ -233,9 +233,11 @@ def build_variant(
     max_fpr_rise: float = 0.005,
     graph_tolerance: float = 1e-4,
     graph_resize_tolerance: float = 0.02,
+    pytorch_parity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Turn the fp32 export at `fp32_path` into the requested variant at `output` (+ its JSON
     sidecar), measured on `images` (random probes when none); raises `VariantRefused` beyond the bounds.
+    `pytorch_parity`: how far the fp32 export is from PyTorch, kept in the sidecar's report.
 
     Kept in one piece: quantize, compare and refuse are one decision about one file.
     """
@@ -248,7 +250,7 @@ def build_variant(
         Preprocess.from_config(json.loads(meta["preprocess"])), "mask" in json.loads(meta["outputs"])
     )
     images = list(images) or probe_images(preprocess)
-    report: dict[str, Any] = {"precision": precision}
+    report: dict[str, Any] = {"precision": precision, **({"pytorch_parity": pytorch_parity} if pytorch_parity else {})}
     model = fp32
     if precision != "fp32":
         if precision == "int8" and int8_mode == "static" and not calibration:

@@ -186,3 +186,12 @@ def test_export_entry_point_writes_an_int8_image_u8_model_with_its_report(tiny_m
     assert sidecar["input"] == "image_u8" and sidecar["precision"] == "int8"
     session = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["image_u8"]
+
+
+def test_a_plain_export_keeps_its_parity_with_pytorch_in_its_sidecar(tiny_model, tmp_path):
+    from export import export
+
+    output = tmp_path / "plain.onnx"
+    export(compose_config("export", [f"model={tiny_model['ckpt']}", f"output={output}"]))
+    parity = json.loads(output.with_suffix(".json").read_text())["export_report"]["pytorch_parity"]
+    assert 0 <= parity["max_score_difference"] <= 1e-4 and parity["checked_shapes"]
