@@ -196,6 +196,12 @@ def with_graph_preprocess(model: onnx.ModelProto, preprocess: Preprocess) -> onn
         if extra.domain not in ("", "ai.onnx"):
             front.opset_import.append(extra)
     merged = onnx.compose.merge_models(front, model, io_map=[("pp_image", "image")])
+    versions: dict[str, int] = {}  # merge_models lists each side's imports: one per domain is kept
+    for found in merged.opset_import:
+        versions[found.domain] = max(versions.get(found.domain, 0), found.version)
+    del merged.opset_import[:]
+    for domain, version in versions.items():
+        merged.opset_import.add(domain=domain, version=version)
     del merged.metadata_props[:]
     for prop in model.metadata_props:
         merged.metadata_props.add(key=prop.key, value=prop.value)

@@ -92,6 +92,8 @@ def test_graph_preprocess_model_scores_files_as_infer_does(tiny_model, tmp_path,
     assert parity["bound"] == (1e-4 if mode in ("center_crop", "pad") else 0.02)
     sidecar = json.loads((tmp_path / "u8.json").read_text())
     assert sidecar["input"] == "image_u8" and sidecar["preprocess"]["mode"] == mode and sidecar["threshold"] == 0.5
+    imports = [(o.domain, o.version) for o in onnx.load(str(output)).opset_import]
+    assert len({domain for domain, _ in imports}) == len(imports)  # one import per domain
 
     folder = tmp_path / "files"
     write_images(folder, [(40, 50), (33, 31), (70, 21), (32, 32)])
