@@ -8,11 +8,12 @@ metadata for runtimes whose API cannot read ONNX metadata (onnxruntime-node, for
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -96,6 +97,18 @@ def scores_of(model: Any, batches: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate([session.run(["score"], {"image": b})[0] for b in batches]).astype(np.float64)
 
 
+@contextlib.contextmanager
+def quiet_root_logger() -> Iterator[None]:
+    """onnxruntime's quantizer logs a line per tensor on the root logger at INFO: kept to warnings."""
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(max(before, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(before)
+
+
 def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | None, int8_mode: str) -> onnx.ModelProto:
     """The fp16 (weights and activations, fp32 inputs/outputs) or int8 (onnxruntime quantization,
     static QDQ per-channel with `calibration` batches, or dynamic) version of `fp32`."""
@@ -118,7 +131,7 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
         quantize_static,
     )
 
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, quiet_root_logger():
         source, target = Path(folder) / "fp32.onnx", Path(folder) / "int8.onnx"
         onnx.save(model, str(source))
         if int8_mode == "dynamic":

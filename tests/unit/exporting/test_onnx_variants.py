@@ -197,3 +197,13 @@ def test_a_plain_export_keeps_its_parity_with_pytorch_in_its_sidecar(tiny_model,
     export(compose_config("export", [f"model={tiny_model['ckpt']}", f"output={output}"]))
     parity = json.loads(output.with_suffix(".json").read_text())["export_report"]["pytorch_parity"]
     assert 0 <= parity["max_score_difference"] <= 1e-4 and parity["checked_shapes"]
+
+
+def test_quantizing_says_no_line_per_tensor(tiny_model, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        build_variant(tiny_model["onnx"], tmp_path / "i8.onnx", precision="int8", int8_mode="dynamic", max_fpr_rise=1.0)
+        assert logging.getLogger().level == logging.INFO  # the root logger's level is given back
+    assert not [r for r in caplog.records if "Quantization parameters for tensor" in r.getMessage()]
+    assert any("AUROC was not checked" in r.getMessage() for r in caplog.records)  # the toolkit's own lines stay
