@@ -95,19 +95,6 @@ def test_select_cases_keeps_worst_then_best():
     assert select_cases(cases, 3) == sorted(cases)
 
 
-def test_localizer_checkpoints_are_chosen_by_pixel_f1_within_the_genuine_pixels_bound():
-    """A map that marks genuine images beyond the bound loses to any within it, however high its F1;
-    beyond the bound, the one marking fewest wins."""
-    from evaluation.pixel import GENUINE_PIXEL_FPR_LIMIT, f1_within_genuine_fpr
-
-    within = {"pixel_f1": 0.30, "pixel_fpr_genuine": GENUINE_PIXEL_FPR_LIMIT}
-    beyond = {"pixel_f1": 0.90, "pixel_fpr_genuine": 0.06}
-    far_beyond = {"pixel_f1": 0.95, "pixel_fpr_genuine": 0.30}
-    assert f1_within_genuine_fpr(within) == 0.30
-    assert f1_within_genuine_fpr(within) > f1_within_genuine_fpr(beyond) > f1_within_genuine_fpr(far_beyond)
-    assert f1_within_genuine_fpr({"pixel_f1": 0.4, "pixel_fpr_genuine": float("nan")}) == 0.4  # no genuine image
-
-
 def test_the_module_logs_the_checkpoint_score_of_localizers():
     torch.manual_seed(0)
     module = DetectorModule(net=SEG_TINY)  # untrained: it marks about half of the genuine pixels

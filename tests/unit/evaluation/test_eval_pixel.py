@@ -153,3 +153,16 @@ def test_fast_mode_skips_curves_without_warning(recwarn):
     assert math.isnan(got["pixel_auroc"]) and math.isnan(got["pixel_f1_best"])
     assert got["pixel_f1"] == pixel_metrics(masks, probs)["pixel_f1"]
     assert not [w for w in recwarn if issubclass(w.category, UndefinedMetricWarning)]
+
+
+def test_localizer_checkpoints_are_chosen_by_pixel_f1_within_the_genuine_pixels_bound():
+    """A map that marks genuine images beyond the bound loses to any within it, however high its F1;
+    beyond the bound, the one marking fewest wins."""
+    from evaluation.pixel import GENUINE_PIXEL_FPR_LIMIT, f1_within_genuine_fpr
+
+    within = {"pixel_f1": 0.30, "pixel_fpr_genuine": GENUINE_PIXEL_FPR_LIMIT}
+    beyond = {"pixel_f1": 0.90, "pixel_fpr_genuine": 0.06}
+    far_beyond = {"pixel_f1": 0.95, "pixel_fpr_genuine": 0.30}
+    assert f1_within_genuine_fpr(within) == 0.30
+    assert f1_within_genuine_fpr(within) > f1_within_genuine_fpr(beyond) > f1_within_genuine_fpr(far_beyond)
+    assert f1_within_genuine_fpr({"pixel_f1": 0.4, "pixel_fpr_genuine": float("nan")}) == 0.4  # no genuine image
