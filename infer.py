@@ -27,6 +27,7 @@ from inference.run_report import (
     page_drawer,
     page_files,
     report_run,
+    without_own_outputs,
 )
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
@@ -60,19 +61,6 @@ def check_options(cfg: DictConfig, output: Path) -> None:
         raise ValueError(f"threshold must be a number from 0 to 1 (or null: the model's), got {cfg.threshold!r}")
     if cfg.get("review_aggregation", "max") not in AGGREGATIONS:
         raise ValueError(f"review_aggregation must be one of {', '.join(AGGREGATIONS)}, got {cfg.review_aggregation!r}")
-
-
-def without_own_outputs(records: list[Record], cfg: DictConfig, output: Path) -> list[Record]:
-    """An output written inside the input folder must not become input: the maps, overlays and report
-    pictures of this run's earlier tries (resume) are left out, and said."""
-    masks = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
-    own = [folder.resolve() for folder in (masks, page_files(output)) if folder.is_dir()]
-    if not own:  # nothing written yet: no path to resolve
-        return records
-    kept = [r for r in records if not any(folder in Path(r.path).resolve().parents for folder in own)]
-    if len(kept) < len(records):
-        log.info("left out %d image(s) in this run's own output folders", len(records) - len(kept))
-    return kept
 
 
 def infer(cfg: DictConfig) -> dict[str, Any]:

@@ -206,6 +206,11 @@ def metrics_html(metrics: Mapping[str, Any], plots: Sequence[str]) -> str:
     for key, value in metrics.items():
         if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
             parts.append(mapping_table(breakdown_title(key).capitalize(), value))
+        elif isinstance(value, Mapping) and value and not any(isinstance(v, (Mapping, list)) for v in value.values()):
+            # a set of figures of its own (a pair run's THEMIS set-F1 / EM / SPC): one row each
+            rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(format_value(v))}</td></tr>" for k, v in value.items())
+            title = escape(breakdown_title(key).capitalize())
+            parts.append(f'<h3>{title}</h3><table class="metrics"><tbody>{rows}</tbody></table>')
     parts += [
         f'<figure><img class="plot" alt="{escape(Path(p).stem)}" src="{escape(quote(p))}">'
         f"<figcaption>{escape(Path(p).stem)}</figcaption></figure>"

@@ -25,10 +25,11 @@ log = logging.getLogger(__name__)
 CONTACT_CASES = 4  # worst and best images shown in the report's contact sheet
 
 
-def safe_mask_name(index: int, path: str) -> str:
-    """A file name that cannot leave the masks folder, whatever the input path contains."""
+def safe_mask_name(index: int | str, path: str) -> str:
+    """A file name that cannot leave the masks folder, whatever the input path contains: `index`
+    (an input's position, or another name of its own) then the path's stem."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(path)).stem)[:80].lstrip(".") or "image"
-    return f"{index:07d}_{stem}.png"
+    return f"{index:07d}_{stem}.png" if isinstance(index, int) else f"{index}_{stem}.png"
 
 
 def to_uint8_map(probabilities: np.ndarray, size: tuple[int, int]) -> np.ndarray:

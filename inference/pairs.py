@@ -14,11 +14,9 @@ With truth (labels or operations) the run also writes `<output>.metrics.json`.
 
 from __future__ import annotations
 
-import csv
-import itertools
+import hashlib
 import json
 import logging
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,11 +24,12 @@ from typing import Any, Iterable
 import numpy as np
 
 from datamodules.io import ImageReadError, read_image, read_mask, write_image
-from datamodules.layouts import records_from_input
-from datamodules.records import LayoutError, parse_label
+from datamodules.records import LayoutError
 from evaluation.protocols.duplication import parse_operations
 from evaluation.summary import figure_text
 from inference.masks import safe_mask_name
+from inference.pair_inputs import group_pairs, is_pair_manifest, read_pair_manifest
+from inference.run_report import without_own_outputs
 from inference.writer import ResultWriter, read_results
 
 log = logging.getLogger(__name__)
@@ -54,85 +53,6 @@ SEPARATOR = " <-> "
 
 def pair_key(path_a: str, path_b: str) -> str:
     return f"{path_a}{SEPARATOR}{path_b}"
-
-
-def is_pair_manifest(path: str | os.PathLike) -> bool:
-    """A CSV / JSONL whose header names `path_a` and `path_b`."""
-    path = Path(path)
-    if not path.is_file() or path.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
-        return False
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        if path.suffix.lower() == ".csv":
-            header = next(csv.reader(handle), [])
-        else:
-            first = next((line for line in handle if line.strip()), "{}")
-            header = list(json.loads(first))
-    named = {"path_a", "path_b"} & {h.strip() for h in header}
-    if len(named) == 1:  # meant as a pair manifest: say what it lacks, not that it has no `path`
-        (given,) = named
-        missing = "path_b" if given == "path_a" else "path_a"
-        raise LayoutError(f"{path} names {given} but not {missing}: a pair manifest needs both")
-    return len(named) == 2
-
-
-def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Pairs of a pair manifest, paths resolved against its folder; truth kept when given."""
-    path = Path(path)
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        rows = (
-            list(csv.DictReader(handle))
-            if path.suffix.lower() == ".csv"
-            else [json.loads(line) for line in handle if line.strip()]
-        )
-
-    def resolve(value: Any) -> str | None:
-        text = str(value or "").strip()
-        return None if not text else text if os.path.isabs(text) else str(path.parent / text)
-
-    pairs = []
-    for number, row in enumerate(rows, 2):
-        a, b = resolve(row.get("path_a")), resolve(row.get("path_b"))
-        if not a or not b:
-            raise LayoutError(f"{path}: row {number} needs both path_a and path_b")
-        pair: dict[str, Any] = {
-            "path_a": a,
-            "path_b": b,
-            "mask_a": resolve(row.get("mask_a")),
-            "mask_b": resolve(row.get("mask_b")),
-        }
-        where = f"{path}: row {number}"
-        if "operations" in row:
-            pair["operations"] = row.get("operations") or ""
-            try:  # checked now, not after every pair was scored
-                parse_operations(pair["operations"])
-            except ValueError as error:
-                raise LayoutError(f"{where}: {error}") from None
-        label = parse_label(row.get("label"), where, "0 (no duplication) or 1 (duplication)")
-        if label is not None:
-            pair["label"] = label
-        pairs.append(pair)
-    return pairs
-
-
-def group_pairs(input: str | os.PathLike, layout: str = "auto", group_by: str | None = None) -> list[dict[str, Any]]:
-    """Every pair of images inside each group (`group_by` or `review` when the input has it, else
-    the image's folder), in input order."""
-    from inference.reviews import review_ids
-
-    records = records_from_input(input, layout)
-    if group_by is None:
-        group_by = "review" if any(r.review for r in records) else "parent"
-    ids = review_ids(records, group_by, input)
-    groups: dict[str, list[str]] = OrderedDict()
-    for record in records:
-        name = ids.get(record.path) or ""
-        if name:
-            groups.setdefault(name, []).append(record.path)
-    return [
-        {"path_a": a, "path_b": b, "group": name}
-        for name, paths in groups.items()
-        for a, b in itertools.combinations(paths, 2)
-    ]
 
 
 class PanelCache:
@@ -196,20 +116,38 @@ def score_pair(
     )
     if masks_dir is not None:
         for side, mask in (("a", found.mask_a), ("b", found.mask_b)):
-            target = masks_dir / safe_mask_name(index, f"{Path(pair['path_' + side]).stem}_{side}")
+            # named by the pair, not its position (which moves when inputs are added before a resume)
+            named = hashlib.sha1(key.encode()).hexdigest()[:12]
+            target = masks_dir / safe_mask_name(named, f"{Path(pair['path_' + side]).stem}_{side}.png")
             write_image(target, (mask.astype(np.uint8) * 255))
             row[f"mask_{side}"] = str(target)
     return row
 
 
-def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
-    """infer.py for a pair detector: score the pairs, stream rows, print found duplications, report."""
-    output = Path(cfg.output)
+def pairs_of(cfg: Any, output: Path) -> list[dict[str, Any]]:
+    """The pairs `cfg.input` asks for (a pair manifest, or every pair inside each group); options that
+    do not apply to pairs, and inputs holding no pair, refused."""
+    not_for_pairs = {
+        "shard": cfg.get("shard"),
+        "merge": cfg.get("merge"),
+        "devices": cfg.get("devices", 1) != 1,
+        "robustness": cfg.get("robustness"),
+    }
+    if asked := [name for name, given in not_for_pairs.items() if given]:
+        raise ValueError(
+            f"a pair detector scores its pairs in one process, without perturbations: {', '.join(asked)} "
+            "do not apply to it"
+        )
     try:
         pairs = (
             read_pair_manifest(cfg.input)
             if is_pair_manifest(cfg.input)
-            else group_pairs(cfg.input, cfg.get("layout", "auto"), cfg.get("group_by"))
+            else group_pairs(
+                cfg.input,
+                cfg.get("layout", "auto"),
+                cfg.get("group_by"),
+                keep=lambda records: without_own_outputs(records, cfg, output),
+            )
         )
     except (LayoutError, ValueError, OSError) as error:
         raise ValueError(str(error)) from None
@@ -218,6 +156,13 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
             f"no pairs in {cfg.input}: give a pair manifest (path_a, path_b) or groups of two "
             "or more images (a review column, or folders)"
         )
+    return pairs
+
+
+def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
+    """infer.py for a pair detector: score the pairs, stream rows, print found duplications, report."""
+    output = Path(cfg.output)
+    pairs = pairs_of(cfg, output)
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     has_masks = any(p.get("mask_a") or p.get("mask_b") for p in pairs)
     html = cfg.get("report") == "html"

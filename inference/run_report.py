@@ -97,6 +97,19 @@ def warn_earlier_page(output: Path) -> None:
         )
 
 
+def without_own_outputs(records: list[Record], cfg: Any, output: Path) -> list[Record]:
+    """An output written inside the input folder must not become input: the maps, overlays and report
+    pictures of this run's earlier tries (resume) are left out, and said."""
+    masks = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
+    own = [folder.resolve() for folder in (masks, page_files(output)) if folder.is_dir()]
+    if not own:  # nothing written yet: no path to resolve
+        return records
+    kept = [r for r in records if not any(folder in Path(r.path).resolve().parents for folder in own)]
+    if len(kept) < len(records):
+        log.info("left out %d image(s) in this run's own output folders", len(records) - len(kept))
+    return kept
+
+
 def page_drawer(output: Path, threshold: float, blinded: bool, rows: int) -> Any:
     """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`):
     a picture per file when the `rows` fit on one page, which may then embed them, else strips, and

@@ -116,3 +116,60 @@ def test_a_bad_pair_manifest_is_refused_with_its_row_before_any_pair_is_scored(m
     with pytest.raises(InferenceFailed, match=message):
         run(model, tmp_path / "pairs.csv", tmp_path / "out.csv")
     assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"path_a": "a.png", "path_b": "b.png"}\n["x"]\n', "line 2: each line must be a JSON object"),
+        ("5\n", "line 1: each line must be a JSON object"),
+        ('{"path_a": "a.png", "path_b": "b.png"}\n{"path_a": \n', "line 2 is not JSON"),
+    ],
+)
+def test_a_jsonl_pair_manifest_with_a_line_that_is_no_object_is_refused_by_its_line(model, tmp_path, content, message):
+    (tmp_path / "pairs.jsonl").write_text(content)
+    with pytest.raises(InferenceFailed, match=message):
+        run(model, tmp_path / "pairs.jsonl", tmp_path / "out.csv")
+
+
+def test_each_panels_mask_has_a_name_of_its_own_that_an_added_input_does_not_take(model, panels, tmp_path):
+    """Masks are named by their pair and panel: names with dots kept apart (fig.1 / fig.2 wrote one
+    file), and a resume after an input was added does not write over an earlier pair's mask."""
+    folder = tmp_path / "in" / "fig"
+    folder.mkdir(parents=True)
+    for name, source in (("fig.1.png", "a.png"), ("fig.2.png", "b.png"), ("other.png", "c.png")):
+        (folder / name).write_bytes((panels / "fig" / source).read_bytes())
+    output = tmp_path / "pairs.csv"
+    run(model, tmp_path / "in", output, "save_masks=true")
+    first = {r["path"]: r for r in read_results(output)}
+    copied = next(r for r in first.values() if r["label"] == 1)
+    assert copied["mask_a"] != copied["mask_b"] and read_mask(copied["mask_a"]).mean() > 0.5
+    before = {side: Path(copied[f"mask_{side}"]).read_bytes() for side in "ab"}
+    (folder / "added.png").write_bytes((panels / "fig" / "chart1.png").read_bytes())
+    run(model, tmp_path / "in", output, "save_masks=true", "resume=true")
+    rows = read_results(output)
+    assert len(rows) == 6 and len({r["mask_a"] for r in rows}) == 6
+    assert {side: Path(copied[f"mask_{side}"]).read_bytes() for side in "ab"} == before
+
+
+def test_a_run_inside_its_input_folder_pairs_no_file_of_its_own_and_no_image_with_itself(model, panels, tmp_path):
+    folder = tmp_path / "fig"
+    folder.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        (folder / name).write_bytes((panels / "fig" / name).read_bytes())
+    for _ in range(2):  # the second run finds the first one's masks in the folder
+        result = run(model, tmp_path, folder / "pairs.csv", "save_masks=true")
+        assert result["counts"]["ok"] == 3
+    (tmp_path / "twice.csv").write_text("path,review\nfig/a.png,r1\nfig/c.png,r1\nfig/a.png,r1\n")
+    rows = read_results(
+        run(model, tmp_path / "twice.csv", tmp_path / "twice_scores.csv") and tmp_path / "twice_scores.csv"
+    )
+    assert [(Path(r["path_a"]).name, Path(r["path_b"]).name) for r in rows] == [("a.png", "c.png")]
+
+
+# devices=2 is refused by the same check; it is not run here, where it would start processes in the test worker
+@pytest.mark.parametrize("option", ["shard=0/2", "robustness=true"])
+def test_options_of_image_runs_that_pairs_do_not_take_are_refused(model, panels, tmp_path, option):
+    with pytest.raises(InferenceFailed, match="a pair detector scores its pairs in one process"):
+        run(model, panels / "pairs.csv", tmp_path / "out.csv", option)
+    assert not (tmp_path / "out.csv").exists()

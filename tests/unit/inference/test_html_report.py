@@ -323,3 +323,12 @@ def test_metrics_tables_are_headed_in_words_as_in_report_md_not_by_their_keys():
     page = metrics_html(metrics, [])
     assert "<h3>By category</h3>" in page and "<h3>Flagged genuine images by source</h3>" in page
     assert "by_category" not in page and "flagged_genuine_by_source" not in page
+
+
+def test_a_set_of_figures_of_its_own_is_shown_not_left_out():
+    """A pair run's THEMIS set-F1 / EM / SPC sit under `operations`: a mapping of figures."""
+    from inference.html_parts import metrics_html
+
+    page = metrics_html({"pair_f1": 0.5, "operations": {"set_f1": 0.5, "exact_match": 0.25, "spc": 0.4}}, [])
+    assert "<h3>Operations</h3>" in page and "<th>set_f1</th><td>0.5000</td>" in page
+    assert "<th>exact_match</th><td>0.2500</td>" in page and "<th>spc</th><td>0.4000</td>" in page

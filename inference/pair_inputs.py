@@ -1,0 +1,120 @@
+"""Where a pair run's pairs come from: a pair manifest (CSV / JSONL with `path_a, path_b` and, when
+known, `label`, `operations`, `mask_a`, `mask_b`; paths relative to its folder), or every pair of
+distinct images inside each group of an ordinary input (`inference.pairs` scores them)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from datamodules.layouts import records_from_input
+from datamodules.records import LayoutError, Record, parse_label
+from evaluation.protocols.duplication import parse_operations
+
+
+def is_pair_manifest(path: str | os.PathLike) -> bool:
+    """A CSV / JSONL whose header names `path_a` and `path_b`."""
+    path = Path(path)
+    if not path.is_file() or path.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
+        return False
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        if path.suffix.lower() == ".csv":
+            header = next(csv.reader(handle), [])
+        else:
+            first = next((line for line in handle if line.strip()), "{}")
+            try:
+                header = json.loads(first)
+            except json.JSONDecodeError as error:
+                raise LayoutError(f"{path}: line 1 is not JSON ({error.msg})") from None
+            if not isinstance(header, dict):
+                raise LayoutError(f"{path}: line 1: each line must be a JSON object")
+    named = {"path_a", "path_b"} & {h.strip() for h in header}
+    if len(named) == 1:  # meant as a pair manifest: say what it lacks, not that it has no `path`
+        (given,) = named
+        missing = "path_b" if given == "path_a" else "path_a"
+        raise LayoutError(f"{path} names {given} but not {missing}: a pair manifest needs both")
+    return len(named) == 2
+
+
+def json_rows(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The objects of a JSONL pair manifest; a line that is no JSON object is refused by its number."""
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise LayoutError(f"{path}: line {number} is not JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise LayoutError(f"{path}: line {number}: each line must be a JSON object")
+        rows.append(row)
+    return rows
+
+
+def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Pairs of a pair manifest, paths resolved against its folder; truth kept when given."""
+    path = Path(path)
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = list(csv.DictReader(handle)) if path.suffix.lower() == ".csv" else json_rows(path, handle)
+
+    def resolve(value: Any) -> str | None:
+        text = str(value or "").strip()
+        return None if not text else text if os.path.isabs(text) else str(path.parent / text)
+
+    pairs = []
+    for number, row in enumerate(rows, 2):
+        a, b = resolve(row.get("path_a")), resolve(row.get("path_b"))
+        if not a or not b:
+            raise LayoutError(f"{path}: row {number} needs both path_a and path_b")
+        pair: dict[str, Any] = {
+            "path_a": a,
+            "path_b": b,
+            "mask_a": resolve(row.get("mask_a")),
+            "mask_b": resolve(row.get("mask_b")),
+        }
+        where = f"{path}: row {number}"
+        if "operations" in row:
+            pair["operations"] = row.get("operations") or ""
+            try:  # checked now, not after every pair was scored
+                parse_operations(pair["operations"])
+            except ValueError as error:
+                raise LayoutError(f"{where}: {error}") from None
+        label = parse_label(row.get("label"), where, "0 (no duplication) or 1 (duplication)")
+        if label is not None:
+            pair["label"] = label
+        pairs.append(pair)
+    return pairs
+
+
+def group_pairs(
+    input: str | os.PathLike,
+    layout: str = "auto",
+    group_by: str | None = None,
+    keep: Callable[[list[Record]], list[Record]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every pair of distinct images inside each group (`group_by` or `review` when the input has
+    it, else the image's folder), in input order; `keep` filters the input's records first (a run's
+    own outputs inside its input folder are no input)."""
+    from inference.reviews import review_ids
+
+    records = records_from_input(input, layout)
+    records = keep(records) if keep else records
+    if group_by is None:
+        group_by = "review" if any(r.review for r in records) else "parent"
+    ids = review_ids(records, group_by, input)
+    groups: dict[str, dict[str, None]] = OrderedDict()
+    for record in records:
+        name = ids.get(record.path) or ""
+        if name:
+            groups.setdefault(name, {})[record.path] = None  # an image listed twice is no pair with itself
+    return [
+        {"path_a": a, "path_b": b, "group": name}
+        for name, paths in groups.items()
+        for a, b in itertools.combinations(list(paths), 2)
+    ]
