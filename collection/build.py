@@ -120,22 +120,18 @@ def describe_files(
 ) -> dict[str, Any]:
     """Describe and add the files not yet in `store` (same size and mtime); commit every `commit_every`."""
     known = store.known_files()
-    per_panel = getattr(store.descriptor, "keypoints", 10)
-    store.expected_vectors = (store.index.ntotal if store.index is not None else 0) + per_panel * len(items)
     counts = {"files": 0, "panels": 0, "errors": 0, "skipped": 0, "seconds": 0.0}
     started = time.perf_counter()
     todo = []
     for path, source_id in items:
-        try:
-            stat = os.stat(path)
-            size, mtime = stat.st_size, stat.st_mtime
-        except OSError:
-            size, mtime = -1, 0.0
+        size, mtime = file_stamp(path)
         if path in known and known[path][:2] == (size, mtime):
             counts["skipped"] += 1
         else:
             todo.append((path, source_id, size, mtime))
     paths = [path for path, *_ in todo]
+    per_panel = getattr(store.descriptor, "keypoints", 10)  # the index type follows what it will hold
+    store.expected_vectors = (store.index.ntotal if store.index is not None else 0) + per_panel * len(todo)
     results = described_files(paths, store.descriptor, split_panels, workers, str(store.directory))
     for number, ((path, source_id, size, mtime), (panels, error)) in enumerate(zip(todo, results), 1):
         if path in known:
@@ -186,6 +182,7 @@ def build_index(
     target = Path(index_dir)
     if parsed.count > 1:
         items = [item for position, item in enumerate(items) if position % parsed.count == parsed.index]
+        items = not_indexed_yet(items, index_dir, descriptor, checkpoint)  # a part holds only what is new
         target = target / "parts" / f"{parsed.index}-of-{parsed.count}"
     store = open_store(target, descriptor, create=True, checkpoint=checkpoint, device=device).lock()
     try:
@@ -198,6 +195,30 @@ def build_index(
         return counts
     finally:
         store.close()
+
+
+def not_indexed_yet(
+    items: list[tuple[str, str]], index_dir: str | os.PathLike, descriptor: str, checkpoint: str | None
+) -> list[tuple[str, str]]:
+    """The items the index at `index_dir` does not hold as they are now (same size and mtime): a
+    shard's part describes these only, so a rerun over an unchanged archive adds nothing."""
+    if not (Path(index_dir) / "meta.json").is_file():
+        return items
+    main = open_store(index_dir, descriptor, checkpoint=checkpoint)
+    try:
+        known = main.known_files()
+    finally:
+        main.close()
+    return [(path, source) for path, source in items if known.get(path, (None, None))[:2] != file_stamp(path)]
+
+
+def file_stamp(path: str) -> tuple[int, float]:
+    """(size, mtime) of a file, (-1, 0.0) when it cannot be read: what tells a changed file."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return -1, 0.0
+    return stat.st_size, stat.st_mtime
 
 
 def part_template(
@@ -227,6 +248,10 @@ def merge_parts(
     parts = sorted((Path(index_dir) / "parts").glob("*-of-*"))
     if not parts:
         raise ValueError(f"no index parts under {Path(index_dir) / 'parts'}: build with shard=i/n first")
+    made = {tuple(int(n) for n in part.name.split("-of-")) for part in parts}
+    if len({count for _, count in made}) > 1 or len(made) != next(iter(made))[1]:
+        names = ", ".join(sorted(part.name for part in parts))
+        raise ValueError(f"the parts under {Path(index_dir) / 'parts'} ({names}) are not one whole splitting i-of-n")
     for part_dir in parts:  # each part built with this descriptor, checked before the index is made
         open_store(part_dir, descriptor, checkpoint=checkpoint).close()
     main = open_store(index_dir, descriptor, create=True, checkpoint=checkpoint).lock()
@@ -249,8 +274,12 @@ def merge_parts(
                     vectors = part.index.index.reconstruct_n(0, part.index.ntotal)
                     ids = faiss.vector_to_array(part.index.id_map).astype(np.int64) + offset * SLOTS
                     main.add_vectors(vectors, ids)
+            files = part.db.execute("SELECT * FROM files").fetchall()
+            known = main.known_files()
+            for path in {row[0] for row in files} & set(known):  # a file changed since: the part's is now
+                main.forget(path)
             main.pending.extend((pid + offset, *rest) for pid, *rest in rows)
-            main.pending_files.extend(part.db.execute("SELECT * FROM files").fetchall())
+            main.pending_files.extend(files)
             main.next_id = offset + (rows[-1][0] + 1 if rows else 0)
             merged["panels"] += len(rows)
             part.close()

@@ -208,6 +208,32 @@ def test_shards_merge_into_one_index_with_faiss_merge_from(tmp_path, tiles):
         assert retrieve(store, read_image(path), 1, exclude_same="none")[0][0]["path"] == str(path)
 
 
+def test_shards_run_again_over_an_unchanged_archive_add_no_panel_twice_and_a_changed_file_replaces_its_own(
+    tmp_path, tiles
+):
+    paths = write_panels(tmp_path / "collection", tiles[:6])
+    for _ in range(2):  # a retried job array: the second round finds everything indexed
+        for shard in ("0/2", "1/2"):
+            build_index(tmp_path / "collection", tmp_path / "index", shard=shard)
+        merge_parts(tmp_path / "index")
+    write_image(paths[0], tiles[7])  # one file changed
+    for shard in ("0/2", "1/2"):
+        build_index(tmp_path / "collection", tmp_path / "index", shard=shard)
+    assert merge_parts(tmp_path / "index")["total_panels"] == 6
+    store = open_index(tmp_path / "index")
+    assert store.index.ntotal == sum(n for (n,) in store.db.execute("SELECT n_vectors FROM panels"))  # none stale
+    assert sorted(r["path"] for r in store.panels(range(store.next_id)).values()) == sorted(map(str, paths))
+    assert retrieve(store, tiles[7], 1, exclude_same="none")[0][0]["path"] == str(paths[0])
+
+
+def test_parts_that_are_not_one_whole_splitting_are_refused(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:4])
+    build_index(tmp_path / "collection", tmp_path / "index", shard="0/2")
+    build_index(tmp_path / "collection", tmp_path / "index", shard="1/3")
+    with pytest.raises(ValueError, match=r"\(0-of-2, 1-of-3\) are not one whole splitting"):
+        merge_parts(tmp_path / "index")
+
+
 def test_a_merge_with_another_descriptor_than_the_parts_is_refused_and_leaves_the_index_mergeable(tmp_path, tiles):
     write_panels(tmp_path / "collection", tiles[:4])
     for shard in ("0/2", "1/2"):
