@@ -21,6 +21,7 @@ empty `match`; an unreadable query one error row.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -185,11 +186,10 @@ def query_panel_rows(
 ) -> list[dict[str, Any]]:
     threshold = query["threshold"]
     base = {"path": query["path"], "query_box": json.dumps(query["box"]), "status": "ok", "error": ""}
-    candidates = retrieve(
-        store, panel, int(cfg.top_k), query["source_id"], query["path"], str(cfg.get("exclude_same", "path"))
-    )
-    rows = []
-    for candidate, similarity, found in verify_candidates(detector, panel, candidates, threshold):
+    top_k = min(int(cfg.top_k), max(1, store.n_panels))  # more neighbours than panels find nothing more
+    candidates = retrieve(store, panel, top_k, query["source_id"], query["path"], str(cfg.get("exclude_same", "path")))
+    rows, unreadable = [], []
+    for candidate, similarity, found in verify_candidates(detector, panel, candidates, threshold, unreadable):
         if not found.duplicated:
             continue
         row = {
@@ -204,15 +204,25 @@ def query_panel_rows(
             "transform": json.dumps(found.transform) if found.transform else "",
             "method": found.method,
         }
-        if masks_dir is not None:
-            number = query["number"] * 1000 + len(rows)
+        if masks_dir is not None:  # named by query panel and match: several panels of one file never share one
+            named = hashlib.sha1(f"{base['path']}|{base['query_box']}|{row['match']}|{row['match_box']}".encode())
             for side, mask in (("a", found.mask_a), ("b", found.mask_b)):
-                target = masks_dir / safe_mask_name(
-                    number, f"{Path(row['path' if side == 'a' else 'match']).stem}_{side}"
-                )
+                stem = Path(row["path" if side == "a" else "match"]).stem
+                target = masks_dir / safe_mask_name(named.hexdigest()[:12], f"{stem}_{side}.png")
                 write_image(target, mask.astype(np.uint8) * 255)
                 row[f"mask_{side}"] = str(target)
         rows.append(row)
+    # a candidate found but not verifiable (its file moved or deleted since it was indexed) is said
+    rows += [
+        {
+            **base,
+            "match": c["path"],
+            "match_box": json.dumps(c["box"]),
+            "status": "error",
+            "error": f"not verified: {w}",
+        }
+        for c, w in unreadable
+    ]
     return rows or [{**base, "match": ""}]
 
 
@@ -233,6 +243,9 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         raise ValueError(
             f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
         )
+    top_k = cfg.top_k
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
     store = open_index(cfg.index, **search_options(cfg))
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)
@@ -267,7 +280,7 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
                 writer.write(rows)
                 counts["panels"] += 1
                 for row in rows:
-                    if row["match"]:
+                    if row["match"] and row["status"] == "ok":
                         counts["matches"] += 1
                         log.info(
                             "REUSE %s <- %s (%s) score %.3f %s",

@@ -221,12 +221,17 @@ def mismatch_share(target: np.ndarray, mapped: np.ndarray) -> float:
 
 
 def verify_candidates(
-    detector: Any, panel: np.ndarray, candidates: list[tuple[dict[str, Any], float]], threshold: float
+    detector: Any,
+    panel: np.ndarray,
+    candidates: list[tuple[dict[str, Any], float]],
+    threshold: float,
+    unreadable: list[tuple[dict[str, Any], str]] | None = None,
 ) -> list[tuple[dict[str, Any], float, Any]]:
     """(candidate, similarity, pair prediction) of the candidates that pass `agrees_geometrically`
     (the first, `retrieve`'s most consistent, as the best): the pair detector decides on those alone
     (the query is described only when one passes), and for the first retrieval's own map may
-    confirm a pair it refused (`confirmed_by_retrieval`)."""
+    confirm a pair it refused (`confirmed_by_retrieval`). `unreadable` collects (candidate, why) of
+    the indexed panels that could not be read to verify them (moved or deleted since)."""
     described = None
     answers = []
     for rank, (candidate, similarity) in enumerate(candidates):
@@ -238,4 +243,6 @@ def verify_candidates(
             answers.append((candidate, similarity, found))
         except (ImageReadError, OSError) as error:
             log.warning("indexed panel %s is unreadable now: %s", candidate["path"], error)
+            if unreadable is not None:
+                unreadable.append((candidate, str(error)))
     return answers

@@ -106,3 +106,21 @@ def test_a_pairnet_index_finds_its_checkpoint_again_and_refuses_a_changed_one(in
     write_pairnet_checkpoint(checkpoint, seed=1)
     with pytest.raises(InferenceFailed, match="now has SHA-256"):
         search(indexed, tmp_path / "b.csv", index_dir=tmp_path / "index")
+
+
+def test_a_match_whose_indexed_file_is_gone_is_an_unverified_row_not_no_reuse(indexed, tmp_path):
+    source = Path(indexed["source"])  # moved away after it was indexed
+    parked = tmp_path / "parked.png"
+    source.rename(parked)
+    try:
+        rows = {Path(r["path"]).name: r for r in search(indexed, tmp_path / "gone.csv", "top_k=3")}
+    finally:
+        parked.rename(source)
+    assert rows["copy.png"]["status"] == "error" and rows["copy.png"]["match"] == str(source)
+    assert rows["copy.png"]["error"].startswith("not verified:")
+
+
+@pytest.mark.parametrize("top_k", ["0", "-1", "2.5"])
+def test_a_top_k_that_is_not_a_whole_number_of_at_least_one_is_refused(indexed, tmp_path, top_k):
+    with pytest.raises(InferenceFailed, match="top_k must be a whole number of at least 1"):
+        search(indexed, tmp_path / "k.csv", f"top_k={top_k}")
