@@ -177,6 +177,9 @@ def build_index(
         raise ValueError(f"commit_every must be 1 or more, got {commit_every}")
     if Path(index_dir).exists() and not Path(index_dir).is_dir():
         raise ValueError(f"index {index_dir} is a file: an index is a folder")
+    folder = Path(index_dir).absolute()
+    if blocking := next((f for f in folder.parents if f.exists() and not f.is_dir()), None):
+        raise ValueError(f"index {index_dir}: {blocking} is a file, not a folder")
     items = source_ids(input, layout)
     parsed = Shard.parse(shard)
     target = Path(index_dir)

@@ -71,7 +71,9 @@ def descriptor_of(index_dir: str | Path) -> str:
         from collection.store import IndexRefused
 
         raise IndexRefused(f"{index_dir} holds no index (no meta.json): build it with index.py first")
-    return json.loads(meta.read_text())["descriptor"].split("-")[0]
+    from collection.store import read_meta
+
+    return read_meta(meta)["descriptor"].split("-")[0]
 
 
 def open_index(

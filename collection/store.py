@@ -121,6 +121,17 @@ def choose_type(requested: str, n_vectors: int) -> str:
     return "flat" if n_vectors <= FLAT_MAX else "ivf" if n_vectors <= IVF_MAX else "ivf_pq"
 
 
+def read_meta(path: Path) -> dict[str, Any]:
+    """An index's meta.json, refused by name when it is not the object the toolkit writes."""
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise IndexRefused(f"{path} is damaged ({error}); rebuild the index into a new folder") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("descriptor"), str):
+        raise IndexRefused(f"{path} is not an index's meta.json (no descriptor named); rebuild the index")
+    return meta
+
+
 class PanelStore:
     """One index directory opened for reading or, under its lock, for a build."""
 
@@ -135,16 +146,22 @@ class PanelStore:
             meta = {"format_version": FORMAT_VERSION, "descriptor": descriptor.name, "dim": descriptor.dim}
             meta.update(getattr(descriptor, "stored_meta", {}))  # what finds the descriptor again (pairnet's file)
             atomic_write_text(meta_path, json.dumps(meta, indent=1))
-        self.meta = self.check_meta(json.loads(meta_path.read_text()))
-        self.db = sqlite3.connect(self.directory / "panels.sqlite", timeout=60)
-        self.db.executescript(
-            "CREATE TABLE IF NOT EXISTS panels (id INTEGER PRIMARY KEY, path TEXT, box TEXT, source_id TEXT,"
-            " n_vectors INTEGER, points BLOB);"
-            "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, status TEXT,"
-            " error TEXT, panels INTEGER);"
-            "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);"
-        )
-        self.index = self.load_index()
+        self.meta = self.check_meta(read_meta(meta_path))
+        database = self.directory / "panels.sqlite"
+        if not create and not database.is_file():  # read as empty, and an empty one written into it, before
+            raise IndexRefused(f"{database} is missing: the index is incomplete; rebuild it into a new folder")
+        try:
+            self.db = sqlite3.connect(database, timeout=60)
+            self.db.executescript(
+                "CREATE TABLE IF NOT EXISTS panels (id INTEGER PRIMARY KEY, path TEXT, box TEXT, source_id TEXT,"
+                " n_vectors INTEGER, points BLOB);"
+                "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, status TEXT,"
+                " error TEXT, panels INTEGER);"
+                "CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);"
+            )
+            self.index = self.load_index()
+        except sqlite3.DatabaseError as error:
+            raise IndexRefused(f"{database} is damaged ({error}); rebuild the index into a new folder") from None
         self.pending: list[tuple[int, str, str, str, int, bytes]] = []
         self.pending_files: list[tuple[str, int, float, str, str, int]] = []
         self.forgotten: list[int] = []
@@ -211,7 +228,11 @@ class PanelStore:
         path = self.directory / name
         if not path.is_file():
             raise IndexRefused(f"{path} is missing: the index is incomplete; rebuild it into a new folder")
-        index = faiss_module().read_index(str(path))
+        try:
+            index = faiss_module().read_index(str(path))
+        except RuntimeError as error:  # a truncated or foreign file: FAISS says why in many lines
+            reason = str(error).strip().splitlines()[-1]
+            raise IndexRefused(f"{path} is damaged ({reason}); rebuild the index into a new folder") from None
         if hasattr(index, "nprobe"):
             index.nprobe = NPROBE  # also for indexes written when the default was another
         return index

@@ -124,3 +124,34 @@ def test_a_match_whose_indexed_file_is_gone_is_an_unverified_row_not_no_reuse(in
 def test_a_top_k_that_is_not_a_whole_number_of_at_least_one_is_refused(indexed, tmp_path, top_k):
     with pytest.raises(InferenceFailed, match="top_k must be a whole number of at least 1"):
         search(indexed, tmp_path / "k.csv", f"top_k={top_k}")
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate_vectors", "is damaged"),
+        ("truncate_database", "is damaged"),
+        ("remove_database", "panels.sqlite is missing: the index is incomplete"),
+        ("meta_list", "is not an index's meta.json"),
+        ("meta_not_json", "meta.json is damaged"),
+    ],
+)
+def test_a_damaged_index_is_refused_in_one_line_and_left_as_it_was(indexed, tmp_path, damage, message):
+    import shutil
+
+    damaged = tmp_path / "index"
+    shutil.copytree(indexed["root"] / "index", damaged)
+    if damage == "truncate_vectors":
+        vectors = next(damaged.glob("vectors-*.faiss"))
+        vectors.write_bytes(vectors.read_bytes()[:100])
+    elif damage == "truncate_database":
+        database = damaged / "panels.sqlite"
+        database.write_bytes(database.read_bytes()[:3000])
+    elif damage == "remove_database":
+        (damaged / "panels.sqlite").unlink()
+    else:
+        (damaged / "meta.json").write_text("[]" if damage == "meta_list" else '{"format_version": 2,')
+    before = sorted(p.name for p in damaged.iterdir())
+    with pytest.raises(InferenceFailed, match=message):
+        search(indexed, tmp_path / "out.csv", index_dir=damaged)
+    assert sorted(p.name for p in damaged.iterdir()) == before
