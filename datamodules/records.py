@@ -187,13 +187,14 @@ def scan_folder(root: str | os.PathLike) -> list[Record]:
     root = Path(root)
     if not root.is_dir():
         raise LayoutError(f"{root} is not a folder")
-    records = []
+    records, outside = [], 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         relative = Path(dirpath).relative_to(root).parts
         lowered = [part.lower() for part in relative]
         label_at = [i for i, part in enumerate(lowered) if part in GENUINE_FOLDERS or part in FAKE_FOLDERS]
         if not label_at:
+            outside += sum(1 for name in filenames if is_image_file(name))
             continue
         at = label_at[-1]
         label = {**GENUINE_FOLDERS, **FAKE_FOLDERS}[lowered[at]]
@@ -210,7 +211,22 @@ def scan_folder(root: str | os.PathLike) -> list[Record]:
         raise LayoutError(
             f"{root}: expected images under `0_real`/`1_fake` (or `real`/`fake`) sub-folders at any depth, found none"
         )
+    if outside:  # read as labelled: the images beside the label folders are not read, and that is said
+        log.warning(
+            "%s: read as a real/fake folder tree, %d image(s) outside its label folders are left out "
+            "(layout=images reads every image, unlabelled)",
+            root,
+            outside,
+        )
     return records
+
+
+def every_image(root: str | os.PathLike) -> list[Record]:
+    """`layout=images`: every image file below `root`, unlabelled, whatever its folders are named."""
+    root = Path(root)
+    if not root.is_dir():
+        raise LayoutError(f"{root} is not a folder")
+    return [Record(path=str(p)) for p in sorted(root.rglob("*")) if p.is_file() and is_image_file(p)]
 
 
 def list_images(root: str | os.PathLike) -> list[Record]:

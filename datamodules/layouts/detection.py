@@ -11,7 +11,7 @@ from datamodules.layouts.files import child_folder, describe
 from datamodules.layouts.fraudbench import fraudbench_categories, read_fraudbench
 from datamodules.layouts.genimage import is_genimage, read_genimage
 from datamodules.layouts.manipulation import THEMIS_FOLDERS, read_casia_list, read_imdl, read_imdl_json, read_themis
-from datamodules.records import LayoutError, Record, list_images, read_manifest, scan_folder
+from datamodules.records import LayoutError, Record, every_image, list_images, read_manifest, scan_folder
 
 FILE_LAYOUTS = {
     ".csv": "manifest",
@@ -32,6 +32,7 @@ def _is_folder(root: Path) -> bool:
 LAYOUTS: dict[str, Callable[[Path], list[Record]]] = {
     "manifest": read_manifest,
     "folder": scan_folder,
+    "images": every_image,
     "genimage": read_genimage,
     "fraudbench": read_fraudbench,
     "imdl": read_imdl,
@@ -42,6 +43,7 @@ LAYOUTS: dict[str, Callable[[Path], list[Record]]] = {
 _EXPECTED = {
     "manifest": "a .csv/.jsonl manifest (or manifest.csv in the folder)",
     "folder": "0_real/ and 1_fake/ folders at any depth",
+    "images": "every image below the folder, unlabelled (chosen with layout=images, never detected)",
     "genimage": "<generator>/{train,val}/{ai,nature}/",
     "fraudbench": "<Category>/{Positive,Negative,DeepFake}/",
     "imdl": "Tp/ and Gt/ (+ Au/)",

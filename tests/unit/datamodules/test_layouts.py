@@ -186,3 +186,24 @@ def test_infer_input_reads_every_layout_training_reads_and_scores_no_fraudbench_
     assert records_from_input(tmp_path / "fb", layout="fraudbench") == scored
     with pytest.raises(LayoutError, match="does not exist"):
         records_from_input(tmp_path / "missing")
+
+
+def test_images_beside_a_real_fake_tree_are_said_to_be_left_out_and_layout_images_reads_them_all(tmp_path, caplog):
+    """An archive whose one paper has a `real` folder is read as a labelled tree: the other papers'
+    images are not read, and that is said; `layout=images` reads every image, unlabelled."""
+    import logging
+
+    import numpy as np
+
+    from datamodules.io import write_image
+    from datamodules.layouts import records_from_input
+
+    for name in ("paperA/source.png", "paperB/real/panel.png", "paperC/fig/other.png"):
+        write_image(tmp_path / name, np.zeros((8, 8, 3), np.uint8))
+    with caplog.at_level(logging.WARNING):
+        labelled = records_from_input(tmp_path)
+    assert [Path(r.path).name for r in labelled] == ["panel.png"]
+    assert "2 image(s) outside its label folders are left out (layout=images" in caplog.text
+    every = records_from_input(tmp_path, "images")
+    assert sorted(Path(r.path).name for r in every) == ["other.png", "panel.png", "source.png"]
+    assert {r.label for r in every} == {None}
