@@ -191,8 +191,15 @@ def build_index(
     try:
         if parsed.count > 1:
             index_type = part_template(store, index_dir, descriptor, checkpoint)
+        split = str(bool(split_panels)).lower()
+        if store.state("split_panels", split) != split:  # its files would be skipped, unsplit as they are
+            raise ValueError(
+                f"{target} was built with split_panels={store.state('split_panels')}: give the same, "
+                "or build another index"
+            )
         with store.db:
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('requested_type', ?)", (index_type,))
+            store.db.execute("INSERT OR REPLACE INTO state VALUES ('split_panels', ?)", (split,))
         counts = describe_files(store, items, split_panels, commit_every, workers=workers)
         counts.update({"index": str(target), "index_type": store.index_type, "total_panels": store.n_panels})
         return counts

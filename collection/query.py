@@ -238,6 +238,18 @@ def search_options(cfg: Any) -> dict[str, Any]:
     }
 
 
+def warn_other_split(store: PanelStore, split_panels: bool) -> None:
+    """A search whose queries are split into panels otherwise than the index was built is said."""
+    built, asked = store.state("split_panels"), str(split_panels).lower()
+    if built is not None and built != asked:
+        log.warning(
+            "the index was built with split_panels=%s and the queries are read with split_panels=%s: "
+            "a panel of a figure is best found when both are split alike",
+            built,
+            asked,
+        )
+
+
 def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
     """infer.py with `index=DIR`: each input panel searched in the index and its candidates verified."""
     detector = runtime.net
@@ -266,6 +278,7 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         cfg.input,
         output,
     )
+    warn_other_split(store, bool(cfg.get("split_panels", False)))
     started = time.perf_counter()
     with ResultWriter(output, columns) as writer:
         for number, (path, source_id) in enumerate(source_ids(cfg.input, cfg.get("layout", "auto"))):

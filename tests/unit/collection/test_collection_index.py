@@ -295,3 +295,11 @@ def test_a_crop_of_the_faint_half_of_a_panel_finds_it(tmp_path, tiles, faint_rig
     crop = faint_right_half[30:226, 140:]  # 116 x 196 px of the faint half: a third of the panel
     assert [row["path"] for row, _ in retrieve(store, crop, 3)][:1] == [str(paths[0])]
     store.close()
+
+
+def test_an_index_built_unsplit_refuses_a_build_that_splits_figures_into_panels(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:2])
+    build_index(tmp_path / "collection", tmp_path / "index")
+    with pytest.raises(ValueError, match="was built with split_panels=false: give the same"):
+        build_index(tmp_path / "collection", tmp_path / "index", split_panels=True)
+    assert build_index(tmp_path / "collection", tmp_path / "index")["skipped"] == 2  # the same setting: incremental
