@@ -32,7 +32,7 @@ from urllib.parse import quote
 import numpy as np
 
 from datamodules.io import file_sha256
-from evaluation.calibration import rule_phrase
+from evaluation.calibration import NON_DUPLICATE_PAIRS, rule_phrase
 from inference import html_embed
 from inference.html_evidence import RowEvidence, colour_lut, draw_row, folder_link, image_link
 from inference.html_pairs import pair_counts, pairs_html
@@ -77,7 +77,10 @@ def threshold_note(
     n = calibration.get("n_genuine")
     source = calibration.get("input") or "genuine validation images"
     confidence = calibration.get("interval_confidence", calibration.get("confidence", 0.95))
-    text = f"{threshold:.4g}, calibrated to flag at most {target:g} of {n} genuine images ({source})"
+    pairs = calibration.get("negatives") == NON_DUPLICATE_PAIRS  # a pair detector's negatives are pairs
+    kind = "pairs without duplication" if pairs else "genuine images"
+    text = f"{threshold:.4g}, calibrated to flag at most {target:g} of {n} {kind}"
+    text += " (validation pairs)" if pairs else f" ({source})"
     text += rule_phrase(calibration.get("rule"), confidence)
     interval = calibration.get("fpr_interval")
     if interval and all(v is not None for v in interval):
@@ -88,8 +91,8 @@ def threshold_note(
     needed = calibration.get("genuine_needed")
     if calibration.get("sufficient") is False and needed:  # the interval is given above: not twice
         text += (
-            f". {n} genuine images are too few for a target of {target:g} (at least {needed} are needed): "
-            "expect more genuine images flagged than the target"
+            f". {n} {kind} are too few for a target of {target:g} (at least {needed} are needed): "
+            f"expect more {kind} flagged than the target"
         )
     elif calibration.get("warning"):
         text += f". {calibration['warning']}"

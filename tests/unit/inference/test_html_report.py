@@ -115,6 +115,15 @@ def test_the_threshold_line_says_the_interval_once_and_that_the_sample_is_too_sm
     assert "(rule bound: the true FPR is at or under the target with 95% confidence)" in bounded
 
 
+def test_a_pair_detectors_threshold_line_speaks_of_pairs_not_genuine_images():
+    from evaluation.calibration import NON_DUPLICATE_PAIRS
+
+    check = calibration_check(np.linspace(0, 0.9, 69), threshold=0.95, target_fpr=0.01, negatives=NON_DUPLICATE_PAIRS)
+    note = threshold_note(0.95, check, chosen_by_user=False)
+    assert "calibrated to flag at most 0.01 of 69 pairs without duplication (validation pairs)" in note
+    assert "69 pairs without duplication are too few" in note and "genuine" not in note
+
+
 def test_the_transform_reads_as_a_sentence():
     words = transform_in_words({"rotation": 180, "scale": 0.5, "flip": "horizontal", "gain": [1.12, 1.12, 1.12]})
     assert words == "B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %"
