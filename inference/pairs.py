@@ -8,7 +8,8 @@ and safe to resume: `path` (the pair's key, `path_a <-> path_b`), `path_a`, `pat
 `label`, `status`, `error`, `operations` (THEMIS CMO-I answers joined by `;`, empty when not
 duplicated), `geometric`, `transform` (JSON: A -> B matrix in pixels, rotation, scale, flip,
 brightness, matched points), `method`, `reason`, and `mask_a` / `mask_b` when masks are saved
-(always with `report=html`, whose page outlines them). Each panel is described once per group.
+(always with `report=html`, whose page outlines them). Each panel is described once per group (of up
+to 1,024 panels).
 With truth (labels or operations) the run also writes `<output>.metrics.json`.
 """
 
@@ -76,6 +77,15 @@ class PanelCache:
         if len(self.items) > self.size:
             self.items.popitem(last=False)
         return value
+
+
+def cache_size(pairs: list[dict[str, Any]], least: int = 64, most: int = 1024) -> int:
+    """Panels kept described: every panel of the largest group (its pairs come in an order that
+    returns to each panel after all the others), within [least, most]."""
+    members: dict[str, set[str]] = {}
+    for pair in pairs:
+        members.setdefault(pair.get("group", ""), set()).update((pair["path_a"], pair["path_b"]))
+    return max(least, min(most, max((len(m) for m in members.values()), default=0)))
 
 
 def score_pair(
@@ -174,7 +184,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     detector = runtime.net
     log.info("%s (threshold %.4f): %d pairs -> %s", runtime.name, threshold, len(pairs), output)
     counts = {"ok": 0, "error": 0, "skipped": 0, "duplicated": 0}
-    cache = PanelCache(detector)
+    cache = PanelCache(detector, cache_size(pairs))
     with ResultWriter(output, columns, resume=cfg.resume) as writer:
         for index, pair in enumerate(pairs):
             if pair_key(pair["path_a"], pair["path_b"]) in writer.done:

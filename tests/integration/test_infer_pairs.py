@@ -173,3 +173,22 @@ def test_options_of_image_runs_that_pairs_do_not_take_are_refused(model, panels,
     with pytest.raises(InferenceFailed, match="a pair detector scores its pairs in one process"):
         run(model, panels / "pairs.csv", tmp_path / "out.csv", option)
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_each_panel_of_a_group_larger_than_the_default_cache_is_described_once(monkeypatch):
+    import inference.pairs as pairs_module
+
+    paths = [f"fig/{i}.png" for i in range(70)]
+    pairs = [{"path_a": a, "path_b": b, "group": "fig"} for i, a in enumerate(paths) for b in paths[i + 1 :]]
+    described = []
+
+    class Counting:
+        def describe(self, image):
+            described.append(image)
+            return image
+
+    monkeypatch.setattr(pairs_module, "read_image", lambda path: path)
+    cache = pairs_module.PanelCache(Counting(), pairs_module.cache_size(pairs))
+    for pair in pairs:
+        cache.get(pair["path_a"]), cache.get(pair["path_b"])
+    assert len(described) == 70 and pairs_module.cache_size(pairs[:3]) == 64
