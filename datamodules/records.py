@@ -82,8 +82,9 @@ def parse_label(value: object, where: str, meaning: str = "0 (genuine) or 1 (fak
     return int(number)
 
 
-def _jsonl_rows(path: Path) -> list[dict]:
-    """The objects of a JSONL manifest, one per non-empty line; a line that is none is refused."""
+def jsonl_rows(path: Path) -> list[dict]:
+    """The objects of a JSONL manifest (of images or of pairs), one per non-empty line; a line that
+    is none is refused by its number."""
     rows = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -94,9 +95,7 @@ def _jsonl_rows(path: Path) -> list[dict]:
             except json.JSONDecodeError as error:
                 raise LayoutError(f"{path}:{number}: not JSON ({error.msg})") from None
             if not isinstance(row, dict):
-                raise LayoutError(
-                    f"{path}:{number}: each line must be a JSON object with a path, got {line.strip()[:60]}"
-                )
+                raise LayoutError(f"{path}:{number}: each line must be a JSON object, got {line.strip()[:60]}")
             rows.append(row)
     return rows
 
@@ -107,7 +106,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
     if not path.is_file():
         raise LayoutError(f"manifest {path} does not exist")
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        rows = _jsonl_rows(path)
+        rows = jsonl_rows(path)
         columns = set().union(*(row.keys() for row in rows)) if rows else set()
     else:
         with path.open(newline="", encoding="utf-8-sig") as handle:

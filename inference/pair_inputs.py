@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from datamodules.layouts import records_from_input
-from datamodules.records import LayoutError, Record, parse_label
+from datamodules.records import LayoutError, Record, jsonl_rows, parse_label
 from evaluation.protocols.duplication import parse_operations
 
 
@@ -26,13 +25,7 @@ def is_pair_manifest(path: str | os.PathLike) -> bool:
         if path.suffix.lower() == ".csv":
             header = next(csv.reader(handle), [])
         else:
-            first = next((line for line in handle if line.strip()), "{}")
-            try:
-                header = json.loads(first)
-            except json.JSONDecodeError as error:
-                raise LayoutError(f"{path}: line 1 is not JSON ({error.msg})") from None
-            if not isinstance(header, dict):
-                raise LayoutError(f"{path}: line 1: each line must be a JSON object")
+            header = next(iter(jsonl_rows(path)), {})
     named = {"path_a", "path_b"} & {h.strip() for h in header}
     if len(named) == 1:  # meant as a pair manifest: say what it lacks, not that it has no `path`
         (given,) = named
@@ -41,27 +34,11 @@ def is_pair_manifest(path: str | os.PathLike) -> bool:
     return len(named) == 2
 
 
-def json_rows(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
-    """The objects of a JSONL pair manifest; a line that is no JSON object is refused by its number."""
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise LayoutError(f"{path}: line {number} is not JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise LayoutError(f"{path}: line {number}: each line must be a JSON object")
-        rows.append(row)
-    return rows
-
-
 def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Pairs of a pair manifest, paths resolved against its folder; truth kept when given."""
     path = Path(path)
     with path.open(encoding="utf-8-sig", newline="") as handle:
-        rows = list(csv.DictReader(handle)) if path.suffix.lower() == ".csv" else json_rows(path, handle)
+        rows = list(csv.DictReader(handle)) if path.suffix.lower() == ".csv" else jsonl_rows(path)
 
     def resolve(value: Any) -> str | None:
         text = str(value or "").strip()
