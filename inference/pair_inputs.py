@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any, Callable
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record, jsonl_rows, parse_label
 from evaluation.protocols.duplication import parse_operations
+
+log = logging.getLogger(__name__)
 
 
 def is_pair_manifest(path: str | os.PathLike) -> bool:
@@ -66,7 +69,10 @@ def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
         if label is not None:
             pair["label"] = label
         pairs.append(pair)
-    return pairs
+    unique = list({(p["path_a"], p["path_b"]): p for p in reversed(pairs)}.values())[::-1]  # the first kept
+    if len(unique) < len(pairs):
+        log.warning("%s lists %d pair(s) more than once: each is scored once", path, len(pairs) - len(unique))
+    return unique
 
 
 def group_pairs(
@@ -90,6 +96,9 @@ def group_pairs(
         name = ids.get(record.path) or ""
         if name:
             groups.setdefault(name, {})[record.path] = None  # an image listed twice is no pair with itself
+    alone = sum(1 for r in records if not ids.get(r.path)) + sum(1 for paths in groups.values() if len(paths) == 1)
+    if alone:
+        log.info("%d image(s) have no other image in their %s: they are in no pair", alone, group_by)
     return [
         {"path_a": a, "path_b": b, "group": name}
         for name, paths in groups.items()

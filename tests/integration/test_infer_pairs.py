@@ -192,3 +192,18 @@ def test_each_panel_of_a_group_larger_than_the_default_cache_is_described_once(m
     for pair in pairs:
         cache.get(pair["path_a"]), cache.get(pair["path_b"])
     assert len(described) == 70 and pairs_module.cache_size(pairs[:3]) == 64
+
+
+def test_a_pair_listed_twice_is_scored_once_and_an_image_alone_in_its_group_is_said(model, panels, tmp_path, caplog):
+    import logging
+
+    fig = panels / "fig"
+    (tmp_path / "twice.csv").write_text(f"path_a,path_b\n{fig}/a.png,{fig}/b.png\n{fig}/a.png,{fig}/b.png\n")
+    with caplog.at_level(logging.INFO):
+        result = run(model, tmp_path / "twice.csv", tmp_path / "twice_scores.csv")
+    assert result["counts"]["ok"] == 1 and result["counts"]["skipped"] == 0
+    assert "lists 1 pair(s) more than once" in caplog.text
+    (tmp_path / "groups.csv").write_text(f"path,review\n{fig}/a.png,r1\n{fig}/b.png,r1\n{fig}/c.png,r2\n")
+    with caplog.at_level(logging.INFO):
+        run(model, tmp_path / "groups.csv", tmp_path / "group_scores.csv")
+    assert "1 image(s) have no other image in their review: they are in no pair" in caplog.text
