@@ -38,7 +38,10 @@ def source_ids(input: str | os.PathLike, layout: str = "auto") -> list[tuple[str
     once as `archive/` and once as `/data/archive/` is indexed once; a symbolic link keeps its own
     name (the path the user gave), as infer.py's rows do."""
     records = records_from_input(input, layout)
-    return [(os.path.abspath(r.path), r.review or r.group or Path(r.path).parent.name) for r in records]
+    found: dict[str, str] = {}  # a file listed twice is one file (its first listing's source id)
+    for r in records:
+        found.setdefault(os.path.abspath(r.path), r.review or r.group or Path(r.path).parent.name)
+    return list(found.items())
 
 
 def open_store(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import numbers
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -92,8 +93,8 @@ def open_index(
     name = descriptor or descriptor_of(index_dir)
     store = PanelStore(index_dir, make_descriptor(name, index_dir, checkpoint))
     if nprobe is not None:
-        if int(nprobe) < 1:
-            raise ValueError(f"index_nprobe must be at least 1, got {nprobe}")
+        if isinstance(nprobe, bool) or not isinstance(nprobe, numbers.Integral) or nprobe < 1:
+            raise ValueError(f"index_nprobe must be a whole number of at least 1, got {nprobe!r}")
         if hasattr(store.index, "nprobe"):
             store.index.nprobe = int(nprobe)
     store.index, store.on_gpu = on_search_device(store.index, gpu)
@@ -238,6 +239,15 @@ def search_options(cfg: Any) -> dict[str, Any]:
     }
 
 
+def check_search_options(cfg: Any) -> None:
+    """top_k and exclude_same, refused by name before the index or the output is opened."""
+    top_k = cfg.top_k
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
+    if cfg.get("exclude_same", "path") not in EXCLUDE:
+        raise ValueError(f"exclude_same must be one of {', '.join(EXCLUDE)}, got {cfg.get('exclude_same')!r}")
+
+
 def warn_other_split(store: PanelStore, split_panels: bool) -> None:
     """A search whose queries are split into panels otherwise than the index was built is said."""
     built, asked = store.state("split_panels"), str(split_panels).lower()
@@ -257,9 +267,7 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
         raise ValueError(
             f"index= verifies candidates with a pair detector: give model= a dup_sift checkpoint, not {runtime.name}"
         )
-    top_k = cfg.top_k
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
+    check_search_options(cfg)
     store = open_index(cfg.index, **search_options(cfg))
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)

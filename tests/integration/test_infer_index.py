@@ -62,7 +62,7 @@ def test_exclude_same_review_skips_matches_from_the_query_s_own_review(indexed, 
 
 
 def test_index_nprobe_reaches_the_search_and_zero_is_refused_with_a_message(indexed, tmp_path):
-    with pytest.raises(InferenceFailed, match="index_nprobe must be at least 1, got 0"):
+    with pytest.raises(InferenceFailed, match="index_nprobe must be a whole number of at least 1, got 0"):
         search(indexed, tmp_path / "none.csv", "index_nprobe=0")
     rows = {Path(r["path"]).name: r for r in search(indexed, tmp_path / "more.csv", "index_nprobe=64")}
     assert rows["copy.png"]["match"] == indexed["source"]
@@ -155,3 +155,9 @@ def test_a_damaged_index_is_refused_in_one_line_and_left_as_it_was(indexed, tmp_
     with pytest.raises(InferenceFailed, match=message):
         search(indexed, tmp_path / "out.csv", index_dir=damaged)
     assert sorted(p.name for p in damaged.iterdir()) == before
+
+
+def test_an_unknown_exclude_same_is_refused_before_the_output_is_written(indexed, tmp_path):
+    with pytest.raises(InferenceFailed, match="exclude_same must be one of"):
+        search(indexed, tmp_path / "x.csv", "exclude_same=bogus")
+    assert not (tmp_path / "x.csv").exists()

@@ -62,7 +62,7 @@ def test_an_ivf_index_scans_nprobe_lists_and_a_user_can_ask_for_more(tmp_path, t
     every_list = open_index(tmp_path / "index", nprobe=64)
     assert every_list.index.nprobe == 64
     assert retrieve(every_list, copy.image, top_k=3)[0][0]["path"] == str(paths[5])
-    with pytest.raises(ValueError, match="index_nprobe must be at least 1, got 0"):
+    with pytest.raises(ValueError, match="index_nprobe must be a whole number of at least 1, got 0"):
         open_index(tmp_path / "index", nprobe=0)
 
 
@@ -303,3 +303,12 @@ def test_an_index_built_unsplit_refuses_a_build_that_splits_figures_into_panels(
     with pytest.raises(ValueError, match="was built with split_panels=false: give the same"):
         build_index(tmp_path / "collection", tmp_path / "index", split_panels=True)
     assert build_index(tmp_path / "collection", tmp_path / "index")["skipped"] == 2  # the same setting: incremental
+
+
+def test_a_file_listed_twice_is_indexed_once_and_a_mistyped_search_option_is_refused(tmp_path, tiles):
+    paths = write_panels(tmp_path / "collection", tiles[:2])
+    manifest = tmp_path / "twice.csv"
+    manifest.write_text("path,review\n" + "".join(f"{p},r\n" for p in [*paths, paths[0]]))
+    assert build_index(manifest, tmp_path / "index")["panels"] == 2
+    with pytest.raises(ValueError, match="index_nprobe must be a whole number of at least 1, got 'abc'"):
+        open_index(tmp_path / "index", nprobe="abc")
