@@ -184,6 +184,8 @@ def build_index(
     if blocking := next((f for f in folder.parents if f.exists() and not f.is_dir()), None):
         raise ValueError(f"index {index_dir}: {blocking} is a file, not a folder")
     items = source_ids(input, layout)
+    if not items:  # a mistyped or empty folder would make an empty index, said as a success
+        raise ValueError(f"no images found in {input}: nothing to index")
     parsed = Shard.parse(shard)
     target = Path(index_dir)
     if parsed.count > 1:

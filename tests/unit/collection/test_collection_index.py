@@ -312,3 +312,10 @@ def test_a_file_listed_twice_is_indexed_once_and_a_mistyped_search_option_is_ref
     assert build_index(manifest, tmp_path / "index")["panels"] == 2
     with pytest.raises(ValueError, match="index_nprobe must be a whole number of at least 1, got 'abc'"):
         open_index(tmp_path / "index", nprobe="abc")
+
+
+def test_an_input_without_images_is_refused_not_made_into_an_empty_index(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no images found in .*empty: nothing to index"):
+        build_index(tmp_path / "empty", tmp_path / "index")
+    assert not (tmp_path / "index").exists()
