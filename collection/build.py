@@ -295,6 +295,12 @@ def merge_parts(
                 main.forget(path)
             main.pending.extend((pid + offset, *rest) for pid, *rest in rows)
             main.pending_files.extend(files)
+            split = part.state("split_panels")
+            if split is not None:  # the parts' setting is the index's (a part of the other one is refused)
+                if main.state("split_panels", split) != split:
+                    raise ValueError(f"{part_dir} was built with split_panels={split}, the index with the other")
+                with main.db:
+                    main.db.execute("INSERT OR REPLACE INTO state VALUES ('split_panels', ?)", (split,))
             main.next_id = offset + (rows[-1][0] + 1 if rows else 0)
             merged["panels"] += len(rows)
             part.close()

@@ -301,6 +301,8 @@ def make_descriptor(
     """A descriptor by its short name; `pooled_sift` reads its codebook from `index_dir` when stored
     there; `pairnet` embeds with `checkpoint`, else with the one recorded in `index_dir`'s meta.json.
     The networks (`cnn`, `pairnet`) run on `device` (auto: the GPU when there is one)."""
+    if checkpoint is not None and name != "pairnet":
+        raise ValueError(f"descriptor_checkpoint is the weights of the pairnet descriptor; {name} takes none")
     if name == "phash":
         return PerceptualHash()
     if name == "cnn":

@@ -319,3 +319,18 @@ def test_an_input_without_images_is_refused_not_made_into_an_empty_index(tmp_pat
     with pytest.raises(ValueError, match="no images found in .*empty: nothing to index"):
         build_index(tmp_path / "empty", tmp_path / "index")
     assert not (tmp_path / "index").exists()
+
+
+def test_a_merged_index_records_split_panels_and_a_checkpoint_is_refused_for_a_descriptor_without_weights(
+    tmp_path, tiles
+):
+    from collection.descriptors import make_descriptor
+
+    write_panels(tmp_path / "collection", tiles[:4])
+    for shard in ("0/2", "1/2"):
+        build_index(tmp_path / "collection", tmp_path / "index", shard=shard)
+    merge_parts(tmp_path / "index")
+    with pytest.raises(ValueError, match="was built with split_panels=false: give the same"):
+        build_index(tmp_path / "collection", tmp_path / "index", split_panels=True)
+    with pytest.raises(ValueError, match="descriptor_checkpoint is the weights of the pairnet descriptor"):
+        make_descriptor("local_sift", checkpoint="weights.ckpt")
