@@ -14,6 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from datamodules.io import file_in_the_way
 from datamodules.records import LayoutError, list_images, read_manifest
 from inference.cli import expected_failures, run
 from inference.parts import Shard
@@ -30,7 +31,7 @@ def check_options(cfg: DictConfig, output: Path) -> None:
     if not isinstance(cfg.get("merge", False), bool):
         raise ValueError(f"merge must be true or false, got {cfg.get('merge')!r}")
     output = output.absolute()
-    if blocking := next((f for f in (output, *output.parents) if f.exists() and not f.is_dir()), None):
+    if blocking := file_in_the_way(output):
         raise ValueError(f"output {output}: {blocking} is a file, not a folder")
     if cfg.source and output.resolve().is_relative_to(Path(cfg.source).resolve()):
         raise ValueError(f"output {output} is inside source {cfg.source}: choose an output folder outside it")

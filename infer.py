@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from collection.store import IndexBusy
-from datamodules.io import file_sha256
+from datamodules.io import file_in_the_way, file_sha256
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from evaluation.protocols.review import AGGREGATIONS
@@ -49,7 +49,7 @@ def check_options(cfg: DictConfig, output: Path) -> None:
         check_page_folder(page_files(output))
     if output.suffix.lower() not in (".csv", ".jsonl"):
         raise ValueError(f"output must end in .csv or .jsonl, got {output}")
-    if blocking := next((folder for folder in output.parents if folder.exists() and not folder.is_dir()), None):
+    if blocking := file_in_the_way(output, itself=False):
         raise ValueError(f"output {output}: {blocking} is a file, not a folder")
     if not isinstance(cfg.resume, bool):
         raise ValueError(f"resume must be true or false, got {cfg.resume!r}")

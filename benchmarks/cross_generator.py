@@ -41,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+from datamodules.io import file_in_the_way
 from datamodules.records import Record, read_manifest, write_manifest
 from datamodules.splits import SplitError, cross_generator_split
 
@@ -82,9 +83,8 @@ def check_runs(parser: argparse.ArgumentParser, detectors: list[str], output_dir
 
     if unknown := [name for name in detectors if name not in list_detectors()]:
         parser.error(f"unknown detector {', '.join(unknown)}; known: {', '.join(list_detectors())}")
-    output_dir = output_dir.absolute()
-    if blocking := next((f for f in (output_dir, *output_dir.parents) if f.exists() and not f.is_dir()), None):
-        parser.error(f"--output-dir {output_dir}: {blocking} is a file, not a folder")
+    if blocking := file_in_the_way(output_dir):
+        parser.error(f"--output-dir {output_dir.absolute()}: {blocking} is a file, not a folder")
 
 
 def write_split(split: list, manifest: Path, options: dict, resume: bool) -> None:

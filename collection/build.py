@@ -25,7 +25,7 @@ import numpy as np
 from collection.descriptors import SLOTS, make_descriptor
 from collection.panels import split_figure
 from collection.store import FLAT_MAX, PanelStore, choose_type, faiss_module
-from datamodules.io import ImageReadError, read_image
+from datamodules.io import ImageReadError, file_in_the_way, read_image
 from datamodules.layouts import records_from_input
 from inference.parts import Shard
 
@@ -180,8 +180,7 @@ def build_index(
         raise ValueError(f"commit_every must be 1 or more, got {commit_every}")
     if Path(index_dir).exists() and not Path(index_dir).is_dir():
         raise ValueError(f"index {index_dir} is a file: an index is a folder")
-    folder = Path(index_dir).absolute()
-    if blocking := next((f for f in folder.parents if f.exists() and not f.is_dir()), None):
+    if blocking := file_in_the_way(index_dir, itself=False):
         raise ValueError(f"index {index_dir}: {blocking} is a file, not a folder")
     items = source_ids(input, layout)
     if not items:  # a mistyped or empty folder would make an empty index, said as a success

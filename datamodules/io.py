@@ -128,6 +128,13 @@ def write_image(path: str | os.PathLike, image: np.ndarray, quality: int = 95) -
     os.replace(tmp, path)
 
 
+def file_in_the_way(path: str | os.PathLike, itself: bool = True) -> Path | None:
+    """The file (not folder) at `path` (with `itself`) or at one of its parents: what would stop a
+    run from making its output folders there, found before anything is written."""
+    path = Path(path).absolute()
+    return next((p for p in ((path,) if itself else ()) + tuple(path.parents) if p.exists() and not p.is_dir()), None)
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """The SHA-256 of a file (a model or checkpoint named in reports and indexes), read in blocks."""
     with open(path, "rb") as handle:
