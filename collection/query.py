@@ -21,7 +21,6 @@ empty `match`; an unreadable query one error row.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import numbers
@@ -36,9 +35,9 @@ from collection.build import file_panels, source_ids
 from collection.descriptors import make_descriptor, query_vectors
 from collection.store import PanelStore, faiss_module, on_search_device
 from collection.verification import retrieval_fit, verify_candidates
-from datamodules.io import ImageReadError, read_image, write_image
+from datamodules.io import ImageReadError, read_image
 from detectors.pair_matching import to_original
-from inference.masks import safe_mask_name
+from inference.masks import write_pair_masks
 from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
@@ -207,13 +206,9 @@ def query_panel_rows(
             "transform": json.dumps(found.transform) if found.transform else "",
             "method": found.method,
         }
-        if masks_dir is not None:  # named by query panel and match: several panels of one file never share one
-            named = hashlib.sha1(f"{base['path']}|{base['query_box']}|{row['match']}|{row['match_box']}".encode())
-            for side, mask in (("a", found.mask_a), ("b", found.mask_b)):
-                stem = Path(row["path" if side == "a" else "match"]).stem
-                target = masks_dir / safe_mask_name(named.hexdigest()[:12], f"{stem}_{side}.png")
-                write_image(target, mask.astype(np.uint8) * 255)
-                row[f"mask_{side}"] = str(target)
+        if masks_dir is not None:  # keyed by query panel and match: several panels of one file never share one
+            key = f"{base['path']}|{base['query_box']}|{row['match']}|{row['match_box']}"
+            row.update(write_pair_masks(masks_dir, key, (row["path"], row["match"]), (found.mask_a, found.mask_b)))
         rows.append(row)
     # a candidate found but not verifiable (its file moved or deleted since it was indexed) is said
     rows += [

@@ -9,6 +9,7 @@ is scored the same way (a probability p counts as positive at 0.5 exactly when r
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +31,19 @@ def safe_mask_name(index: int | str, path: str) -> str:
     (an input's position, or another name of its own) then the path's stem."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(path)).stem)[:80].lstrip(".") or "image"
     return f"{index:07d}_{stem}.png" if isinstance(index, int) else f"{index}_{stem}.png"
+
+
+def write_pair_masks(masks_dir: Path, key: str, paths: Sequence[str], masks: Sequence[np.ndarray]) -> dict[str, str]:
+    """The masks of a pair's panels A and B as `<digest of key>_<stem>_<a|b>.png`: named by the pair
+    (not by its position, which moves when inputs are added before a resume), so no two pairs or
+    sides share a file; returns the rows' `mask_a` and `mask_b`."""
+    named = hashlib.sha1(key.encode()).hexdigest()[:12]
+    written = {}
+    for side, path, mask in zip("ab", paths, masks):
+        target = masks_dir / safe_mask_name(named, f"{Path(path).stem}_{side}.png")
+        write_image(target, mask.astype(np.uint8) * 255)
+        written[f"mask_{side}"] = str(target)
+    return written
 
 
 def to_uint8_map(probabilities: np.ndarray, size: tuple[int, int]) -> np.ndarray:

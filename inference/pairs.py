@@ -15,20 +15,17 @@ With truth (labels or operations) the run also writes `<output>.metrics.json`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
 
-import numpy as np
-
-from datamodules.io import ImageReadError, read_image, read_mask, write_image
+from datamodules.io import ImageReadError, read_image, read_mask
 from datamodules.records import LayoutError
 from evaluation.protocols.duplication import parse_operations
 from evaluation.summary import figure_text
-from inference.masks import safe_mask_name
+from inference.masks import write_pair_masks
 from inference.pair_inputs import group_pairs, is_pair_manifest, read_pair_manifest
 from inference.run_report import without_own_outputs
 from inference.writer import ResultWriter, read_results
@@ -125,12 +122,7 @@ def score_pair(
         }
     )
     if masks_dir is not None:
-        for side, mask in (("a", found.mask_a), ("b", found.mask_b)):
-            # named by the pair, not its position (which moves when inputs are added before a resume)
-            named = hashlib.sha1(key.encode()).hexdigest()[:12]
-            target = masks_dir / safe_mask_name(named, f"{Path(pair['path_' + side]).stem}_{side}.png")
-            write_image(target, (mask.astype(np.uint8) * 255))
-            row[f"mask_{side}"] = str(target)
+        row.update(write_pair_masks(masks_dir, key, (pair["path_a"], pair["path_b"]), (found.mask_a, found.mask_b)))
     return row
 
 
