@@ -207,3 +207,14 @@ def test_a_pair_listed_twice_is_scored_once_and_an_image_alone_in_its_group_is_s
     with caplog.at_level(logging.INFO):
         run(model, tmp_path / "groups.csv", tmp_path / "group_scores.csv")
     assert "1 image(s) have no other image in their review: they are in no pair" in caplog.text
+
+
+def test_the_masks_of_two_panels_of_one_name_in_two_folders_are_two_files(model, panels, tmp_path):
+    for folder, source in (("x", "a.png"), ("y", "b.png")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "panel.png").write_bytes((panels / "fig" / source).read_bytes())
+    (tmp_path / "pairs.csv").write_text("path_a,path_b\nx/panel.png,y/panel.png\n")
+    run(model, tmp_path / "pairs.csv", tmp_path / "out.csv", "save_masks=true")
+    (row,) = read_results(tmp_path / "out.csv")
+    assert row["label"] == 1 and row["mask_a"] != row["mask_b"]
+    assert Path(row["mask_a"]).is_file() and Path(row["mask_b"]).is_file()

@@ -334,3 +334,12 @@ def test_a_merged_index_records_split_panels_and_a_checkpoint_is_refused_for_a_d
         build_index(tmp_path / "collection", tmp_path / "index", split_panels=True)
     with pytest.raises(ValueError, match="descriptor_checkpoint is the weights of the pairnet descriptor"):
         make_descriptor("local_sift", checkpoint="weights.ckpt")
+
+
+def test_a_shard_run_again_over_an_unchanged_archive_describes_nothing(tmp_path, tiles):
+    write_panels(tmp_path / "collection", tiles[:4])
+    for shard in ("0/2", "1/2"):
+        build_index(tmp_path / "collection", tmp_path / "index", shard=shard)
+    merge_parts(tmp_path / "index")
+    again = [build_index(tmp_path / "collection", tmp_path / "index", shard=s)["panels"] for s in ("0/2", "1/2")]
+    assert again == [0, 0]
