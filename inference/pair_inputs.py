@@ -68,11 +68,26 @@ def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
         label = parse_label(row.get("label"), where, "0 (no duplication) or 1 (duplication)")
         if label is not None:
             pair["label"] = label
+            agreeing_truth(pair, where)
         pairs.append(pair)
     unique = list({(p["path_a"], p["path_b"]): p for p in reversed(pairs)}.values())[::-1]  # the first kept
     if len(unique) < len(pairs):
         log.warning("%s lists %d pair(s) more than once: each is scored once", path, len(pairs) - len(unique))
     return unique
+
+
+def agreeing_truth(pair: dict[str, Any], where: str) -> None:
+    """Refuse a row whose label and operations contradict each other; a duplicated pair with no
+    operations written has operations not known (scored as a pair, not in the operation sets)."""
+    if "operations" not in pair:
+        return
+    named = parse_operations(pair["operations"])
+    if pair["label"] == 0 and named:
+        raise LayoutError(f"{where}: label 0 says no duplication, operations say {';'.join(sorted(named))}")
+    if pair["label"] == 1 and not named:
+        if pair["operations"].strip():
+            raise LayoutError(f"{where}: label 1 says duplication, operations say {pair['operations']!r}")
+        del pair["operations"]
 
 
 def group_pairs(

@@ -245,8 +245,8 @@ def describe_transform(transform: str) -> str:
 def pair_report(
     pairs: list[dict[str, Any]], results: Iterable[dict[str, Any]], threshold: float, output: Path
 ) -> dict[str, Any] | None:
-    """`<output>.metrics.json` when the pairs carry truth (label or operations); masks scored from the
-    written files, so a resumed run is scored as a whole."""
+    """`<output>.metrics.json` when the pairs carry truth (label, operations or masks); masks scored
+    from the written files, so a resumed run is scored as a whole."""
     from evaluation import write_metrics_json
     from evaluation.protocols.duplication import duplication_metrics
 
@@ -254,10 +254,10 @@ def pair_report(
     rows, counts = [], []
     for pair in pairs:
         result = by_key.get(pair_key(pair["path_a"], pair["path_b"]))
-        if result is None or ("label" not in pair and "operations" not in pair):
+        label = None if result is None else truth_label(pair)
+        if label is None:
             continue
         truth = parse_operations(pair["operations"]) if "operations" in pair else None
-        label = pair.get("label", int(bool(truth)))
         rows.append(
             {
                 "label": label,
@@ -282,6 +282,22 @@ def pair_report(
         output.with_suffix(".metrics.json"),
     )
     return metrics
+
+
+def truth_label(pair: dict[str, Any]) -> int | None:
+    """1 duplicated, 0 not, None unknown: the label given, else what the operations say, else what
+    the true masks say (a pair whose masks mark nothing is no duplication)."""
+    if "label" in pair:
+        return int(pair["label"])
+    if "operations" in pair:
+        return int(bool(parse_operations(pair["operations"])))
+    if not (pair.get("mask_a") and pair.get("mask_b")):
+        return None
+    try:
+        return int(any(read_mask(pair[key]).any() for key in ("mask_a", "mask_b")))
+    except (ImageReadError, OSError) as error:
+        log.warning("%s / %s: truth not read from its masks: %s", pair["path_a"], pair["path_b"], error)
+        return None
 
 
 def mask_counts(pair: dict[str, Any], result: dict[str, Any]) -> tuple[int, int, int, int] | None:

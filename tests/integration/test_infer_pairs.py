@@ -85,6 +85,28 @@ def test_a_pair_manifest_with_truth_gets_masks_and_duplication_metrics(model, pa
     assert metrics["pixel_f1"] > 0.8 and "BioFors" in metrics["pixel_protocol"]
 
 
+def test_a_pair_manifest_with_masks_only_is_scored_by_what_its_masks_mark(model, panels, tmp_path):
+    (panels / "masks_only.csv").write_text(
+        "path_a,path_b,mask_a,mask_b\npairs/la.png,pairs/lb.png,pairs/la_mask.png,pairs/lb_mask.png\n"
+    )
+    output = tmp_path / "pairs.csv"
+    run(model, panels / "masks_only.csv", output)
+    metrics = json.loads(output.with_suffix(".metrics.json").read_text())
+    assert metrics["n_pairs"] == 1 and metrics["pair_f1"] == 1.0 and metrics["pixel_f1"] > 0.8
+    assert "operations" not in metrics  # no operation was given, none is scored
+
+
+def test_a_duplicated_pair_without_its_operations_counts_as_a_pair_not_in_the_operation_sets(model, panels, tmp_path):
+    (panels / "labelled.csv").write_text(
+        "path_a,path_b,label,operations\npairs/la.png,pairs/lb.png,1,\nfig/a.png,fig/b.png,1,hflip\n"
+    )
+    output = tmp_path / "pairs.csv"
+    run(model, panels / "labelled.csv", output)
+    metrics = json.loads(output.with_suffix(".metrics.json").read_text())
+    assert metrics["n_pairs"] == 2 and metrics["pair_f1"] == 1.0
+    assert metrics["operations"]["n"] == 1 and metrics["operations"]["exact_match"] == 1.0
+
+
 def test_a_resumed_run_scores_only_the_missing_pairs(model, panels, tmp_path):
     output = tmp_path / "pairs.csv"
     run(model, panels / "pairs.csv", output)
@@ -109,6 +131,14 @@ def test_an_input_without_pairs_fails_with_the_reason(model, tmp_path):
             "row 2: label must be 0 \\(no duplication\\) or 1 \\(duplication\\), got 'yes'",
         ),
         ("path_a,path_b,operations\na.png,b.png,mirror\n", "row 2: unknown duplication operations \\['mirror'\\]"),
+        (
+            "path_a,path_b,label,operations\na.png,b.png,0,hflip\n",
+            "row 2: label 0 says no duplication, operations say flip",
+        ),
+        (
+            "path_a,path_b,label,operations\na.png,b.png,1,none\n",
+            "row 2: label 1 says duplication, operations say 'none'",
+        ),
     ],
 )
 def test_a_bad_pair_manifest_is_refused_with_its_row_before_any_pair_is_scored(model, tmp_path, content, message):
