@@ -227,12 +227,13 @@ def folder_link(folder: str, relative_to: str) -> str:
     return quote(os.path.relpath(folder, relative_to).replace(os.sep, "/"))
 
 
-def transform_in_words(transform: Mapping[str, Any] | None) -> str:
+def transform_in_words(transform: Mapping[str, Any] | None, operations: str = "") -> str:
     """'B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %'.
 
     Reads the pair detector's transform (`rotation` in degrees, `scale`, `flipped`, `brightness` as
     the fractional change of B's mean level on the shared content), or `flip` by name and
-    per-channel `gain`."""
+    per-channel `gain`; `operations` (the row's, `;`-separated) names a change of colours or
+    levels the transform has no words for (a copy turned grey keeps its brightness)."""
     if not transform:
         return ""
     parts = []
@@ -255,6 +256,8 @@ def transform_in_words(transform: Mapping[str, Any] | None) -> str:
     hue = transform.get("hue_shift")
     if hue is not None and abs(float(hue)) >= 3:
         parts.append(f"hue shifted {float(hue):+.0f} degrees")
+    if "parameter" in operations.split(";") and not any(p.startswith(("brightness", "hue")) for p in parts):
+        parts.append("with colours or levels changed")
     return "B is A " + (", ".join(parts) if parts else "reused as it is")
 
 

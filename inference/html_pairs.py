@@ -40,6 +40,25 @@ def pair_counts(pairs: Sequence[Mapping[str, Any]], threshold: float, blinded: b
     }
 
 
+def verdict_html(pair: Mapping[str, Any], transform: Mapping[str, Any], threshold: float) -> str:
+    """A pair's score, decision and operations, the transform in words where it is flagged (the map
+    of a pair not flagged is no reuse, and is not said as one), and the detector's reason."""
+    decision = decision_of(pair, threshold)
+    operations = str(pair.get("operations") or "")
+    return (
+        f'<p class="verdict">score <span class="score">{score_text(pair.get("score"))}</span>, '
+        f'<span class="decision">{escape(decision)}</span>'
+        + (f": {escape(operations.replace(';', ', '))}" if operations else "")
+        + "</p>"
+        + (
+            f'<p class="transform">{escape(transform_in_words(transform, operations))}</p>'
+            if transform and decision == "flagged"
+            else ""
+        )
+        + (f'<p class="note">{escape(pair.get("reason"))}</p>' if pair.get("reason") else "")
+    )
+
+
 def pairs_html(
     pairs: Sequence[Mapping[str, Any]], files: Path, page: Path, threshold: float, blinded: bool, seed: int = 0
 ) -> str:
@@ -67,18 +86,7 @@ def pairs_html(
             if picture
             else '<p class="note">the images could not be read</p>'
         )
-        words = ""
-        if not blinded:
-            decision = decision_of(pair, threshold)
-            operations = str(pair.get("operations") or "")
-            words = (
-                f'<p class="verdict">score <span class="score">{score_text(pair.get("score"))}</span>, '
-                f'<span class="decision">{escape(decision)}</span>'
-                + (f": {escape(operations.replace(';', ', '))}" if operations else "")
-                + "</p>"
-                + (f'<p class="transform">{escape(transform_in_words(transform))}</p>' if transform else "")
-                + (f'<p class="note">{escape(pair.get("reason"))}</p>' if pair.get("reason") else "")
-            )
+        words = "" if blinded else verdict_html(pair, transform, threshold)
         items.append(
             f'<div class="pair-row"><p class="name">A: {shown_name(pair["path_a"])}<br>'
             f"B: {shown_name(pair['path_b'])}</p>{image}{words}</div>"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -128,6 +129,13 @@ def test_the_transform_reads_as_a_sentence():
     words = transform_in_words({"rotation": 180, "scale": 0.5, "flip": "horizontal", "gain": [1.12, 1.12, 1.12]})
     assert words == "B is A rotated 180 degrees, scaled x0.50, mirrored left-right, brightness +12 %"
     assert transform_in_words({"rotation": 0, "scale": 1.0}) == "B is A reused as it is"
+
+
+def test_a_change_of_colours_the_transform_has_no_words_for_is_said_from_the_operations():
+    grey = {"rotation": 0, "scale": 1.0, "brightness": 0.0}  # a copy turned grey keeps its level
+    assert transform_in_words(grey, "parameter") == "B is A with colours or levels changed"
+    brighter = {**grey, "brightness": 0.2}
+    assert transform_in_words(brighter, "flip;parameter") == "B is A brightness +20 %"
 
 
 @pytest.mark.parametrize("embed_limit", [None, 0], ids=["embedded", "folder"])
@@ -341,3 +349,17 @@ def test_a_set_of_figures_of_its_own_is_shown_not_left_out():
     page = metrics_html({"pair_f1": 0.5, "operations": {"set_f1": 0.5, "exact_match": 0.25, "spc": 0.4}}, [])
     assert "<h3>Operations</h3>" in page and "<th>set_f1</th><td>0.5000</td>" in page
     assert "<th>exact_match</th><td>0.2500</td>" in page and "<th>spc</th><td>0.4000</td>" in page
+
+
+def test_a_pair_not_flagged_is_not_said_to_be_a_reused_copy(tmp_path):
+    from inference.html_pairs import pairs_html
+
+    write_image(tmp_path / "a.png", np.full((40, 40, 3), 90, np.uint8))
+    write_image(tmp_path / "b.png", np.full((40, 40, 3), 120, np.uint8))
+    nearest = {"rotation": 0, "scale": 1.0, "matrix": [[1, 0, 0], [0, 1, 0]], "points": []}
+    row = {"path_a": str(tmp_path / "a.png"), "path_b": str(tmp_path / "b.png"), "status": "ok"}
+    row.update({"score": 0.2, "operations": "", "transform": json.dumps(nearest)})
+    below = pairs_html([row], tmp_path, tmp_path / "page.html", threshold=0.5, blinded=False)
+    assert "not flagged" in below and 'class="transform"' not in below
+    above = pairs_html([row], tmp_path, tmp_path / "page.html", threshold=0.1, blinded=False)
+    assert "B is A reused as it is" in above
