@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import csv
 import difflib
+import functools
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from datamodules.io import MANIFEST_COLUMNS, SPLITS, is_image_file, split_keys, write_manifest
 
@@ -177,6 +178,31 @@ def check_repeated_paths(manifest: Path, records: list[Record]) -> None:
         log.warning("manifest %s lists %d image(s) more than once", manifest, len(records) - len(labels))
 
 
+def walk_folders(root: str | os.PathLike) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk` of `root`, folders in name order, into linked folders too (an archive assembled
+    from links is read whole), each real folder once, and not a link to a folder on the way to it
+    (a link back up the tree ends there, even one above `root`)."""
+    seen: set[str] = set()
+    real = functools.lru_cache(maxsize=None)(os.path.realpath)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        here = real(dirpath)
+        if here in seen or here in {real(str(folder)) for folder in Path(dirpath).absolute().parents}:
+            dirnames[:] = []
+            continue
+        seen.add(here)
+        dirnames.sort()
+        yield dirpath, dirnames, filenames
+
+
+def paths_below(root: str | os.PathLike) -> list[Path]:
+    """Every folder and file below `root` (`walk_folders`' rules), sorted: `Path.rglob` skips linked
+    folders."""
+    found = []
+    for dirpath, dirnames, filenames in walk_folders(root):
+        found += [Path(dirpath) / name for name in [*dirnames, *filenames]]
+    return sorted(found)
+
+
 def scan_folder(root: str | os.PathLike) -> list[Record]:
     """Images under `0_real`/`1_fake` (or `real`/`fake`) folders at any depth below `root`.
 
@@ -187,8 +213,7 @@ def scan_folder(root: str | os.PathLike) -> list[Record]:
     if not root.is_dir():
         raise LayoutError(f"{root} is not a folder")
     records, outside = [], 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+    for dirpath, _, filenames in walk_folders(root):
         relative = Path(dirpath).relative_to(root).parts
         lowered = [part.lower() for part in relative]
         label_at = [i for i, part in enumerate(lowered) if part in GENUINE_FOLDERS or part in FAKE_FOLDERS]
@@ -225,7 +250,7 @@ def every_image(root: str | os.PathLike) -> list[Record]:
     root = Path(root)
     if not root.is_dir():
         raise LayoutError(f"{root} is not a folder")
-    return [Record(path=str(p)) for p in sorted(root.rglob("*")) if p.is_file() and is_image_file(p)]
+    return [Record(path=str(p)) for p in paths_below(root) if p.is_file() and is_image_file(p)]
 
 
 def list_images(root: str | os.PathLike) -> list[Record]:
@@ -234,7 +259,7 @@ def list_images(root: str | os.PathLike) -> list[Record]:
     try:
         return scan_folder(root)
     except LayoutError:  # no label folders: the images are simply unlabelled
-        files = [p for p in root.rglob("*") if p.is_file() or p.is_symlink()]
+        files = [p for p in paths_below(root) if p.is_file() or (p.is_symlink() and not p.is_dir())]
         paths = sorted(p for p in files if p.is_file() and is_image_file(p))
         if len(paths) < len(files):  # other formats, notes, broken links: no row, so said here
             kinds = sorted({p.suffix.lower() or p.name for p in files if not (p.is_file() and is_image_file(p))})

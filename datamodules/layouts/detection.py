@@ -11,7 +11,7 @@ from datamodules.layouts.files import child_folder, describe
 from datamodules.layouts.fraudbench import fraudbench_categories, read_fraudbench
 from datamodules.layouts.genimage import is_genimage, read_genimage
 from datamodules.layouts.manipulation import THEMIS_FOLDERS, read_casia_list, read_imdl, read_imdl_json, read_themis
-from datamodules.records import LayoutError, Record, every_image, list_images, read_manifest, scan_folder
+from datamodules.records import LayoutError, Record, every_image, list_images, paths_below, read_manifest, scan_folder
 
 FILE_LAYOUTS = {
     ".csv": "manifest",
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def _is_folder(root: Path) -> bool:
     names = {"0_real", "1_fake", "real", "fake"}
-    return any(p.is_dir() and p.name.lower() in names for p in root.rglob("*"))
+    return any(p.is_dir() and p.name.lower() in names for p in paths_below(root))
 
 
 LAYOUTS: dict[str, Callable[[Path], list[Record]]] = {

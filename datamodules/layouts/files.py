@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.io import is_image_file
-from datamodules.records import LayoutError
+from datamodules.records import LayoutError, paths_below
 
 # a mask is named after its image, with one of these suffixes
 MASK_SUFFIXES = ("", "_gt", "_mask", "-gt", "_GT", "-mask")
@@ -15,7 +15,7 @@ MASK_SUFFIXES = ("", "_gt", "_mask", "-gt", "_GT", "-mask")
 
 def images_under(folder: Path) -> list[Path]:
     """Every image file under `folder`, at any depth, sorted."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and is_image_file(p))
+    return [p for p in paths_below(folder) if p.is_file() and is_image_file(p)]
 
 
 def describe(path: Path, limit: int = 8) -> str:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from datamodules.layouts.files import describe, images_under
-from datamodules.records import LayoutError, Record
+from datamodules.records import LayoutError, Record, paths_below
 
 GENIMAGE_LABELS = {"ai": 1, "nature": 0}
 GENIMAGE_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
@@ -19,7 +19,7 @@ def read_genimage(root: str | os.PathLike) -> list[Record]:
     """
     root = Path(root)
     records = []
-    for label_dir in sorted(p for p in root.rglob("*") if p.is_dir() and p.name.lower() in GENIMAGE_LABELS):
+    for label_dir in (p for p in paths_below(root) if p.is_dir() and p.name.lower() in GENIMAGE_LABELS):
         if label_dir.parent.name.lower() not in GENIMAGE_SPLITS:
             continue
         rel = label_dir.relative_to(root).parts
@@ -45,5 +45,5 @@ def is_genimage(root: Path) -> bool:
     """Some `{train,val}/{ai,nature}` folder pair exists under `root`."""
     return any(
         p.is_dir() and p.name.lower() in GENIMAGE_LABELS and p.parent.name.lower() in GENIMAGE_SPLITS
-        for p in root.rglob("*")
+        for p in paths_below(root)
     )

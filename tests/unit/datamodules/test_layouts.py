@@ -1,6 +1,7 @@
 """Every published layout read from a small tree in tmp_path, plus detection and its errors."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,21 @@ def test_images_beside_a_real_fake_tree_are_said_to_be_left_out_and_layout_image
     every = records_from_input(tmp_path, "images")
     assert sorted(Path(r.path).name for r in every) == ["other.png", "panel.png", "source.png"]
     assert {r.label for r in every} == {None}
+
+
+@pytest.mark.parametrize("layout", ["auto", "images", "folder", "genimage"])
+def test_a_linked_folder_is_read_as_the_folders_beside_it_and_a_link_back_up_the_tree_ends(tmp_path, layout):
+    """An archive assembled from links: every layout that walks a tree reads the linked folder under
+    the link's own path, and a link to a folder above it is read once, not forever."""
+    from datamodules.layouts import records_from_input
+
+    stored, archive = tmp_path / "stored", tmp_path / "archive"
+    inner = {"auto": "plain", "images": "plain", "folder": "real", "genimage": "sdv4/train/nature"}[layout]
+    _touch(stored, f"{inner}/linked.png")
+    _touch(archive, f"{inner}/own.png")
+    (archive / "more").symlink_to(stored, target_is_directory=True)
+    (archive / "more" / inner / "loop").symlink_to(archive, target_is_directory=True)
+    records = records_from_input(archive, layout)
+    assert sorted(os.path.relpath(r.path, archive) for r in records) == sorted(
+        [f"{inner}/own.png", f"more/{inner}/linked.png"]
+    )
