@@ -205,10 +205,28 @@ def build_index(
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('requested_type', ?)", (index_type,))
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('split_panels', ?)", (split,))
         counts = describe_files(store, items, split_panels, commit_every, workers=workers)
+        if parsed.count == 1:  # a part does not know the index's files; the next whole build prunes
+            counts["removed"] = forget_removed(store, input, items)
         counts.update({"index": str(target), "index_type": store.index_type, "total_panels": store.n_panels})
         return counts
     finally:
         store.close()
+
+
+def forget_removed(store: PanelStore, input: str | os.PathLike, items: list[tuple[str, str]]) -> int:
+    """Forget the files of the input folder the index holds that are gone from the disk: a search
+    would list their panels as reuse no one can open. Files of other folders (an index built from
+    several) and of a manifest's input are left as they are."""
+    if not Path(input).is_dir():
+        return 0
+    folder, listed = os.path.join(os.path.abspath(input), ""), {path for path, _ in items}
+    gone = [p for p in store.known_files() if p.startswith(folder) and p not in listed and not os.path.lexists(p)]
+    for path in gone:
+        store.forget(path, removed=True)
+    store.commit()
+    if gone:
+        log.info("%d file(s) no longer in %s: their panels are removed from the index", len(gone), input)
+    return len(gone)
 
 
 def not_indexed_yet(

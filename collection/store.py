@@ -165,6 +165,7 @@ class PanelStore:
         self.pending: list[tuple[int, str, str, str, int, bytes]] = []
         self.pending_files: list[tuple[str, int, float, str, str, int]] = []
         self.forgotten: list[int] = []
+        self.forgotten_files: list[str] = []  # files gone from their folder, forgotten at the next commit
         self.waiting: list[tuple[np.ndarray, np.ndarray]] = []  # (vectors, ids) not yet in the FAISS index
         self.waiting_vectors = 0
         self.expected_vectors = 0  # set by a build: how large the index is about to grow
@@ -291,9 +292,12 @@ class PanelStore:
             self.waiting, self.waiting_vectors = [], 0
             self.add_vectors(vectors, ids)
 
-    def forget(self, path: str) -> None:
-        """Drop a changed file's panels: their vectors now, their rows at the next commit."""
+    def forget(self, path: str, removed: bool = False) -> None:
+        """Drop a changed file's panels (and, `removed`, the file itself): vectors now, rows at the
+        next commit."""
         self.add_waiting()
+        if removed:
+            self.forgotten_files.append(path)
         ids = [pid for (pid,) in self.db.execute("SELECT id FROM panels WHERE path = ?", (path,))]
         if ids and self.index is not None:
             vector_ids = np.concatenate([pid * SLOTS + np.arange(SLOTS, dtype=np.int64) for pid in ids])
@@ -342,7 +346,7 @@ class PanelStore:
     def commit(self) -> None:
         """Write the vectors to a new file, then switch to it and record the panels in one transaction."""
         self.add_waiting()
-        if not self.pending and not self.pending_files and not self.forgotten:
+        if not self.pending and not self.pending_files and not self.forgotten and not self.forgotten_files:
             return
         faiss = faiss_module()
         old = self.state("vectors_file")
@@ -356,13 +360,14 @@ class PanelStore:
             self.db.executemany("DELETE FROM panels WHERE id = ?", [(pid,) for pid in self.forgotten])
             self.db.executemany("INSERT INTO panels VALUES (?, ?, ?, ?, ?, ?)", self.pending)
             self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)", self.pending_files)
+            self.db.executemany("DELETE FROM files WHERE path = ?", [(path,) for path in self.forgotten_files])
             if self.index is not None:
                 values = {"vectors_file": name, "generation": str(generation)}
                 values["index_type"] = getattr(self, "_new_type", self.index_type)
                 self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", list(values.items()))
         if old and old != name and self.index is not None:
             (self.directory / old).unlink(missing_ok=True)
-        self.pending, self.pending_files, self.forgotten = [], [], []
+        self.pending, self.pending_files, self.forgotten, self.forgotten_files = [], [], [], []
 
     def close(self) -> None:
         self.db.close()

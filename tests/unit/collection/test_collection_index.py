@@ -85,6 +85,24 @@ def test_adding_a_folder_later_describes_only_the_new_panels(tmp_path, tiles, mo
     assert store.index.ntotal == store.db.execute("SELECT SUM(n_vectors) FROM panels").fetchone()[0]
 
 
+def test_a_file_removed_from_the_folder_leaves_the_index_at_the_next_build_and_other_folders_stay(tmp_path, tiles):
+    paths = write_panels(tmp_path / "collection", tiles[:4])
+    other = write_panels(tmp_path / "elsewhere", tiles[4:6])
+    build_index(tmp_path / "collection", tmp_path / "index")
+    build_index(tmp_path / "elsewhere", tmp_path / "index")
+    copy = planted_copy(read_image(paths[2]), np.random.default_rng(3), "hflip", min_area=0.4)
+    assert retrieve(open_index(tmp_path / "index"), copy.image, top_k=1)[0][0]["path"] == str(paths[2])
+    paths[2].unlink()
+    other[0].unlink()  # gone too, but not from the folder being built: kept (another drive may be away)
+    again = build_index(tmp_path / "collection", tmp_path / "index")
+    assert (again["removed"], again["panels"], again["total_panels"]) == (1, 0, 5)
+    store = open_index(tmp_path / "index")
+    files = {row[0] for row in store.db.execute("SELECT path FROM files")}
+    assert str(paths[2]) not in files and str(other[0]) in files
+    assert store.index.ntotal == store.db.execute("SELECT SUM(n_vectors) FROM panels").fetchone()[0]
+    assert all(row["path"] != str(paths[2]) for row, _ in retrieve(store, copy.image, top_k=5))
+
+
 def test_a_folder_given_relative_is_indexed_once_by_absolute_path_and_found_from_anywhere(tmp_path, tiles, monkeypatch):
     paths = write_panels(tmp_path / "collection", tiles[:4])
     monkeypatch.chdir(tmp_path)
