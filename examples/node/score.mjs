@@ -1,16 +1,69 @@
-// Score image files with an exported detector from Node.js: node score.mjs model.onnx image.png [...]
+// Score image files with an exported detector from Node.js:
+//   node score.mjs model.onnx [--category NAME] image.png [...]
 //
 // The model must come from `python export.py ... graph_preprocess=true`: it takes the decoded
 // image (N x H x W x 3 uint8) and does the crop / pad / resize and scaling itself, so this script
-// only decodes. onnxruntime-node cannot read ONNX metadata, so the input name, threshold and
-// outputs come from the JSON sidecar export.py writes beside the model (model.json).
-// Prints one JSON line per image: {"path", "score", "label"} or {"path", "error"}.
+// only decodes (turning a JPEG upright by its EXIF orientation, as the Python toolkit reads it).
+// onnxruntime-node cannot read ONNX metadata, so the input name, threshold and outputs come from
+// the JSON sidecar export.py writes beside the model (model.json). A model calibrated by category
+// decides each image at its category's threshold: `--category NAME` names the images' category.
+// Prints one JSON line per image: {"path", "score", "label", "threshold"} or {"path", "error"}.
 import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
 import ort from "onnxruntime-node";
 import jpeg from "jpeg-js";
 import { PNG } from "pngjs";
 
-function decode(path) {
+// EXIF orientation (tag 0x0112 of the first IFD in a JPEG's APP1 "Exif" segment): 1 upright, 2-8
+// the mirrorings and quarter turns that make the stored pixels upright.
+function exifOrientation(bytes) {
+  let at = 2;
+  while (at + 4 <= bytes.length && bytes[at] === 0xff) {
+    const marker = bytes[at + 1];
+    const length = (bytes[at + 2] << 8) | bytes[at + 3];
+    if (marker === 0xda) break; // the image data: no APP1 before it
+    if (marker === 0xe1 && bytes.toString("latin1", at + 4, at + 10) === "Exif\0\0") {
+      const tiff = at + 10;
+      const little = bytes.toString("latin1", tiff, tiff + 2) === "II";
+      const u16 = (o) => (little ? bytes.readUInt16LE(o) : bytes.readUInt16BE(o));
+      const u32 = (o) => (little ? bytes.readUInt32LE(o) : bytes.readUInt32BE(o));
+      const ifd = tiff + u32(tiff + 4);
+      for (let entry = 0; entry < u16(ifd); entry++) {
+        const field = ifd + 2 + 12 * entry;
+        if (u16(field) === 0x0112) return u16(field + 8);
+      }
+      return 1;
+    }
+    at += 2 + length;
+  }
+  return 1;
+}
+
+// The pixels of an RGB image stored at `orientation`, made upright.
+function upright(rgb, width, height, orientation) {
+  if (orientation < 2 || orientation > 8) return { rgb, width, height };
+  const turned = orientation >= 5; // 5-8 swap width and height
+  const [w, h] = turned ? [height, width] : [width, height];
+  const out = new Uint8Array(rgb.length);
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      // where the upright pixel (x, y) is stored
+      const [sx, sy] = {
+        2: [width - 1 - x, y],
+        3: [width - 1 - x, height - 1 - y],
+        4: [x, height - 1 - y],
+        5: [y, x],
+        6: [y, height - 1 - x],
+        7: [width - 1 - y, height - 1 - x],
+        8: [width - 1 - y, x],
+      }[orientation];
+      out.set(rgb.subarray(3 * (sy * width + sx), 3 * (sy * width + sx) + 3), 3 * (y * w + x));
+    }
+  }
+  return { rgb: out, width: w, height: h };
+}
+
+export function decode(path) {
   const bytes = readFileSync(path);
   const lower = path.toLowerCase();
   const rgba = lower.endsWith(".png") ? PNG.sync.read(bytes)
@@ -24,13 +77,19 @@ function decode(path) {
     const alpha = data[i + 3] / 255;
     for (let c = 0; c < 3; c++) rgb[j + c] = Math.round(data[i + c] * alpha + 255 * (1 - alpha));
   }
-  return new ort.Tensor("uint8", rgb, [1, height, width, 3]);
+  const orientation = lower.endsWith(".png") ? 1 : exifOrientation(bytes);
+  const turned = upright(rgb, width, height, orientation);
+  return new ort.Tensor("uint8", turned.rgb, [1, turned.height, turned.width, 3]);
 }
 
 async function main() {
-  const [modelPath, ...images] = process.argv.slice(2);
-  if (!modelPath || images.length === 0) {
-    console.error("usage: node score.mjs model.onnx image.png [image.jpg ...]");
+  const args = process.argv.slice(2);
+  const [modelPath] = args.splice(0, 1);
+  const named = args.indexOf("--category");
+  const category = named >= 0 ? args.splice(named, 2)[1] : undefined;
+  const images = args;
+  if (!modelPath || images.length === 0 || (named >= 0 && !category)) {
+    console.error("usage: node score.mjs model.onnx [--category NAME] image.png [image.jpg ...]");
     process.exit(2);
   }
   const meta = JSON.parse(readFileSync(modelPath.replace(/\.onnx$/, ".json"), "utf8"));
@@ -38,16 +97,27 @@ async function main() {
     console.error(`${modelPath} takes preprocessed tensors; export it with graph_preprocess=true`);
     process.exit(2);
   }
+  const byCategory = meta.category_thresholds || {};
+  if (category !== undefined && !(category in byCategory)) {
+    const known = Object.keys(byCategory);
+    console.error(
+      known.length
+        ? `${modelPath} has no threshold for category ${JSON.stringify(category)}: it knows ${known.join(", ")}`
+        : `${modelPath} was calibrated with one threshold for every image: leave --category out`,
+    );
+    process.exit(2);
+  }
+  const threshold = category !== undefined ? byCategory[category] : meta.threshold;
   const session = await ort.InferenceSession.create(modelPath);
   for (const path of images) {
     try {
       const result = await session.run({ [meta.input]: decode(path) });
       const score = result.score.data[0];
-      console.log(JSON.stringify({ path, score, label: score >= meta.threshold ? 1 : 0 }));
+      console.log(JSON.stringify({ path, score, label: score >= threshold ? 1 : 0, threshold }));
     } catch (error) {
       console.log(JSON.stringify({ path, error: String(error.message || error) }));
     }
   }
 }
 
-main();
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) main(); // not when imported

@@ -7,9 +7,11 @@ Runs where `node` and the example's packages are installed (`.ci/run` installs t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from exporting.variants import build_variant
@@ -54,3 +56,60 @@ def test_node_scores_match_python_on_the_same_files(tiny_model, tmp_path):
     for row in rows[:-1]:
         assert row["score"] == pytest.approx(python[row["path"]]["score"], abs=1e-5)
         assert row["label"] == python[row["path"]]["label"]
+
+
+def score_in_node(model, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["node", str(EXAMPLE / "score.mjs"), str(model), *map(str, args)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_node_turns_a_phone_jpeg_upright_by_its_exif_orientation_as_python_does(tmp_path):
+    from PIL import Image
+
+    from datamodules.io import read_image
+
+    # flat 8 x 8 grey blocks at quality 100: every JPEG decoder gives the same pixels
+    blocks = np.random.default_rng(3).integers(0, 256, (5, 12), dtype=np.uint8)
+    pixels = Image.fromarray(np.kron(blocks, np.ones((8, 8), np.uint8)), "L")
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        photo = tmp_path / f"turned{orientation}.jpg"
+        pixels.save(photo, quality=100, exif=exif)
+        decoded = subprocess.run(
+            ["node", "--input-type=module", "-e", DECODE],
+            env={**os.environ, "SCRIPT": str(EXAMPLE / "score.mjs"), "PHOTO": str(photo)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert decoded.returncode == 0, decoded.stderr
+        seen = json.loads(decoded.stdout)
+        upright = read_image(photo)
+        assert seen["dims"] == [1, *upright.shape], orientation
+        assert np.array_equal(np.asarray(seen["data"], np.uint8).reshape(upright.shape), upright), orientation
+
+
+DECODE = """
+import { pathToFileURL } from "node:url";
+const { decode } = await import(pathToFileURL(process.env.SCRIPT).href);
+const tensor = decode(process.env.PHOTO);
+console.log(JSON.stringify({ dims: tensor.dims, data: Array.from(tensor.data) }));
+"""
+
+
+def test_node_decides_at_the_threshold_of_the_category_it_is_given(tiny_model, tmp_path):
+    model = tmp_path / "model.onnx"
+    build_variant(tiny_model["onnx"], model, graph_preprocess=True)
+    sidecar = json.loads(model.with_suffix(".json").read_text())
+    files = write_images(tmp_path / "files", [(40, 50), (33, 31)])
+    plain = score_in_node(model, *files)
+    assert plain.returncode == 0 and "leave --category out" in score_in_node(model, "--category", "x", *files).stderr
+    calibrated = {**sidecar, "category_thresholds": {"charts": 0.0, "photos": 1.0}}
+    model.with_suffix(".json").write_text(json.dumps(calibrated))
+    charts = [json.loads(line) for line in score_in_node(model, "--category", "charts", *files).stdout.splitlines()]
+    assert [(r["label"], r["threshold"]) for r in charts] == [(1, 0.0), (1, 0.0)]
+    assert [json.loads(line)["threshold"] for line in plain.stdout.splitlines()] == [sidecar["threshold"]] * 2
+    unknown = score_in_node(model, "--category", "blots", *files)
+    assert unknown.returncode == 2 and 'no threshold for category "blots": it knows charts, photos' in unknown.stderr
