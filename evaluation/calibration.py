@@ -42,6 +42,11 @@ def bounded_allowance(n: int, target_fpr: float, confidence: float = 0.95) -> in
     return max(0, allowed)
 
 
+# How far apart two backends' scores of one image may be (float32 PyTorch vs ONNX Runtime, batched or
+# not: up to 2e-7 measured); a threshold above the top genuine scores keeps this far above them.
+BACKEND_MARGIN = 1e-6
+
+
 def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile", confidence: float = 0.95) -> float:
     """A threshold t with ``mean(genuine_scores >= t) <= target_fpr`` that flags as many genuine
     images as the bound allows.
@@ -53,8 +58,9 @@ def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile
 
     t sits midway between the highest genuine score that must stay below it and the next distinct
     genuine score, not one ulp above the former: scores computed by another backend (ONNX vs
-    PyTorch) differ in the last bits, and an image scored right at t would flip label between
-    them. With no higher genuine score, t is the next representable number above the boundary.
+    PyTorch, a batch of one vs many) differ in the last bits, and an image scored right at t would
+    flip label between them. With no higher genuine score, t is `BACKEND_MARGIN` above the
+    boundary (the top genuine scores are often tied: crops of one flat photo), for the same reason.
     Ties cannot break the bound, and everything is done in the scores' own float precision, so
     casting to float32 later does not bring a tie back. ``target_fpr >= 1`` returns -inf (everything may be
     flagged); no genuine scores returns NaN with a warning.
@@ -84,6 +90,8 @@ def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile
     if above.size:
         middle = dtype.type((float(boundary) + float(above[0])) / 2)
         t = max(t, middle)  # the midpoint can round onto the boundary when the gap is one ulp
+    else:
+        t = max(t, dtype.type(float(boundary) + BACKEND_MARGIN * max(1.0, abs(float(boundary)))))
     return float(t)
 
 

@@ -184,3 +184,12 @@ def test_a_pair_detectors_calibration_names_pairs_without_duplication_not_genuin
     assert "expect more pairs without duplication flagged" in check["warning"]
     section = calibration_markdown(check)
     assert "on 95 validation pairs without duplication: 1 of them" in section and "genuine" not in section
+
+
+def test_tied_top_genuine_scores_keep_their_label_when_another_backend_scores_them_a_little_higher():
+    """The top genuine scores tied (crops of one flat photo), nothing above them: another backend's
+    last bits (up to 2e-7 measured between training and infer.py) must not flag them."""
+    tied = np.float32(0.83262509)
+    s = np.concatenate([np.linspace(0.1, 0.8, 100, dtype=np.float32), np.full(16, tied)])
+    t = np.float32(calibrate_threshold(s, 0.0))
+    assert tied + np.float32(5e-7) < t < tied + np.float32(1e-5)
