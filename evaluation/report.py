@@ -187,7 +187,8 @@ def write_report_payload(
         payload["category_thresholds"] = dict(category_thresholds)
     if robustness is not None:
         payload["robustness"] = robustness
-    payload.update(extra or {})
+    for key, value in (extra or {}).items():  # more keys; a figure measured here is not replaced by another's
+        payload.setdefault(key, value)
     written["metrics"] = write_metrics_json(out / "metrics.json", payload)
 
     by_source = _flagged_by_source_section(flagged_by_source) if flagged_by_source is not None else []

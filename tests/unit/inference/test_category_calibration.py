@@ -223,8 +223,13 @@ def test_the_test_reports_page_decides_each_image_at_its_categorys_threshold(mon
         "label": np.asarray([r.label for r in records]),
         "score": np.asarray(scores, dtype=np.float32),
     }
-    module.stage_metrics["test"] = {}
-    write_test_report(tmp_path / "run", module, records, {"detector": "npr", "calibration": module.calibration}, True)
+    # as Lightning's test loop measures them, at the global threshold (both genuines flagged, no fake)
+    module.stage_metrics["test"] = {"tpr": 0.0, "tnr": 0.0, "balanced_accuracy": 0.0}
+    extra = {**module.stage_metrics["test"], "detector": "npr", "calibration": module.calibration}  # as train.py
+    metrics = write_test_report(tmp_path / "run", module, records, extra, True)
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    for figures in (metrics, written):  # each image at its category's threshold, as the page and report.md
+        assert (figures["tpr"], figures["tnr"], figures["balanced_accuracy"]) == (0.5, 0.5, 0.5)
     page = (tmp_path / "run" / "report.html").read_text()
     shown = dict(re.findall(r'<td class="name">([^<]*)</td>.*?<td class="decision">([^<]*)</td>', page))
     assert shown == {
