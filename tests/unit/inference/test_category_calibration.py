@@ -239,3 +239,19 @@ def test_the_test_reports_page_decides_each_image_at_its_categorys_threshold(mon
         html.escape(str(paths[3])): "not flagged",
     }
     assert f"micrograph {own['micrograph']:.4g}" in page
+
+
+def test_a_tiled_run_decides_each_input_at_its_categorys_threshold(tiny_model, two_kinds, tmp_path):
+    output = tmp_path / "calibrated.ckpt"
+    record = calibrate_model(
+        str(tiny_model["ckpt"]), str(two_kinds), output, target_fpr=0.1, num_workers=0, progress=False, by="category"
+    )
+    scored = tmp_path / "tiled.csv"
+    overrides = [f"model={output}", f"input={two_kinds}", f"output={scored}", "progress=false", "num_workers=0"]
+    result = infer(compose_config("infer", [*overrides, "tiles=true"]))
+    category = {row["path"]: row["category"] for row in csv.DictReader(two_kinds.open())}
+    for row in csv.DictReader(scored.open()):
+        own = record["category_thresholds"][category[Path(row["path"]).name]]
+        assert int(row["label"]) == int(float(row["score"]) >= own), row["path"]
+    assert result["metrics"]["category_thresholds"] == pytest.approx(record["category_thresholds"])
+    assert result["metrics"]["target_tnr"] == pytest.approx(0.9)
