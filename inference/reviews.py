@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from datamodules.records import Record
 from evaluation.protocols.review import AGGREGATIONS, aggregate_reviews
 
-REVIEW_COLUMNS = ("review", "score", "label", "n_images", "most_suspicious")
+REVIEW_COLUMNS = ("review", "score", "label", "threshold", "n_images", "most_suspicious")
 RECORD_FIELDS = {f.name for f in fields(Record)} - {"path"}
+
+log = logging.getLogger(__name__)
 
 
 def manifest_column(manifest: Path, column: str) -> dict[str, str]:
@@ -62,9 +65,15 @@ def review_rows(
     method: str,
     threshold: float,
     labels: dict[str, int] | None = None,
+    own_threshold: Callable[[str], float] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per review with a scored image, in order of first appearance; with `labels` each
-    row also gets `true_label` (a review is fake when any of its images is)."""
+    row also gets `true_label` (a review is fake when any of its images is).
+
+    `own_threshold` (a model calibrated by category): each image's threshold. A review whose images
+    share one is decided at it; `max` over images of several takes the image furthest over its own
+    (flagged when any image is); `mean` and `noisy_or` over several fall back to `threshold`. Each
+    row says the threshold it was decided at."""
     if method not in AGGREGATIONS:
         raise ValueError(f"review_aggregation must be one of {AGGREGATIONS}, got {method!r}")
     scored = [r for r in results if r.get("status") == "ok" and r.get("score") is not None]
@@ -79,20 +88,36 @@ def review_rows(
     members: dict[str, list[int]] = {}
     for i, name in enumerate(names):
         members.setdefault(name, []).append(i)
-    rows = []
+    cuts = np.asarray([own_threshold(r["path"]) if own_threshold else threshold for r in scored], np.float64)
+    rows, mixed = [], 0
     for name, indices in members.items():  # in order of first appearance
         top = max(indices, key=lambda i: scores[i])
-        score = float(aggregated[position[name]])
+        score, cut = float(aggregated[position[name]]), float(cuts[top])
+        if len(set(cuts[indices])) > 1:  # images of categories with thresholds of their own
+            if method == "max":
+                top = max(indices, key=lambda i: scores[i] - cuts[i])
+                score, cut = float(scores[top]), float(cuts[top])
+            else:
+                cut, mixed = float(threshold), mixed + 1
         row = {
             "review": name,
             "score": score,
-            "label": int(score >= threshold),
+            "label": int(score >= cut),
+            "threshold": cut,
             "n_images": len(indices),
             "most_suspicious": scored[top]["path"],
         }
         if review_labels is not None:
             row["true_label"] = int(review_labels[position[name]])
         rows.append(row)
+    if mixed:
+        log.warning(
+            "%d review(s) hold images of categories with thresholds of their own: %s over them is decided "
+            "at the global threshold %g (review_aggregation=max decides each image at its own)",
+            mixed,
+            method,
+            threshold,
+        )
     return rows
 
 
@@ -117,17 +142,22 @@ def score_reviews(
     threshold: float,
     input: str | os.PathLike,
     title: str,
+    own_threshold: Callable[[str], float] | None = None,
 ) -> dict[str, Any]:
     """`<output>.reviews.csv` and, when every review's images are labelled, review-level metrics in
     `<output>.reviews.metrics.json` with a report in `<output stem>_reviews_report/`."""
     from evaluation import report_records, write_metrics_json
 
     labels = {r.path: r.label for r in records if r.label is not None}
-    rows = review_rows(results, review_ids(records, group_by, input), method, threshold, labels or None)
+    rows = review_rows(results, review_ids(records, group_by, input), method, threshold, labels or None, own_threshold)
     path = write_reviews(output.with_suffix(".reviews.csv"), rows)
     metrics = None
     if rows and "true_label" in rows[0]:
-        labelled = [{"path": r["review"], "label": r["true_label"], "score": r["score"]} for r in rows]
+        # each review's margin over the threshold that decided it, read against the global one
+        labelled = [
+            {"path": r["review"], "label": r["true_label"], "score": r["score"] - r["threshold"] + threshold}
+            for r in rows
+        ]
         report = report_records(
             output.with_name(f"{output.stem}_reviews_report"),
             labelled,

@@ -167,6 +167,7 @@ def review_verdicts(
         request.threshold,
         request.input,
         title=f"{runtime.name} on {request.input}",
+        own_threshold=CategoryThreshold.for_records(runtime, records) if request.per_category_thresholds else None,
     )
     log.info(
         "%d reviews (%s of images grouped by %s) -> %s",
@@ -268,7 +269,7 @@ def html_page(
         plots=[str(p) for p in plots],
         blinded=request.blinded,
         groups=[
-            {"group": r["review"], "score": r["score"], "images": r["n_images"]}
+            {"group": r["review"], "score": r["score"], "threshold": r["threshold"], "images": r["n_images"]}
             for r in (reviews or {}).get("rows", [])
         ],
         evidence=evidence,

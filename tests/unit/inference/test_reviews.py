@@ -51,6 +51,22 @@ def test_review_scores_from_a_hand_made_table(method, expected):
     assert by_id["B"]["true_label"] == 0 and by_id["<no review> c/1.png"]["n_images"] == 1
 
 
+CATEGORY_CUTS = {"a/1.png": 0.1, "a/2.png": 0.95, "b/1.png": 0.6, "b/2.png": 0.6, "c/1.png": 0.05}
+
+
+def test_a_review_of_images_with_thresholds_of_their_own_is_decided_as_its_images_are(caplog):
+    """Calibrated by category: review A's photo (0.2 over its 0.1) is flagged though its chart (0.9
+    under its 0.95) has the higher score; B's images share one threshold, and c's own is 0.05."""
+    rows = {r["review"]: r for r in review_rows(RESULTS, IDS, "max", 0.6, own_threshold=CATEGORY_CUTS.get)}
+    assert (rows["A"]["label"], rows["A"]["score"], rows["A"]["threshold"]) == (1, 0.2, 0.1)
+    assert rows["A"]["most_suspicious"] == "a/1.png"
+    assert (rows["B"]["label"], rows["B"]["threshold"]) == (0, 0.6)
+    assert (rows["<no review> c/1.png"]["label"], rows["<no review> c/1.png"]["threshold"]) == (1, 0.05)
+    mean = {r["review"]: r for r in review_rows(RESULTS, IDS, "mean", 0.6, own_threshold=CATEGORY_CUTS.get)}
+    assert (mean["A"]["label"], mean["A"]["threshold"]) == (0, 0.6)  # 0.55: at the global threshold, said
+    assert "1 review(s) hold images of categories with thresholds of their own: mean" in caplog.text
+
+
 def test_review_ids_from_parent_folders_fields_and_other_manifest_columns(tmp_path):
     manifest = tmp_path / "m.csv"
     manifest.write_text("path,review,case_number\nx/1.png,r1,c7\ny/2.png,,c7\n")
