@@ -164,15 +164,24 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
 
 
 def check_repeated_paths(manifest: Path, records: list[Record]) -> None:
-    """An image listed with both labels has no truth (metrics would take one of them): refused. One
-    listed more than once with one label is scored once per row: said."""
+    """An image listed with both labels, or in two categories, has no truth (metrics and per-category
+    thresholds would take one of them): refused. One listed more than once alike is scored once per
+    row: said."""
     labels: dict[str, set[int | None]] = {}
+    categories: dict[str, set[str]] = {}
     for record in records:
         labels.setdefault(record.path, set()).add(record.label)
+        categories.setdefault(record.path, set()).add(record.category or "")
     conflicting = [p for p, found in labels.items() if len(found - {None}) > 1]
     if conflicting:
         raise LayoutError(
             f"manifest {manifest}: {len(conflicting)} image(s) listed as both genuine and fake, e.g. {conflicting[0]}"
+        )
+    if twice := {p: sorted(found - {""}) for p, found in categories.items() if len(found - {""}) > 1}:
+        path, found = next(iter(twice.items()))
+        raise LayoutError(
+            f"manifest {manifest}: {len(twice)} image(s) listed in two categories or more, e.g. {path} "
+            f"({', '.join(map(repr, found))})"
         )
     if len(labels) < len(records):
         log.warning("manifest %s lists %d image(s) more than once", manifest, len(records) - len(labels))

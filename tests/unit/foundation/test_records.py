@@ -55,6 +55,11 @@ def test_jsonl_manifest_is_read_like_csv(tmp_path):
         # infer.py's rows: `label` is the decision there, and reading it as the truth is circular
         ("path,score,label,status,error,true_label\na.png,0.9,1,ok,,0\n", r"m.csv is a results file"),
         ("path,label\na.png,0\na.png,1\nb.png,1\n", r"m.csv: 1 image\(s\) listed as both genuine and fake"),
+        # a per-category threshold would take one of them, and the other category lose the image
+        (
+            "path,label,category\na.png,0,Photo\na.png,0,photo\nb.png,0,\nb.png,0,gel\n",
+            r"m.csv: 1 image\(s\) listed in two categories or more, e.g. .*a.png \('Photo', 'photo'\)",
+        ),
     ],
 )
 def test_bad_manifests_say_what_is_wrong_and_where(tmp_path, content, message):
