@@ -200,7 +200,13 @@ class DetectorModule(L.LightningModule):
             )
             return
         categories = [records[int(i)].category for i in index]
-        result = calibrate_by_category(genuine, categories, self.hparams.target_fpr, rule=self.calibration_rule)
+        result = calibrate_by_category(
+            genuine,
+            categories,
+            self.hparams.target_fpr,
+            rule=self.calibration_rule,
+            other_categories=[r.category for r in records],  # a category of fakes only is named too
+        )
         self.category_thresholds = result["thresholds"]
         self.calibration = {
             **self.calibration,
@@ -208,9 +214,15 @@ class DetectorModule(L.LightningModule):
             "category_thresholds": result["thresholds"],
             "too_few_by_category": {k: list(v) for k, v in result["too_few"].items()},
         }
+        notes = [self.calibration.get("warning")]
         if result["too_few"]:
-            note = too_few_sentence(result["too_few"], self.hparams.target_fpr) + "; they keep the global threshold"
-            self.calibration["warning"] = " ".join(filter(None, [self.calibration.get("warning"), note]))
+            few = too_few_sentence(result["too_few"], self.hparams.target_fpr)
+            notes.append(f"{few}; they keep the global threshold")
+        # a category's own warning (its threshold above every score: its fakes never flagged) is said
+        checks = result["checks"].items()
+        notes += [f"category {name}: {check['warning']}" for name, check in checks if "warning" in check]
+        if warning := " ".join(filter(None, notes)):
+            self.calibration["warning"] = warning
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The calibration check belongs to the threshold saved with these weights.

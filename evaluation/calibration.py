@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -210,10 +210,16 @@ def category_names(categories) -> np.ndarray:
 
 
 def calibrate_by_category(
-    genuine_scores, categories, target_fpr: float, confidence: float = 0.95, rule: str = "quantile"
+    genuine_scores,
+    categories,
+    target_fpr: float,
+    confidence: float = 0.95,
+    rule: str = "quantile",
+    other_categories: Iterable[Any] = (),
 ) -> dict:
     """One threshold per category of the genuine images, each only where the category has enough
-    genuine images for `target_fpr` to mean anything (`genuine_needed`).
+    genuine images for `target_fpr` to mean anything (`genuine_needed`); a category of
+    `other_categories` (the fakes') with no genuine image at all is among the too few.
 
     A grainy kind of image (micrographs, blots) can sit far above the others in score; one global
     threshold then flags most of it while the global FPR still looks fine. Returns
@@ -227,7 +233,8 @@ def calibrate_by_category(
         raise ValueError(f"need one category per genuine score, got {names.shape} for {scores.shape}")
     needed = genuine_needed(target_fpr, confidence)
     result: dict = {"thresholds": {}, "checks": {}, "too_few": {}}
-    for name in sorted(set(names.tolist()) - {""}):
+    seen = set(names.tolist()) | set(category_names(list(other_categories)).tolist())
+    for name in sorted(seen - {""}):
         own = scores[names == name]
         if own.size < needed:
             result["too_few"][name] = (int(own.size), needed)

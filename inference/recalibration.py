@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -29,6 +30,8 @@ from evaluation.calibration import (
     too_few_sentence,
 )
 from inference.cli import SettingError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # type hints only: scoring loads these when it runs
     from datamodules.records import Record
@@ -141,7 +144,7 @@ def recalibrate_by_category(
             "by=category needs a category per genuine image (a manifest with a `category` column); none was given"
         )
     summary = recalibrate(genuine, target_fpr, fakes, confidence, rule)
-    split = calibrate_by_category(genuine, names, target_fpr, confidence, rule)
+    split = calibrate_by_category(genuine, names, target_fpr, confidence, rule, other_categories=fake_names)
     if split["too_few"]:
         raise CalibrationRefused(
             f"by=category: {too_few_sentence(split['too_few'], target_fpr)}: "
@@ -150,7 +153,10 @@ def recalibrate_by_category(
         )
     summary["by_category"] = {}
     for name, threshold in split["thresholds"].items():
-        own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence, rule)
+        try:
+            own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence, rule)
+        except CalibrationRefused as error:  # said of the category, not of the whole input
+            raise CalibrationRefused(f"category {name!r}: {error}") from None
         summary["by_category"][name] = {k: v for k, v in own.items() if k not in ("target_fpr", "confidence", "rule")}
     summary["category_thresholds"] = dict(split["thresholds"])
     return summary
@@ -232,16 +238,19 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
 
 
 def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str:
-    """The calibration as Markdown: threshold, genuine TNR with its interval, TPR when fakes were given."""
+    """The calibration as Markdown: threshold, genuine TNR with its interval, TPR when fakes were given.
+    Names from the data (categories, paths) are escaped: a `|` would split a cell, markup render."""
+    from evaluation.report import markdown_text
+
     low, high = summary["tnr_interval"]
     level = f"{summary['confidence']:.0%}"
     lines = [
-        f"# Calibration of {model}",
+        f"# Calibration of {markdown_text(model)}",
         "",
         f"Threshold {summary['threshold']:.6g} (was {summary['previous_threshold']:.6g}) for a target FPR of "
         f"{summary['target_fpr']:g}{rule_phrase(summary.get('rule'), summary['confidence'])} on "
-        f"{summary['n_genuine']} genuine images from {summary['input']} "
-        f"({summary['date']}); written to {output}.",
+        f"{summary['n_genuine']} genuine images from {markdown_text(summary['input'])} "
+        f"({summary['date']}); written to {markdown_text(output)}.",
         "",
         f"- Genuine TNR: {summary['tnr']:.4f} ({summary['n_genuine'] - summary['false_positives']}/"
         f"{summary['n_genuine']}), {level} Clopper-Pearson interval [{low:.4f}, {high:.4f}]",
@@ -265,7 +274,7 @@ def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str
         for name, own in summary["by_category"].items():
             tlow, thigh = own["tnr_interval"]
             lines.append(
-                f"| {name} | {own['threshold']:.6g} | {own['n_genuine']} | {own['tnr']:.4f} | "
+                f"| {markdown_text(name)} | {own['threshold']:.6g} | {own['n_genuine']} | {own['tnr']:.4f} | "
                 f"[{tlow:.4f}, {thigh:.4f}] | {own.get('n_fake', 0)} | "
                 + (f"{own['tpr']:.4f} |" if "tpr" in own else "– |")
             )
@@ -317,6 +326,8 @@ def calibrate_model(
     check_rule(rule)  # before scoring: a typo must not cost the user a scoring run
     target_fpr, confidence = open_fraction("target_fpr", target_fpr), open_fraction("confidence", confidence)
     output = Path(output)
+    if Path(model).suffix.lower() != output.suffix.lower():  # before scoring, as every setting
+        raise ValueError(f"output must have the model's suffix ({Path(model).suffix}), got {output}")
     runtime = load_runtime(model, device)
     if getattr(getattr(runtime, "net", None), "is_pair_detector", False):
         raise CalibrationRefused(
@@ -361,6 +372,8 @@ def score_for_calibration(
     labelled = any(r.label is not None for r in records)
     genuine = {r.path for r in records if r.label == 0 or not labelled}
     fakes = {r.path for r in records if r.label == 1}
+    if unlabelled := sum(1 for r in records if labelled and r.label is None):
+        log.warning("%d row(s) without a label are left out: neither genuine nor fake", unlabelled)
     truth = {path: 0 for path in genuine} | {path: 1 for path in fakes}
     columns = ("path", "score", TRUTH_COLUMN, "status", "error")
     with ResultWriter(scores_path, columns, truth=truth) as writer:
@@ -372,5 +385,8 @@ def score_for_calibration(
             num_workers=num_workers,
             progress=progress,
         )
-    rows = [r for r in read_results(scores_path) if r["status"] == "ok"]
-    return [r for r in rows if r["path"] in genuine], [r for r in rows if r["path"] in fakes]
+    rows = read_results(scores_path)
+    scored = [r for r in rows if r["status"] == "ok"]
+    if rows and not scored:  # not "too few genuine images": no image could be read
+        raise CalibrationRefused(f"nothing could be scored: all {len(rows)} inputs failed (see {scores_path})")
+    return [r for r in scored if r["path"] in genuine], [r for r in scored if r["path"] in fakes]

@@ -51,6 +51,21 @@ def test_a_category_with_too_few_genuine_images_is_named_and_refused():
         recalibrate_by_category(scores, [None] * 330, target_fpr=0.01)
 
 
+def test_a_category_of_fakes_only_is_named_as_one_with_no_genuine_image():
+    scores, categories = np.linspace(0, 1, 300), ["photo"] * 300
+    with pytest.raises(CalibrationRefused, match=r"blot \(0 of 299\)"):
+        recalibrate_by_category(scores, categories, 0.01, fake_scores=[0.9, 0.8], fake_categories=["blot", "photo"])
+    split = calibrate_by_category(scores, categories, 0.01, other_categories=["blot", "photo"])
+    assert split["too_few"] == {"blot": (0, 299)} and set(split["thresholds"]) == {"photo"}
+
+
+def test_a_category_the_model_saturates_is_named_in_the_refusal():
+    scores = np.concatenate([np.linspace(0.1, 0.9, 260), np.ones(21)]).astype(np.float32)
+    categories = ["photo"] * 260 + ["texture"] * 21
+    with pytest.raises(CalibrationRefused, match="category 'texture': 21 of 21 genuine images score 1"):
+        recalibrate_by_category(scores, categories, target_fpr=0.2)
+
+
 def test_report_names_the_category_that_misses_the_target_instead_of_averaging_it(tmp_path):
     rows = (
         [{"label": 0, "score": 0.1, "category": "photo"}] * 98
@@ -159,15 +174,15 @@ CATEGORIES = ["micrograph"] * 100 + ["photo"] * 100 + ["gel"] * 10 + [None] * 5
 SCORES = torch.cat([torch.linspace(0.5, 0.99, 100), torch.linspace(0.0, 0.4, 100), torch.full((15,), 0.2)])
 
 
-def validated(monkeypatch, records: list[Record] | None = None, **options) -> DetectorModule:
-    """A module after one validation epoch on SCORES (all genuine) of `records` (by default of
+def validated(monkeypatch, records: list[Record] | None = None, scores=SCORES, **options) -> DetectorModule:
+    """A module after one validation epoch on `scores` (all genuine) of `records` (by default of
     CATEGORIES, calibrated by category)."""
     module = DetectorModule(net=NET, target_fpr=0.1, **{"calibrate_by": "category", **options})
     records = records or [Record(path=str(i), category=c) for i, c in enumerate(CATEGORIES)]
     trainer = type("T", (), {"sanity_checking": False, "datamodule": type("D", (), {"splits": {"val": records}})})()
     monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
     monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)
-    module._scores["val"] = [(torch.arange(215), SCORES, torch.zeros(215, dtype=torch.long))]
+    module._scores["val"] = [(torch.arange(215), scores, torch.zeros(215, dtype=torch.long))]
     module.on_validation_epoch_end()
     return module
 
@@ -186,6 +201,16 @@ def test_training_calibrates_each_validation_category_with_enough_genuines(monke
     assert restored.category_thresholds == module.category_thresholds
     with pytest.raises(ValueError, match="calibration.by"):
         DetectorModule(net=NET, calibrate_by="camera")
+
+
+def test_training_says_a_category_it_cannot_flag_and_one_with_fakes_only_in_the_calibrations_warning(monkeypatch):
+    records = [Record(path=str(i), category=c) for i, c in enumerate(CATEGORIES)]
+    records += [Record(path="fake", label=1, category="blot")]
+    saturated = torch.cat([SCORES[:100], torch.ones(100), SCORES[200:]])  # every photo scores 1
+    module = validated(monkeypatch, records, saturated)
+    assert module.category_thresholds["photo"] > 1.0
+    assert "category photo: the threshold 1.0000" in module.calibration["warning"]
+    assert "blot (0 of 29)" in module.calibration["warning"]
 
 
 def test_training_with_rule_bound_flags_only_what_keeps_each_fpr_under_the_target(monkeypatch):

@@ -153,3 +153,34 @@ def test_a_target_or_confidence_outside_0_and_1_is_refused_before_any_image_is_s
     with pytest.raises(ValueError, match=rf"{name} must be a number between 0 and 1 \(0.01 for 1 %\), got"):
         calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.onnx", progress=False, **setting)
     assert not (tmp_path / "c.calibration_scores.csv").exists()
+
+
+def test_an_output_of_another_suffix_than_the_model_is_refused_before_any_image_is_scored(
+    tiny_model, manifest, tmp_path
+):
+    with pytest.raises(ValueError, match=r"output must have the model's suffix \(.onnx\)"):
+        calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.ckpt", progress=False)
+    assert not (tmp_path / "c.calibration_scores.csv").exists()
+
+
+def test_an_input_whose_every_image_fails_is_said_so_not_too_few(tiny_model, tmp_path):
+    (tmp_path / "manifest.csv").write_text("path,label\nmissing1.png,0\nmissing2.png,0\n")
+    with pytest.raises(CalibrationRefused, match="nothing could be scored: all 2 inputs failed"):
+        calibrate_model(str(tiny_model["onnx"]), str(tmp_path / "manifest.csv"), tmp_path / "c.onnx", progress=False)
+
+
+def test_unlabelled_rows_of_a_labelled_manifest_are_said_to_be_left_out(tiny_model, manifest, tmp_path, caplog):
+    rows = manifest.read_text().splitlines()
+    rows[1:4] = [row.rsplit(",", 1)[0] + "," for row in rows[1:4]]  # three genuine rows lose their label
+    manifest.write_text("\n".join(rows) + "\n")
+    with pytest.raises(CalibrationRefused, match="32 genuine images"):
+        calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.onnx", target_fpr=0.05, progress=False)
+    assert "3 row(s) without a label are left out" in caplog.text
+
+
+def test_category_names_are_shown_as_text_in_the_calibration_report():
+    own = {"threshold": 0.5, "n_genuine": 70, "tnr": 0.95, "tnr_interval": [0.9, 0.99]}
+    summary = {**own, "previous_threshold": 0.5, "target_fpr": 0.05, "confidence": 0.95, "false_positives": 3}
+    summary |= {"input": "in|put", "date": "today", "by_category": {"a|b": own, "<b>x</b>": own}}
+    text = calibration_report(summary, "model.onnx", Path("out.onnx"))
+    assert "| a\\|b | 0.5 |" in text and "| &lt;b&gt;x&lt;/b&gt; | 0.5 |" in text and "from in\\|put" in text
