@@ -49,6 +49,8 @@ def build_evidence_detector(name: str, options: Mapping[str, Any] | None) -> nn.
         raise ValueError(f"unknown evidence {name!r}; known: {', '.join(EVIDENCE_DETECTORS)}")
     module_name, class_name = EVIDENCE_DETECTORS[name].rsplit(".", 1)
     detector = getattr(importlib.import_module(module_name), class_name)(**dict(options or {}))
+    if hasattr(detector, "standalone"):
+        detector.standalone = False  # one map among others: a small image is not refused for it
     return detector.eval()
 
 

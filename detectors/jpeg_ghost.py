@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from datamodules.preprocess import Preprocess
-from detectors.localizer import Localizer
+from detectors.base import capturing_graph
+from detectors.localizer import Localizer, pad_to_multiple
 from detectors.noise_level import MAD_TO_STD, lower_median
 from imageops import LUMA
 
@@ -62,7 +63,8 @@ class JpegGhostLocalizer(Localizer):
     """
 
     fit_without_gradients = True  # no parameter to train: calibrated on genuine images only
-    stride = 8  # the JPEG block grid; the base class pads bottom/right, keeping it top-left aligned
+    # the JPEG block grid: dense_prediction pads bottom/right to it (keeping it top-left aligned)
+    # itself, after checking the image's own size
 
     def __init__(self, qualities: tuple[int, ...] = tuple(range(50, 100, 5)), window: int = 3,
                  min_spread: float = 0.05, z_offset: float = 3.0, z_scale: float = 1.0,
@@ -83,7 +85,20 @@ class JpegGhostLocalizer(Localizer):
         tables = torch.stack([quantization_table(q) for q in qualities])
         self.register_buffer("tables", tables.view(1, len(qualities), 64, 1, 1), persistent=False)
 
+    @property
+    def min_image_side(self) -> int:
+        """The smallest image side (px) it scores: one window of 8 x 8 blocks (the robust statistics
+        of fewer blocks say nothing); an exported model's metadata carries it."""
+        return 8 * self.window
+
     def dense_prediction(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        height, width = image.shape[-2:]
+        if not capturing_graph() and min(height, width) < self.min_image_side:
+            raise ValueError(
+                f"jpeg_ghost needs an image of at least {self.min_image_side} px on each side (a window of "
+                f"{self.window} x {self.window} JPEG blocks); got {height} x {width}"
+            )
+        image = pad_to_multiple(image, 8)
         luma = (image * self.luma).sum(1, keepdim=True) * 255.0 - 128.0
         coefficients = F.conv2d(luma, self.basis, stride=8).unsqueeze(1)  # (N, 1, 64, h, w)
         requantized = torch.round(coefficients / self.tables) * self.tables
@@ -98,5 +113,5 @@ class JpegGhostLocalizer(Localizer):
         spread = (MAD_TO_STD * lower_median((strength - centre).abs())).clamp_min(self.min_spread)
         z = ((strength - centre) / spread).view_as(dip[:, :1])
         logit = self.z_scale * (z - self.z_offset)
-        return {"mask_logit": F.interpolate(logit, size=image.shape[-2:], mode="bilinear",
-                                            align_corners=False)}  # fmt: skip
+        logit = F.interpolate(logit, size=image.shape[-2:], mode="bilinear", align_corners=False)
+        return {"mask_logit": logit[..., :height, :width]}

@@ -13,6 +13,7 @@ fixed computation graph, so this detector cannot be exported to ONNX.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,10 +97,21 @@ class SplicebusterLocalizer(Localizer):
         self.block = int(block)
         self.quantization = None if quantization is None else float(quantization)
         self.components, self.seed = int(components), int(seed)
+        # alone, an image with too few blocks is refused; as one evidence map of several (training
+        # crops of 64 px), its map is uniformly low there
+        self.standalone = True
+
+    @property
+    def min_image_side(self) -> int:
+        """Alone, the smallest square side with `MIN_BLOCKS` blocks (a strip may have them with a
+        shorter side: blocks are counted); among evidence maps, any."""
+        return (math.isqrt(MIN_BLOCKS - 1) + 2) * (self.block // 2) + 6 if self.standalone else 1
 
     def block_features(self, gray: np.ndarray) -> np.ndarray:
         """(rows, cols, 162) square-rooted normalized co-occurrence histograms per block."""
         cell = self.block // 2
+        if min(gray.shape) < self.block + 6:  # under two cells of co-occurrences each way: no block
+            return np.zeros((0, 0, 2 * CODES))
         residuals = [third_order_residual(gray, axis) for axis in (1, 0)]
         step = self.quantization
         if step is None:
@@ -142,6 +154,12 @@ class SplicebusterLocalizer(Localizer):
         for sample in pixels:
             gray = np.tensordot(np.asarray(LUMA), sample, axes=1) * 255.0
             features = self.block_features(gray)
+            blocks = features.shape[0] * features.shape[1]
+            if self.standalone and blocks < MIN_BLOCKS:  # its "no evidence" would read as a verdict
+                raise ValueError(
+                    f"splicebuster needs at least {MIN_BLOCKS} blocks of {self.block} px (overlapping by half) to "
+                    f"fit its two classes; a {height} x {width} image has {blocks}"
+                )
             if features.size == 0:
                 posterior = np.full((1, 1), PROBABILITY_FLOOR)
                 covered = (height, width)

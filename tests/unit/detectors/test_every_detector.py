@@ -31,7 +31,7 @@ def test_discovery_finds_the_classifiers_and_the_localizers():
 
 def contract_batch(net: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Two images (one genuine, one manipulated) at an odd size for localizers, with masks."""
-    size = int(net.preprocess.size or 64)
+    size = max(int(net.preprocess.size or 64), getattr(net, "min_image_side", 1) + 8)
     height, width = (size + 5, size - 3) if net.is_localizer else (size, size)
     batch = {"image": torch.rand(2, 3, height, width), "label": torch.tensor([0, 1])}
     if net.is_localizer:

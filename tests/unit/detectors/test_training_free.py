@@ -157,28 +157,45 @@ def test_an_image_with_one_noise_level_throughout_has_a_lower_score_than_a_splic
 def test_the_map_has_the_input_size_and_the_detector_nothing_to_train(name):
     net = create_detector(name).eval()
     assert list(net.parameters()) == [] and detector_class(name).fit_without_gradients
-    for height, width in [(97, 61), (64, 300)]:
+    for height, width in [(97, 101), (64, 300)]:  # splicebuster: 16 blocks or more
         with torch.no_grad():
             outputs = net(torch.rand(2, 3, height, width))
         assert outputs["mask_logit"].shape == (2, 1, height, width)
         assert outputs["logit"].shape == (2,) and torch.isfinite(outputs["mask_logit"]).all()
 
 
+# why each detector refuses an 8 x 11 image (it maps one of its `min_image_side`)
+TOO_SMALL = {
+    "noise_level": lambda net: f"at least {net.block // 2 + 1} px on each side .*got 8 x 11",  # half a block
+    "jpeg_ghost": lambda net: f"at least {8 * net.window} px on each side .*got 8 x 11",  # a window of blocks
+    "splicebuster": lambda net: f"at least 16 blocks of {net.block} px .*a 8 x 11 image has 0",  # a two-class fit
+}
+
+
 @pytest.mark.parametrize("name", [*EVERY, "copy_move_selfmatch"])
 def test_an_image_too_small_for_the_detector_is_refused_with_the_smallest_size_or_mapped(name):
-    """noise_level needs more than half a block a side (a clear error, which infer.py turns into the
-    image's error row); the others map an 8 x 11 image (nothing to find in it)."""
+    """A detector whose statistics need more of an image refuses a smaller one with a clear error
+    (which infer.py turns into the image's error row), not a confident "nothing here"; jpeg_grid and
+    self-matching map an 8 x 11 image (nothing to find in it)."""
     net = create_detector(name).eval()
     small = torch.rand(1, 3, 8, 11)
     with torch.no_grad():
-        if name.startswith("noise_level"):
-            half = net.block // 2
-            with pytest.raises(ValueError, match=f"at least {half + 1} px on each side .*got 8 x 11"):
+        if name.removesuffix("_tiny") in TOO_SMALL:
+            with pytest.raises(ValueError, match=TOO_SMALL[name.removesuffix("_tiny")](net)):
                 net(small)
-            assert net(torch.rand(1, 3, half + 1, half + 1))["mask_logit"].shape == (1, 1, half + 1, half + 1)
+            side = net.min_image_side
+            assert net(torch.rand(1, 3, side, side))["mask_logit"].shape == (1, 1, side, side)
         else:
             outputs = net(small)
             assert outputs["mask_logit"].shape == (1, 1, 8, 11) and torch.isfinite(outputs["mask_logit"]).all()
+
+
+def test_splicebuster_among_the_evidence_maps_maps_a_small_training_crop_instead():
+    from detectors.evidence import build_evidence_detector
+
+    net = build_evidence_detector("splicebuster", {})
+    with torch.no_grad():
+        assert torch.isfinite(net(torch.rand(1, 3, 8, 11))["mask_logit"]).all()
 
 
 @pytest.mark.parametrize("name", EVERY)
