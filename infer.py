@@ -32,7 +32,7 @@ from inference.run_report import (
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
-from inference.writer import COLUMNS, TRUTH_COLUMN, stamp_run
+from inference.writer import COLUMNS, TRUTH_COLUMN, resumable_columns, stamp_run
 
 log = logging.getLogger("infer")
 __all__ = ["InferenceFailed", "infer", "main"]
@@ -171,6 +171,11 @@ def plan_outputs(
         else:
             runtime.confidence_maps = True  # written to <masks_dir>/confidence/, named like the masks
             columns.append("confidence")
+    if cfg.resume and not cfg.merge and output.is_file():  # before any image is scored
+        try:
+            resumable_columns(output, columns)
+        except (ValueError, OSError) as error:
+            raise InferenceFailed(str(error)) from None
     return masks_dir, overlays_dir, columns
 
 

@@ -51,21 +51,7 @@ class ResultWriter:
                 self._write([dict(zip(self.columns, self.columns))], header=True)
 
     def _check_header(self) -> None:
-        """A CSV resumed with other columns (maps saved now and not before, or the reverse) would get
-        rows that do not fit its header: refused with the reason instead."""
-        if not self.is_csv:
-            return
-        with self.path.open(encoding="utf-8", newline="") as handle:
-            header = next(csv.reader(handle), None)
-        if header is not None and header == [c for c in self.columns if c != TRUTH_COLUMN]:
-            self.columns = header  # written before rows carried the truth: appended as they are, the
-            return  # rewrite in input order at the end of a resumed run adds it
-        if header is not None and header != self.columns:
-            raise ValueError(
-                f"{self.path} was written with the columns {header}, this run writes {self.columns}: resume "
-                "with the options it was started with (save_masks, save_confidence, the same input), or "
-                "write to another output"
-            )
+        self.columns = resumable_columns(self.path, self.columns)
 
     def _drop_torn_line(self) -> None:
         data = self.path.read_bytes()
@@ -126,6 +112,31 @@ def parse_row(row: dict[str, Any]) -> dict[str, Any]:
 def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of a results file as dicts (scores as floats, labels as ints where present)."""
     return [parse_row(row) for row in read_rows(path)]
+
+
+def resumable_columns(path: Path, columns: Sequence[str]) -> list[str]:
+    """The columns a resume of `path` appends with: `columns`, or the file's own when it was written
+    before rows carried the truth (the rewrite in input order at the end adds it). A file of other
+    columns (maps saved now and not before, or the reverse) would get rows that do not fit it:
+    refused with the reason. A JSONL file's columns are its first row's keys."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        if path.suffix.lower() == ".csv":
+            header = next(csv.reader(handle), None)
+        else:
+            first = next((line for line in handle if line.strip()), None)
+            try:
+                header = list(json.loads(first)) if first is not None else None
+            except ValueError:  # a torn first row: dropped when the file is resumed
+                header = None
+    if header is None or header == list(columns):
+        return list(columns)
+    if header == [c for c in columns if c != TRUTH_COLUMN]:
+        return header
+    raise ValueError(
+        f"{path} was written with the columns {header}, this run writes {list(columns)}: resume "
+        "with the options it was started with (save_masks, save_confidence, the same input), or "
+        "write to another output"
+    )
 
 
 def stamp_run(output: Path, stamp: Mapping[str, Any], resume: bool) -> None:

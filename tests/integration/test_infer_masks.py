@@ -116,6 +116,22 @@ def test_resume_keeps_finished_maps_and_scores_the_rest(localizer, manifest, tmp
     assert second["metrics"]["pixel_f1"] == pytest.approx(first["metrics"]["pixel_f1"])
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_resume_that_saves_maps_the_first_run_did_not_is_refused_before_any_image_is_scored(
+    localizer, tmp_path, suffix
+):
+    from inference.run_report import InferenceFailed
+
+    checkpoint, _ = localizer
+    Image.fromarray(np.full((40, 50, 3), 90, np.uint8)).save(tmp_path / "x.png")
+    output = tmp_path / "out" / f"scores{suffix}"
+    run_infer(checkpoint, tmp_path / "x.png", output)  # no true mask: no map saved
+    written = output.read_bytes()
+    with pytest.raises(InferenceFailed, match="resume with the options it was started with"):
+        run_infer(checkpoint, tmp_path / "x.png", output, "resume=true", "save_masks=true")
+    assert output.read_bytes() == written and not (tmp_path / "out" / "scores_masks").exists()
+
+
 def test_tiled_maps_cover_the_original_size(localizer, manifest, tmp_path):
     checkpoint, _ = localizer
     output = tmp_path / "tiled.csv"
