@@ -137,3 +137,15 @@ def test_no_file_edits_sys_path(tmp_path):
     script = tmp_path / "script.py"
     script.write_text("import sys\nsys.path.insert(0, '..')\nsys.path = []\nprint(sys.path)\n")
     assert sys_path_edits(tmp_path, [script]) == ["script.py:2", "script.py:3"]
+
+
+def test_every_package_and_entry_point_is_installed():
+    """`pip install -e .` ships each package the entry points import: one missing from setup.cfg
+    imports only from the repository root (`import infer` elsewhere failed on `collection`)."""
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    included = {line.strip().rstrip("*") for line in setup["options.packages.find"]["include"].split()}
+    modules = {name.strip() for name in setup["options"]["py_modules"].split(",")}
+    assert top_level_packages() <= included and ENTRY_POINTS <= modules
