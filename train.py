@@ -12,6 +12,7 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.records import LayoutError
@@ -30,12 +31,19 @@ log = logging.getLogger("train")
 
 
 def instantiate_group(group: DictConfig | None) -> list[Any]:
-    """Every `_target_` entry of a config group such as `callbacks` or `logger`."""
-    return [
-        hydra.utils.instantiate(entry)
-        for entry in (group or {}).values()
-        if isinstance(entry, DictConfig) and "_target_" in entry
-    ]
+    """Every `_target_` entry of a config group such as `callbacks` or `logger`; one whose package
+    is not installed (`logger=tensorboard` without tensorboard) is refused as a setting to fix."""
+    made = []
+    for entry in (group or {}).values():
+        if not (isinstance(entry, DictConfig) and "_target_" in entry):
+            continue
+        try:
+            made.append(hydra.utils.instantiate(entry))
+        except InstantiationException as error:
+            if not isinstance(error.__cause__, ImportError):
+                raise
+            raise LayoutError(f"{entry._target_} needs a package that is not installed: {error.__cause__}") from None
+    return made
 
 
 def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = None) -> DictConfig:
@@ -68,9 +76,11 @@ def check_data_overrides(data: DictConfig, localizer: bool) -> None:
     keys = [o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task]
     unused = [key for key in keys if key.startswith("data.") and not key.startswith("data.localizers.")]
     if unused:
+        key = unused[0][len("data.") :]
+        add = "" if OmegaConf.select(data.localizers, key) is not None else "+"  # a key the variant lacks is added
         raise LayoutError(
             f"{', '.join(unused)}: a localizer trains on this data's `localizers` settings, which do not read "
-            f"{'it' if len(unused) == 1 else 'them'}; give data.localizers.{unused[0][len('data.') :]}=... instead"
+            f"{'it' if len(unused) == 1 else 'them'}; give {add}data.localizers.{key}=... instead"
         )
 
 

@@ -13,7 +13,7 @@ from different-chain pairs of tiles of *different photos* (0.5 = chance). Then e
 seam): `splice_anomaly_map` scored against the pasted square gives a pixel AUROC per crop,
 averaged per chain ("does the spliced region stand out"; 0.5 = no, below 0.5 = it looks *more*
 typical of the image than the rest). Rows: `highpass` (a fixed 3 x 3
-high-pass residual, the reference any extractor should beat), `random` (the `--config`
+high-pass residual, the reference any extractor should beat), `random` (the `--detector`
 architecture with random weights) and, with `--checkpoint`, `trained`, all in the same run.
 """
 

@@ -25,6 +25,12 @@ def test_a_classifiers_data_key_given_to_a_localizer_is_refused_with_the_key_it_
         checked(["detector=seg_tiny", "data.batch_size=4"], localizer=True)
 
 
+def test_a_key_the_localizer_settings_lack_is_named_with_the_plus_that_adds_it():
+    with pytest.raises(LayoutError, match=r"give \+data.localizers.augment=... instead"):
+        checked(["detector=evidence_tiny", "+data.augment={hflip: 0.5}"], localizer=True)
+    checked(["detector=evidence_tiny", "+data.localizers.augment={hflip: 0.5}"], localizer=True)  # as said
+
+
 def test_the_localizer_keys_and_a_classifiers_own_overrides_pass():
     checked(["detector=seg_tiny", "data.localizers.batch_size=4"], localizer=True)
     checked(["data.batch_size=4"], localizer=False)

@@ -131,3 +131,17 @@ def test_export_refuses_a_bad_output_name_or_precision_before_reading_the_model(
 
     with pytest.raises((ExportError, VariantRefused), match=message):
         export(compose_config("export", [f"model={tmp_path / 'absent.ckpt'}", *options]))
+
+
+def needs_a_missing_package(**_):
+    import a_package_nobody_installed  # noqa: F401
+
+
+def test_a_logger_whose_package_is_not_installed_is_a_setting_to_fix():
+    from datamodules.records import LayoutError
+    from train import instantiate_group
+
+    group = OmegaConf.create({"tensorboard": {"_target_": f"{__name__}.needs_a_missing_package", "save_dir": "."}})
+    with pytest.raises(LayoutError, match="needs a package that is not installed: No module named"):
+        instantiate_group(group)
+    assert instantiate_group(OmegaConf.create({"none": {"name": "csv"}})) == []  # no target: nothing made
