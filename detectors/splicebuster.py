@@ -107,6 +107,11 @@ class SplicebusterLocalizer(Localizer):
         shorter side: blocks are counted); among evidence maps, any."""
         return (math.isqrt(MIN_BLOCKS - 1) + 2) * (self.block // 2) + 6 if self.standalone else 1
 
+    @property
+    def score_ceiling(self) -> float:
+        """The highest image score it gives (its map is clipped): a threshold above it flags nothing."""
+        return 1.0 - PROBABILITY_FLOOR
+
     def block_features(self, gray: np.ndarray) -> np.ndarray:
         """(rows, cols, 162) square-rooted normalized co-occurrence histograms per block."""
         cell = self.block // 2

@@ -26,9 +26,9 @@ from evaluation.calibration import (
     check_rule,
     clopper_pearson,
     genuine_needed,
-    rule_phrase,
     too_few_sentence,
 )
+from inference.calibration_report import calibration_report
 from inference.cli import SettingError
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,19 @@ def needed_rule(target_fpr: float, confidence: float) -> str:
 
 
 def recalibrate(
-    genuine_scores: Any, target_fpr: float, fake_scores: Any = None, confidence: float = 0.95, rule: str = "quantile"
+    genuine_scores: Any,
+    target_fpr: float,
+    fake_scores: Any = None,
+    confidence: float = 0.95,
+    rule: str = "quantile",
+    ceiling: float = 1.0,
 ) -> dict[str, Any]:
     """The threshold for `target_fpr` on `genuine_scores` and what it achieves.
 
     Scores keep their dtype (float32 from the runtimes), so the threshold cannot tie with a
-    genuine score once stored as float32. Raises `CalibrationRefused` below `genuine_needed`.
+    genuine score once stored as float32. Raises `CalibrationRefused` below `genuine_needed`, and
+    where the threshold would lie above `ceiling`, the highest score the detector gives (1, or
+    less: splicebuster's maps are clipped), so that it flags no image at all.
     """
     genuine = np.asarray(genuine_scores)
     needed = genuine_needed(target_fpr, confidence)
@@ -87,12 +94,13 @@ def recalibrate(
             f"{needed_rule(target_fpr, confidence)}. Add genuine images or raise target_fpr."
         )
     threshold = calibrate_threshold(genuine, target_fpr, rule, confidence)
-    if threshold > 1.0:  # scores are probabilities: a threshold above 1 flags nothing at all
+    if threshold > ceiling:  # above every score the detector gives: it would flag nothing at all
         top = genuine.max()
         raise CalibrationRefused(
             f"{int(np.sum(genuine == top))} of {genuine.size} genuine images score {float(top):.9g}, the highest "
-            f"score there is: a threshold flagging at most target_fpr={target_fpr:g} of them would flag no image "
-            "at all. The model is saturated on them; raise target_fpr, or train it on images of this kind."
+            f"score the detector gives: a threshold flagging at most target_fpr={target_fpr:g} of them would flag "
+            "no image at all. The detector does not rank these images; raise target_fpr, or use one that ranks "
+            "images of this kind (a learned one trained on them)."
         )
     false_positives = int(np.sum(genuine >= threshold))
     fpr_low, fpr_high = clopper_pearson(false_positives, genuine.size, confidence)
@@ -128,6 +136,7 @@ def recalibrate_by_category(
     fake_categories: Any = None,
     confidence: float = 0.95,
     rule: str = "quantile",
+    ceiling: float = 1.0,
 ) -> dict[str, Any]:
     """`recalibrate` on all genuine images (the threshold of inputs without a known category), then
     one threshold per category, each with its TNR interval and, when fakes are given, its TPR.
@@ -143,7 +152,7 @@ def recalibrate_by_category(
         raise CalibrationRefused(
             "by=category needs a category per genuine image (a manifest with a `category` column); none was given"
         )
-    summary = recalibrate(genuine, target_fpr, fakes, confidence, rule)
+    summary = recalibrate(genuine, target_fpr, fakes, confidence, rule, ceiling)
     split = calibrate_by_category(genuine, names, target_fpr, confidence, rule, other_categories=fake_names)
     if split["too_few"]:
         raise CalibrationRefused(
@@ -154,7 +163,7 @@ def recalibrate_by_category(
     summary["by_category"] = {}
     for name, threshold in split["thresholds"].items():
         try:
-            own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence, rule)
+            own = recalibrate(genuine[names == name], target_fpr, fakes[fake_names == name], confidence, rule, ceiling)
         except CalibrationRefused as error:  # said of the category, not of the whole input
             raise CalibrationRefused(f"category {name!r}: {error}") from None
         summary["by_category"][name] = {k: v for k, v in own.items() if k not in ("target_fpr", "confidence", "rule")}
@@ -237,56 +246,6 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
     return output
 
 
-def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str:
-    """The calibration as Markdown: threshold, genuine TNR with its interval, TPR when fakes were given.
-    Names from the data (categories, paths) are escaped: a `|` would split a cell, markup render."""
-    from evaluation.report import markdown_text
-
-    low, high = summary["tnr_interval"]
-    level = f"{summary['confidence']:.0%}"
-    lines = [
-        f"# Calibration of {markdown_text(model)}",
-        "",
-        f"Threshold {summary['threshold']:.6g} (was {summary['previous_threshold']:.6g}) for a target FPR of "
-        f"{summary['target_fpr']:g}{rule_phrase(summary.get('rule'), summary['confidence'])} on "
-        f"{summary['n_genuine']} genuine images from {markdown_text(summary['input'])} "
-        f"({summary['date']}); written to {markdown_text(output)}.",
-        "",
-        f"- Genuine TNR: {summary['tnr']:.4f} ({summary['n_genuine'] - summary['false_positives']}/"
-        f"{summary['n_genuine']}), {level} Clopper-Pearson interval [{low:.4f}, {high:.4f}]",
-    ]
-    if "tpr" in summary:
-        tlow, thigh = summary["tpr_interval"]
-        lines.append(
-            f"- TPR on {summary['n_fake']} fakes: {summary['tpr']:.4f}, {level} Clopper-Pearson interval "
-            f"[{tlow:.4f}, {thigh:.4f}]"
-        )
-    else:
-        lines.append("- TPR: no fakes were given (a labelled manifest with label 1 rows adds it)")
-    if summary.get("by_category"):
-        lines += [
-            "",
-            "## Per category",
-            "",
-            "| category | threshold | genuine | TNR | TNR interval | fakes | TPR |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for name, own in summary["by_category"].items():
-            tlow, thigh = own["tnr_interval"]
-            lines.append(
-                f"| {markdown_text(name)} | {own['threshold']:.6g} | {own['n_genuine']} | {own['tnr']:.4f} | "
-                f"[{tlow:.4f}, {thigh:.4f}] | {own.get('n_fake', 0)} | "
-                + (f"{own['tpr']:.4f} |" if "tpr" in own else "– |")
-            )
-        lines += ["", "Inputs whose category is not listed are decided with the global threshold."]
-    lines += [
-        "",
-        "These figures hold for images like the calibration set; recalibrate when the images change "
-        "(new cameras, compression, platforms or editing tools).",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def open_fraction(name: str, value: Any) -> float:
     """`value` as a number strictly between 0 and 1, or a `SettingError` naming the setting."""
     try:
@@ -337,25 +296,19 @@ def calibrate_model(
     records = records_from_input(input)
     scores_path = output.with_name(f"{output.stem}.calibration_scores.csv")
     genuine_rows, fake_rows = score_for_calibration(runtime, records, scores_path, batch_size, num_workers, progress)
-    genuine_scores = np.asarray([r["score"] for r in genuine_rows], dtype=np.float32)
-    fake_scores = np.asarray([r["score"] for r in fake_rows], dtype=np.float32)
+    genuine, fakes = (np.asarray([r["score"] for r in rows], dtype=np.float32) for rows in (genuine_rows, fake_rows))
+    ceiling = float(np.float32(getattr(getattr(runtime, "net", None), "score_ceiling", 1.0)))  # as scores are
     if by == "category":
-        category = {r.path: r.category for r in records}
-        summary = recalibrate_by_category(
-            genuine_scores,
-            [category[r["path"]] for r in genuine_rows],
-            target_fpr,
-            fake_scores,
-            [category[r["path"]] for r in fake_rows],
-            confidence,
-            rule,
-        )
+        kinds = {r.path: r.category for r in records}
+        of = [[kinds[r["path"]] for r in rows] for rows in (genuine_rows, fake_rows)]
+        summary = recalibrate_by_category(genuine, of[0], target_fpr, fakes, of[1], confidence, rule, ceiling)
     else:
-        summary = recalibrate(genuine_scores, target_fpr, fake_scores, confidence, rule)
+        summary = recalibrate(genuine, target_fpr, fakes, confidence, rule, ceiling)
     record = provenance(summary, input, runtime.threshold)
     write_calibrated_model(model, output, record)
     output.with_name(f"{output.stem}.calibration.json").write_text(json.dumps(record, indent=2))
-    output.with_name(f"{output.stem}.calibration.md").write_text(calibration_report(record, str(model), output))
+    report = calibration_report(record, str(model), output)
+    output.with_name(f"{output.stem}.calibration.md").write_text(report)
     return record
 
 

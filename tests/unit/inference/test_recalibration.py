@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inference.recalibration import CalibrationRefused, calibrate_model, calibration_report, recalibrate
+from inference.calibration_report import calibration_report
+from inference.recalibration import CalibrationRefused, calibrate_model, recalibrate
 from inference.runtime import OnnxRuntime, TorchRuntime
 from tests.helpers import ROOT, write_images
 
@@ -70,7 +71,7 @@ def test_genuine_images_saturating_the_model_are_refused_rather_than_a_threshold
     """12 of 70 genuine images score exactly 1.0: flagging at most 5 % of them needs a threshold over
     1, which flags nothing, fakes included."""
     scores = np.concatenate([np.linspace(0.1, 0.9, 58), np.ones(12)]).astype(np.float32)
-    with pytest.raises(CalibrationRefused, match="12 of 70 genuine images score 1, the highest score there is"):
+    with pytest.raises(CalibrationRefused, match="12 of 70 genuine images score 1, the highest score the detector"):
         recalibrate(scores, target_fpr=0.05)
     assert recalibrate(scores, target_fpr=0.2)["threshold"] <= 1.0  # 12 of 70 may be flagged at 20 %
 
@@ -184,3 +185,24 @@ def test_category_names_are_shown_as_text_in_the_calibration_report():
     summary |= {"input": "in|put", "date": "today", "by_category": {"a|b": own, "<b>x</b>": own}}
     text = calibration_report(summary, "model.onnx", Path("out.onnx"))
     assert "| a\\|b | 0.5 |" in text and "| &lt;b&gt;x&lt;/b&gt; | 0.5 |" in text and "from in\\|put" in text
+
+
+def test_a_detector_whose_scores_stop_under_1_is_refused_where_its_threshold_would_flag_nothing(tmp_path, monkeypatch):
+    """splicebuster's maps are clipped: on photos where it finds two classes it gives its top score,
+    and a threshold above that flags no image at all (calibrated, it said TNR 1.0 and flagged nothing)."""
+    import inference.recalibration
+    from detectors.registry import create_module
+    from tools.released import save_checkpoint
+
+    module = create_module("splicebuster")
+    top = np.float32(module.net.score_ceiling)
+    scores = np.concatenate([np.linspace(0.1, 0.9, 28), np.full(42, top)]).astype(np.float32)
+    with pytest.raises(CalibrationRefused, match="42 of 70 genuine images score 0.99989\\d*, the highest score the"):
+        recalibrate(scores, target_fpr=0.05, ceiling=float(top))
+    assert recalibrate(scores, target_fpr=0.05)["threshold"] > top  # what a ceiling of 1 let through
+    model = save_checkpoint(module, tmp_path / "splicebuster.ckpt")
+    write_images(tmp_path / "photos", [(96, 96)])
+    # calibrate.py reads the ceiling from the model: every photo at the top score, as on the audit's
+    monkeypatch.setattr(inference.recalibration, "score_for_calibration", lambda *a: ([{"score": top}] * 60, []))
+    with pytest.raises(CalibrationRefused, match="60 of 60 genuine images score 0.99989\\d*, the highest"):
+        calibrate_model(str(model), str(tmp_path / "photos"), tmp_path / "c.ckpt", target_fpr=0.05, progress=False)
