@@ -85,24 +85,23 @@ def test_a_pair_manifest_with_truth_gets_masks_and_duplication_metrics(model, pa
     assert metrics["pixel_f1"] > 0.8 and "BioFors" in metrics["pixel_protocol"]
 
 
+def pair_metrics(model: Path, panels: Path, manifest: str, output: Path) -> dict:
+    """The metrics of a run over a pair manifest of `panels` holding `manifest` (CSV text)."""
+    (panels / "truth.csv").write_text(manifest)
+    run(model, panels / "truth.csv", output)
+    return json.loads(output.with_suffix(".metrics.json").read_text())
+
+
 def test_a_pair_manifest_with_masks_only_is_scored_by_what_its_masks_mark(model, panels, tmp_path):
-    (panels / "masks_only.csv").write_text(
-        "path_a,path_b,mask_a,mask_b\npairs/la.png,pairs/lb.png,pairs/la_mask.png,pairs/lb_mask.png\n"
-    )
-    output = tmp_path / "pairs.csv"
-    run(model, panels / "masks_only.csv", output)
-    metrics = json.loads(output.with_suffix(".metrics.json").read_text())
+    masks_only = "path_a,path_b,mask_a,mask_b\npairs/la.png,pairs/lb.png,pairs/la_mask.png,pairs/lb_mask.png\n"
+    metrics = pair_metrics(model, panels, masks_only, tmp_path / "pairs.csv")
     assert metrics["n_pairs"] == 1 and metrics["pair_f1"] == 1.0 and metrics["pixel_f1"] > 0.8
     assert "operations" not in metrics  # no operation was given, none is scored
 
 
 def test_a_duplicated_pair_without_its_operations_counts_as_a_pair_not_in_the_operation_sets(model, panels, tmp_path):
-    (panels / "labelled.csv").write_text(
-        "path_a,path_b,label,operations\npairs/la.png,pairs/lb.png,1,\nfig/a.png,fig/b.png,1,hflip\n"
-    )
-    output = tmp_path / "pairs.csv"
-    run(model, panels / "labelled.csv", output)
-    metrics = json.loads(output.with_suffix(".metrics.json").read_text())
+    labelled = "path_a,path_b,label,operations\npairs/la.png,pairs/lb.png,1,\nfig/a.png,fig/b.png,1,hflip\n"
+    metrics = pair_metrics(model, panels, labelled, tmp_path / "pairs.csv")
     assert metrics["n_pairs"] == 2 and metrics["pair_f1"] == 1.0
     assert metrics["operations"]["n"] == 1 and metrics["operations"]["exact_match"] == 1.0
 
