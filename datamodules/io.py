@@ -46,12 +46,19 @@ def is_image_file(path: str | os.PathLike) -> bool:
     return str(path).lower().endswith(IMAGE_EXTENSIONS)
 
 
+# The bit depths high-bit-depth files hold: microscopy cameras store 10-, 12- or 14-bit data in 16-bit files
+STORED_DEPTHS = (8, 10, 12, 14, 16)
+
+
 def _to_rgb(image: Image.Image) -> Image.Image:
     """Every mode -> 8-bit RGB. High-bit-depth images are rescaled by their real range, not
-    clipped, so a 16-bit scan does not come out white."""
+    clipped, so a 16-bit scan does not come out white: by the smallest of `STORED_DEPTHS` that
+    holds the brightest pixel, so a 12-bit micrograph in a 16-bit file does not come out black."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         values = np.asarray(image, dtype=np.float64)
-        top = 65535.0 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
+        brightest = values.max(initial=0)
+        depth = next((bits for bits in STORED_DEPTHS if brightest <= 2**bits - 1), 32)
+        top = float(2**depth - 1)
         if image.mode == "F":
             low, high = float(values.min(initial=0)), float(values.max(initial=1))
             values = (values - low) / max(high - low, 1e-12) * 255.0

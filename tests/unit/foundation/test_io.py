@@ -59,6 +59,15 @@ def test_16_bit_images_are_rescaled_not_clipped(tmp_path, suffix):
     assert np.all(np.diff(image[..., 0].ravel().astype(int)) >= 0)  # order preserved
 
 
+@pytest.mark.parametrize("bits", [10, 12, 14])
+def test_a_micrograph_of_fewer_bits_in_a_16_bit_file_is_read_at_its_own_depth(tmp_path, bits):
+    """A 12-bit camera's 0..4095 stored in a 16-bit PNG: read as 0..255, not as 0..16 (nearly black)."""
+    values = np.linspace(0, 2**bits - 1, 64).astype(np.uint16).reshape(8, 8)
+    Image.fromarray(values).save(tmp_path / "micrograph.png")
+    image = read_image(tmp_path / "micrograph.png")
+    assert image.min() == 0 and image.max() == 255
+
+
 def test_truncated_file_is_an_error_with_reason(tmp_path):
     path = tmp_path / "cut.jpg"
     Image.fromarray(RGB).save(path, quality=95)
