@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from collection.store import IndexBusy
-from datamodules.io import file_in_the_way, file_sha256
+from datamodules.io import file_in_the_way
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from evaluation.protocols.review import AGGREGATIONS
@@ -27,12 +27,13 @@ from inference.run_report import (
     page_drawer,
     page_files,
     report_run,
+    stamp,
     without_own_outputs,
 )
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
 from inference.tiling import TiledLocalizer, TiledRuntime
-from inference.writer import COLUMNS, TRUTH_COLUMN, resumable_columns, stamp_run
+from inference.writer import COLUMNS, TRUTH_COLUMN, resumable_columns
 
 log = logging.getLogger("infer")
 __all__ = ["InferenceFailed", "infer", "main"]
@@ -177,21 +178,6 @@ def plan_outputs(
         except (ValueError, OSError) as error:
             raise InferenceFailed(str(error)) from None
     return masks_dir, overlays_dir, columns
-
-
-def stamp(cfg: DictConfig, output: Path, runtime: Runtime) -> None:
-    """`inference.writer.stamp_run` with this run's model and thresholds."""
-    own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
-    decided_by = {
-        "model": str(Path(cfg.model).resolve()),
-        "model_sha256": file_sha256(cfg.model),
-        "threshold": runtime.threshold if own else float(cfg.threshold),
-        "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
-    }
-    try:
-        stamp_run(output, decided_by, bool(cfg.resume) and not cfg.merge)
-    except ValueError as error:
-        raise InferenceFailed(str(error)) from None
 
 
 def report_request(cfg: DictConfig, output: Path, threshold: float) -> ReportRequest:

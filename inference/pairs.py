@@ -27,7 +27,7 @@ from evaluation.protocols.duplication import parse_operations
 from evaluation.summary import figure_text
 from inference.masks import write_pair_masks
 from inference.pair_inputs import group_pairs, is_pair_manifest, read_pair_manifest
-from inference.run_report import without_own_outputs
+from inference.run_report import stamp, without_own_outputs
 from inference.writer import ResultWriter, read_results
 
 log = logging.getLogger(__name__)
@@ -165,6 +165,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     """infer.py for a pair detector: score the pairs, stream rows, print found duplications, report."""
     output = Path(cfg.output)
     pairs = pairs_of(cfg, output)
+    stamp(cfg, output, runtime)  # a resume with another model or threshold is refused
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     has_masks = any(p.get("mask_a") or p.get("mask_b") for p in pairs)
     html = cfg.get("report") == "html"

@@ -54,6 +54,25 @@ class ReportRequest:
     model: str = ""
 
 
+def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
+    """`inference.writer.stamp_run` with this run's model and thresholds: image, pair and search
+    runs alike refuse a resume that would mix two models' or thresholds' decisions."""
+    from datamodules.io import file_sha256
+    from inference.writer import stamp_run
+
+    own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
+    decided_by = {
+        "model": str(Path(cfg.model).resolve()),
+        "model_sha256": file_sha256(cfg.model),
+        "threshold": runtime.threshold if own else float(cfg.threshold),
+        "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
+    }
+    try:
+        stamp_run(output, decided_by, bool(cfg.resume) and not cfg.get("merge", False))
+    except ValueError as error:
+        raise InferenceFailed(str(error)) from None
+
+
 def map_folders(
     output: Path,
     runtime: Runtime,

@@ -115,6 +115,15 @@ def test_a_resumed_run_scores_only_the_missing_pairs(model, panels, tmp_path):
     assert result["counts"]["skipped"] == 1 and len(read_results(output)) == 3
 
 
+def test_a_resume_with_another_threshold_is_refused_before_any_pair_is_scored(model, panels, tmp_path):
+    output = tmp_path / "pairs.csv"
+    run(model, panels / "pairs.csv", output)
+    written = output.read_bytes()
+    with pytest.raises(InferenceFailed, match="resuming with another model or threshold would mix"):
+        run(model, panels / "pairs.csv", output, "resume=true", "threshold=0.1")
+    assert output.read_bytes() == written
+
+
 def test_an_input_without_pairs_fails_with_the_reason(model, tmp_path):
     write_image(tmp_path / "alone" / "one.png", np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(InferenceFailed, match="no pairs"):
