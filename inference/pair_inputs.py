@@ -48,7 +48,7 @@ def read_pair_manifest(path: str | os.PathLike) -> list[dict[str, Any]]:
         return None if not text else text if os.path.isabs(text) else str(path.parent / text)
 
     pairs = []
-    for number, row in enumerate(rows, 2):
+    for number, row in enumerate(rows, 2 if path.suffix.lower() == ".csv" else 1):  # a CSV's header is line 1
         a, b = resolve(row.get("path_a")), resolve(row.get("path_b"))
         if not a or not b:
             raise LayoutError(f"{path}: row {number} needs both path_a and path_b")

@@ -162,6 +162,10 @@ def test_a_bad_pair_manifest_is_refused_with_its_row_before_any_pair_is_scored(m
         ('{"path_a": "a.png", "path_b": "b.png"}\n["x"]\n', "pairs.jsonl:2: each line must be a JSON object"),
         ("5\n", "pairs.jsonl:1: each line must be a JSON object"),
         ('{"path_a": "a.png", "path_b": "b.png"}\n{"path_a": \n', "pairs.jsonl:2: not JSON"),
+        (
+            '{"path_a": "a.png", "path_b": "b.png"}\n{"path_a": "a.png", "path_b": "c.png", "label": 3}\n',
+            "row 2: label",
+        ),
     ],
 )
 def test_a_jsonl_pair_manifest_with_a_line_that_is_no_object_is_refused_by_its_line(model, tmp_path, content, message):
