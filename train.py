@@ -84,12 +84,16 @@ def check_data_overrides(data: DictConfig, localizer: bool) -> None:
         )
 
 
-PAIR_DATA = ("synthesis.pair_set.pair_splits", "datamodules.pairs.PairDataModule")
+# the pair data configs, by the target that makes them
+PAIR_DATA = {
+    "duplication_pairs": "synthesis.pair_set.pair_splits",
+    "duplication_pair_images": "datamodules.pairs.PairDataModule",
+}
 
 
 def check_pair_data(data: DictConfig, net: Any) -> None:
     """A detector of pairs needs pairs of panels, and one of images images: said before anything runs."""
-    pairs = data.get("_target_") in PAIR_DATA
+    pairs = data.get("_target_") in PAIR_DATA.values()
     if getattr(net, "is_pair_detector", False) and not pairs:
         raise LayoutError(
             "this detector compares pairs of panels: train it on pairs, data=duplication_pairs (dup_sift) "
@@ -100,6 +104,10 @@ def check_pair_data(data: DictConfig, net: Any) -> None:
             f"the data config makes pairs of panels ({data.get('_target_')}); this detector scores single "
             "images: choose an image data config (data=manifest, folder, layout, localization)"
         )
+    wanted = getattr(net, "pair_data", None)
+    if pairs and wanted and PAIR_DATA[wanted] != data.get("_target_"):
+        made_by = {target: name for name, target in PAIR_DATA.items()}[data.get("_target_")]
+        raise LayoutError(f"{type(net).__name__} trains on data={wanted}, not data={made_by}")
 
 
 def check_resume(ckpt_path: str | None, module: Any) -> None:

@@ -97,6 +97,7 @@ class PairDuplicationDetector(Detector):
 
     is_pair_detector = True
     fit_without_gradients = True
+    pair_data = "duplication_pairs"  # the data config it is fitted on: pairs with their match statistics
     onnx_export_refusal = EXPORT_REFUSAL
 
     def __init__(

@@ -90,6 +90,7 @@ class PairCorrelationNet(Detector):
     """
 
     is_pair_detector = True
+    pair_data = "duplication_pair_images"  # the data config it trains on: batches of panel images
 
     def __init__(
         self,

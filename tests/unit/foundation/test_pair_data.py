@@ -27,3 +27,19 @@ def test_a_pair_detector_on_the_default_image_data_is_told_which_data_to_give():
     with pytest.raises(LayoutError, match="data=duplication_pairs \\(dup_sift\\) or data=duplication_pair_images"):
         check_pair_data(config, PAIRS)
     check_pair_data(config, IMAGES)
+
+
+@pytest.mark.parametrize(
+    "detector, data, other",
+    [
+        ("dup_sift_tiny", "duplication_pairs", "duplication_pair_images"),
+        ("pairnet_tiny", "duplication_pair_images", "duplication_pairs"),
+    ],
+)
+def test_each_pair_detector_is_told_which_of_the_two_pair_configs_it_trains_on(detector, data, other):
+    from detectors.registry import create_detector
+
+    net = create_detector(detector)
+    check_pair_data(compose_config("train", [f"data={data}"]).data, net)
+    with pytest.raises(LayoutError, match=f"trains on data={data}, not data={other}"):
+        check_pair_data(compose_config("train", [f"data={other}"]).data, net)
