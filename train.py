@@ -26,6 +26,7 @@ from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from evaluation.summary import figure_text
 from inference.cli import expected_failures, run
 from inference.recalibration import open_fraction
+from synthesis.common import PairDataError
 
 log = logging.getLogger("train")
 
@@ -320,7 +321,7 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
-@expected_failures(MissingWeightsError, IncompatibleWeightsError, LayoutError)
+@expected_failures(MissingWeightsError, IncompatibleWeightsError, LayoutError, PairDataError)
 def main(cfg: DictConfig) -> None:
     train(cfg)
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from datamodules.preprocess import Preprocess
+from datamodules.records import LayoutError
 from detectors.base import Detector
 from detectors.matching import EXPORT_REFUSAL, Geometry, Panel, describe_panel
 from detectors.pair_matching import (
@@ -215,9 +216,19 @@ class PairDuplicationDetector(Detector):
         """Fit the score model on all pairs that matching could fit a map to, and the parameter
         model on the duplicated ones with a known operation set."""
         usable = [i for i, m in enumerate(matches) if m.method != "none"]
+        known = [i for i in usable if labels[i] == 1 and parameter_labels[i] is not None]
+        fitted = {
+            "duplicated and not": {labels[i] for i in usable},
+            "with and without changed parameters": {parameter_labels[i] for i in known},
+        }
+        for kinds, found in fitted.items():  # a model of one class is no model: said as the data's lack
+            if len(found) < 2:
+                raise LayoutError(
+                    f"too few training pairs to fit {type(self).__name__}: it needs pairs {kinds} that matching "
+                    f"could map ({len(usable)} of {len(matches)} could); add photos or raise the pairs per photo"
+                )
         features = np.stack([matches[i].features() for i in usable])
         self.score_model.fit(features, np.asarray([labels[i] for i in usable]))
-        known = [i for i in usable if labels[i] == 1 and parameter_labels[i] is not None]
         self.parameter_model.fit(
             np.stack([matches[i].parameter_features() for i in known]), np.asarray([parameter_labels[i] for i in known])
         )

@@ -5,7 +5,15 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["as_rgb_uint8", "as_bool_mask", "inner_alpha", "composite", "changed_pixels", "random_ellipse"]
+__all__ = [
+    "PairDataError",
+    "as_rgb_uint8",
+    "as_bool_mask",
+    "inner_alpha",
+    "composite",
+    "changed_pixels",
+    "random_ellipse",
+]
 
 
 def as_rgb_uint8(image: np.ndarray, name: str = "image") -> np.ndarray:
@@ -70,3 +78,8 @@ def random_ellipse(shape: tuple[int, int], rng: np.random.Generator, fraction: f
     cy = int(rng.integers(ay, h - ay)) if h > 2 * ay else h // 2
     cv2.ellipse(mask, (cx, cy), (ax, ay), float(rng.uniform(0, 180)), 0, 360, 1, -1)
     return mask.astype(bool)
+
+
+class PairDataError(ValueError):
+    """The pair data cannot be made from what was given (no photos, a missing or foreign pairs CSV):
+    a setting the user fixes, said in one line (train.py ends with status 2)."""

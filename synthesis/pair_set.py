@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 import cv2
 import numpy as np
 
+from synthesis.common import PairDataError
 from synthesis.duplication import MIN_LOCAL_SIDE, global_duplication, local_duplication
 from synthesis.figure_panels import KINDS, figure_panel
 from synthesis.hard_pairs import figure_group, hard_negative_images
@@ -176,7 +177,7 @@ def load_photos(folder: str | None = None, max_side: int = 1024) -> dict[str, np
 
     paths = sorted(p for p in Path(folder).rglob("*") if is_image_file(p)) if folder else bundled_photo_paths()
     if not paths:
-        raise ValueError(f"no images found in {folder}")
+        raise PairDataError(f"no images found in {folder}: give data.photos a folder of photographs")
     photos = {}
     for path in paths:
         image = read_image(path)
@@ -257,16 +258,18 @@ def generated_pair_splits(path: str, rng: np.random.Generator) -> dict[str, Pair
     from datamodules.io import read_image, read_mask
 
     folder = Path(path).parent
+    if not Path(path).is_file():
+        raise PairDataError(f"{path} not found: give the duplication_pairs.csv generate.py wrote")
     with open(path, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
     missing = {"panel_a", "panel_b", "mask_a", "mask_b", "operations", "source", "split"} - set(rows[0] if rows else {})
     if not rows or missing:
-        raise ValueError(f"{path}: not a generate.py duplication_pairs.csv (no rows, or no {sorted(missing)})")
+        raise PairDataError(f"{path}: not a generate.py duplication_pairs.csv (no rows, or no {sorted(missing)})")
     sets: dict[str, PairSet] = {}
     for split in ("train", "val", "test"):
         chosen = [r for r in rows if r["split"] == split]
         if not chosen:
-            raise ValueError(f"{path}: no pairs in split {split!r}; generate more panels")
+            raise PairDataError(f"{path}: no pairs in split {split!r}; generate more panels")
         panels = {r[key]: read_image(folder / r[key]) for r in chosen for key in ("panel_a", "panel_b")}
         pairs = [
             PanelPair(

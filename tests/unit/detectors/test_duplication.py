@@ -246,3 +246,13 @@ def test_configs_and_checkpoints_that_name_the_copy_move_localizer_under_its_for
     assert duplication.SelfMatchLocalizer is copy_move.SelfMatchLocalizer
     with pytest.raises(AttributeError, match="no attribute 'NoSuchDetector'"):
         duplication.NoSuchDetector  # noqa: B018
+
+
+def test_training_pairs_of_one_class_are_refused_as_too_few_not_as_a_model_error():
+    from types import SimpleNamespace
+
+    from datamodules.records import LayoutError
+
+    mapped = [SimpleNamespace(method="sift") for _ in range(3)] + [SimpleNamespace(method="none")]
+    with pytest.raises(LayoutError, match="too few training pairs .* pairs duplicated and not .* \\(3 of 4 could\\)"):
+        hand_set_pair_module().net.fit(mapped, [1, 1, 1, 0], [1, 0, 1, None])

@@ -104,3 +104,14 @@ def test_more_training_rounds_add_training_pairs_and_leave_val_and_test_as_they_
         assert all(np.array_equal(thrice[split].panels[k], v) for k, v in once[split].panels.items())
     assert len(thrice["train"].pairs) > len(once["train"].pairs)
     assert {p.id_a for p in once["train"].pairs} <= {p.id_a for p in thrice["train"].pairs}
+
+
+def test_pair_data_that_cannot_be_made_is_said_as_a_setting_to_fix(tmp_path):
+    from synthesis.common import PairDataError
+    from synthesis.pair_set import generated_pair_splits, load_photos
+
+    with pytest.raises(PairDataError, match=f"{tmp_path / 'nope.csv'} not found: give the duplication_pairs.csv"):
+        generated_pair_splits(str(tmp_path / "nope.csv"), np.random.default_rng(0))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PairDataError, match="no images found in .*empty: give data.photos a folder"):
+        load_photos(str(tmp_path / "empty"))
