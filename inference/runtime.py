@@ -167,7 +167,7 @@ class TorchRuntime:
             from inference.tta import ContextAdapter
 
             try:
-                self.adapter = ContextAdapter(self.net, size=int(self.preprocess.size))
+                self.adapter = ContextAdapter(self.net, size=int(self.preprocess.size or 0))  # refused when no TTA
             except ValueError as error:
                 raise ModelLoadError(f"tta=true: {error}") from None
             settings = self.adapter.settings

@@ -256,3 +256,11 @@ def test_training_pairs_of_one_class_are_refused_as_too_few_not_as_a_model_error
     mapped = [SimpleNamespace(method="sift") for _ in range(3)] + [SimpleNamespace(method="none")]
     with pytest.raises(LayoutError, match="too few training pairs .* pairs duplicated and not .* \\(3 of 4 could\\)"):
         hand_set_pair_module().net.fit(mapped, [1, 1, 1, 0], [1, 0, 1, None])
+
+
+def test_test_time_adaptation_asked_of_a_pair_detector_is_refused_with_the_reason(tmp_path):
+    from inference.runtime import ModelLoadError, load_runtime
+
+    model = save_checkpoint(hand_set_pair_module(), tmp_path / "dup.ckpt", None)
+    with pytest.raises(ModelLoadError, match="tta=true: PairDuplicationDetector has no test-time adaptation"):
+        load_runtime(model, "cpu", tta=True)
