@@ -133,12 +133,16 @@ def make_pair_set(
         crops = disjoint_crops(photos[name], rng)
         if crops is not None:
             pairs.append(PanelPair(add(crops[0], name), add(crops[1], name), 0, (), "same_photo", name))
+    drawn: set[frozenset[str]] = set()
     for name in names:
         others = [n for n in names if scene_of(n) != scene_of(name)]
         for _ in range(negatives_per_photo if others else 0):
             other = others[int(rng.integers(len(others)))]
             id_a = bases[name][int(rng.integers(len(bases[name])))]
             id_b = bases[other][int(rng.integers(len(bases[other])))]
+            if frozenset((id_a, id_b)) in drawn:  # drawn twice (either way round): counted once; the draws
+                continue  # go on as before, so the later pairs of a seed stay the same
+            drawn.add(frozenset((id_a, id_b)))
             pairs.append(PanelPair(id_a, id_b, 0, (), "other_photo", f"{name}|{other}"))
     for kind in KINDS:
         for _ in range(figure_pairs):

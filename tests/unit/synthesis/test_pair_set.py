@@ -115,3 +115,13 @@ def test_pair_data_that_cannot_be_made_is_said_as_a_setting_to_fix(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(PairDataError, match="no images found in .*empty: give data.photos a folder"):
         load_photos(str(tmp_path / "empty"))
+
+
+def test_no_pair_is_drawn_twice_either_way_round():
+    """Negatives drawn with replacement repeated (a, b) or (b, a): one pair counted twice in the
+    calibration negatives and the test figures (infer.py scored it once: the two disagreed)."""
+    from synthesis.pair_set import load_photos
+
+    pairs = make_pair_set(load_photos(), np.random.default_rng(0), negatives_per_photo=24).pairs
+    keys = [frozenset((p.id_a, p.id_b)) for p in pairs]
+    assert len(keys) == len(set(keys))
