@@ -311,11 +311,12 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
     figures = {**figures, **{k: v for k, v in metrics.get("duplication", {}).items() if k.startswith("pair_")}}
     test = "  ".join(f"{k}={figure_text(figures[k])}" for k in keys if k in figures)
     val = metrics.get("val", {})
+    val_auroc = val.get("auroc", val.get("pair_auroc"))  # a pair detector's is over its validation pairs
     val_chain = f"  chain_auroc={figure_text(val['chain_auroc'])}" if "chain_auroc" in val else ""
     below = below_target_in(metrics)
     named = f"\n  {below}" if below else ""
     return (
-        f"\n  detector {metrics.get('detector')}\n  val auroc={figure_text(val.get('auroc'))}{val_chain}"
+        f"\n  detector {metrics.get('detector')}\n  val auroc={figure_text(val_auroc)}{val_chain}"
         f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n"
     )
 

@@ -17,8 +17,11 @@ def test_a_pair_detectors_summary_shows_its_held_out_pair_figures():
         "detector": "dup_sift",
         "threshold": 0.35,
         "test": {"threshold": 0.35, "pair_auroc": 0.99, "pair_f1": 0.95},
+        "val": {"pair_auroc": 1.0},
     }
-    assert "test threshold=0.3500  pair_auroc=0.9900  pair_f1=0.9500" in summary(metrics, Path("run"))
+    text = summary(metrics, Path("run"))
+    assert "test threshold=0.3500  pair_auroc=0.9900  pair_f1=0.9500" in text
+    assert "val auroc=1.0000" in text  # its validation pairs' (it was n/a)
 
 
 def test_a_learned_pair_detectors_summary_shows_its_pair_figures_measured_at_full_size():
