@@ -134,11 +134,13 @@ def pairs_of(cfg: Any, output: Path) -> list[dict[str, Any]]:
         "merge": cfg.get("merge"),
         "devices": cfg.get("devices", 1) != 1,
         "robustness": cfg.get("robustness"),
+        "tiles": cfg.get("tiles"),
+        "overlays": cfg.get("overlays"),
     }
     if asked := [name for name, given in not_for_pairs.items() if given]:
         raise ValueError(
-            f"a pair detector scores its pairs in one process, without perturbations: {', '.join(asked)} "
-            "do not apply to it"
+            f"a pair detector scores its pairs in one process, without perturbations, tiles or overlays: "
+            f"{', '.join(asked)} do not apply to it (save_masks=true writes both panels' masks)"
         )
     try:
         pairs = (

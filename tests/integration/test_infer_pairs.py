@@ -210,7 +210,7 @@ def test_a_run_inside_its_input_folder_pairs_no_file_of_its_own_and_no_image_wit
 
 
 # devices=2 is refused by the same check; it is not run here, where it would start processes in the test worker
-@pytest.mark.parametrize("option", ["shard=0/2", "robustness=true"])
+@pytest.mark.parametrize("option", ["shard=0/2", "robustness=true", "tiles=true", "overlays=true"])
 def test_options_of_image_runs_that_pairs_do_not_take_are_refused(model, panels, tmp_path, option):
     with pytest.raises(InferenceFailed, match="a pair detector scores its pairs in one process"):
         run(model, panels / "pairs.csv", tmp_path / "out.csv", option)
