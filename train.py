@@ -185,11 +185,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if cfg.get("test"):  # restores best's threshold, calibration and validation figures
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)
+    elif best:  # metrics.json describes the checkpoint kept, not the last epoch
+        module.on_load_checkpoint(torch.load(best, map_location="cpu", weights_only=True))
     metrics: dict[str, Any] = {"detector": cfg.detector.get("name"), "val": module.stage_metrics.get("val", {})}
-    if cfg.get("test"):
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        trainer.test(module, datamodule=datamodule, ckpt_path=best or None)  # restores best's threshold and check
-        metrics = {**module.stage_metrics.get("test", {}), **metrics, "checkpoint": best or None}
+    metrics = {**module.stage_metrics.get("test", {}), **metrics, "checkpoint": best or None}
     if module.calibration is not None:
         metrics["calibration"] = module.calibration
     if trainer.is_global_zero and cfg.get("test") and getattr(module.net, "is_pair_detector", False):

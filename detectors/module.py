@@ -225,13 +225,17 @@ class DetectorModule(L.LightningModule):
             self.calibration["warning"] = warning
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # The calibration check belongs to the threshold saved with these weights.
+        # The calibration check belongs to the threshold saved with these weights, and so do the
+        # validation figures it was chosen by (metrics.json describes the checkpoint it tests).
         checkpoint["calibration"] = self.calibration
         checkpoint["category_thresholds"] = dict(self.category_thresholds)
+        checkpoint["val_metrics"] = {key: float(value) for key, value in self.stage_metrics.get("val", {}).items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.calibration = checkpoint.get("calibration")
         self.category_thresholds = dict(checkpoint.get("category_thresholds") or {})
+        if "val_metrics" in checkpoint:  # checkpoints saved before it kept them: the last epoch's stay
+            self.stage_metrics["val"] = dict(checkpoint["val_metrics"])
 
     def on_test_epoch_end(self) -> None:
         gathered = self._gather("test")

@@ -137,3 +137,20 @@ def test_a_run_whose_validation_has_no_genuine_image_says_its_threshold_is_not_c
         metrics = train(prepare_train_config([*small_train_overrides(fakes_only), "test=false"], tmp_path / "run"))
     assert "calibration" not in metrics
     assert "no genuine validation image was scored, so the threshold 0.5 is the default" in caplog.text
+
+
+def test_metrics_json_describes_the_checkpoint_it_keeps_not_the_last_epoch(small_dataset, tmp_path):
+    """The kept checkpoint here is the epoch of the lowest validation AUROC (monitor_mode=min), so it
+    is not the last one: the validation figures, threshold and calibration reported are its own."""
+    import json
+
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE[:-1], "monitor_mode=min", "trainer.max_epochs=3"]
+    for test in ("true", "false"):
+        run = tmp_path / f"test_{test}"
+        train(prepare_train_config([*common, f"test={test}"], run))
+        best = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)
+        assert best["epoch"] != last_checkpoint(run)["epoch"]
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["val"] == best["val_metrics"] and metrics["checkpoint"] == str(run / "checkpoints" / "best.ckpt")
+        assert metrics["val"]["threshold"] == float(best["state_dict"]["threshold"])
+        assert metrics["calibration"] == best["calibration"]
