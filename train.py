@@ -6,6 +6,7 @@ python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,25 @@ def check_pair_data(data: DictConfig, net: Any) -> None:
         raise LayoutError(f"{type(net).__name__} trains on data={wanted}, not data={made_by}")
 
 
+def claim_run_directory(output_dir: Path, ckpt_path: str | None) -> None:
+    """A run directory holds one run. A second run into it (two started in the same second, or a
+    `hydra.run.dir` used before) would replace the first's checkpoints and test them as its own: the
+    first run claims it by creating its `config.yaml`, and the second is refused, unless it resumes
+    a checkpoint of that directory. The other processes of a multi-process run share the first's."""
+    if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "NODE_RANK")):
+        return
+    if ckpt_path and Path(output_dir).resolve() in Path(ckpt_path).resolve().parents:
+        return
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        (Path(output_dir) / "config.yaml").open("x").close()
+    except FileExistsError:
+        raise LayoutError(
+            f"{output_dir} already holds a run (its config.yaml): give another hydra.run.dir, or leave it out "
+            "for a new run directory; to go on with that run, give its checkpoint as ckpt_path"
+        ) from None
+
+
 def check_resume(ckpt_path: str | None, module: Any) -> None:
     """A `ckpt_path` to resume from exists and holds this detector's weights: said before any data
     is made (Lightning would say it after, with a traceback)."""
@@ -158,6 +178,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_pair_data(cfg.data, module.net)
     check_data_overrides(cfg.data, module.net.is_localizer)
     check_resume(cfg.get("ckpt_path"), module)
+    claim_run_directory(output_dir, cfg.get("ckpt_path"))
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 

@@ -154,3 +154,20 @@ def test_metrics_json_describes_the_checkpoint_it_keeps_not_the_last_epoch(small
         assert metrics["val"] == best["val_metrics"] and metrics["checkpoint"] == str(run / "checkpoints" / "best.ckpt")
         assert metrics["val"]["threshold"] == float(best["state_dict"]["threshold"])
         assert metrics["calibration"] == best["calibration"]
+
+
+def test_a_second_run_into_a_run_directory_is_refused_and_resuming_that_run_goes_on(small_dataset, tmp_path):
+    """Two runs in one directory would replace each other's checkpoints and test them as their own."""
+    import pytest
+
+    from datamodules.records import LayoutError
+
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE, "trainer.max_epochs=1"]
+    train(prepare_train_config(common, tmp_path / "run"))
+    kept = (tmp_path / "run" / "checkpoints" / "best.ckpt").read_bytes()
+    with pytest.raises(LayoutError, match="already holds a run"):
+        train(prepare_train_config([*common, "seed=2"], tmp_path / "run"))
+    assert (tmp_path / "run" / "checkpoints" / "best.ckpt").read_bytes() == kept
+    resume = f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"
+    train(prepare_train_config([*common, "trainer.max_epochs=2", resume], tmp_path / "run"))
+    assert last_checkpoint(tmp_path / "run")["epoch"] == 1
