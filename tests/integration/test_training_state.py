@@ -171,3 +171,18 @@ def test_a_second_run_into_a_run_directory_is_refused_and_resuming_that_run_goes
     resume = f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"
     train(prepare_train_config([*common, "trainer.max_epochs=2", resume], tmp_path / "run"))
     assert last_checkpoint(tmp_path / "run")["epoch"] == 1
+
+
+def test_a_run_resumed_into_a_new_directory_keeps_and_tests_the_best_epoch_of_the_whole_run(small_dataset, tmp_path):
+    """The kept epoch is the lowest validation AUROC (monitor_mode=min): the first run's epoch 0.
+    Resumed into a new directory, the run must still keep it, not its first epoch after the resume."""
+    import json
+
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE[:-1], "monitor_mode=min"]
+    train(prepare_train_config([*common, "trainer.max_epochs=2"], tmp_path / "first"))
+    first_best = torch.load(tmp_path / "first" / "checkpoints" / "best.ckpt", weights_only=True)
+    resume = f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}"
+    train(prepare_train_config([*common, "trainer.max_epochs=3", resume], tmp_path / "resumed"))
+    kept = torch.load(tmp_path / "resumed" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert last_checkpoint(tmp_path / "resumed")["epoch"] == 2 and kept["epoch"] == first_best["epoch"]
+    assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["val"] == first_best["val_metrics"]
