@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +137,14 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
     is made (Lightning would say it after, with a traceback)."""
     if not ckpt_path:
         return
+    if Path(ckpt_path).is_dir():
+        raise MissingWeightsError(f"ckpt_path {ckpt_path} is a folder: give a checkpoint file (checkpoints/last.ckpt)")
     if not Path(ckpt_path).is_file():
         raise MissingWeightsError(f"ckpt_path {ckpt_path} does not exist")
+    if not zipfile.is_zipfile(ckpt_path):  # what torch.save writes; its own error on another file misleads
+        raise IncompatibleWeightsError(
+            f"ckpt_path {ckpt_path} is not a checkpoint this toolkit reads: give a .ckpt train.py wrote"
+        )
     try:  # weights only: a checkpoint that would run code is refused here too
         saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
         saved = saved["state_dict"] if isinstance(saved, dict) and isinstance(saved.get("state_dict"), dict) else None

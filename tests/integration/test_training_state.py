@@ -115,6 +115,11 @@ def test_a_missing_or_foreign_checkpoint_to_resume_is_refused_before_any_trainin
     common = [*small_train_overrides(small_dataset), "test=false"]
     with pytest.raises(MissingWeightsError, match="ckpt_path .*nope.ckpt does not exist"):
         train(prepare_train_config([*common, f"ckpt_path={tmp_path / 'nope.ckpt'}"], tmp_path / "missing"))
+    with pytest.raises(MissingWeightsError, match="is a folder: give a checkpoint file"):
+        train(prepare_train_config([*common, f"ckpt_path={tmp_path}"], tmp_path / "folder"))
+    (tmp_path / "scores.csv").write_text("path,score\na.png,0.5\n")
+    with pytest.raises(IncompatibleWeightsError, match="scores.csv is not a checkpoint this toolkit reads: give a"):
+        train(prepare_train_config([*common, f"ckpt_path={tmp_path / 'scores.csv'}"], tmp_path / "csv"))
     train(prepare_train_config(common, tmp_path / "npr"))
     wider = [*common, "detector.net.width=16", f"ckpt_path={tmp_path / 'npr' / 'checkpoints' / 'last.ckpt'}"]
     with pytest.raises(IncompatibleWeightsError, match="holds the weights of another detector or size"):
