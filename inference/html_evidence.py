@@ -248,6 +248,7 @@ def transform_in_words(transform: Mapping[str, Any] | None, operations: str = ""
         parts.append(
             {"horizontal": "mirrored left-right", "vertical": "mirrored top-bottom"}.get(flip, f"flipped ({flip})")
         )
+    before_colour = len(parts)
     brightness = transform.get("brightness")
     if brightness is None and transform.get("gain") is not None:
         brightness = float(np.mean(transform["gain"])) - 1
@@ -256,7 +257,7 @@ def transform_in_words(transform: Mapping[str, Any] | None, operations: str = ""
     hue = transform.get("hue_shift")
     if hue is not None and abs(float(hue)) >= 3:
         parts.append(f"hue shifted {float(hue):+.0f} degrees")
-    if "parameter" in operations.split(";") and not any(p.startswith(("brightness", "hue")) for p in parts):
+    if "parameter" in operations.split(";") and len(parts) == before_colour:  # no colour change said
         parts.append("with colours or levels changed")
     return "B is A " + (", ".join(parts) if parts else "reused as it is")
 

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from datamodules.io import file_sha256
 from datamodules.records import Record
 from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_PROTOCOL
@@ -19,6 +20,7 @@ from inference.masks import PixelReduction, records_with_masks
 from inference.recalibration import CategoryThreshold
 from inference.runtime import Runtime
 from inference.scoring import join_truth, score_perturbed_fn
+from inference.writer import stamp_run
 
 log = logging.getLogger("infer")
 
@@ -57,9 +59,6 @@ class ReportRequest:
 def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
     """`inference.writer.stamp_run` with this run's model and thresholds: image, pair and search
     runs alike refuse a resume that would mix two models' or thresholds' decisions."""
-    from datamodules.io import file_sha256
-    from inference.writer import stamp_run
-
     own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
     decided_by = {
         "model": str(Path(cfg.model).resolve()),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from datamodules.preprocess import Preprocess
@@ -34,18 +32,6 @@ def tile_image(image: np.ndarray, size: int) -> np.ndarray:
     )
 
 
-# what a tiled run takes from the model it wraps, as it decides as the model does; others (the
-# confidence maps a tiled localizer does not stitch) are the wrapper's own or absent
-DECIDED_AS_THE_MODEL = ("category_thresholds", "target_fpr")
-
-
-def wrapped_attribute(tiled: Any, name: str) -> Any:
-    """The wrapped model's per-category thresholds and calibrated target."""
-    if name not in DECIDED_AS_THE_MODEL:
-        raise AttributeError(f"{type(tiled).__name__} has no attribute {name!r}")
-    return getattr(tiled.runtime, name)
-
-
 class TiledRuntime:
     """Scores every image as the mean (or max) over native-resolution tiles that cover all of it.
 
@@ -66,11 +52,11 @@ class TiledRuntime:
             )
         self.runtime, self.reduce, self.batch_size = runtime, reduce, batch_size
         self.name, self.threshold, self.is_localizer = runtime.name, runtime.threshold, False
+        # it decides as the model does: the model's per-category thresholds and calibrated target
+        self.category_thresholds = getattr(runtime, "category_thresholds", None)
+        self.target_fpr = getattr(runtime, "target_fpr", None)
         self.tile_size = int(runtime.preprocess.size)
         self.preprocess = Preprocess(size=None, mode="none", mean=runtime.preprocess.mean, std=runtime.preprocess.std)
-
-    def __getattr__(self, name: str) -> Any:
-        return wrapped_attribute(self, name)
 
     def predict(self, images: np.ndarray) -> dict[str, np.ndarray]:
         scores = []
@@ -129,11 +115,11 @@ class TiledLocalizer:
         self.runtime, self.batch_size = runtime, batch_size
         self.tile_size, self.overlap = int(tile_size), int(round(overlap * int(tile_size)))
         self.name, self.threshold, self.is_localizer = runtime.name, runtime.threshold, True
+        # it decides as the model does: the model's per-category thresholds and calibrated target
+        self.category_thresholds = getattr(runtime, "category_thresholds", None)
+        self.target_fpr = getattr(runtime, "target_fpr", None)
         self.preprocess = runtime.preprocess  # the whole image, at its own size
         self.window = blend_window(self.tile_size, self.overlap)
-
-    def __getattr__(self, name: str) -> Any:
-        return wrapped_attribute(self, name)
 
     def predict(self, images: np.ndarray) -> dict[str, np.ndarray]:
         scores, maps = [], []
