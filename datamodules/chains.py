@@ -171,6 +171,10 @@ class ChainPatchDataModule(ManifestDataModule):
             raise ValueError(f"{self.manifest}: no genuine photo to build processing chains from")
         return keep
 
+    def check_learnable(self, localizer: bool) -> None:
+        """The processing chains made from genuine photos are the classes here, so genuine photos
+        alone teach the fingerprint (`load_records` refuses a manifest without them)."""
+
     def _loader(self, split: str, train: bool):  # type: ignore[override]
         from torch.utils.data import DataLoader
 

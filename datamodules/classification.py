@@ -98,13 +98,19 @@ class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
-        records = assign_splits(self.load_records(), self.split_fractions, self.seed)
+        loaded = self.load_records()
+        records = assign_splits(loaded, self.split_fractions, self.seed)
         self.splits = {name: [r for r in records if r.split == name] for name in SPLITS}
         unlabelled = sum(r.label is None for r in records)
         if unlabelled:
             raise LayoutError(f"{unlabelled} of {len(records)} records have no label; training needs labels")
         for name, split in self.splits.items():
             labels = {r.label for r in split}
+            if not split and all(r.split is not None for r in loaded):
+                raise LayoutError(
+                    f"the {name} split is empty: every record came with its split and none with {name}; "
+                    f"mark some as {name}, or leave their split empty for split_fractions to assign"
+                )
             if not split:
                 raise LayoutError(f"the {name} split is empty: add images or change split_fractions")
             if labels != {0, 1}:
@@ -112,6 +118,24 @@ class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
                     "the %s split holds only label(s) %s: threshold-free metrics will be NaN", name, sorted(labels)
                 )
         log.info("splits: %s", {name: len(split) for name, split in self.splits.items()})
+
+    def check_learnable(self, localizer: bool) -> None:
+        """Refuse a train split a detector cannot learn from, before an epoch is spent on it: a
+        classifier needs genuine and fake images (or pseudo-fakes made from the genuine ones), a
+        localizer manipulated images with their masks. Training-free detectors never ask."""
+        labels = {r.label for r in self.splits.get("train", [])}
+        if localizer and 1 not in labels:
+            raise LayoutError(
+                "the train split holds no manipulated image, so a localizer has nothing to learn: add "
+                "manipulated images with masks (genuine images alone calibrate only training-free localizers)"
+            )
+        if not localizer and labels != {0, 1} and not (labels == {0} and self.pseudo_fakes > 0):
+            only = "genuine" if labels == {0} else "fake"
+            raise LayoutError(
+                f"the train split holds {only} images only, so a classifier has nothing to tell apart: add "
+                f"{'fake' if only == 'genuine' else 'genuine'} images"
+                + (" or make pseudo-fakes from the genuine ones (data.pseudo_fakes)" if only == "genuine" else "")
+            )
 
     def make_dataset(self, records: list[Record], transform: Any) -> Dataset:
         """The Dataset of one split; subclasses return other sample shapes (e.g. localization)."""
@@ -290,7 +314,8 @@ class LayoutDataModule(RecordsDataModule):
     `layout` is `auto` (detected, with an error listing the layouts when it cannot tell) or a name.
     GenImage ships `train` and `val` only and its `val` is the benchmark's test set, so when a
     layout has val but no test, val becomes test and a validation split is carved from train by
-    source. `ignore_splits` re-splits everything by `split_fractions` instead.
+    source; a layout with train and test but no val has its validation carved the same way (IMDL
+    lists, CASIA/MVSS lists). `ignore_splits` re-splits everything by `split_fractions` instead.
 
     `exclude_groups` drops records of those groups (e.g. the duplication panels of a generated set,
     which only make sense as pairs). `test_groups` sets up cross-generator evaluation: fakes of those
@@ -341,9 +366,12 @@ class LayoutDataModule(RecordsDataModule):
                 "is carved from train by source",
                 self.root,
             )
-            train, val_fraction = self.split_fractions[0], self.split_fractions[1]
-            carve = (train / (train + val_fraction), val_fraction / (train + val_fraction), 0.0)
-            retest = [replace(r, split="test") if r.split == "val" else r for r in records]
-            pool = [replace(r, split=None) for r in retest if r.split in ("train", None)]
-            return [r for r in retest if r.split == "test"] + assign_splits(pool, carve, self.seed)
-        return records
+            records = [replace(r, split="test") if r.split == "val" else r for r in records]
+        elif "test" in given and "train" in given and "val" not in given:
+            log.info("%s has train/test splits but no val: validation is carved from train by source", self.root)
+        else:
+            return records
+        train, val_fraction = self.split_fractions[0], self.split_fractions[1]
+        carve = (train / (train + val_fraction), val_fraction / (train + val_fraction), 0.0)
+        pool = [replace(r, split=None) for r in records if r.split in ("train", None)]
+        return [r for r in records if r.split == "test"] + assign_splits(pool, carve, self.seed)

@@ -113,6 +113,9 @@ class DetectorModule(L.LightningModule):
             f"{trainable:,}",
             f"{total:,}",
         )
+        check_learnable = getattr(getattr(self.trainer, "datamodule", None), "check_learnable", None)
+        if check_learnable is not None:
+            check_learnable(self.net.is_localizer)
 
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
         outputs = self.net(*self.net.batch_inputs(batch))

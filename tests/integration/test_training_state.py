@@ -191,3 +191,20 @@ def test_a_run_resumed_into_a_new_directory_keeps_and_tests_the_best_epoch_of_th
     kept = torch.load(tmp_path / "resumed" / "checkpoints" / "best.ckpt", weights_only=True)
     assert last_checkpoint(tmp_path / "resumed")["epoch"] == 2 and kept["epoch"] == first_best["epoch"]
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["val"] == first_best["val_metrics"]
+
+
+def test_a_classifier_on_genuine_images_only_is_refused_before_its_first_epoch(small_dataset, tmp_path):
+    """It trained on one class and reported n/a figures beside a calibrated threshold (exit 0)."""
+    import pytest
+
+    from datamodules.records import LayoutError
+
+    lines = small_dataset.read_text().splitlines()
+    label = lines[0].split(",").index("label")
+    genuine = [line for line in lines[1:] if line.split(",")[label] == "0"]
+    manifest = small_dataset.with_name("genuine_only.csv")
+    manifest.write_text("\n".join([lines[0], *genuine]) + "\n")
+    overrides = [*small_train_overrides(small_dataset), f"data.manifest={manifest}"]
+    with pytest.raises(LayoutError, match="genuine images only, so a classifier has nothing to tell apart"):
+        train(prepare_train_config(overrides, tmp_path / "run"))
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hydra.utils import instantiate
 
 from datamodules.io import write_image
 from datamodules.layouts import detect_layout
+from datamodules.records import LayoutError
 from tests.helpers import compose_config
 
 
@@ -93,11 +95,68 @@ def test_cross_generator_split_and_excluded_groups(tmp_path):
 
 
 def test_the_generated_experiments_name_the_command_that_makes_their_missing_data(tmp_path):
-    import pytest
-
-    from datamodules.records import LayoutError
-
     for experiment, command in (("generated", "preset=cpu_diverse"), ("generated_kinds", "preset=cpu_kinds")):
         data = _data([f"experiment={experiment}", f"paths.data_dir={tmp_path}"])
         with pytest.raises(LayoutError, match=f"does not exist: make it first with `python generate.py {command}`"):
             data.load_records()
+
+
+def _folder_tree(root, splits):
+    rng = np.random.default_rng(3)
+    for split in splits:
+        for label in ("0_real", "1_fake"):
+            for i in range(6):
+                write_image(root / split / label / f"{label}{i}.png", rng.integers(0, 256, (24, 24, 3), dtype=np.uint8))
+    return root
+
+
+def test_a_tree_with_train_and_test_but_no_val_keeps_its_test_and_carves_validation_from_train(tmp_path):
+    root = _folder_tree(tmp_path / "tree", ("train", "test"))
+    module = _data(["data=layout", f"data.root={root}"])
+    module.setup()
+    assert {r.path for r in module.splits["test"]} == {str(p) for p in (root / "test").rglob("*.png")}
+    carved = {r.path for r in module.splits["train"] + module.splits["val"]}
+    assert carved == {str(p) for p in (root / "train").rglob("*.png")} and module.splits["val"]
+
+
+def _manifest(root, rows):
+    rng = np.random.default_rng(4)
+    for path, *_ in rows:
+        write_image(root / path, rng.integers(0, 256, (24, 24, 3), dtype=np.uint8))
+    (root / "manifest.csv").write_text("path,label,split\n" + "".join(f"{p},{y},{s}\n" for p, y, s in rows))
+    return root / "manifest.csv"
+
+
+def test_a_manifest_that_names_every_split_but_val_is_told_to_mark_some_rows_val(tmp_path):
+    rows = [(f"{s}{i}.png", i % 2, s) for s in ("train", "test") for i in range(4)]
+    module = _data(["data=manifest", f"data.manifest={_manifest(tmp_path, rows)}"])
+    with pytest.raises(LayoutError, match="none with val; mark some as val, or leave their split empty"):
+        module.setup()
+
+
+@pytest.mark.parametrize(
+    ("labels", "localizer", "refusal"),
+    [
+        ((0,), False, "genuine images only, so a classifier has nothing to tell apart: add fake images or make "),
+        ((1,), False, "fake images only, so a classifier has nothing to tell apart: add genuine images$"),
+        ((0,), True, "no manipulated image, so a localizer has nothing to learn"),
+        ((0, 1), False, None),
+        ((1,), True, None),  # forgeries alone (CASIA's Tp) teach a localizer: their masks hold both classes
+    ],
+)
+def test_a_train_split_a_detector_cannot_learn_from_is_refused_before_training(tmp_path, labels, localizer, refusal):
+    rows = [(f"{s}{i}.png", labels[i % len(labels)], s) for s in ("train", "val", "test") for i in range(4)]
+    module = _data(["data=manifest", f"data.manifest={_manifest(tmp_path, rows)}"])
+    module.setup()
+    if refusal is None:
+        module.check_learnable(localizer)
+    else:
+        with pytest.raises(LayoutError, match=refusal):
+            module.check_learnable(localizer)
+
+
+def test_genuine_images_alone_train_a_classifier_on_their_pseudo_fakes(tmp_path):
+    rows = [(f"{s}{i}.png", 0, s) for s in ("train", "val", "test") for i in range(4)]
+    module = _data(["data=manifest", f"data.manifest={_manifest(tmp_path, rows)}", "data.pseudo_fakes=0.5"])
+    module.setup()
+    module.check_learnable(False)
