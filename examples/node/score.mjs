@@ -63,10 +63,33 @@ function upright(rgb, width, height, orientation) {
   return { rgb: out, width: w, height: h };
 }
 
+// The bit depths a 16-bit greyscale file may hold (microscopy cameras store 10-, 12- or 14-bit data).
+const STORED_DEPTHS = [8, 10, 12, 14, 16];
+
+// A PNG as 8-bit RGBA, as the Python toolkit reads it: a 16-bit greyscale image is scaled by the
+// smallest stored depth that holds its brightest pixel (a 12-bit micrograph is not read nearly
+// black), other 16-bit images keep their high bytes; pngjs alone would divide every 16-bit file by 257.
+function readPng(bytes) {
+  const sixteen = bytes[24] === 16; // IHDR's bit depth, at a fixed offset after the signature
+  const png = PNG.sync.read(bytes, { skipRescale: sixteen });
+  if (!sixteen) return png;
+  const data = new Uint8Array(png.data.length);
+  if (png.colorType === 0) {
+    let brightest = 0;
+    for (let i = 0; i < png.data.length; i += 4) brightest = Math.max(brightest, png.data[i]);
+    const depth = STORED_DEPTHS.find((bits) => brightest <= 2 ** bits - 1);
+    const top = 2 ** depth - 1;
+    for (let i = 0; i < data.length; i++) data[i] = i % 4 === 3 ? 255 : Math.round((png.data[i] / top) * 255);
+  } else {
+    for (let i = 0; i < data.length; i++) data[i] = png.data[i] >> 8;
+  }
+  return { width: png.width, height: png.height, data };
+}
+
 export function decode(path) {
   const bytes = readFileSync(path);
   const lower = path.toLowerCase();
-  const rgba = lower.endsWith(".png") ? PNG.sync.read(bytes)
+  const rgba = lower.endsWith(".png") ? readPng(bytes)
     : (lower.endsWith(".jpg") || lower.endsWith(".jpeg")) ? jpeg.decode(bytes, { useTArray: true })
     : null;
   if (!rgba) throw new Error("only PNG and JPEG files are decoded by this example");

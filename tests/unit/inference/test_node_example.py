@@ -77,18 +77,44 @@ def test_node_turns_a_phone_jpeg_upright_by_its_exif_orientation_as_python_does(
         exif[0x0112] = orientation
         photo = tmp_path / f"turned{orientation}.jpg"
         pixels.save(photo, quality=100, exif=exif)
-        decoded = subprocess.run(
-            ["node", "--input-type=module", "-e", DECODE],
-            env={**os.environ, "SCRIPT": str(EXAMPLE / "score.mjs"), "PHOTO": str(photo)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert decoded.returncode == 0, decoded.stderr
-        seen = json.loads(decoded.stdout)
-        upright = read_image(photo)
-        assert seen["dims"] == [1, *upright.shape], orientation
-        assert np.array_equal(np.asarray(seen["data"], np.uint8).reshape(upright.shape), upright), orientation
+        seen, upright = decoded_in_node(photo), read_image(photo)
+        assert seen.shape == upright.shape and np.array_equal(seen, upright), orientation
+
+
+def decoded_in_node(path) -> np.ndarray:
+    decoded = subprocess.run(
+        ["node", "--input-type=module", "-e", DECODE],
+        env={**os.environ, "SCRIPT": str(EXAMPLE / "score.mjs"), "PHOTO": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert decoded.returncode == 0, decoded.stderr
+    seen = json.loads(decoded.stdout)
+    return np.asarray(seen["data"], np.uint8).reshape(seen["dims"][1:])
+
+
+@pytest.mark.parametrize(
+    ("name", "top", "channels"),
+    [
+        ("grey_12_bit", 4095, 1),
+        ("grey_10_bit", 1023, 1),
+        ("grey_16_bit", 65535, 1),
+        ("rgb", 65535, 3),
+        ("rgba", 65535, 4),
+    ],
+)
+def test_node_reads_a_16_bit_png_at_its_own_depth_as_python_does(tmp_path, name, top, channels):
+    """pngjs divides every 16-bit file by 257: a 12-bit micrograph came out nearly black."""
+    import cv2
+
+    from datamodules.io import read_image
+
+    shape = (7, 9) if channels == 1 else (7, 9, channels)
+    stored = np.random.default_rng(top + channels).integers(0, top + 1, shape).astype(np.uint16)
+    path = tmp_path / f"{name}.png"
+    cv2.imwrite(str(path), stored if channels == 1 else stored[..., [2, 1, 0, 3][:channels]])
+    assert np.array_equal(decoded_in_node(path), read_image(path))
 
 
 DECODE = """
