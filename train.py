@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import os
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +115,18 @@ def check_pair_data(data: DictConfig, net: Any) -> None:
         raise LayoutError(f"{type(net).__name__} trains on data={wanted}, not data={made_by}")
 
 
-def claim_run_directory(output_dir: Path, ckpt_path: str | None) -> None:
+@contextmanager
+def claimed_run_directory(output_dir: Path, ckpt_path: str | None) -> Iterator[None]:
     """A run directory holds one run. A second run into it (two started in the same second, or a
     `hydra.run.dir` used before) would replace the first's checkpoints and test them as its own: the
     first run claims it by creating its `config.yaml`, and the second is refused, unless it resumes
-    a checkpoint of that directory. The other processes of a multi-process run share the first's."""
-    if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "NODE_RANK")):
-        return
-    if ckpt_path and Path(output_dir).resolve() in Path(ckpt_path).resolve().parents:
+    a checkpoint of that directory. The other processes of a multi-process run share the first's.
+    A run that fails before its first checkpoint (refused data, a missing package) gives the
+    directory back, so the same command runs again once the cause is mended."""
+    if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "NODE_RANK")) or (
+        ckpt_path and Path(output_dir).resolve() in Path(ckpt_path).resolve().parents
+    ):
+        yield
         return
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     try:
@@ -130,6 +136,12 @@ def claim_run_directory(output_dir: Path, ckpt_path: str | None) -> None:
             f"{output_dir} already holds a run (its config.yaml): give another hydra.run.dir, or leave it out "
             "for a new run directory; to go on with that run, give its checkpoint as ckpt_path"
         ) from None
+    try:
+        yield
+    except BaseException:
+        if not (Path(output_dir) / "checkpoints").exists():
+            (Path(output_dir) / "config.yaml").unlink(missing_ok=True)
+        raise
 
 
 def check_resume(ckpt_path: str | None, module: Any) -> None:
@@ -185,7 +197,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_pair_data(cfg.data, module.net)
     check_data_overrides(cfg.data, module.net.is_localizer)
     check_resume(cfg.get("ckpt_path"), module)
-    claim_run_directory(output_dir, cfg.get("ckpt_path"))
+    with claimed_run_directory(output_dir, cfg.get("ckpt_path")):
+        return fit_and_test(cfg, module, output_dir)
+
+
+def fit_and_test(cfg: DictConfig, module: DetectorModule, output_dir: Path) -> dict[str, Any]:
+    """`train`'s work inside its claimed run directory."""
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 

@@ -193,7 +193,7 @@ def test_a_run_resumed_into_a_new_directory_keeps_and_tests_the_best_epoch_of_th
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["val"] == first_best["val_metrics"]
 
 
-def test_a_classifier_on_genuine_images_only_is_refused_before_its_first_epoch(small_dataset, tmp_path):
+def test_a_classifier_on_genuine_images_only_is_refused_and_frees_its_run_directory(small_dataset, tmp_path):
     """It trained on one class and reported n/a figures beside a calibrated threshold (exit 0)."""
     import pytest
 
@@ -208,3 +208,6 @@ def test_a_classifier_on_genuine_images_only_is_refused_before_its_first_epoch(s
     with pytest.raises(LayoutError, match="genuine images only, so a classifier has nothing to tell apart"):
         train(prepare_train_config(overrides, tmp_path / "run"))
     assert not (tmp_path / "run" / "checkpoints").exists()
+    mended = [*small_train_overrides(small_dataset), *ORDER_FREE]  # the same run directory, once the data is mended
+    train(prepare_train_config(mended, tmp_path / "run"))
+    assert (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()
