@@ -78,6 +78,30 @@ def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
 
     Raises `ImageReadError` for missing, unreadable, truncated, corrupt or oversized files.
     """
+    array = np.array(_to_rgb(_open_upright(path, max_pixels)), dtype=np.uint8)  # a writable copy
+    if array.ndim != 3 or array.shape[2] != 3 or array.size == 0:
+        raise ImageReadError(path, f"decoded to an unexpected shape {array.shape}")
+    return np.ascontiguousarray(array)
+
+
+def read_mask(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Read a binary mask as an H x W uint8 array of 0/1, as datasets store them: white (a channel
+    at half its range or more) is manipulated, a mask stored as 0/1 is read as such (not as
+    black), and transparent pixels are not manipulated (a shape drawn on a transparent layer)."""
+    image = _open_upright(path, max_pixels)
+    alpha = None
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        image, alpha = rgba.convert("RGB"), np.asarray(rgba.getchannel("A"))
+    values = np.asarray(_to_rgb(image), dtype=np.uint8).max(axis=2)
+    manipulated = values >= (128 if values.max(initial=0) > 1 else 1)
+    if alpha is not None:
+        manipulated &= alpha >= 128
+    return manipulated.astype(np.uint8)
+
+
+def _open_upright(path: str | os.PathLike, max_pixels: int) -> Image.Image:
+    """The decoded image, turned upright by its EXIF orientation; every failure an `ImageReadError`."""
     path = Path(path)
     if not path.is_file():
         raise ImageReadError(path, "file not found" if not path.exists() else "not a regular file")
@@ -93,8 +117,8 @@ def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 image.load()
-            image = ImageOps.exif_transpose(image)
-            array = np.array(_to_rgb(image), dtype=np.uint8)  # a writable copy
+            upright = ImageOps.exif_transpose(image)
+            return upright.copy() if upright is image else upright
     except ImageReadError:
         raise
     except UnidentifiedImageError:
@@ -104,15 +128,6 @@ def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) ->
         if "truncated" in reason.lower():
             reason = f"truncated file ({reason})"
         raise ImageReadError(path, reason) from None
-    if array.ndim != 3 or array.shape[2] != 3 or array.size == 0:
-        raise ImageReadError(path, f"decoded to an unexpected shape {array.shape}")
-    return np.ascontiguousarray(array)
-
-
-def read_mask(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Read a binary mask (white = manipulated) as an H x W uint8 array of 0/1."""
-    rgb = read_image(path, max_pixels)
-    return (rgb.max(axis=2) > 127).astype(np.uint8)
 
 
 def write_image(path: str | os.PathLike, image: np.ndarray, quality: int = 95) -> None:

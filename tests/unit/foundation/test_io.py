@@ -99,3 +99,34 @@ def test_write_image_round_trips_and_read_mask_binarizes(tmp_path):
     write_image(tmp_path / "sub" / "mask.png", mask)
     np.testing.assert_array_equal(read_mask(tmp_path / "sub" / "mask.png"), mask // 255)
     assert not list((tmp_path / "sub").glob(".*tmp"))
+
+
+SHAPE = np.zeros((8, 10), bool)
+SHAPE[2:5, 3:8] = True
+
+
+def _stored_masks():
+    """The same manipulated region as datasets and editors store it."""
+    grey, transparent_white = SHAPE.astype(np.uint8), np.full((8, 10, 4), 255, np.uint8)
+    transparent_white[..., 3] = grey * 255
+    black_layer = np.zeros((8, 10, 4), np.uint8)
+    black_layer[SHAPE] = 255
+    grey_alpha = np.stack([grey * 255, np.full((8, 10), 255, np.uint8)], axis=-1)
+    return {
+        "0/255 grey": Image.fromarray(grey * 255),
+        "0/1 grey": Image.fromarray(grey),
+        "0/1 in 16 bits": Image.fromarray(grey.astype(np.uint16)),
+        "0/65535": Image.fromarray(grey.astype(np.uint16) * 65535),
+        "white shape on a transparent layer": Image.fromarray(black_layer),
+        "white layer, transparent outside the shape": Image.fromarray(transparent_white),
+        "opaque grey + alpha": Image.fromarray(grey_alpha),
+        "bilevel": Image.fromarray(SHAPE).convert("1"),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_stored_masks()))
+def test_read_mask_finds_the_manipulated_region_however_it_is_stored(tmp_path, kind):
+    """0/1 masks were read as empty, masks on a transparent layer as wholly manipulated."""
+    path = tmp_path / "mask.png"
+    _stored_masks()[kind].save(path)
+    np.testing.assert_array_equal(read_mask(path), SHAPE.astype(np.uint8))
