@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import cv2
@@ -63,7 +65,7 @@ class LocalizationDataset(Dataset):
         return len(self.records)
 
     def _mask(self, record: Record, shape: tuple[int, int]) -> np.ndarray:
-        if record.mask:
+        if record.mask and record.label != 0:
             mask = read_mask(record.mask, self.max_pixels)
             if mask.shape != shape:
                 raise ImageReadError(record.mask, f"mask size {mask.shape[::-1]} differs from image size {shape[::-1]}")
@@ -94,6 +96,15 @@ class LocalizationDataset(Dataset):
             "mask": torch.from_numpy(mask).unsqueeze(0).float(),
             "edge": torch.from_numpy(edge_mask(mask, self.edge_width)).unsqueeze(0).float(),
         }
+
+
+def truth_of(record: Record) -> Record:
+    """The record as localization reads its truth: a mask file that does not exist is no mask (for
+    `missing_masks` to decide), and a genuine image has no manipulated pixel whatever mask it lists
+    (as `infer.py` scores it)."""
+    if record.mask and (record.label == 0 or not Path(record.mask).is_file()):
+        return replace(record, mask=None)
+    return record
 
 
 class LocalizationDataModule(LayoutDataModule):
@@ -148,11 +159,15 @@ class LocalizationDataModule(LayoutDataModule):
 
     def load_records(self) -> list[Record]:
         records = super().load_records()
+        genuine_masks = sum(r.label == 0 and bool(r.mask) for r in records)
+        if genuine_masks:
+            log.warning("%d genuine images (label 0) list a mask: not read (no pixel is manipulated)", genuine_masks)
+        records = [truth_of(r) for r in records]
         missing = [r for r in records if r.label == 1 and not r.mask]
         if missing and self.missing_masks == "error":
             raise LayoutError(
-                f"{len(missing)} manipulated images have no mask, e.g. {missing[0].path}; "
-                "set data.missing_masks=drop or full"
+                f"{len(missing)} manipulated images have no mask (or a mask file that does not exist), e.g. "
+                f"{missing[0].path}; set data.missing_masks=drop or full"
             )
         if missing and self.missing_masks == "drop":
             log.warning(

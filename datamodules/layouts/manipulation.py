@@ -3,11 +3,14 @@ lists and THEMIS `original`/`forged`/`mask` triplets."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
-from datamodules.layouts.files import child_folder, describe, images_under, load_json, mask_for
+from datamodules.layouts.files import NameIndex, child_folder, describe, images_under, load_json, pair_masks
 from datamodules.records import LayoutError, Record
+
+log = logging.getLogger(__name__)
 
 THEMIS_FOLDERS = {
     "original": ("original", "originals", "source", "au"),
@@ -19,29 +22,37 @@ THEMIS_FOLDERS = {
 def read_imdl(root: str | os.PathLike) -> list[Record]:
     """IMDL folders: `Tp/` (tampered, label 1) paired by name with `Gt/` masks, optional `Au/` (0).
 
-    A mask matches `<stem>.*`, `<stem>_gt.*`, `<stem>_mask.*` or `<stem>-gt.*`. Tampered images
-    without a mask are an error (the layout promises one), listing a few of them.
+    A mask matches `<stem>.*`, `<stem>_gt.*`, `<stem>_mask.*` or `<stem>-gt.*`, in the sub-folder of
+    `Gt/` that matches the image's in `Tp/`. Tampered images without a mask are listed without one
+    (and said): localization drops them, takes them as wholly tampered or refuses them, as
+    `data.missing_masks` says.
     """
     root = Path(root)
     tp, gt, au = child_folder(root, ("Tp",)), child_folder(root, ("Gt",)), child_folder(root, ("Au",))
     if tp is None or gt is None:
         raise LayoutError(f"{root}: expected IMDL folders Tp/ and Gt/ (and optionally Au/); found {describe(root)}")
-    masks = {p.stem: p for p in images_under(gt)}
-    records, missing = [], []
-    for image in images_under(tp):
-        mask = mask_for(image, masks)
-        if mask is None:
-            missing.append(image.name)
-        records.append(Record(path=str(image), label=1, mask=str(mask) if mask else None))
-    if missing:
-        raise LayoutError(
-            f"{root}: {len(missing)} tampered images in Tp/ have no mask in Gt/ "
-            f"(expected <name>.png or <name>_gt.png), e.g. {', '.join(missing[:5])}"
-        )
+    masks = pair_masks(images_under(tp), tp, NameIndex(gt))
+    say_missing_masks(root, "tampered images in Tp/", "Gt/", masks)
+    records = [Record(path=str(image), label=1, mask=str(mask) if mask else None) for image, mask in masks.items()]
     records += [Record(path=str(p), label=0) for p in (images_under(au) if au else [])]
     if not records:
         raise LayoutError(f"{root}: Tp/ and Gt/ exist but hold no images")
     return records
+
+
+def say_missing_masks(root: Path, images: str, folder: str, masks: dict[Path, Path | None]) -> None:
+    """One warning naming a few of the images that have no mask (data.missing_masks decides)."""
+    missing = [image.name for image, mask in masks.items() if mask is None]
+    if missing:
+        log.warning(
+            "%s: %d %s have no mask in %s (expected <name>.png or <name>_gt.png, in the sub-folder that "
+            "matches the image's), e.g. %s",
+            root,
+            len(missing),
+            images,
+            folder,
+            ", ".join(missing[:5]),
+        )
 
 
 def read_imdl_json(path: str | os.PathLike) -> list[Record]:
@@ -95,8 +106,9 @@ def read_casia_list(path: str | os.PathLike) -> list[Record]:
 def read_themis(root: str | os.PathLike) -> list[Record]:
     """THEMIS-style triplets: `original/`, `forged/`, `mask/` folders paired by file name.
 
-    Each forged image is label 1 with its mask and `source` = the original of the same stem; each
-    original is label 0. Forged images without a mask are an error.
+    Each forged image is label 1 with its mask and `source` = the original of the same name (in the
+    matching sub-folder); each original is label 0. Forged images without a mask are listed without
+    one (and said), for `data.missing_masks` to decide.
     """
     root = Path(root)
     folders = {role: child_folder(root, names) for role, names in THEMIS_FOLDERS.items()}
@@ -104,22 +116,21 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
         raise LayoutError(
             f"{root}: expected THEMIS triplet folders original/, forged/ and mask/; found {describe(root)}"
         )
-    masks = {p.stem: p for p in images_under(folders["mask"])}
-    originals = {p.stem: p for p in images_under(folders["original"])} if folders["original"] else {}
-    records, missing = [], []
-    for image in images_under(folders["forged"]):
-        mask = mask_for(image, masks)
-        if mask is None:
-            missing.append(image.name)
-            continue
-        source = originals.get(image.stem)
+    forged = folders["forged"]
+    masks = pair_masks(images_under(forged), forged, NameIndex(folders["mask"]))
+    say_missing_masks(root, "forged images", f"{folders['mask'].name}/", masks)
+    originals = NameIndex(folders["original"], suffixes=("",)) if folders["original"] else None
+    records = []
+    for image, mask in masks.items():
+        source = originals.find(image, forged) if originals else None
         records.append(
-            Record(path=str(image), label=1, mask=str(mask), group="themis", source=str(source) if source else None)
+            Record(
+                path=str(image),
+                label=1,
+                mask=str(mask) if mask else None,
+                group="themis",
+                source=str(source) if source else None,
+            )
         )
-    if missing:
-        raise LayoutError(
-            f"{root}: {len(missing)} forged images have no mask in "
-            f"{folders['mask'].name}/, e.g. {', '.join(missing[:5])}"
-        )
-    records += [Record(path=str(p), label=0, source=str(p)) for p in originals.values()]
+    records += [Record(path=str(p), label=0, source=str(p)) for p in (originals.by_path.values() if originals else ())]
     return records

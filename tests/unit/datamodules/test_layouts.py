@@ -95,8 +95,34 @@ def test_imdl_folders_pair_masks_by_name(tmp_path):
         "Au_003.jpg": (0, None),
     }
     assert detect_layout(tmp_path) == "imdl"
-    _touch(tmp_path, "Tp/Tp_D_999.jpg")
-    with pytest.raises(LayoutError, match="no mask in Gt/.*Tp_D_999.jpg"):
+
+
+def test_an_imdl_image_without_a_mask_is_listed_without_one_and_said(tmp_path, caplog):
+    """Localization's data.missing_masks decides (drop, full or error); the reader refused the tree."""
+    _touch(tmp_path, "Tp/Tp_D_001.jpg", "Gt/Tp_D_001_gt.png", "Tp/Tp_D_999.jpg")
+    records = {Path(r.path).name: r.mask and Path(r.mask).name for r in read_imdl(tmp_path)}
+    assert records == {"Tp_D_001.jpg": "Tp_D_001_gt.png", "Tp_D_999.jpg": None}
+    assert "1 tampered images in Tp/ have no mask in Gt/" in caplog.text and "Tp_D_999.jpg" in caplog.text
+
+
+def test_images_of_one_name_in_two_sub_folders_get_their_own_masks(tmp_path):
+    """Both took the mask of the last sub-folder read (IMDL), and THEMIS lost half its originals."""
+    _touch(tmp_path / "imdl", "Tp/A/0.png", "Tp/B/0.png", "Gt/A/0_gt.png", "Gt/B/0_gt.png", "Tp/C/1.png", "Gt/1.png")
+    pairs = {r.path: r.mask for r in read_imdl(tmp_path / "imdl")}
+    tp, gt = tmp_path / "imdl" / "Tp", tmp_path / "imdl" / "Gt"
+    assert pairs == {str(tp / "A/0.png"): str(gt / "A/0_gt.png"), str(tp / "B/0.png"): str(gt / "B/0_gt.png"),
+                     str(tp / "C/1.png"): str(gt / "1.png")}  # fmt: skip
+    _touch(tmp_path / "themis", *(f"{role}/{s}/p.png" for role in ("original", "forged", "mask") for s in "AB"))
+    records = read_themis(tmp_path / "themis")
+    assert sum(r.label == 0 for r in records) == 2
+    for forged in (r for r in records if r.label == 1):
+        folder = forged.path.split("/")[-2]
+        assert forged.mask.endswith(f"mask/{folder}/p.png") and forged.source.endswith(f"original/{folder}/p.png")
+
+
+def test_a_mask_two_images_would_share_by_name_is_refused(tmp_path):
+    _touch(tmp_path, "Tp/A/0.png", "Tp/B/0.png", "Gt/0_gt.png")
+    with pytest.raises(LayoutError, match="both pair with the mask .*0_gt.png by name"):
         read_imdl(tmp_path)
 
 

@@ -108,3 +108,46 @@ def test_manipulated_images_without_masks(tmp_path, policy):
         index = next(i for i, p in enumerate(paths) if p.endswith("nomask.png"))
         sample = module.make_dataset(module.splits["train"], None)[index]
         assert bool(sample["mask"].all())
+
+
+@pytest.mark.parametrize("policy", ["drop", "full", "error"])
+def test_a_mask_file_that_does_not_exist_is_a_missing_mask(tmp_path, policy):
+    """It was kept, and each epoch set the image aside as unreadable, whatever missing_masks said."""
+    manifest = _dataset(tmp_path)
+    (tmp_path / "m1.png").unlink()
+    module = _module(manifest, missing_masks=policy)
+    if policy == "error":
+        with pytest.raises(LayoutError, match="1 manipulated images have no mask .*f1.png"):
+            module.setup()
+        return
+    module.setup()
+    kept = next((r for split in module.splits.values() for r in split if r.path.endswith("f1.png")), None)
+    assert (kept is not None) == (policy == "full") and (kept is None or kept.mask is None)
+
+
+def test_a_genuine_image_that_lists_a_mask_has_no_manipulated_pixel(tmp_path):
+    """Training read the mask as manipulated pixels of a genuine image; infer.py ignored it."""
+    manifest = _dataset(tmp_path)
+    lines = manifest.read_text().splitlines()
+    lines = [line.replace("g0.png,0,,", "g0.png,0,m1.png,") for line in lines]
+    manifest.write_text("\n".join(lines) + "\n")
+    module = _module(manifest)
+    module.setup()
+    index, genuine = next((i, r) for i, r in enumerate(module.splits["train"]) if r.path.endswith("g0.png"))
+    assert genuine.mask is None
+    assert not module.make_dataset(module.splits["train"], None)[index]["mask"].any()
+
+
+def test_missing_masks_decides_for_an_imdl_tree_too(tmp_path):
+    """The IMDL reader refused the whole tree before missing_masks was read."""
+    rng = np.random.default_rng(5)
+    for i in range(8):
+        write_image(tmp_path / "Tp" / f"t{i}.png", rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
+        write_image(tmp_path / "Au" / f"a{i}.png", rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
+        if i:
+            write_image(tmp_path / "Gt" / f"t{i}_gt.png", np.full((40, 40), 255, np.uint8))
+    for policy, kept in (("drop", 15), ("full", 16)):
+        module = _module(tmp_path, missing_masks=policy, split_fractions=(0.5, 0.25, 0.25))
+        module.setup()
+        paths = [r.path for split in module.splits.values() for r in split]
+        assert len(paths) == kept and any(p.endswith("t0.png") for p in paths) == (policy == "full")
