@@ -175,16 +175,18 @@ def records_with_masks(records: Iterable[Record]) -> bool:
 
 def pixel_truth(record: Record) -> np.ndarray | None | bool:
     """The boolean mask of a manipulated record, None for a genuine one (scored by its false-positive
-    rate), False when the record says nothing about pixels (unlabelled, or manipulated without a mask)."""
+    rate), False when the record says nothing about pixels (unlabelled, or manipulated without a mask
+    or with an empty one: no pixel to find, and not a genuine image either, as training counts it)."""
     if record.label == 0:
         return None
     if record.label != 1 or not record.mask:
         return False
     try:
-        return read_mask(record.mask) > 0
+        mask = read_mask(record.mask) > 0
     except ImageReadError as error:
         log.warning("pixel metrics skip %s: %s", record.path, error.reason)
         return False
+    return mask if mask.any() else False
 
 
 class PixelReduction:
@@ -208,6 +210,14 @@ class PixelReduction:
         record = self.records[index]
         truth = pixel_truth(record)
         if truth is False:
+            return
+        if truth is not None and truth.shape != pixels.shape:  # as training sets such an image aside
+            log.warning(
+                "pixel metrics skip %s: its mask is %d x %d, the image %d x %d",
+                record.path,
+                *truth.shape[::-1],
+                *pixels.shape[::-1],
+            )
             return
         self.accumulator.add(truth, pixels.astype(np.float32) / 255)
         if truth is not None and self.cases:

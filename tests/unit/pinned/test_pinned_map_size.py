@@ -164,3 +164,17 @@ def test_a_long_run_keeps_few_maps_in_memory_and_still_shows_the_worst_and_best(
         reduction.add_saved(position[row["path"]], row["mask"])
         assert len(reduction.scored) <= 4
     assert [title.split()[0] for *_, title in reduction.contact_sheet()] == ["m9.png", "m1.png"]
+
+
+def test_a_manipulated_image_with_an_empty_or_misfit_mask_says_nothing_about_pixels(tmp_path, caplog):
+    """An empty mask counted its image as genuine in pixel_fpr_genuine; a mask of another size was
+    stretched onto the map (training sets both aside)."""
+    records, rows, _ = report_inputs(tmp_path)
+    for name, mask in (("empty", np.zeros((HEIGHT, WIDTH), np.uint8)), ("small", np.full((5, 7), 255, np.uint8))):
+        image = write(tmp_path / f"{name}.png", np.zeros((HEIGHT, WIDTH, 3), np.uint8))
+        records.append(Record(image, label=1, mask=write(tmp_path / f"{name}_mask.png", mask)))
+        rows.append({"path": image, "status": "ok", "mask": str(tmp_path / "all_map.png")})
+    metrics, _ = pixel_report(records, rows, cases=CASES)
+    assert metrics["n_masks"] == 10 and metrics["pixel_fpr_genuine"] == pytest.approx(3 / HEIGHT)
+    said = f"pixel metrics skip {tmp_path / 'small.png'}: its mask is 7 x 5, the image {WIDTH} x {HEIGHT}"
+    assert said in caplog.text
