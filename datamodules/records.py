@@ -11,7 +11,7 @@ import functools
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -101,6 +101,15 @@ def jsonl_rows(path: Path) -> list[dict]:
     return rows
 
 
+def sources_as_paths(base: Path, records: list[Record]) -> list[Record]:
+    """A `source` that names another row's image, written as paths are written, becomes that
+    row's resolved path: a genuine row without a source is its own source under its resolved path,
+    so its fakes must carry the same key to stay in its split (they straddled splits)."""
+    paths = {record.path for record in records}
+    resolved = {r.source: _resolve(base, r.source) for r in records if r.source}
+    return [replace(r, source=resolved[r.source]) if r.source and resolved[r.source] in paths else r for r in records]
+
+
 def read_manifest(path: str | os.PathLike) -> list[Record]:
     """Read a CSV (with header) or JSONL manifest; relative paths are taken from its folder."""
     path = Path(path)
@@ -160,7 +169,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             path,
             sorted(unknown),
         )
-    return records
+    return sources_as_paths(base, records)
 
 
 def check_repeated_paths(manifest: Path, records: list[Record]) -> None:

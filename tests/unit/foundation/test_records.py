@@ -143,6 +143,23 @@ def test_splits_keep_every_image_of_a_source_together_and_are_deterministic():
     assert assign_splits(records, (0.6, 0.2, 0.2), seed=4) != first
 
 
+def test_fakes_whose_source_is_their_originals_path_stay_in_its_split(tmp_path):
+    """The original (no source of its own) was keyed by its resolved path, its fakes by the path as
+    written: 8 of 24 pairs straddled the splits."""
+    rows = [f"originals/a{i}.png,0,,\nfakes/f{i}.png,1,originals/a{i}.png,\n" for i in range(24)]
+    (tmp_path / "m.csv").write_text("path,label,source,split\n" + "".join(rows))
+    records = assign_splits(read_manifest(tmp_path / "m.csv"), seed=0)
+    split_of = {r.path: r.split for r in records}
+    assert all(
+        split_of[str(tmp_path / f"fakes/f{i}.png")] == split_of[str(tmp_path / f"originals/a{i}.png")]
+        for i in range(24)
+    )
+    assert len(set(split_of.values())) == 3
+    assert {r.source for r in records if r.label == 1} == {str(tmp_path / f"originals/a{i}.png") for i in range(24)}
+    (tmp_path / "named.csv").write_text("path,label,source\nx.png,1,scene7\n")  # a source that names no row
+    assert read_manifest(tmp_path / "named.csv")[0].source == "scene7"
+
+
 def test_a_jsonl_line_that_is_no_object_is_refused_with_its_line(tmp_path):
     (tmp_path / "m.jsonl").write_text('{"path": "a.png", "label": 1.0}\n["b.png", 0]\n')
     with pytest.raises(LayoutError, match=r"m.jsonl:2: each line must be a JSON object"):
