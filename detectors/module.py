@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from datamodules.records import LayoutError
 from detectors.base import Detector
 from detectors.build import build_detector, to_plain
 from detectors.localization_metrics import SplitPixelMetrics
@@ -26,6 +27,25 @@ from evaluation.calibration import (
 from evaluation.pixel import f1_within_genuine_fpr
 
 log = logging.getLogger(__name__)
+
+
+class FirstEpochReads:
+    """How many genuine and manipulated training images the first epoch read, and how many it set
+    aside as unreadable (with one example), kept as (genuine, manipulated, set aside) counts."""
+
+    def __init__(self) -> None:
+        self.counts = torch.zeros(3)  # float32: gathered on any device (MPS has no float64)
+        self.example = ""
+
+    def note(self, batch: Mapping[str, Any]) -> None:
+        labels = batch.get("label")
+        if labels is not None:
+            self.counts[:2] += torch.bincount(labels.detach().flatten().cpu().long().clamp(0, 1), minlength=2)[:2]
+        errors = batch.get("errors") or []
+        self.counts[2] += len(errors)
+        if errors and not self.example:
+            self.example = "{}: {}".format(*errors[0])
+
 
 DEFAULT_OPTIMIZER = {"name": "AdamW", "lr": 1e-4, "weight_decay": 0.0}
 DEFAULT_SCHEDULER = {"warmup_fraction": 0.05, "min_lr_ratio": 0.0}
@@ -100,6 +120,7 @@ class DetectorModule(L.LightningModule):
         self.calibration: dict[str, Any] | None = None  # how far the last calibration can be trusted
         # calibrate_by=category: {category: threshold} for the categories with enough genuine images
         self.category_thresholds: dict[str, float] = {}
+        self._first_epoch: FirstEpochReads | None = None  # what the first training epoch could read
 
     def forward(self, *images: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.net(*images)
@@ -116,14 +137,39 @@ class DetectorModule(L.LightningModule):
         check_learnable = getattr(getattr(self.trainer, "datamodule", None), "check_learnable", None)
         if check_learnable is not None:
             check_learnable(self.net.is_localizer)
+            self._first_epoch = FirstEpochReads()
+
+    def on_train_epoch_end(self) -> None:
+        self._check_first_epoch_reads()
+
+    def _check_first_epoch_reads(self) -> None:
+        """After the first training epoch (before its checkpoint): refuse a run that could read no
+        image of a class it needs, every one set aside as unreadable (masks of another size, say)."""
+        if self._first_epoch is None:
+            return
+        reads, self._first_epoch = self._first_epoch, None
+        counts = self.all_gather(reads.counts.to(self.device)).reshape(-1, 3).sum(0).tolist()
+        needed = {1: "manipulated"} if self.net.is_localizer else {0: "genuine", 1: "fake"}
+        unread = [name for label, name in needed.items() if counts[label] == 0]
+        if unread and counts[2]:
+            raise LayoutError(
+                f"the first epoch read no {unread[0]} training image: {int(counts[2])} were set aside as "
+                f"unreadable, e.g. {reads.example}; mend them (see the warnings above) before training"
+            )
 
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
+        if self._first_epoch is not None:
+            self._first_epoch.note(batch)
+        if "label" not in batch:  # every image of the batch was set aside as unreadable (said by collate)
+            return sum(p.sum() * 0.0 for p in self.net.parameters() if p.requires_grad)  # DDP still syncs
         outputs = self.net(*self.net.batch_inputs(batch))
         loss = self.net.loss(outputs, batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["label"]))
         return loss
 
     def on_validation_epoch_start(self) -> None:
+        if not self.trainer.sanity_checking:
+            self._check_first_epoch_reads()
         self._extras["val"] = []
         self._share_buffers_of_rank_zero()
 
@@ -148,6 +194,8 @@ class DetectorModule(L.LightningModule):
         self._evaluation_step("test", batch)
 
     def _evaluation_step(self, stage: str, batch: Mapping[str, Any]) -> None:
+        if "label" not in batch:  # every image of the batch was set aside as unreadable (said by collate)
+            return
         outputs = self.net(*self.net.batch_inputs(batch))
         loss = self.net.loss(outputs, batch)
         self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(batch["label"]))
