@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from datamodules.io import split_keys, split_keys_by_group, write_manifest
+from synthesis.families import check_reused_weights
 from synthesis.items import execute, fragment_path, init_worker, one_thread
 from synthesis.photos import stamped_table
 from synthesis.planning import plan_items
@@ -75,6 +76,8 @@ def _generators(
         sidecar = weights.with_suffix(".json")
         if weights.is_file():
             meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+            if options.dir:
+                check_reused_weights(weights, meta.get("training"), training)
             if options.dir or (meta.get("training") == training and meta.get("seed") == spec.seed + index):
                 status[variant] = f"reused {weights}" + _psnr_note(meta)
                 continue

@@ -8,11 +8,12 @@ and for each crop a fake made by re-rendering the frame.
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -20,7 +21,7 @@ import cv2
 import numpy as np
 
 from datamodules.io import ImageReadError, read_image, split_keys, write_image, write_manifest
-from synthesis.photos import scene_of
+from synthesis.photos import GENERATED_NAMES, photos_digest, scene_of
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +178,38 @@ def make_embedded_manifest(
     """Generate crops + re-rendered fakes under `output` (from `photos`, by default the bundled
     photographs) and write its `manifest.csv`, split by photo (`scene_of`); returns the manifest's path."""
     output = Path(output)
-    rows = build_embedded_dataset(
-        output, EmbeddedSpec(seed=seed, **spec), photos=photos, **({"progress": progress} if progress else {})
-    )
+    embedded = EmbeddedSpec(seed=seed, **spec)
+    stamp_embedded_options(output, embedded, split_fractions, photos)
+    rows = build_embedded_dataset(output, embedded, photos=photos, **({"progress": progress} if progress else {}))
     _write_split(rows, output / "manifest.csv", split_fractions, seed)
     return output / "manifest.csv"
+
+
+def stamp_embedded_options(
+    output: Path, spec: EmbeddedSpec, split_fractions: Sequence[float], photos: Sequence[str | os.PathLike] | None
+) -> None:
+    """Stamp the options and photos into `output` before a file is written, refusing a folder made
+    with others: its files would be kept (a run resumes by keeping them) under the new manifest."""
+    stamp = output / ".items" / "spec.json"
+    options = {
+        "quickstart": {**asdict(spec), "scales": [float(s) for s in spec.scales]},
+        "split_fractions": [float(f) for f in split_fractions],
+        "photo_digest": photos_digest(sorted(str(p) for p in photos or bundled_photo_paths())),
+    }
+    if stamp.is_file():
+        if json.loads(stamp.read_text()) != options:
+            raise ValueError(
+                f"{output} holds a dataset made with other options or photos ({stamp}); "
+                "choose a new output folder or delete the old one"
+            )
+        return
+    if found := [name for name in GENERATED_NAMES if (output / name).exists()]:
+        raise ValueError(
+            f"{output} already holds {', '.join(found)}, which no generation with these options made there "
+            f"(it has no {stamp}): choose a new or empty output folder"
+        )
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(options, indent=1, sort_keys=True))
 
 
 def ensure_embedded_manifest(

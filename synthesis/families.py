@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -79,6 +79,21 @@ def _fidelity(images: list[np.ndarray], render) -> float:
     return round(float(np.mean([psnr(render(im), im) for im in images[:8]])), 2)
 
 
+def check_reused_weights(weights: Path, recorded: Mapping[str, Any] | None, asked: Mapping[str, Any]) -> None:
+    """Weights reused from a user's `generator.dir` were trained with the options asked: the
+    dataset's stamp records those options. Seeds may differ (one folder serves datasets of several
+    seeds); weights without a record of their training are reused as given."""
+    asked = json.loads(json.dumps(dict(asked), default=list))
+    if recorded is None or dict(recorded) == asked:
+        return
+    differ = sorted(k for k in asked.keys() | recorded.keys() if recorded.get(k) != asked.get(k))
+    raise ValueError(
+        f"{weights} was trained with other options ("
+        + ", ".join(f"{k} {recorded.get(k)!r} there, {asked.get(k)!r} asked" for k in differ)
+        + "): give the options it was trained with, or another generator.dir"
+    )
+
+
 def _cached(weights: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     sidecar = weights.with_suffix(".json")
     if not weights.is_file():
@@ -116,6 +131,10 @@ def train_families(
             **({"latent": keys["latent"]} if name == "ddpm_latent" else {}),
         }
         keys[name] = key
+        if reuse_any and weights.is_file():
+            sidecar = weights.with_suffix(".json")
+            recorded = json.loads(sidecar.read_text()).get("key", {}) if sidecar.is_file() else {}
+            check_reused_weights(weights, recorded.get("training"), key["training"])
         meta = ({} if weights.is_file() else None) if reuse_any else _cached(weights, key)
         paths[name] = str(weights.resolve())
         if meta is not None:

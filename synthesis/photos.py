@@ -4,6 +4,7 @@ from other photos or with other options."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zlib
@@ -44,6 +45,19 @@ def photo_table(photos: Sequence[str | os.PathLike] | None, root: str | os.PathL
     return table
 
 
+def photos_digest(paths: Sequence[str | os.PathLike]) -> str:
+    """One digest of the photos' names and bytes: a folder made from photos of the same names but
+    other content is told apart from its own."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).name.encode() + b"\0")
+        try:
+            digest.update(Path(path).read_bytes())
+        except OSError:  # an unreadable photo is skipped (and said) where it is read
+            digest.update(b"unreadable")
+    return digest.hexdigest()
+
+
 # What a generation writes at the top of its output folder (beside `.items/`, its own bookkeeping).
 GENERATED_NAMES = (
     "contact_sheet.png",
@@ -57,6 +71,18 @@ GENERATED_NAMES = (
 )
 
 
+def check_crop_categories(spec: DatasetSpec, table: list[dict[str, str]], bundled: bool) -> None:
+    """`panels.crops_by_category` names categories the dataset has (a misspelt one was ignored),
+    before the options are stamped."""
+    categories = {p["category"] for p in table} if not (bundled and spec.genuine_kinds) else {"photo"}
+    categories |= set(spec.genuine_kinds or {})
+    if unknown := sorted(set(spec.crops_by_category) - categories):
+        raise ValueError(
+            f"panels.crops_by_category names {', '.join(unknown)}, no category of these photos; "
+            f"they have {', '.join(sorted(map(str, categories)))}"
+        )
+
+
 def stamped_table(
     output: Path, spec: DatasetSpec, photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None
 ) -> list[dict[str, str]]:
@@ -64,10 +90,11 @@ def stamped_table(
     `output`, so a folder never mixes items made with other options or photos. The options are
     checked and stamped before anything is written: a run killed while it wrote the sources is
     resumed only with the same options, and a folder of other files is never written over."""
+    check_crop_categories(spec, photo_table(photos, root), bundled=photos is None)
     stamp = output / ".items" / "spec.json"
     options = spec.fingerprint()
     earlier = json.loads(stamp.read_text()) if stamp.is_file() else None
-    if earlier is not None and {k: v for k, v in earlier.items() if k != "photos"} != options:
+    if earlier is not None and {k: v for k, v in earlier.items() if k not in ("photos", "photo_digest")} != options:
         raise ValueError(
             f"{output} holds a dataset generated with other options ({stamp}); "
             "choose a new output folder or delete the old one"
@@ -91,11 +118,14 @@ def stamped_table(
         )
     if not table:
         raise ValueError("no photos to generate from")
-    keys = [p["key"] for p in table]
-    if earlier is not None and earlier.get("photos") not in (None, keys):
+    keys, digest = [p["key"] for p in table], photos_digest([p["photo"] for p in table])
+    # a stamp of an earlier version has no digest: its photos are known by name only
+    if earlier is not None and (
+        earlier.get("photos") not in (None, keys) or earlier.get("photo_digest") not in (None, digest)
+    ):
         raise ValueError(
             f"{output} holds a dataset generated from other photos ({stamp}); "
             "choose a new output folder or delete the old one"
         )
-    stamp.write_text(json.dumps({**options, "photos": keys}, indent=1, sort_keys=True))
+    stamp.write_text(json.dumps({**options, "photos": keys, "photo_digest": digest}, indent=1, sort_keys=True))
     return table

@@ -86,6 +86,10 @@ class GeneratorOptions:
     lr: float = 3e-3
     dir: str | None = None  # where weights are cached / reused; default <output>/generators
 
+    def __post_init__(self) -> None:
+        if not self.variants:
+            raise ValueError("generator.variants must name one variant or more")
+
     def training(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k not in ("variants", "dir")}
 
@@ -138,10 +142,24 @@ class DatasetSpec:
         negative = {k: v for k, v in self.crops_by_category.items() if int(v) < 0}
         if self.crops_per_photo < 0 or negative:
             raise ValueError(f"crop counts must be 0 or more, got {self.crops_per_photo} and {negative}")
+        self._check_counts()
         if isinstance(self.generator, Mapping):
             object.__setattr__(self, "generator", GeneratorOptions(**self.generator))
         if isinstance(self.diffusion, Mapping):
             object.__setattr__(self, "diffusion", DiffusionOptions(**self.diffusion))
+
+    def _check_counts(self) -> None:
+        """Negative rates and counts, and sizes below one pixel, refused before anything is made (a
+        negative rate read as 0, a negative seed failed in every worker)."""
+        if int(self.seed) < 0:
+            raise ValueError(f"seed must be 0 or more, got {self.seed}")
+        if negative := {op: rate for op, rate in self.ops.items() if float(rate) < 0}:
+            raise ValueError(f"operation rates must be 0 or more (0 turns one off), got {negative}")
+        if negative := {kind: n for kind, n in (self.genuine_kinds or {}).items() if int(n) < 0}:
+            raise ValueError(f"genuine_kinds counts must be 0 or more, got {negative}")
+        sizes = {name: getattr(self, name) for name in ("max_side", "crop_size", "min_panel_side")}
+        if small := {name: size for name, size in sizes.items() if size < 1}:
+            raise ValueError(f"panel sizes must be 1 px or more, got {small}")
 
     def changed_forgery_options(self) -> dict[str, dict[str, Any]]:
         """`forgery_options` without the settings equal to the generators' defaults, nor empty operations."""
