@@ -50,20 +50,57 @@ def is_image_file(path: str | os.PathLike) -> bool:
 STORED_DEPTHS = (8, 10, 12, 14, 16)
 
 
+def _depth_scaled(values: np.ndarray) -> np.ndarray:
+    """High-bit-depth values -> 0..255 (float) by the smallest of `STORED_DEPTHS` that holds the
+    brightest value: a 12-bit micrograph in a 16-bit file is read as 12-bit, not as nearly black."""
+    brightest = values.max(initial=0)
+    depth = next((bits for bits in STORED_DEPTHS if brightest <= 2**bits - 1), 32)
+    return values / float(2**depth - 1) * 255.0
+
+
+# EXIF orientation -> the transposition that makes the stored pixels upright (as ImageOps.exif_transpose)
+_UPRIGHT = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
+def _wide_colour(image: Image.Image, path: Path) -> Image.Image | None:
+    """A 16-bit colour (or grey + alpha) file as 8-bit RGB(A) by its own depth, or None for other
+    files. Pillow keeps only the high byte of such files (a 12-bit colour micrograph read nearly
+    black), so they are decoded with OpenCV at full depth."""
+    if image.mode not in ("RGB", "RGBA", "LA") or not any(";16" in str(tile.args) for tile in image.tile):
+        return None
+    import cv2
+
+    stored = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_UNCHANGED)
+    if stored is None or stored.dtype != np.uint16:
+        return None
+    stored = stored[..., None] if stored.ndim == 2 else stored
+    colour = stored[..., :3][..., ::-1] if stored.shape[2] >= 3 else np.repeat(stored[..., :1], 3, axis=2)
+    channels = [np.rint(_depth_scaled(colour.astype(np.float64)))]
+    if stored.shape[2] in (2, 4):  # alpha, kept as 8 bits
+        channels.append(np.rint(stored[..., -1:].astype(np.float64) / 257.0))
+    wide = Image.fromarray(np.clip(np.concatenate(channels, axis=2), 0, 255).astype(np.uint8))
+    orientation = image.getexif().get(0x0112, 1)
+    return wide.transpose(_UPRIGHT[orientation]) if orientation in _UPRIGHT else wide
+
+
 def _to_rgb(image: Image.Image) -> Image.Image:
     """Every mode -> 8-bit RGB. High-bit-depth images are rescaled by their real range, not
-    clipped, so a 16-bit scan does not come out white: by the smallest of `STORED_DEPTHS` that
-    holds the brightest pixel, so a 12-bit micrograph in a 16-bit file does not come out black."""
+    clipped, so a 16-bit scan does not come out white (`_depth_scaled`)."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         values = np.asarray(image, dtype=np.float64)
-        brightest = values.max(initial=0)
-        depth = next((bits for bits in STORED_DEPTHS if brightest <= 2**bits - 1), 32)
-        top = float(2**depth - 1)
         if image.mode == "F":
             low, high = float(values.min(initial=0)), float(values.max(initial=1))
             values = (values - low) / max(high - low, 1e-12) * 255.0
         else:
-            values = values / top * 255.0
+            values = _depth_scaled(values)
         image = Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), mode="L")
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         # Transparent pixels become white, as image viewers show them on a page.
@@ -114,6 +151,8 @@ def _open_upright(path: str | os.PathLike, max_pixels: int) -> Image.Image:
                     f"{width} x {height} = {width * height:,} pixels exceeds the limit of "
                     f"{max_pixels:,} (decompression-bomb guard; raise max_pixels to allow it)",
                 )
+            if (wide := _wide_colour(image, path)) is not None:
+                return wide
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 image.load()

@@ -66,22 +66,19 @@ function upright(rgb, width, height, orientation) {
 // The bit depths a 16-bit greyscale file may hold (microscopy cameras store 10-, 12- or 14-bit data).
 const STORED_DEPTHS = [8, 10, 12, 14, 16];
 
-// A PNG as 8-bit RGBA, as the Python toolkit reads it: a 16-bit greyscale image is scaled by the
-// smallest stored depth that holds its brightest pixel (a 12-bit micrograph is not read nearly
-// black), other 16-bit images keep their high bytes; pngjs alone would divide every 16-bit file by 257.
+// A PNG as 8-bit RGBA, as the Python toolkit reads it: a 16-bit image (grey or colour) is scaled
+// by the smallest stored depth that holds its brightest value (a 12-bit micrograph is not read
+// nearly black) and its alpha to 8 bits; pngjs alone would divide every 16-bit file by 257.
 function readPng(bytes) {
   const sixteen = bytes[24] === 16; // IHDR's bit depth, at a fixed offset after the signature
   const png = PNG.sync.read(bytes, { skipRescale: sixteen });
   if (!sixteen) return png;
+  let brightest = 0;
+  for (let i = 0; i < png.data.length; i++) if (i % 4 !== 3) brightest = Math.max(brightest, png.data[i]);
+  const top = 2 ** STORED_DEPTHS.find((bits) => brightest <= 2 ** bits - 1) - 1;
   const data = new Uint8Array(png.data.length);
-  if (png.colorType === 0) {
-    let brightest = 0;
-    for (let i = 0; i < png.data.length; i += 4) brightest = Math.max(brightest, png.data[i]);
-    const depth = STORED_DEPTHS.find((bits) => brightest <= 2 ** bits - 1);
-    const top = 2 ** depth - 1;
-    for (let i = 0; i < data.length; i++) data[i] = i % 4 === 3 ? 255 : Math.round((png.data[i] / top) * 255);
-  } else {
-    for (let i = 0; i < data.length; i++) data[i] = png.data[i] >> 8;
+  for (let i = 0; i < data.length; i++) {
+    data[i] = i % 4 === 3 ? Math.round(png.data[i] / 257) : Math.round((png.data[i] / top) * 255);
   }
   return { width: png.width, height: png.height, data };
 }

@@ -68,6 +68,48 @@ def test_a_micrograph_of_fewer_bits_in_a_16_bit_file_is_read_at_its_own_depth(tm
     assert image.min() == 0 and image.max() == 255
 
 
+def _colour_file(path, pixels, orientation=None):
+    """A 16-bit colour PNG or TIFF as cameras and microscopes write them (Pillow cannot write one);
+    a PNG may carry an EXIF orientation (an eXIf chunk before the image data)."""
+    import struct
+    import zlib
+
+    import cv2
+
+    ok, encoded = cv2.imencode(path.suffix, pixels[..., [2, 1, 0, 3][: pixels.shape[2]]])
+    data = encoded.tobytes()
+    if orientation is not None:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        payload = exif.tobytes().removeprefix(b"Exif\x00\x00")
+        chunk = struct.pack(">I", len(payload)) + b"eXIf" + payload + struct.pack(">I", zlib.crc32(b"eXIf" + payload))
+        at = data.index(b"IDAT") - 4
+        data = data[:at] + chunk + data[at:]
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(("suffix", "channels"), [(".png", 3), (".tiff", 3), (".png", 4)])
+def test_a_12_bit_colour_micrograph_in_a_16_bit_file_is_read_at_its_own_depth(tmp_path, suffix, channels):
+    """Pillow keeps the high byte of 16-bit colour files: 0..4095 was read as 0..15 (nearly black)."""
+    pixels = np.random.default_rng(channels).integers(0, 4096, (6, 9, channels)).astype(np.uint16)
+    if channels == 4:
+        pixels[..., 3] = 65535
+    image = read_image(_colour_file(tmp_path / f"colour{suffix}", pixels))
+    np.testing.assert_array_equal(image, np.rint(pixels[..., :3] / 4095 * 255).astype(np.uint8))
+
+
+def test_a_16_bit_colour_file_is_turned_upright_by_its_exif_orientation_as_an_8_bit_one(tmp_path):
+    pixels = np.random.default_rng(7).integers(0, 4096, (6, 9, 3)).astype(np.uint16)
+    eight_bit = Image.fromarray(np.rint(pixels / 4095 * 255).astype(np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    eight_bit.save(tmp_path / "eight.png", exif=exif)
+    turned = read_image(_colour_file(tmp_path / "wide.png", pixels, orientation=6))
+    assert turned.shape == (9, 6, 3)
+    np.testing.assert_array_equal(turned, read_image(tmp_path / "eight.png"))
+
+
 def test_truncated_file_is_an_error_with_reason(tmp_path):
     path = tmp_path / "cut.jpg"
     Image.fromarray(RGB).save(path, quality=95)

@@ -100,8 +100,9 @@ def decoded_in_node(path) -> np.ndarray:
         ("grey_12_bit", 4095, 1),
         ("grey_10_bit", 1023, 1),
         ("grey_16_bit", 65535, 1),
-        ("rgb", 65535, 3),
-        ("rgba", 65535, 4),
+        ("rgb_12_bit", 4095, 3),
+        ("rgb_16_bit", 65535, 3),
+        ("rgba_12_bit", 4095, 4),
     ],
 )
 def test_node_reads_a_16_bit_png_at_its_own_depth_as_python_does(tmp_path, name, top, channels):
@@ -112,6 +113,8 @@ def test_node_reads_a_16_bit_png_at_its_own_depth_as_python_does(tmp_path, name,
 
     shape = (7, 9) if channels == 1 else (7, 9, channels)
     stored = np.random.default_rng(top + channels).integers(0, top + 1, shape).astype(np.uint16)
+    if channels == 4:  # alpha over the whole 16-bit range
+        stored[..., 3] = np.random.default_rng(1).integers(0, 65536, (7, 9))
     path = tmp_path / f"{name}.png"
     cv2.imwrite(str(path), stored if channels == 1 else stored[..., [2, 1, 0, 3][:channels]])
     assert np.array_equal(decoded_in_node(path), read_image(path))
