@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import tempfile
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from datamodules.io import file_in_the_way
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
 from detectors.blocks.weights import MissingWeightsError
 from exporting.onnx_export import ExportError, export_onnx
-from exporting.variants import PRECISIONS, VariantRefused, build_variant, sample_images
+from exporting.variants import VariantRefused, build_variant, check_variant_options, sample_images
 from inference.cli import expected_failures, run
 from inference.runtime import ModelLoadError, load_checkpoint
 
@@ -23,21 +25,28 @@ log = logging.getLogger("export")
 
 
 def export(cfg: DictConfig) -> dict:
-    """The fp32 export with its parity check, then the requested variant measured against it."""
+    """The fp32 export with its parity check, then the requested variant measured against it; the
+    model and its sidecar are written together at the end, or not at all."""
     output = Path(cfg.output)
-    if output.suffix.lower() != ".onnx":  # its sidecar is <stem>.json: m.txt would replace m.json
-        raise ExportError(f"output must end in .onnx, got {output}")
-    if cfg.precision not in PRECISIONS:  # before the fp32 export, which takes minutes for large models
-        raise VariantRefused(f"precision must be one of {PRECISIONS}, got {cfg.precision!r}")
-    plain = cfg.precision == "fp32" and not cfg.graph_preprocess
+    check_output(output, Path(cfg.model))
+    check_variant_options(cfg.precision, cfg.int8_mode)  # before the fp32 export, which takes minutes for large models
     module = load_checkpoint(cfg.model)
-    if getattr(module.net, "is_pair_detector", False) and not plain:
+    if not math.isfinite(float(module.threshold)):
+        raise ExportError(
+            f"{cfg.model} has no threshold ({float(module.threshold)}): calibrate it on genuine images first "
+            "(python calibrate.py model=... input=...)"
+        )
+    if getattr(module.net, "is_pair_detector", False) and (cfg.precision != "fp32" or cfg.graph_preprocess):
         raise ExportError(
             "a pair detector exports as fp32 with two float image inputs only (no graph_preprocess, fp16 or int8)"
         )
+    # the images are read before the export: a missing input is said before minutes of work
+    images, labels = sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
+    calibration = (
+        sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0] if cfg.calibration_input else images
+    )
     with tempfile.TemporaryDirectory() as folder:
-        fp32 = output if plain else Path(folder) / "fp32.onnx"
-        report = export_onnx(module, fp32, opset=cfg.opset, tolerance=cfg.tolerance)
+        report = export_onnx(module, Path(folder) / "fp32.onnx", opset=cfg.opset, tolerance=cfg.tolerance)
         log.info(
             "fp32 export: outputs %s; max |score difference| vs PyTorch %.2e",
             ", ".join(report.outputs),
@@ -47,16 +56,8 @@ def export(cfg: DictConfig) -> dict:
             log.info(
                 "max |mask difference| vs PyTorch %.2e on inputs %s", report.max_mask_difference, report.checked_shapes
             )
-        images, labels = (
-            sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
-        )
-        calibration = (
-            sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0]
-            if cfg.calibration_input
-            else images
-        )
         return build_variant(
-            fp32,
+            report.path,
             output,
             precision=cfg.precision,
             graph_preprocess=cfg.graph_preprocess,
@@ -73,6 +74,21 @@ def export(cfg: DictConfig) -> dict:
                 "max_mask_difference": report.max_mask_difference,
                 "checked_shapes": report.checked_shapes,
             },
+        )
+
+
+def check_output(output: Path, model: Path) -> None:
+    """An output the export can write, and a checkpoint to export, said before any work."""
+    if output.suffix.lower() != ".onnx":  # its sidecar is <stem>.json: m.txt would replace m.json
+        raise ExportError(f"output must end in .onnx, got {output}")
+    if output.is_dir():
+        raise ExportError(f"output {output} is a folder; give a file name ending in .onnx")
+    if (blocking := file_in_the_way(output.parent)) is not None:
+        raise ExportError(f"output {output} cannot be written: {blocking} is a file, not a folder")
+    if model.suffix.lower() == ".onnx":
+        raise ExportError(
+            f"{model} is already an ONNX model: export.py turns a .ckpt checkpoint into one "
+            "(calibrate.py recalibrates an ONNX model, infer.py scores it)"
         )
 
 

@@ -124,6 +124,8 @@ def stamp_metadata(path: Path, module: DetectorModule, names: list[str]) -> None
         metadata["trained_preprocess"] = json.dumps(trained.to_dict())
     if getattr(module, "category_thresholds", None):  # calibration.by=category
         metadata["category_thresholds"] = json.dumps(module.category_thresholds)
+    if getattr(module, "calibration", None):  # its reports say how far the threshold can be trusted
+        metadata["calibration"] = json.dumps(module.calibration, default=float)
     if getattr(module.net, "min_image_side", 1) > 1:  # e.g. noise_level: more than half a block
         metadata["min_side"] = str(int(module.net.min_image_side))
     del model.metadata_props[:]

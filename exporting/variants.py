@@ -28,6 +28,7 @@ from inference.runtime import scoring_preprocess
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16", "int8")
+INT8_MODES = ("static", "dynamic")  # calibrated activation ranges, or ranges measured per input at run time
 EXACT_MODES = ("center_crop", "pad", "tile", "none")
 
 
@@ -254,8 +255,7 @@ def build_variant(
 
     Kept in one piece: quantize, compare and refuse are one decision about one file.
     """
-    if precision not in PRECISIONS:
-        raise VariantRefused(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_variant_options(precision, int8_mode)
     fp32 = onnx.load(str(fp32_path))
     meta = {p.key: p.value for p in fp32.metadata_props}
     # what infer.py feeds the network (localizers: the whole image)
@@ -296,13 +296,36 @@ def build_variant(
                 f"{report['graph_parity']['max_score_difference']:.3g} (> {bound:g}) against "
                 f"infer.py; the file was not written"
             )
+    if precision == "int8":
+        report["int8_mode"] = int8_mode
     _stamp(model, precision=precision)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.stem}.partial.onnx")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, output)
-    report["sidecar"] = str(write_sidecar(output, model, {"precision": precision, "export_report": report}))
+    report["sidecar"] = str(output.with_suffix(".json"))
+    write_model_and_sidecar(output, model, {"precision": precision, "export_report": report})
     return report
+
+
+def check_variant_options(precision: str, int8_mode: str) -> None:
+    """The variant's options, refused before any export work (a mistyped int8_mode quantized statically)."""
+    if precision not in PRECISIONS:
+        raise VariantRefused(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if int8_mode not in INT8_MODES:
+        raise VariantRefused(f"int8_mode must be one of {INT8_MODES}, got {int8_mode!r}")
+
+
+def write_model_and_sidecar(output: Path, model: onnx.ModelProto, extra: dict[str, Any]) -> None:
+    """The model and its sidecar, each written whole and moved in place together: a failure leaves
+    neither a partial file nor a sidecar describing another model."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = (output.with_name(f".{output.stem}.partial.onnx"), output.with_name(f".{output.stem}.partial.json"))
+    try:
+        onnx.save(model, str(partial[0]))
+        write_sidecar(partial[0], model, extra)
+        os.replace(partial[0], output)
+        os.replace(partial[1], output.with_suffix(".json"))
+    except (OSError, ValueError) as error:  # ValueError: a threshold JSON cannot hold (nan)
+        for path in partial:
+            path.unlink(missing_ok=True)
+        raise VariantRefused(f"cannot write {output}: {getattr(error, 'strerror', None) or error}") from None
 
 
 def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any]) -> Path:
@@ -325,8 +348,9 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
         **({"target_fpr": float(meta["target_fpr"])} if "target_fpr" in meta else {}),
         # calibrated by category: each input of a named category is decided at its category's threshold
         **({"category_thresholds": json.loads(meta["category_thresholds"])} if "category_thresholds" in meta else {}),
+        **({"operations": json.loads(meta["operations"])} if "operations" in meta else {}),  # pair score columns
         **extra,
     }
     path = model_path.with_suffix(".json")
-    path.write_text(json.dumps(data, indent=2))
+    path.write_text(json.dumps(data, indent=2, allow_nan=False))
     return path

@@ -99,6 +99,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
         module.category_thresholds = {
             str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()
         }
+        module.calibration = checkpoint.get("calibration")  # how far the threshold can be trusted
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     return module.eval()
