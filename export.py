@@ -16,7 +16,7 @@ from datamodules.io import file_in_the_way
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError
 from detectors.blocks.weights import MissingWeightsError
-from exporting.onnx_export import ExportError, export_onnx
+from exporting.onnx_export import ExportError, check_exportable, export_onnx
 from exporting.variants import VariantRefused, build_variant, check_variant_options, sample_images
 from inference.cli import expected_failures, run
 from inference.runtime import ModelLoadError, load_checkpoint
@@ -36,6 +36,7 @@ def export(cfg: DictConfig) -> dict:
             f"{cfg.model} has no threshold ({float(module.threshold)}): calibrate it on genuine images first "
             "(python calibrate.py model=... input=...)"
         )
+    check_exportable(module)  # before the variant checks: a pair detector may not export at all
     if getattr(module.net, "is_pair_detector", False) and (cfg.precision != "fp32" or cfg.graph_preprocess):
         raise ExportError(
             "a pair detector exports as fp32 with two float image inputs only (no graph_preprocess, fp16 or int8)"

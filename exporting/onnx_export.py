@@ -174,6 +174,12 @@ def export_graph(
         raise ExportError(f"opset={opset}: the exporter wrote opset {sorted(written)}; the file was not written")
 
 
+def check_exportable(module: DetectorModule) -> None:
+    """Refuse a detector that is no fixed graph (fitted per image, matching), with its reason."""
+    if refusal := getattr(module.net, "onnx_export_refusal", None):
+        raise ExportError(f"{type(module.net).__name__} cannot be exported to ONNX: {refusal}")
+
+
 def export_onnx(
     module: DetectorModule,
     output: str | os.PathLike,
@@ -190,9 +196,7 @@ def export_onnx(
     """
     import onnxruntime as ort
 
-    refusal = getattr(module.net, "onnx_export_refusal", None)  # a detector that is no fixed graph
-    if refusal:
-        raise ExportError(f"{type(module.net).__name__} cannot be exported to ONNX: {refusal}")
+    check_exportable(module)
     output = Path(output)
     if getattr(module.net, "is_pair_detector", False):  # two image inputs (learned pair detectors)
         from exporting.pair_export import export_pair_onnx

@@ -95,3 +95,17 @@ def test_a_model_that_cannot_be_written_leaves_no_partial_file(tiny_model, tmp_p
     with pytest.raises(VariantRefused, match="cannot write .*m.onnx: No space left on device"):
         export_with(f"model={tiny_model['ckpt']}", f"output={tmp_path / 'm.onnx'}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pair_detector_without_a_graph_is_refused_for_what_it_is_not_for_a_variant(tmp_path):
+    """dup_sift with graph_preprocess=true was told that pair detectors export as fp32 only."""
+    from omegaconf import OmegaConf
+
+    from detectors.module import DetectorModule
+    from tests.helpers import ROOT
+
+    net = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "detector" / "dup_sift_tiny.yaml").net)
+    module = DetectorModule(net=net, name="dup_sift_tiny")
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}, tmp_path / "dup.ckpt")
+    with pytest.raises(ExportError, match="cannot be exported to ONNX"):
+        export_with(f"model={tmp_path / 'dup.ckpt'}", f"output={tmp_path / 'd.onnx'}", "graph_preprocess=true")
