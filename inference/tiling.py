@@ -45,6 +45,11 @@ class TiledRuntime:
     def __init__(self, runtime: TorchRuntime | OnnxRuntime, reduce: str = "mean", batch_size: int = 32) -> None:
         if reduce not in self.REDUCTIONS:
             raise ModelLoadError(f"tile_reduce must be one of {self.REDUCTIONS}, got {reduce!r}")
+        if getattr(runtime, "input_name", "image") != "image":
+            raise ModelLoadError(
+                f"tiling cuts the image before the network, but {runtime.name} preprocesses inside its graph "
+                "(export.py graph_preprocess=true): tile with a plain export or the checkpoint"
+            )
         if runtime.is_localizer or not runtime.preprocess.size or runtime.preprocess.mode in ("resize", "resize_crop"):
             raise ModelLoadError(
                 f"tiling needs a classifier with a crop or pad input size; {runtime.name} has "

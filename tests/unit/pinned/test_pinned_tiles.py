@@ -121,3 +121,13 @@ def test_an_image_thinner_than_a_tile_is_zero_padded_to_whole_tiles(shape):
     thin = (slice(None), slice(None), slice(None, 9)) if shape[0] == 9 else (..., slice(None, 9))
     rest = (slice(None), slice(None), slice(9, None)) if shape[0] == 9 else (..., slice(9, None))
     assert (tiles[thin] == 1).all() and (tiles[rest] == 0).all()  # the image, then zeros
+
+
+def test_a_model_that_preprocesses_in_its_graph_is_refused_for_what_it_is(tiny_model, tmp_path):
+    """It was refused as a model of mode 'none' and size None, which it is not."""
+    from exporting.variants import build_variant
+    from inference.runtime import ModelLoadError, OnnxRuntime
+
+    build_variant(tiny_model["onnx"], tmp_path / "u8.onnx", graph_preprocess=True)
+    with pytest.raises(ModelLoadError, match="preprocesses inside its graph .*tile with a plain export"):
+        TiledRuntime(OnnxRuntime(tmp_path / "u8.onnx"))
