@@ -35,7 +35,9 @@ validation AUROC on the seen generators, training time) is printed and written t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -87,6 +89,13 @@ def check_runs(parser: argparse.ArgumentParser, detectors: list[str], output_dir
         parser.error(f"--output-dir {output_dir.absolute()}: {blocking} is a file, not a folder")
 
 
+def split_options(manifest: Path, **options) -> dict:
+    """What a split is drawn from, for `write_split` and `finished_run` to compare on a resume: the
+    manifest's path and contents (the same path edited in place draws another split) and `options`."""
+    contents = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    return {"manifest": str(manifest.resolve()), "contents": contents, **options}
+
+
 def write_split(split: list, manifest: Path, options: dict, resume: bool) -> None:
     """A split's manifest, with the options that drew it beside it (`split.json`); `resume` keeps one
     drawn with the same options (split-up runs share the manifests) and draws anew otherwise."""
@@ -118,8 +127,8 @@ def train_detector(
 ) -> tuple[dict | None, float, str | None]:
     """`python train.py ...` for one detector; (metrics.json or None, seconds, error or None). A
     finished run records `settings` (what `finished_run` compares on a resume)."""
-    (run_dir / "benchmark_settings.json").unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)  # the run it replaces: train.py refuses a used run directory
+    run_dir.mkdir(parents=True)
     command = [
         sys.executable,
         str(ROOT / "train.py"),

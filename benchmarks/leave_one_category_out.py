@@ -35,6 +35,7 @@ from benchmarks.cross_generator import (
     fmt,
     positive,
     positive_or_zero,
+    split_options,
     train_detector,
     write_split,
 )
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SplitError, ValueError) as error:  # ValueError: fractions that cannot split
         print(f"error: {error}", file=sys.stderr)
         return 2
-    drawn = {"manifest": str(args.manifest.resolve()), "fractions": list(args.fractions), "seed": args.seed}
+    drawn = split_options(args.manifest, fractions=list(args.fractions), seed=args.seed)
     manifests = {}
     for category, (split, summary) in splits.items():
         manifests[category] = output / f"holdout_{category}" / "manifest.csv"

@@ -30,6 +30,7 @@ from benchmarks.cross_generator import (
     fmt,
     positive,
     positive_or_zero,
+    split_options,
     train_detector,
     write_split,
 )
@@ -101,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except SplitError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    drawn = {"manifest": str(args.manifest.resolve()), "families": families, "val_fraction": args.val_fraction}
-    drawn["seed"] = args.seed
+    drawn = split_options(args.manifest, families=families, val_fraction=args.val_fraction, seed=args.seed)
     manifests = {}
     for family, (split, summary) in splits.items():
         if args.holdout and family not in args.holdout:

@@ -14,7 +14,8 @@
    rate and image AUROC, over all manipulated test images and per operation (each operation's
    forgeries with all genuine test images), to `results_<detector>.json` and
    `localization_default_<detector>.md` (`_seed<N>` added for a set drawn with
-   `data.localizers.seed=N`, which gets its own data folder too).
+   `data.localizers.seed=N`, which gets its own data folder too; `_val` for `--split val` and a
+   short hash of any other overrides, so runs of other settings keep their own runs and results).
    `--split val` scores the validation split instead: settings are chosen there, never on test.
 """
 
@@ -24,10 +25,12 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,7 +61,8 @@ def run_train(detector: str, data_dir: Path, run_dir: Path, overrides: Sequence[
     load_before = os.getloadavg()
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run_dir, ignore_errors=True)  # the run it replaces: train.py refuses a used run directory
+    run_dir.mkdir(parents=True)
     with open(run_dir / "stdout.log", "w") as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -159,13 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     data_seed = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("data.localizers.seed=")), "0")
     drawn = "" if data_seed == "0" else f"_seed{data_seed}"
     data_dir = args.data_dir or args.output_dir / f"data{drawn}"
+    # other settings (overrides, the split scored) are other runs: their own folders and results files
+    others = sorted(o for o in args.overrides if not o.startswith("data.localizers.seed="))
+    variant = ("" if args.split == "test" else f"_{args.split}") + (
+        f"_{zlib.crc32(' '.join(others).encode()):08x}" if others else ""
+    )
     runs = []
     for seed in range(args.runs):
-        run_dir = (
-            args.output_dir / f"{args.detector}_seed{seed}"
-            if not drawn
-            else args.output_dir / (f"{args.detector}_seed{seed}_data{drawn}")
-        )
+        run_dir = args.output_dir / (f"{args.detector}_seed{seed}" + (f"_data{drawn}" if drawn else "") + variant)
         try:
             run = run_train(args.detector, data_dir, run_dir, [f"seed={seed}", *args.overrides])
         except subprocess.CalledProcessError as failed:
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run)
         print(markdown(args.detector, runs[-1:]), flush=True)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.detector}{drawn}"  # one detector's runs on one set do not replace another's
+    stem = f"{args.detector}{drawn}{variant}"  # one detector's runs on one set do not replace another's
     (args.output_dir / f"results_{stem}.json").write_text(json.dumps(runs, indent=1, default=float))
     (args.output_dir / f"localization_default_{stem}.md").write_text(markdown(args.detector, runs) + "\n")
     return 0

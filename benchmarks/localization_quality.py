@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -153,7 +154,8 @@ def train(spec: str, data: Path, run: Path, epochs: int, minutes: float, reuse: 
     ]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    run.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run, ignore_errors=True)  # the run it replaces: train.py refuses a used run directory
+    run.mkdir(parents=True)
     with open(run / "train.log", "w") as log:
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)

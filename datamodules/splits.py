@@ -49,6 +49,8 @@ def cross_generator_split(
     Kept in one piece: sides, orphan genuines and the validation carve share one random stream, and the
     published figures depend on its order.
     """
+    if not 0 < val_fraction < 1:  # a negative one sliced from the end: nearly every source went to val
+        raise SplitError(f"the validation fraction must lie between 0 and 1, got {val_fraction}")
     fakes = [r for r in records if r.label == 1]
     genuine = [r for r in records if r.label == 0]
     available = {r.group or "(none)" for r in fakes}

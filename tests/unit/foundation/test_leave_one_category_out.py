@@ -140,6 +140,9 @@ def test_a_resume_reuses_splits_and_runs_only_of_the_same_options(tmp_path, monk
     assert main([*common, "--epochs", "2"]) == 0  # other epochs: trained again
     assert main([*common, "--epochs", "2", "--seed", "5"]) == 0  # another seed: another split, trained again
     assert trained == [(1, 0), (2, 0), (2, 5)] and split.read_bytes() != first
+    write_manifest([r for r in manifest() if r.source != "gel3"], path)  # the same path, other contents
+    assert main([*common, "--epochs", "2", "--seed", "5"]) == 0  # reused the old split and run before
+    assert trained[-1] == (2, 5) and len(trained) == 4 and b"gel3" not in split.read_bytes()
 
 
 @pytest.mark.parametrize(

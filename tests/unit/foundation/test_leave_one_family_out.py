@@ -118,3 +118,10 @@ def test_an_unknown_detector_or_an_output_under_a_file_is_refused_before_any_spl
     assert refused.value.code == 2
     assert ("unknown detector nosuch" if bad == "detector" else "afile is a file") in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 0.0, 1.0])
+def test_a_validation_fraction_outside_0_and_1_is_refused(fraction):
+    """-0.1 sliced from the end of the training sources: 20 trained on, 309 validated."""
+    with pytest.raises(SplitError, match="validation fraction must lie between 0 and 1"):
+        family_split(manifest(), DEFAULT_FAMILIES, next(iter(DEFAULT_FAMILIES)), val_fraction=fraction)
