@@ -20,6 +20,7 @@ import argparse
 import json
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ import imageops
 from detectors.registry import create_detector
 from evaluation import PixelMetricAccumulator
 from synthesis.pair_set import load_photos
+from synthesis.photos import scene_of
 from synthesis.splicing import splice
 
 FINAL_FORMATS = {"png": None, "jpeg95": 95, "jpeg90": 90}
@@ -36,8 +38,10 @@ GENUINE_FORMATS = ("png", "jpeg75", "jpeg90", "jpeg95", "jpeg90_offgrid_png", "j
 
 
 def photo_split(name: str) -> str:
-    """`val` or `test`, fixed by the photo's name (not by the order or number of photos)."""
-    return "val" if zlib.crc32(name.encode()) % 2 == 0 else "test"
+    """`val` or `test`, fixed by the photo's scene (not by the order or number of photos): both
+    halves of a stereo pair (`motorcycle_left` / `_right`) show one scene and share a split."""
+    scene = scene_of(Path(name).stem) + Path(name).suffix  # other photos keep the split they had
+    return "val" if zlib.crc32(scene.encode()) % 2 == 0 else "test"
 
 
 def random_crop(photo: np.ndarray, side: int, rng: np.random.Generator) -> np.ndarray:

@@ -16,6 +16,7 @@ def test_photos_split_by_name_into_two_non_empty_halves():
     names = [path.name for path in bundled_photo_paths()]
     splits = [photo_split(name) for name in names]
     assert set(splits) == {"val", "test"} and splits == [photo_split(name) for name in names]
+    assert photo_split("motorcycle_left.png") == photo_split("motorcycle_right.png")  # one stereo scene
 
 
 def test_each_splice_comes_in_every_final_format_with_one_mask_and_genuine_crops_in_every_history():
