@@ -332,6 +332,8 @@ class DetectorModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         settings = {**DEFAULT_OPTIMIZER, **(self.hparams.optimizer or {})}
+        # null unsets a setting a recipe inherits (an Adam recipe over a detector's SGD momentum)
+        settings = {key: value for key, value in settings.items() if value is not None}
         name = settings.pop("name")
         if not hasattr(torch.optim, name):
             raise ValueError(f"optimizer.name={name!r} is not an optimizer in torch.optim")

@@ -331,3 +331,20 @@ def test_fingerprint_phase_reports_chain_separation_on_evaluation_batches_and_on
     localize_phase = tiny_net(phase="localize").eval()
     with torch.no_grad():
         assert localize_phase.evaluation_metrics(localize_phase(image), batch) == {}
+
+
+def test_the_full_size_fingerprint_recipe_builds_its_adam_optimizer():
+    """Its Adam inherited trufor's SGD momentum: the documented command ended in a TypeError."""
+    from omegaconf import OmegaConf
+
+    from detectors.module import DetectorModule
+
+    recipe = compose_config("train", ["experiment=trufor_fingerprint"])  # detector=trufor, full size
+    tiny = compose_config("train", ["experiment=trufor_fingerprint", "detector=trufor_tiny"])
+    module = DetectorModule(
+        net=OmegaConf.to_container(tiny.detector.net, resolve=True),
+        optimizer=OmegaConf.to_container(recipe.detector.optimizer, resolve=True),
+        scheduler={"name": "step", "step_size": 1, "gamma": 0.5},
+    )
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == recipe.detector.optimizer.lr
