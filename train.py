@@ -177,6 +177,14 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
         )
 
 
+def check_required(cfg: DictConfig) -> None:
+    """The settings a recipe lists in `requires` (a stage-1 checkpoint, say) are set: unset, the run
+    would train on random modules the recipe means to load. A resumed run has them in its checkpoint."""
+    missing = [key for key in cfg.get("requires") or () if OmegaConf.select(cfg, key, default=None) is None]
+    if missing and not cfg.get("ckpt_path"):
+        raise LayoutError(f"this recipe trains from files it is given: set {', '.join(f'{k}=<path>' for k in missing)}")
+
+
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
@@ -193,6 +201,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
+    check_required(cfg)
     module = module_for(cfg)
     check_pair_data(cfg.data, module.net)
     check_data_overrides(cfg.data, module.net.is_localizer)

@@ -77,3 +77,23 @@ def test_authors_recipes_build_their_tiny_detector_on_cpu(recipe):
         )
     else:
         assert net.parameter_counts["adapted_projections"] == 8
+
+
+@pytest.mark.parametrize(
+    ("recipe", "needed"),
+    [
+        ("forgelens_stage2", ["detector.net.pretrained=/w/stage1.ckpt"]),
+        ("cospy_fusion", ["detector.net.init_semantic=/w/sem.ckpt", "detector.net.init_artifact=/w/art.ckpt"]),
+    ],
+)
+def test_a_later_stage_recipe_without_its_earlier_stages_files_is_refused(recipe, needed):
+    """It trained on random modules the recipe freezes (pretrained: ??? does not replace a null)."""
+    from datamodules.records import LayoutError
+    from train import check_required
+
+    common = [f"experiment={recipe}", "data.manifest=/data/m.csv"]
+    for given in range(len(needed)):
+        with pytest.raises(LayoutError, match=f"set {needed[given].split('=')[0]}=<path>"):
+            check_required(compose_train([*common, *needed[:given]]))
+    check_required(compose_train([*common, *needed]))
+    check_required(compose_train([*common, "ckpt_path=/runs/x/last.ckpt"]))  # a resume has them in its checkpoint
