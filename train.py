@@ -123,14 +123,16 @@ def claimed_run_directory(output_dir: Path, ckpt_path: str | None) -> Iterator[N
     a checkpoint of that directory. The other processes of a multi-process run share the first's.
     A run that fails before its first checkpoint (refused data, a missing package) gives the
     directory back, so the same command runs again once the cause is mended."""
+    output_dir = Path(output_dir)
+    claim = output_dir / "config.yaml"
     if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "NODE_RANK")) or (
-        ckpt_path and Path(output_dir).resolve() in Path(ckpt_path).resolve().parents
+        ckpt_path and output_dir.resolve() in Path(ckpt_path).resolve().parents
     ):
         yield
         return
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
     try:
-        (Path(output_dir) / "config.yaml").open("x").close()
+        claim.open("x").close()
     except FileExistsError:
         raise LayoutError(
             f"{output_dir} already holds a run (its config.yaml): give another hydra.run.dir, or leave it out "
@@ -139,8 +141,8 @@ def claimed_run_directory(output_dir: Path, ckpt_path: str | None) -> Iterator[N
     try:
         yield
     except BaseException:
-        if not (Path(output_dir) / "checkpoints").exists():
-            (Path(output_dir) / "config.yaml").unlink(missing_ok=True)
+        if not (output_dir / "checkpoints").exists():
+            claim.unlink(missing_ok=True)
         raise
 
 

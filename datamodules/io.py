@@ -91,6 +91,11 @@ def _wide_colour(image: Image.Image, path: Path) -> Image.Image | None:
     return wide.transpose(_UPRIGHT[orientation]) if orientation in _UPRIGHT else wide
 
 
+def _has_alpha(image: Image.Image) -> bool:
+    """Whether some pixels may be (partly) transparent: an alpha channel or a palette's transparency."""
+    return image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
+
+
 def _to_rgb(image: Image.Image) -> Image.Image:
     """Every mode -> 8-bit RGB. High-bit-depth images are rescaled by their real range, not
     clipped, so a 16-bit scan does not come out white (`_depth_scaled`)."""
@@ -102,7 +107,7 @@ def _to_rgb(image: Image.Image) -> Image.Image:
         else:
             values = _depth_scaled(values)
         image = Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), mode="L")
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+    if _has_alpha(image):
         # Transparent pixels become white, as image viewers show them on a page.
         rgba = image.convert("RGBA")
         canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -127,7 +132,7 @@ def read_mask(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> 
     black), and transparent pixels are not manipulated (a shape drawn on a transparent layer)."""
     image = _open_upright(path, max_pixels)
     alpha = None
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+    if _has_alpha(image):
         rgba = image.convert("RGBA")
         image, alpha = rgba.convert("RGB"), np.asarray(rgba.getchannel("A"))
     values = np.asarray(_to_rgb(image), dtype=np.uint8).max(axis=2)
