@@ -24,11 +24,18 @@ from detectors.blocks.released import IncompatibleWeightsError
 from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
+from detectors.run_config import (
+    apply_data_preprocess,
+    check_data_overrides,
+    check_pair_data,
+    check_required,
+    data_config,
+)
 from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.calibration import below_target_in, row_thresholds
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
 from evaluation.summary import figure_text
-from inference.cli import expected_failures, run
+from inference.cli import SettingError, expected_cause, expected_failures, run
 from inference.recalibration import open_fraction
 from synthesis.common import PairDataError
 
@@ -49,70 +56,6 @@ def instantiate_group(group: DictConfig | None) -> list[Any]:
                 raise
             raise LayoutError(f"{entry._target_} needs a package that is not installed: {error.__cause__}") from None
     return made
-
-
-def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = None) -> DictConfig:
-    """The DataModule config; a default data config may carry a `localizers` variant (with masks),
-    which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument.
-    `augment`: the detector's own training augmentation (its config's `augment`), used when the data
-    config sets none."""
-    variants = data.get("localizers")
-    chosen = variants if variants is not None and localizer else data
-    needs_augment = augment is not None and chosen.get("augment") is None
-    if variants is None and not needs_augment:
-        return data
-    # Resolved while `data` still sits in the whole config, so `${paths.data_dir}` and the like resolve.
-    plain = OmegaConf.to_container(chosen, resolve=True)
-    plain.pop("localizers", None)
-    if needs_augment:
-        plain["augment"] = OmegaConf.to_container(augment, resolve=True)
-    return OmegaConf.create(plain)
-
-
-def check_data_overrides(data: DictConfig, localizer: bool) -> None:
-    """A localizer on a data config with a `localizers` variant trains on that variant: a command-line
-    override of the other data keys would go unused, so it is refused, naming the key to give."""
-    if not localizer or data.get("localizers") is None:
-        return
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():  # a config composed in code: no command line to check
-        return
-    keys = [o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task]
-    unused = [key for key in keys if key.startswith("data.") and not key.startswith("data.localizers.")]
-    if unused:
-        key = unused[0][len("data.") :]
-        add = "" if OmegaConf.select(data.localizers, key) is not None else "+"  # a key the variant lacks is added
-        raise LayoutError(
-            f"{', '.join(unused)}: a localizer trains on this data's `localizers` settings, which do not read "
-            f"{'it' if len(unused) == 1 else 'them'}; give {add}data.localizers.{key}=... instead"
-        )
-
-
-# the pair data configs, by the target that makes them
-PAIR_DATA = {
-    "duplication_pairs": "synthesis.pair_set.pair_splits",
-    "duplication_pair_images": "datamodules.pairs.PairDataModule",
-}
-
-
-def check_pair_data(data: DictConfig, net: Any) -> None:
-    """A detector of pairs needs pairs of panels, and one of images images: said before anything runs."""
-    pairs = data.get("_target_") in PAIR_DATA.values()
-    if getattr(net, "is_pair_detector", False) and not pairs:
-        raise LayoutError(
-            "this detector compares pairs of panels: train it on pairs, data=duplication_pairs (dup_sift) "
-            "or data=duplication_pair_images (pairnet)"
-        )
-    if pairs and not getattr(net, "is_pair_detector", False):
-        raise LayoutError(
-            f"the data config makes pairs of panels ({data.get('_target_')}); this detector scores single "
-            "images: choose an image data config (data=manifest, folder, layout, localization)"
-        )
-    wanted = getattr(net, "pair_data", None)
-    if pairs and wanted and PAIR_DATA[wanted] != data.get("_target_"):
-        made_by = {target: name for name, target in PAIR_DATA.items()}[data.get("_target_")]
-        raise LayoutError(f"{type(net).__name__} trains on data={wanted}, not data={made_by}")
 
 
 @contextmanager
@@ -179,23 +122,30 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
         )
 
 
-def check_required(cfg: DictConfig) -> None:
-    """The settings a recipe lists in `requires` (a stage-1 checkpoint, say) are set: unset, the run
-    would train on random modules the recipe means to load. A resumed run has them in its checkpoint."""
-    missing = [key for key in cfg.get("requires") or () if OmegaConf.select(cfg, key, default=None) is None]
-    if missing and not cfg.get("ckpt_path"):
-        raise LayoutError(f"this recipe trains from files it is given: set {', '.join(f'{k}=<path>' for k in missing)}")
+@contextmanager
+def settings_checked(group: str) -> Iterator[None]:
+    """Constructors check their settings and raise a ValueError naming the one that is wrong (a mode
+    that does not exist, a key the class does not take): said in one line with its config group
+    (exit 2; `debug=true` shows the traceback), as the refusals of data are."""
+    try:
+        yield
+    except Exception as error:
+        cause = expected_cause(error, (ValueError,))
+        if cause is None or isinstance(cause, LayoutError):  # a layout refusal is said as it is
+            raise
+        raise SettingError(f"{group}: {cause}") from error
 
 
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
-    return create_module(
-        cfg.detector,
-        target_fpr=open_fraction("target_fpr", cfg.target_fpr),  # a bad one said before training
-        calibrate_by=calibration.get("by"),
-        calibration_rule=calibration.get("rule", "quantile"),
-    )
+    with settings_checked("detector"):
+        return create_module(
+            cfg.detector,
+            target_fpr=open_fraction("target_fpr", cfg.target_fpr),  # a bad one said before training
+            calibrate_by=calibration.get("by"),
+            calibration_rule=calibration.get("rule", "quantile"),
+        )
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -204,6 +154,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     check_required(cfg)
+    apply_data_preprocess(cfg)
     module = module_for(cfg)
     check_pair_data(cfg.data, module.net)
     check_data_overrides(cfg.data, module.net.is_localizer)
@@ -226,16 +177,18 @@ def fit_and_test(cfg: DictConfig, module: DetectorModule, output_dir: Path) -> d
         return report_and_summary(cfg, output_dir, module, datamodule, metrics)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1_within_fpr" if module.net.is_localizer else "val/auroc"
-    datamodule = hydra.utils.instantiate(
-        data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
-        preprocess=module.net.preprocess.to_dict(),
-        _convert_="all",
-    )
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer,
-        callbacks=instantiate_group(cfg.get("callbacks")),
-        logger=instantiate_group(cfg.get("logger")) or False,
-    )
+    with settings_checked("data"):
+        datamodule = hydra.utils.instantiate(
+            data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
+            preprocess=module.net.preprocess.to_dict(),
+            _convert_="all",
+        )
+    with settings_checked("trainer"):
+        trainer: L.Trainer = hydra.utils.instantiate(
+            cfg.trainer,
+            callbacks=instantiate_group(cfg.get("callbacks")),
+            logger=instantiate_group(cfg.get("logger")) or False,
+        )
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -143,8 +143,13 @@ class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
             return GroupedImageDataset(records, transform)
         return ImageDataset(records, transform)
 
+    def split_preprocess(self, train: bool) -> Preprocess:
+        """How the images of a training or an evaluation split are brought to the network."""
+        return self.preprocess
+
     def _loader(self, split: str, train: bool) -> DataLoader:
-        transform = build_transform(self.preprocess, train, self.augment, seed=augment_seed() if train else None)
+        preprocess = self.split_preprocess(train)
+        transform = build_transform(preprocess, train, self.augment, seed=augment_seed() if train else None)
         dataset = self.make_dataset(self.splits[split], transform)
         if train and self.noise_match > 0:  # before the pseudo-fakes: their noise is not a class's level
             dataset = NoiseMatchedClasses(dataset, self.noise_match, self.noise_match_categories)
@@ -165,7 +170,7 @@ class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
             sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True, generator=draws)
         batch_size = self.batch_size if train else self.eval_batch_size
         batches = None
-        if not self.preprocess.fixed_size and batch_size != 1:
+        if not preprocess.fixed_size and batch_size != 1:
             batches, batch_size = self.whole_image_batches(dataset, batch_size, train, sampler, draws), 1
         if train:  # each draw made from its own seed, whichever worker makes it
             if batches is None:

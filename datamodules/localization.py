@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from datamodules.classification import LayoutDataModule
 from datamodules.datasets import UNLABELLED
 from datamodules.io import DEFAULT_MAX_PIXELS, ImageReadError, read_image, read_mask
+from datamodules.preprocess import Preprocess
 from datamodules.records import LayoutError, Record
 from datamodules.transforms import LOCALIZATION_AUGMENT, to_tensor
 
@@ -113,11 +114,18 @@ class LocalizationDataModule(LayoutDataModule):
     `edge_width`: half-width in px of the boundary band for edge supervision. `missing_masks` says
     what to do with manipulated images that have no mask: `drop` them (logged), treat them as
     wholly manipulated (`full`), or `error`. `augment` defaults to the localization recipe
-    (`LOCALIZATION_AUGMENT`); validation and test transforms are deterministic.
+    (`LOCALIZATION_AUGMENT`); validation and test transforms are deterministic. `eval_whole`:
+    validation and test take each image whole, as `infer.py` scores a localizer (false: the
+    training crop or resize, faster on large images, for a threshold that then holds for crops).
     """
 
     def __init__(
-        self, edge_width: int = 3, missing_masks: str = "drop", create: Callable[..., Any] | None = None, **kwargs: Any
+        self,
+        edge_width: int = 3,
+        missing_masks: str = "drop",
+        create: Callable[..., Any] | None = None,
+        eval_whole: bool = True,
+        **kwargs: Any,
     ) -> None:
         if kwargs.get("augment") is None or kwargs.get("augment") == {}:
             kwargs["augment"] = dict(LOCALIZATION_AUGMENT)
@@ -137,6 +145,13 @@ class LocalizationDataModule(LayoutDataModule):
         self.edge_width = edge_width
         self.missing_masks = missing_masks
         self.create = create
+        self.eval_whole = bool(eval_whole)
+
+    def split_preprocess(self, train: bool) -> Preprocess:
+        """Evaluation images whole (`eval_whole`): the threshold calibrated on validation genuines is
+        then the one `infer.py`'s scores meet (a crop's top pixels are not the whole image's), and a
+        manipulated test image whose crop would miss its region is scored where the region is."""
+        return self.preprocess.whole() if self.eval_whole and not train else self.preprocess
 
     def prepare_data(self) -> None:
         """With `create` (a callable `create(root, seed=, split_fractions=)` writing `root/manifest.csv`),

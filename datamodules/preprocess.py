@@ -71,6 +71,18 @@ class Preprocess:
         extra = data.pop("extra")
         return {**data, **extra}
 
+    def whole(self) -> "Preprocess":
+        """Each image fed whole, at its own size, with the same normalization: how a localizer is
+        scored (it pads to its stride inside and crops its map back, so the map covers every pixel)."""
+        return Preprocess(
+            size=None,
+            mode="none",
+            interpolation=self.interpolation,
+            mean=self.mean,
+            std=self.std,
+            extra=dict(self.extra),
+        )
+
     @property
     def fixed_size(self) -> bool:
         """Whether every preprocessed image has the same size (so images can be batched)."""

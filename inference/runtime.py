@@ -279,16 +279,7 @@ def scoring_preprocess(preprocess: Preprocess, is_localizer: bool) -> Preprocess
     """What a runtime feeds its network: localizers take the whole image at its own size (they pad
     to their stride inside and crop their map back), so the map covers every pixel of the original;
     classifiers keep the crop or resize they were trained with."""
-    if not is_localizer:
-        return preprocess
-    return Preprocess(
-        size=None,
-        mode="none",
-        interpolation=preprocess.interpolation,
-        mean=preprocess.mean,
-        std=preprocess.std,
-        extra=dict(preprocess.extra),
-    )
+    return preprocess.whole() if is_localizer else preprocess
 
 
 def gpu_present() -> bool:

@@ -31,11 +31,12 @@ def read_configs(config_dir: Path) -> dict[str, Any]:
 
 
 def describe_input(net: dict[str, Any], task: str = "classifier") -> str:
-    """What the network is fed; a localizer scores each image whole, after training on crops."""
+    """What the network is fed; a localizer is calibrated, tested and scored on each image whole, after
+    training on crops."""
     preprocess = net.get("preprocess") or {}
     size, mode = preprocess.get("size"), preprocess.get("mode", "none")
     if task == "localizer":
-        return f"each image whole (training and calibration: {size} px, {mode})" if size else "each image whole"
+        return f"each image whole (training: {size} px, {mode})" if size else "each image whole"
     return f"{size} px, {mode}" if size else f"any size ({mode})"
 
 

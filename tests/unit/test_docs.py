@@ -187,7 +187,7 @@ def test_a_new_detector_config_gets_its_row_and_a_localizer_is_told_apart(tmp_pa
     )
     (configs / "blob_tiny.yaml").write_text("name: blob_tiny\nnet: {image_score: max}\n")
     rows = {row[0]: row for row in readme_table.detector_rows(configs)}
-    whole = "each image whole (training and calibration: 96 px, pad)"  # a localizer scores each image whole
+    whole = "each image whole (training: 96 px, pad)"  # a localizer is calibrated and scored on each image whole
     assert rows["`blob`"] == ["`blob`", "localizer", "a throw-away localizer", whole, "`blob_tiny`"]
     assert "`blob_tiny`" not in rows and rows["`npr`"][1] == "classifier"
 

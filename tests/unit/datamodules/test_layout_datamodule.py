@@ -55,9 +55,16 @@ def test_imdl_tree_trains_the_localization_module_through_config(tmp_path):
         write_image(root / "Au" / f"a{i}.jpg", rng.integers(0, 256, (36, 44, 3), dtype=np.uint8))
     module = _data(["data=localization", f"data.root={root}", "data.split_fractions=[0.6,0.2,0.2]"])
     module.setup()
+    batch = next(iter(module.train_dataloader()))
+    assert batch["mask"].shape == batch["edge"].shape == (4, 1, 32, 32)  # the network's crops
     batch = next(iter(module.val_dataloader()))
-    assert batch["mask"].shape == batch["edge"].shape == (4, 1, 32, 32)
+    assert batch["mask"].shape == batch["edge"].shape == (4, 1, 36, 44)  # each image whole, as infer.py scores it
     assert {int(v) for v in batch["label"]} <= {0, 1}
+    cropped = _data(
+        ["data=localization", f"data.root={root}", "data.split_fractions=[0.6,0.2,0.2]", "data.eval_whole=false"]
+    )
+    cropped.setup()
+    assert next(iter(cropped.val_dataloader()))["mask"].shape == (4, 1, 32, 32)
 
 
 def test_a_generated_dataset_folder_is_read_through_its_manifest(tmp_path):

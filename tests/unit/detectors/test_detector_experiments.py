@@ -89,7 +89,7 @@ def test_authors_recipes_build_their_tiny_detector_on_cpu(recipe):
 def test_a_later_stage_recipe_without_its_earlier_stages_files_is_refused(recipe, needed):
     """It trained on random modules the recipe freezes (pretrained: ??? does not replace a null)."""
     from datamodules.records import LayoutError
-    from train import check_required
+    from detectors.run_config import check_required
 
     common = [f"experiment={recipe}", "data.manifest=/data/m.csv"]
     for given in range(len(needed)):

@@ -178,7 +178,7 @@ def test_an_exported_model_carries_the_smallest_image_side_its_maps_score(tmp_pa
 
 
 def test_train_py_gives_the_detector_its_augmentation_only_where_the_data_config_sets_none(tmp_path: Path):
-    from train import data_config
+    from detectors.run_config import data_config
 
     default = compose_config("train", ["detector=evidence_tiny", f"paths.root_dir={tmp_path}"])
     chosen = data_config(default.data, localizer=True, augment=default.detector.augment)

@@ -8,7 +8,8 @@ from hydra.errors import MissingConfigException
 from hydra.utils import get_method
 from omegaconf import OmegaConf
 
-from detectors.registry import TINY_SUFFIX, detector_config, list_detectors
+from detectors.registry import TINY_SUFFIX, detector_class, detector_config, list_detectors
+from detectors.run_config import apply_data_preprocess
 from synthesis.genuine_kinds import GRAINY_KINDS
 from tests.helpers import CONFIGS, compose_config
 
@@ -20,7 +21,8 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 def test_every_detector_config_composes_with_a_target_and_preprocessing(name):
     cfg = compose_config("train", [f"detector={name}"])
     assert cfg.detector.net._target_.startswith("detectors.")
-    assert "preprocess" in cfg.detector.net
+    matcher = getattr(detector_class(name), "is_pair_detector", False) and "max_side" in cfg.detector.net
+    assert "preprocess" in cfg.detector.net or matcher  # a pair matcher takes each panel up to its max_side
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -86,6 +88,7 @@ def test_a_category_s_crop_count_is_set_from_the_command_line():
 
 def test_the_embedded_default_trains_npr_on_its_own_image_size():
     cfg = compose_config("train", [])
+    apply_data_preprocess(cfg)  # what train.py does before it builds the detector
     assert cfg.detector.name == "npr" and cfg.data.create._target_ == "synthesis.embedded.ensure_embedded_manifest"
     assert cfg.detector.net.preprocess.size == 96 and cfg.seed == 0
 

@@ -13,8 +13,8 @@ from PIL import Image
 import benchmarks.localization_default as default_benchmark
 from benchmarks.localization_default import training_length
 from datamodules.localization import LocalizationDataModule
+from detectors.run_config import apply_data_preprocess, data_config
 from tests.helpers import compose_config
-from train import data_config
 
 
 def test_localizers_get_the_localization_variant_of_the_default_data_and_classifiers_do_not(tmp_path):
@@ -31,6 +31,22 @@ def test_localizers_get_the_localization_variant_of_the_default_data_and_classif
     explicit = compose_config("train", ["detector=seg_tiny", "data=localization"])
     GlobalHydra.instance().clear()
     assert data_config(explicit.data, localizer=True) is explicit.data  # a chosen data config is used as it is
+
+
+def size_trained(overrides: list[str]) -> int:
+    cfg = compose_config("train", ["paths.root_dir=/nowhere", *overrides])
+    GlobalHydra.instance().clear()
+    apply_data_preprocess(cfg)
+    assert "detector_preprocess" not in data_config(cfg.data, localizer=False)  # no DataModule setting
+    return cfg.detector.net.preprocess.size
+
+
+def test_the_quickstart_crop_size_is_the_classifiers_and_localizers_keep_their_own():
+    assert size_trained(["detector=npr_tiny"]) == 96  # the 96 px crops whole, not cut to 64
+    assert size_trained(["detector=npr_tiny", "detector.net.preprocess.size=32"]) == 32  # the command line wins
+    # self-matching resized to 96 px found nothing; a learned localizer keeps the size it was built for
+    assert size_trained(["detector=copy_move_selfmatch_tiny"]) == 384
+    assert size_trained(["detector=seg_tiny"]) == 64
 
 
 def write_tiny_localization_set(folder: Path, seed: int, split_fractions) -> Path:

@@ -7,8 +7,8 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 
 from datamodules.records import LayoutError
+from detectors.run_config import check_data_overrides
 from tests.helpers import compose_config
-from train import check_data_overrides
 
 
 def checked(overrides: list[str], localizer: bool) -> None:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from datamodules.records import LayoutError
+from detectors.run_config import check_pair_data
 from tests.helpers import compose_config
-from train import check_pair_data
 
 PAIRS, IMAGES = SimpleNamespace(is_pair_detector=True), SimpleNamespace()
 

@@ -1,0 +1,111 @@
+"""What a training run's config says before anything trains: the data config a detector gets (a
+default data config's `localizers` variant, the preprocessing it sets), the command-line overrides
+that would go unused, the pairs a pair detector needs, the settings a recipe requires."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from datamodules.records import LayoutError
+
+
+def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = None) -> DictConfig:
+    """The DataModule config; a default data config may carry a `localizers` variant (with masks),
+    which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument.
+    `augment`: the detector's own training augmentation (its config's `augment`), used when the data
+    config sets none."""
+    variants = data.get("localizers")
+    chosen = variants if variants is not None and localizer else data
+    needs_augment = augment is not None and chosen.get("augment") is None
+    if variants is None and not needs_augment and "detector_preprocess" not in data:
+        return data
+    # Resolved while `data` still sits in the whole config, so `${paths.data_dir}` and the like resolve.
+    plain = OmegaConf.to_container(chosen, resolve=True)
+    plain.pop("localizers", None)
+    plain.pop("detector_preprocess", None)
+    if needs_augment:
+        plain["augment"] = OmegaConf.to_container(augment, resolve=True)
+    return OmegaConf.create(plain)
+
+
+def command_line_keys(cfg: DictConfig | None = None) -> list[str]:
+    """The keys the command line sets: Hydra's record of it (in `cfg` where it was composed in code
+    with its Hydra config); none for a config composed without one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if cfg is not None and "hydra" in cfg:
+        overrides = cfg.hydra.overrides.task
+    elif HydraConfig.initialized():
+        overrides = HydraConfig.get().overrides.task
+    else:
+        return []
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+
+
+def apply_data_preprocess(cfg: DictConfig) -> None:
+    """A data config may say how detectors take its images (`detector_preprocess`: the quickstart's
+    96 px crops whole, not cropped to a tiny classifier's 48 px or padded to a full one's 384): set
+    on `detector.net.preprocess` unless the command line or an experiment sets that key. A localizer
+    trained on the data's `localizers` variant keeps its own sizes (the variant's images are 96-256
+    px; self-matching resized to 96 px found nothing)."""
+    if "preprocess" not in cfg.detector.net:  # a pair matcher takes each panel up to its own max_side
+        return
+    localizer = hydra.utils.get_class(cfg.detector.net._target_).is_localizer
+    chosen = cfg.data.localizers if localizer and cfg.data.get("localizers") is not None else cfg.data
+    wanted = chosen.get("detector_preprocess") or {}
+    given = set(command_line_keys(cfg))
+    for key, value in wanted.items():
+        if not {f"detector.net.preprocess.{key}", "experiment"} & given:
+            cfg.detector.net.preprocess[key] = value
+
+
+def check_data_overrides(data: DictConfig, localizer: bool) -> None:
+    """A localizer on a data config with a `localizers` variant trains on that variant: a command-line
+    override of the other data keys would go unused, so it is refused, naming the key to give."""
+    if not localizer or data.get("localizers") is None:
+        return
+    unused = [key for key in command_line_keys() if key.startswith("data.") and not key.startswith("data.localizers.")]
+    if unused:
+        key = unused[0][len("data.") :]
+        add = "" if OmegaConf.select(data.localizers, key) is not None else "+"  # a key the variant lacks is added
+        raise LayoutError(
+            f"{', '.join(unused)}: a localizer trains on this data's `localizers` settings, which do not read "
+            f"{'it' if len(unused) == 1 else 'them'}; give {add}data.localizers.{key}=... instead"
+        )
+
+
+# the pair data configs, by the target that makes them
+PAIR_DATA = {
+    "duplication_pairs": "synthesis.pair_set.pair_splits",
+    "duplication_pair_images": "datamodules.pairs.PairDataModule",
+}
+
+
+def check_pair_data(data: DictConfig, net: Any) -> None:
+    """A detector of pairs needs pairs of panels, and one of images images: said before anything runs."""
+    pairs = data.get("_target_") in PAIR_DATA.values()
+    if getattr(net, "is_pair_detector", False) and not pairs:
+        raise LayoutError(
+            "this detector compares pairs of panels: train it on pairs, data=duplication_pairs (dup_sift) "
+            "or data=duplication_pair_images (pairnet)"
+        )
+    if pairs and not getattr(net, "is_pair_detector", False):
+        raise LayoutError(
+            f"the data config makes pairs of panels ({data.get('_target_')}); this detector scores single "
+            "images: choose an image data config (data=manifest, folder, layout, localization)"
+        )
+    wanted = getattr(net, "pair_data", None)
+    if pairs and wanted and PAIR_DATA[wanted] != data.get("_target_"):
+        made_by = {target: name for name, target in PAIR_DATA.items()}[data.get("_target_")]
+        raise LayoutError(f"{type(net).__name__} trains on data={wanted}, not data={made_by}")
+
+
+def check_required(cfg: DictConfig) -> None:
+    """The settings a recipe lists in `requires` (a stage-1 checkpoint, say) are set: unset, the run
+    would train on random modules the recipe means to load. A resumed run has them in its checkpoint."""
+    missing = [key for key in cfg.get("requires") or () if OmegaConf.select(cfg, key, default=None) is None]
+    if missing and not cfg.get("ckpt_path"):
+        raise LayoutError(f"this recipe trains from files it is given: set {', '.join(f'{k}=<path>' for k in missing)}")
