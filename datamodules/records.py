@@ -38,6 +38,11 @@ class LayoutError(ValueError):
     """A dataset on disk that does not look like the layout it was read as."""
 
 
+class SettingError(ValueError):
+    """A setting outside what it can be (its message names the setting and its range): always an
+    expected failure of an entry point."""
+
+
 @dataclass
 class Record:
     """One image and what is known about it: the manifest columns (docs/architecture.md, "Data contracts")."""

@@ -54,4 +54,10 @@ def build_detector(config: Mapping[str, Any]) -> Detector:
     if "_target_" not in config:
         raise ValueError("detector config needs a `_target_` naming the detector class")
     cls = resolve_detector_class(config.pop("_target_"))
-    return cls(**config)
+    try:
+        return cls(**config)
+    except TypeError as error:  # a setting the class does not take (`+detector.net.<typo>=...`)
+        if "unexpected keyword argument" not in str(error):
+            raise
+        name = str(error).rsplit(" ", 1)[-1].strip("'")
+        raise ValueError(f"net.{name} is not a setting of {cls.__name__}: check its spelling") from None

@@ -26,15 +26,12 @@ from typing import Any, Callable, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from datamodules.records import SettingError
+
 log = logging.getLogger("toolkit")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
-
-
-class SettingError(ValueError):
-    """A setting outside what it can be (its message names the setting and its range): always an
-    expected failure."""
 
 
 def expected_cause(error: BaseException, expected: tuple[type[BaseException], ...]) -> BaseException | None:

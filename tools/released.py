@@ -41,7 +41,7 @@ def build_released(detector: str, overrides: Sequence[str] = (), threshold: floa
         raise SystemExit(f"--threshold is a probability between 0 and 1, got {threshold}")
     try:
         module = create_module(detector, [f"++{o}" for o in overrides])  # `++`: set, or add if absent
-    except TypeError as error:  # a key the network does not take
+    except ValueError as error:  # a key the network does not take, a setting out of its range
         raise SystemExit(f"{detector}: {error}") from None
     net = module.net
     if not getattr(getattr(net, "score_model", None), "fitted", True):
