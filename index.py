@@ -8,7 +8,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from collection.build import build_index, merge_parts
+from collection.build import build_index, merge_parts, prune_removed
 from collection.store import IndexBusy, IndexRefused
 from datamodules.records import LayoutError
 from inference.cli import expected_failures, run
@@ -51,8 +51,10 @@ def index(cfg: DictConfig) -> dict[str, Any]:
         if processes.world_size > 1:
             result.update(processes.total({k: result[k] for k in ("files", "panels", "errors", "skipped")}))
             processes.barrier()  # every part is complete before the first process merges them
-            if processes.is_main and shard.count == 1:
-                result.update(merged(cfg), index=str(cfg.index))
+            if processes.is_main and shard.count == 1:  # the whole input was described: pruned as one process does
+                checkpoint = cfg.get("descriptor_checkpoint")
+                removed = prune_removed(cfg.input, cfg.index, cfg.descriptor, cfg.layout, checkpoint)
+                result.update(merged(cfg), index=str(cfg.index), removed=removed)
             processes.barrier()
     except (IndexRefused, IndexBusy, LayoutError, ModelLoadError, ValueError) as error:
         raise IndexFailed(str(error)) from None

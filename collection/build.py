@@ -27,17 +27,22 @@ from collection.panels import split_figure
 from collection.store import FLAT_MAX, PanelStore, choose_type, faiss_module
 from datamodules.io import ImageReadError, file_in_the_way, read_image
 from datamodules.layouts import records_from_input
+from datamodules.records import Record
 from inference.parts import Shard
 
 log = logging.getLogger(__name__)
 
 
-def source_ids(input: str | os.PathLike, layout: str = "auto") -> list[tuple[str, str]]:
+def source_ids(
+    input: str | os.PathLike, layout: str = "auto", keep: Callable[[list[Record]], list[Record]] | None = None
+) -> list[tuple[str, str]]:
     """(absolute path, source id) of every image of the input: its `review` column, else its folder's
     name. Absolute, so a search run from another folder reads the panels again, and a folder given
     once as `archive/` and once as `/data/archive/` is indexed once; a symbolic link keeps its own
-    name (the path the user gave), as infer.py's rows do."""
+    name (the path the user gave), as infer.py's rows do. `keep` filters the records first (a
+    search's own outputs inside its input folder are no query)."""
     records = records_from_input(input, layout)
+    records = keep(records) if keep else records
     found: dict[str, str] = {}  # a file listed twice is one file (its first listing's source id)
     for r in records:
         found.setdefault(os.path.abspath(r.path), r.review or r.group or Path(r.path).parent.name)
@@ -186,10 +191,11 @@ def build_index(
     if not items:  # a mistyped or empty folder would make an empty index, said as a success
         raise ValueError(f"no images found in {input}: nothing to index")
     parsed = Shard.parse(shard)
-    target = Path(index_dir)
+    target, already = Path(index_dir), 0
     if parsed.count > 1:
         items = [item for position, item in enumerate(items) if position % parsed.count == parsed.index]
-        items = not_indexed_yet(items, index_dir, descriptor, checkpoint)  # a part holds only what is new
+        new = not_indexed_yet(items, index_dir, descriptor, checkpoint)  # a part holds only what is new
+        items, already = new, len(items) - len(new)
         target = target / "parts" / f"{parsed.index}-of-{parsed.count}"
     store = open_store(target, descriptor, create=True, checkpoint=checkpoint, device=device).lock()
     try:
@@ -205,7 +211,8 @@ def build_index(
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('requested_type', ?)", (index_type,))
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('split_panels', ?)", (split,))
         counts = describe_files(store, items, split_panels, commit_every, workers=workers)
-        if parsed.count == 1:  # a part does not know the index's files; the next whole build prunes
+        counts["skipped"] += already
+        if parsed.count == 1:  # a part does not know the index's files: pruned after its merge
             counts["removed"] = forget_removed(store, input, items)
         counts.update({"index": str(target), "index_type": store.index_type, "total_panels": store.n_panels})
         return counts
@@ -227,6 +234,20 @@ def forget_removed(store: PanelStore, input: str | os.PathLike, items: list[tupl
     if gone:
         log.info("%d file(s) no longer in %s: their panels are removed from the index", len(gone), input)
     return len(gone)
+
+
+def prune_removed(
+    input: str | os.PathLike, index_dir: str | os.PathLike, descriptor: str, layout: str, checkpoint: str | None
+) -> int:
+    """`forget_removed` on a whole index (one not made yet holds nothing to forget), as the parts of
+    a several-process build are merged into it."""
+    if not (Path(index_dir) / "meta.json").is_file():
+        return 0
+    store = open_store(index_dir, descriptor, checkpoint=checkpoint).lock()
+    try:
+        return forget_removed(store, input, source_ids(input, layout))
+    finally:
+        store.close()
 
 
 def not_indexed_yet(

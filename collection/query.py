@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from collection.build import file_panels, source_ids
+from collection.build import file_panels, file_stamp, source_ids
 from collection.descriptors import make_descriptor, query_vectors
 from collection.store import PanelStore, faiss_module, on_search_device
 from collection.verification import retrieval_fit, verify_candidates
 from datamodules.io import ImageReadError, read_image
 from detectors.pair_matching import to_original
 from inference.masks import write_pair_masks
+from inference.run_report import without_own_outputs
 from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,12 @@ def query_panel_rows(
     top_k = min(int(cfg.top_k), max(1, store.n_panels))  # more neighbours than panels find nothing more
     candidates = retrieve(store, panel, top_k, query["source_id"], query["path"], str(cfg.get("exclude_same", "path")))
     rows, unreadable = [], []
-    for candidate, similarity, found in verify_candidates(detector, panel, candidates, threshold, unreadable):
+
+    def changed(path: str) -> bool:  # a file gone is said by its read error
+        indexed, now = store.indexed_stamp(path), file_stamp(path)
+        return indexed is not None and now[0] >= 0 and indexed != now
+
+    for candidate, similarity, found in verify_candidates(detector, panel, candidates, threshold, unreadable, changed):
         if not found.duplicated:
             continue
         row = {
@@ -235,7 +241,23 @@ def search_options(cfg: Any) -> dict[str, Any]:
 
 
 def check_search_options(cfg: Any) -> None:
-    """top_k and exclude_same, refused by name before the index or the output is opened."""
+    """top_k and exclude_same, refused by name before the index or the output is opened; so are the
+    options of image runs a search does not take (a resume would have replaced the earlier rows)."""
+    not_for_searches = {
+        "resume": cfg.get("resume"),
+        "shard": cfg.get("shard"),
+        "merge": cfg.get("merge"),
+        "devices": cfg.get("devices", 1) != 1,
+        "report=html": cfg.get("report") == "html",
+        "tiles": cfg.get("tiles"),
+        "robustness": cfg.get("robustness"),
+        "overlays": cfg.get("overlays"),
+    }
+    if asked := [name for name, given in not_for_searches.items() if given]:
+        raise ValueError(
+            f"an index search runs in one process and writes its output anew, without pages, tiles, "
+            f"perturbations or overlays: leave out {', '.join(asked)} (a new search: a new output)"
+        )
     top_k = cfg.top_k
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
@@ -284,7 +306,10 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
     warn_other_split(store, bool(cfg.get("split_panels", False)))
     started = time.perf_counter()
     with ResultWriter(output, columns) as writer:
-        for number, (path, source_id) in enumerate(source_ids(cfg.input, cfg.get("layout", "auto"))):
+        queries = source_ids(  # a search's own masks inside its input folder are no query
+            cfg.input, cfg.get("layout", "auto"), keep=lambda found: without_own_outputs(found, cfg, output)
+        )
+        for number, (path, source_id) in enumerate(queries):
             counts["queries"] += 1
             try:
                 panels = file_panels(read_image(path), bool(cfg.get("split_panels", False)))

@@ -238,6 +238,11 @@ class PanelStore:
             index.nprobe = NPROBE  # also for indexes written when the default was another
         return index
 
+    def indexed_stamp(self, path: str) -> tuple[int, float] | None:
+        """(size, mtime) of `path` when it was indexed; None for a file the index does not hold."""
+        row = self.db.execute("SELECT size, mtime FROM files WHERE path = ?", (path,)).fetchone()
+        return None if row is None else (int(row[0]), float(row[1]))
+
     def known_files(self) -> dict[str, tuple[int, float, str]]:
         return {p: (s, m, st) for p, s, m, st in self.db.execute("SELECT path, size, mtime, status FROM files")}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import cv2
 import numpy as np
@@ -226,16 +226,23 @@ def verify_candidates(
     candidates: list[tuple[dict[str, Any], float]],
     threshold: float,
     unreadable: list[tuple[dict[str, Any], str]] | None = None,
+    changed: Callable[[str], bool] = lambda path: False,
 ) -> list[tuple[dict[str, Any], float, Any]]:
     """(candidate, similarity, pair prediction) of the candidates that pass `agrees_geometrically`
     (the first, `retrieve`'s most consistent, as the best): the pair detector decides on those alone
     (the query is described only when one passes), and for the first retrieval's own map may
     confirm a pair it refused (`confirmed_by_retrieval`). `unreadable` collects (candidate, why) of
-    the indexed panels that could not be read to verify them (moved or deleted since)."""
+    the indexed panels that could not be read to verify them (moved or deleted since), or whose
+    file `changed` since it was indexed (its stored box may lie outside the new image)."""
     described = None
     answers = []
     for rank, (candidate, similarity) in enumerate(candidates):
         if not agrees_geometrically(candidate, best=rank == 0):
+            continue
+        if changed(candidate["path"]):
+            log.warning("indexed panel %s: its file changed since it was indexed", candidate["path"])
+            if unreadable is not None:
+                unreadable.append((candidate, "its file changed since it was indexed: run index.py on it again"))
             continue
         described = detector.describe(panel) if described is None else described
         try:

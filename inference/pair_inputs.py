@@ -98,8 +98,9 @@ def group_pairs(
 ) -> list[dict[str, Any]]:
     """Every pair of distinct images inside each group (`group_by` or `review` when the input has
     it, else the image's folder), in input order; `keep` filters the input's records first (a run's
-    own outputs inside its input folder are no input)."""
-    from inference.reviews import review_ids
+    own outputs inside its input folder are no input). An image listed in several groups (one photo
+    sent with two refund claims) is paired inside each; a pair two groups share is scored once."""
+    from inference.reviews import RECORD_FIELDS, review_ids
 
     records = records_from_input(input, layout)
     records = keep(records) if keep else records
@@ -107,15 +108,16 @@ def group_pairs(
         group_by = "review" if any(r.review for r in records) else "parent"
     ids = review_ids(records, group_by, input)
     groups: dict[str, dict[str, None]] = OrderedDict()
-    for record in records:
-        name = ids.get(record.path) or ""
+    for record in records:  # a record field is read per listing; a path-keyed id once per image
+        name = (getattr(record, group_by) if group_by in RECORD_FIELDS else ids.get(record.path)) or ""
         if name:
             groups.setdefault(name, {})[record.path] = None  # an image listed twice is no pair with itself
-    alone = sum(1 for r in records if not ids.get(r.path)) + sum(1 for paths in groups.values() if len(paths) == 1)
+    grouped = {path for paths in groups.values() for path in paths}
+    alone = len({r.path for r in records} - grouped) + sum(1 for paths in groups.values() if len(paths) == 1)
     if alone:
         log.info("%d image(s) have no other image in their %s: they are in no pair", alone, group_by)
-    return [
-        {"path_a": a, "path_b": b, "group": name}
-        for name, paths in groups.items()
-        for a, b in itertools.combinations(list(paths), 2)
-    ]
+    pairs: dict[frozenset[str], dict[str, Any]] = {}
+    for name, paths in groups.items():
+        for a, b in itertools.combinations(list(paths), 2):
+            pairs.setdefault(frozenset((a, b)), {"path_a": a, "path_b": b, "group": name})
+    return list(pairs.values())

@@ -200,7 +200,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
                     describe_transform(row["transform"]),
                 )
     log.info("pairs scored %(ok)d, duplicated %(duplicated)d, unreadable %(error)d, already done %(skipped)d", counts)
-    results = read_results(output)
+    results = this_inputs_rows(read_results(output), pairs, output)
     if not any(r["status"] == "ok" for r in results):
         raise ValueError(f"nothing could be scored: all {len(pairs)} pairs failed (see {output})")
     metrics = pair_report(pairs, results, threshold, output)
@@ -211,6 +211,22 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
 
         warn_earlier_page(output)
     return {"counts": counts, "metrics": metrics, "reviews": None}
+
+
+def this_inputs_rows(results: list[dict[str, Any]], pairs: list[dict[str, Any]], output: Path) -> list[dict[str, Any]]:
+    """The rows of this input's pairs: a resume with another input keeps the earlier run's rows in the
+    file, but the page and the metrics speak of the pairs asked for (said, as image runs say it)."""
+    asked = {pair_key(p["path_a"], p["path_b"]) for p in pairs}
+    stray = [r["path"] for r in results if r["path"] not in asked]
+    if stray:
+        log.warning(
+            "%d rows of %s are no pair of this input (an earlier run's, kept in the file, left out of the "
+            "report), e.g. %s",
+            len(stray),
+            output,
+            stray[0],
+        )
+    return [r for r in results if r["path"] in asked]
 
 
 def pair_page(

@@ -61,3 +61,11 @@ def test_two_processes_build_the_index_one_process_builds(tmp_path):
     assert "indexed 9 panels of 9 files (1 unreadable" in done.stdout + done.stderr
     assert indexed_panels(tmp_path / "two") == indexed_panels(tmp_path / "one")
     assert not (tmp_path / "two" / "parts").exists()
+    # a file deleted since: both builds forget it, and both count the files they found indexed
+    (tmp_path / "archive" / "paper0" / "panel0.png").unlink()
+    again = index(compose_config("index", [f"input={tmp_path / 'archive'}", f"index={tmp_path / 'one'}"]))
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert again["removed"] == 1 and f"{again['skipped']} already indexed" in done.stdout + done.stderr
+    assert indexed_panels(tmp_path / "two") == indexed_panels(tmp_path / "one")
+    assert len(indexed_panels(tmp_path / "one")) == 8

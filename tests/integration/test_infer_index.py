@@ -120,6 +120,42 @@ def test_a_match_whose_indexed_file_is_gone_is_an_unverified_row_not_no_reuse(in
     assert rows["copy.png"]["error"].startswith("not verified:")
 
 
+def test_a_match_whose_indexed_file_was_replaced_is_an_unverified_row_not_a_crash(indexed, tmp_path):
+    import os
+
+    source = Path(indexed["source"])
+    kept, stat = source.read_bytes(), source.stat()
+    try:  # smaller than the panel box the index holds: the box would crop nothing
+        write_image(source, np.zeros((8, 8, 3), np.uint8))
+        rows = {Path(r["path"]).name: r for r in search(indexed, tmp_path / "replaced.csv", "top_k=3")}
+    finally:  # as indexed, for the other searches of this module
+        source.write_bytes(kept)
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert rows["copy.png"]["status"] == "error" and rows["copy.png"]["match"] == str(source)
+    assert "changed since it was indexed" in rows["copy.png"]["error"]
+
+
+@pytest.mark.parametrize("option", ["resume=true", "shard=0/2", "report=html", "overlays=true"])
+def test_options_a_search_does_not_take_are_refused_before_the_output_is_written(indexed, tmp_path, option):
+    output = tmp_path / "found.csv"
+    output.write_text("path\nearlier rows\n")
+    with pytest.raises(InferenceFailed, match=f"an index search runs in one process .* {option.split('=')[0]}"):
+        search(indexed, output, option)
+    assert output.read_text() == "path\nearlier rows\n"  # a resume used to start the file anew
+
+
+def test_a_search_inside_its_input_folder_does_not_search_its_own_masks(indexed, tmp_path):
+    import shutil
+
+    queries = shutil.copytree(indexed["root"] / "queries", tmp_path / "queries")
+    overrides = [f"model={indexed['model']}", f"input={queries}", f"index={indexed['root'] / 'index'}"]
+    runs = []
+    for _ in range(2):  # the second finds the first one's masks in its input folder
+        infer(compose_config("infer", [*overrides, f"output={queries / 'found.csv'}", "save_masks=true"]))
+        runs.append(sorted(r["path"] for r in read_results(queries / "found.csv")))
+    assert list((queries / "found_masks").glob("*.png")) and runs[1] == runs[0]
+
+
 @pytest.mark.parametrize("top_k", ["0", "-1", "2.5"])
 def test_a_top_k_that_is_not_a_whole_number_of_at_least_one_is_refused(indexed, tmp_path, top_k):
     with pytest.raises(InferenceFailed, match="top_k must be a whole number of at least 1"):

@@ -115,6 +115,24 @@ def test_a_resumed_run_scores_only_the_missing_pairs(model, panels, tmp_path):
     assert result["counts"]["skipped"] == 1 and len(read_results(output)) == 3
 
 
+def test_a_resume_with_another_input_reports_only_the_pairs_of_this_input(model, panels, tmp_path, monkeypatch, caplog):
+    import logging
+
+    import inference.pairs as pairs_module
+
+    shown = []
+    monkeypatch.setattr(pairs_module, "pair_page", lambda cfg, runtime, results, *_: shown.append(results))
+    fig, output = panels / "fig", tmp_path / "pairs.csv"
+    for name, other in (("first", "b"), ("second", "c")):
+        (tmp_path / f"{name}.csv").write_text(f"path_a,path_b\n{fig}/a.png,{fig}/{other}.png\n")
+    run(model, tmp_path / "first.csv", output, "report=html")
+    with caplog.at_level(logging.WARNING):
+        run(model, tmp_path / "second.csv", output, "resume=true", "report=html")
+    assert len(read_results(output)) == 2  # the earlier row stays in the file
+    assert [(Path(r["path_a"]).name, Path(r["path_b"]).name) for r in shown[1]] == [("a.png", "c.png")]
+    assert "1 rows of" in caplog.text and "no pair of this input" in caplog.text
+
+
 def test_a_resume_with_another_threshold_is_refused_before_any_pair_is_scored(model, panels, tmp_path):
     output = tmp_path / "pairs.csv"
     run(model, panels / "pairs.csv", output)
@@ -249,6 +267,16 @@ def test_a_pair_listed_twice_is_scored_once_and_an_image_alone_in_its_group_is_s
     with caplog.at_level(logging.INFO):
         run(model, tmp_path / "groups.csv", tmp_path / "group_scores.csv")
     assert "1 image(s) have no other image in their review: they are in no pair" in caplog.text
+
+
+def test_an_image_sent_in_two_reviews_is_paired_inside_each_and_a_pair_both_hold_is_scored_once(panels, tmp_path):
+    from inference.pair_inputs import group_pairs
+
+    fig = panels / "fig"
+    listed = [("a", "R1"), ("b", "R1"), ("a", "R2"), ("c", "R2"), ("b", "R2")]
+    (tmp_path / "claims.csv").write_text("path,review\n" + "".join(f"{fig}/{n}.png,{r}\n" for n, r in listed))
+    pairs = [(Path(p["path_a"]).stem, Path(p["path_b"]).stem, p["group"]) for p in group_pairs(tmp_path / "claims.csv")]
+    assert pairs == [("a", "b", "R1"), ("a", "c", "R2"), ("c", "b", "R2")]  # a was R2's only: R1's a-b went unscored
 
 
 def test_the_masks_of_two_panels_of_one_name_in_two_folders_are_two_files(model, panels, tmp_path):
