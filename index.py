@@ -8,7 +8,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from collection.build import build_index, merge_parts, prune_removed
+from collection.build import build_index, index_up_to_date, merge_parts
 from collection.store import IndexBusy, IndexRefused
 from datamodules.records import LayoutError
 from inference.cli import expected_failures, run
@@ -53,7 +53,7 @@ def index(cfg: DictConfig) -> dict[str, Any]:
             processes.barrier()  # every part is complete before the first process merges them
             if processes.is_main and shard.count == 1:  # the whole input was described: pruned as one process does
                 checkpoint = cfg.get("descriptor_checkpoint")
-                removed = prune_removed(cfg.input, cfg.index, cfg.descriptor, cfg.layout, checkpoint)
+                removed = index_up_to_date(cfg.input, cfg.index, cfg.descriptor, cfg.layout, checkpoint)
                 result.update(merged(cfg), index=str(cfg.index), removed=removed)
             processes.barrier()
     except (IndexRefused, IndexBusy, LayoutError, ModelLoadError, ValueError) as error:

@@ -212,12 +212,22 @@ def build_index(
             store.db.execute("INSERT OR REPLACE INTO state VALUES ('split_panels', ?)", (split,))
         counts = describe_files(store, items, split_panels, commit_every, workers=workers)
         counts["skipped"] += already
-        if parsed.count == 1:  # a part does not know the index's files: pruned after its merge
-            counts["removed"] = forget_removed(store, input, items)
+        if parsed.count == 1:  # a part does not know the index's files: brought up to date after its merge
+            counts["removed"] = up_to_date_with(store, input, items)
         counts.update({"index": str(target), "index_type": store.index_type, "total_panels": store.n_panels})
         return counts
     finally:
         store.close()
+
+
+def up_to_date_with(store: PanelStore, input: str | os.PathLike, items: list[tuple[str, str]]) -> int:
+    """After a whole build: the files indexed before take the source ids the input gives them now
+    (a folder indexed again from a manifest with `review` ids; `exclude_same=review` reads them),
+    and those gone from the input folder are forgotten (`forget_removed`, whose count is returned)."""
+    resourced = store.set_sources(items)
+    if resourced:
+        log.info("%d file(s) already indexed take the source ids this input gives them", resourced)
+    return forget_removed(store, input, items)
 
 
 def forget_removed(store: PanelStore, input: str | os.PathLike, items: list[tuple[str, str]]) -> int:
@@ -236,16 +246,16 @@ def forget_removed(store: PanelStore, input: str | os.PathLike, items: list[tupl
     return len(gone)
 
 
-def prune_removed(
+def index_up_to_date(
     input: str | os.PathLike, index_dir: str | os.PathLike, descriptor: str, layout: str, checkpoint: str | None
 ) -> int:
-    """`forget_removed` on a whole index (one not made yet holds nothing to forget), as the parts of
+    """`up_to_date_with` on a whole index (one not made yet holds nothing to update), as the parts of
     a several-process build are merged into it."""
     if not (Path(index_dir) / "meta.json").is_file():
         return 0
     store = open_store(index_dir, descriptor, checkpoint=checkpoint).lock()
     try:
-        return forget_removed(store, input, source_ids(input, layout))
+        return up_to_date_with(store, input, source_ids(input, layout))
     finally:
         store.close()
 

@@ -297,6 +297,16 @@ class PanelStore:
             self.waiting, self.waiting_vectors = [], 0
             self.add_vectors(vectors, ids)
 
+    def set_sources(self, items: list[tuple[str, str]]) -> int:
+        """Give the panels of files already indexed the source id the input gives them now (a folder
+        indexed again from a manifest with `review` ids); the number of files whose id changed."""
+        changed = 0
+        with self.db:
+            for path, source_id in items:
+                update = "UPDATE panels SET source_id = ? WHERE path = ? AND source_id IS NOT ?"
+                changed += self.db.execute(update, (source_id, path, source_id)).rowcount > 0
+        return changed
+
     def forget(self, path: str, removed: bool = False) -> None:
         """Drop a changed file's panels (and, `removed`, the file itself): vectors now, rows at the
         next commit."""

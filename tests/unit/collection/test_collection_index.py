@@ -213,6 +213,20 @@ def test_exclude_same_review_drops_the_query_s_own_review(tmp_path, tiles):
     assert other_review[0][0]["path"] == str(paths[0])
 
 
+def test_a_folder_indexed_again_from_a_manifest_takes_the_manifest_s_review_ids(tmp_path, tiles):
+    import sqlite3
+
+    paths = write_panels(tmp_path / "collection", tiles[:4], reviews=2)
+    build_index(tmp_path / "collection", tmp_path / "index")
+    manifest = tmp_path / "papers.csv"
+    manifest.write_text("path,review\n" + "".join(f"{p},paper{i // 2}\n" for i, p in enumerate(paths)))
+    again = build_index(manifest, tmp_path / "index")
+    assert again["skipped"] == 4  # nothing described twice
+    with sqlite3.connect(tmp_path / "index" / "panels.sqlite") as db:
+        sources = dict(db.execute("SELECT path, source_id FROM panels").fetchall())
+    assert sources == {str(p): f"paper{i // 2}" for i, p in enumerate(paths)}  # were review0 / review1
+
+
 def test_shards_merge_into_one_index_with_faiss_merge_from(tmp_path, tiles):
     paths = write_panels(tmp_path / "collection", tiles[:6])
     for shard in ("0/2", "1/2"):
