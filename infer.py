@@ -16,9 +16,10 @@ from datamodules.records import LayoutError, Record
 from evaluation.protocols.review import AGGREGATIONS
 from inference.cli import expected_failures, run
 from inference.masks import PixelReduction
-from inference.parts import Shard
+from inference.parts import Shard, once_each
 from inference.recalibration import CategoryThreshold
 from inference.report_pictures import check_page_folder
+from inference.reviews import check_group_by
 from inference.run_report import (
     InferenceFailed,
     ReportRequest,
@@ -75,7 +76,9 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         if (answer := pair_run(cfg, runtime)) is not None:
             return answer
         runtime = tiled(cfg, runtime) if cfg.tiles else runtime
-        records = without_own_outputs(records_from_input(cfg.input, cfg.get("layout", "auto")), cfg, output)
+        records = once_each(without_own_outputs(records_from_input(cfg.input, cfg.get("layout", "auto")), cfg, output))
+        if cfg.group_by:
+            check_group_by(records, cfg.group_by, cfg.input)
     except (ModelLoadError, LayoutError, ValueError, IndexBusy) as error:
         raise InferenceFailed(str(error)) from None
     if not records:

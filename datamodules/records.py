@@ -179,8 +179,8 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
 
 def check_repeated_paths(manifest: Path, records: list[Record]) -> None:
     """An image listed with both labels, or in two categories, has no truth (metrics and per-category
-    thresholds would take one of them): refused. One listed more than once alike is scored once per
-    row: said."""
+    thresholds would take one of them): refused. One listed more than once alike is said (training
+    draws it once per row; infer.py scores it once)."""
     labels: dict[str, set[int | None]] = {}
     categories: dict[str, set[str]] = {}
     for record in records:

@@ -101,6 +101,15 @@ def fold_parts(output: Path, records: Sequence[Record], columns: Sequence[str]) 
     return ordered, len({r.path for r in records} - set(rows))
 
 
+def once_each(records: Sequence[Record]) -> list[Record]:
+    """Each image once, at its first listing: a run writes one row per image whether one process
+    scores it or several (whose merge keeps one row per path), so rows and metrics agree."""
+    first: dict[str, Record] = {}
+    for record in records:
+        first.setdefault(record.path, record)
+    return list(first.values())
+
+
 def known_labels(records: Sequence[Record]) -> dict[str, int]:
     """Each labelled input's own label, by path: the rows' `true_label`."""
     return {r.path: int(r.label) for r in records if r.label is not None}

@@ -59,6 +59,14 @@ def review_ids(records: Sequence[Record], group_by: str, input: str | os.PathLik
     )
 
 
+def check_group_by(records: Sequence[Record], group_by: str, input: str | os.PathLike) -> None:
+    """`group_by` read before anything is scored: a column the manifest lacks is refused then, not
+    after the scoring run; a field no input has (`review` over a folder) is said, since each image
+    then makes a review of its own."""
+    if not any(review_ids(records, group_by, input).values()):
+        log.warning("group_by=%s: no input has one, so each image is a review of its own", group_by)
+
+
 def review_rows(
     results: Sequence[dict[str, Any]],
     ids: dict[str, str],

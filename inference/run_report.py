@@ -17,6 +17,7 @@ from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_PROTOCOL
 from evaluation.summary import figure_text
 from inference.masks import PixelReduction, records_with_masks
+from inference.parts import Shard, part_files
 from inference.recalibration import CategoryThreshold
 from inference.runtime import Runtime
 from inference.scoring import join_truth, score_perturbed_fn
@@ -56,18 +57,27 @@ class ReportRequest:
     model: str = ""
 
 
+# the options that change how an image is scored: rows scored otherwise must not share a file
+SCORING_OPTIONS = ("tiles", "tile_reduce", "tile_size", "tile_overlap", "tta")
+
+
 def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
-    """`inference.writer.stamp_run` with this run's model and thresholds: image, pair and search
-    runs alike refuse a resume that would mix two models' or thresholds' decisions."""
+    """`inference.writer.stamp_run` with this run's model, thresholds and scoring options: image,
+    pair and search runs alike refuse to add rows to rows scored otherwise. That is a resume (also of
+    a several-process run killed before its merge, which left part files only), a shard (which
+    leaves the other shards' rows and an earlier output in place) and a merge."""
     own = cfg.threshold is None  # the model's calibrated thresholds, else the one given
     decided_by = {
         "model": str(Path(cfg.model).resolve()),
         "model_sha256": file_sha256(cfg.model),
         "threshold": runtime.threshold if own else float(cfg.threshold),
         "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
+        "scoring": {name: cfg.get(name) for name in SCORING_OPTIONS},
     }
+    adds_rows = bool(cfg.resume) or bool(cfg.get("merge", False)) or Shard.parse(cfg.get("shard")).count > 1
+    earlier_rows = output.is_file() or bool(part_files(output))
     try:
-        stamp_run(output, decided_by, bool(cfg.resume) and not cfg.get("merge", False))
+        stamp_run(output, decided_by, compare=adds_rows and earlier_rows)
     except ValueError as error:
         raise InferenceFailed(str(error)) from None
 

@@ -139,21 +139,22 @@ def resumable_columns(path: Path, columns: Sequence[str]) -> list[str]:
     )
 
 
-def stamp_run(output: Path, stamp: Mapping[str, Any], resume: bool) -> None:
-    """`<output stem>.run.json`: the model (its SHA-256) and thresholds the rows are decided with. A
-    resume with another model or threshold is refused (the file would mix two runs' decisions);
-    rows written before the stamp existed are resumed as before."""
+def stamp_run(output: Path, stamp: Mapping[str, Any], compare: bool) -> None:
+    """`<output stem>.run.json`: the model (its SHA-256), thresholds and scoring options the rows are
+    decided with. With `compare` (a run adding rows to rows already written), other ones are refused
+    (the file would mix two runs' decisions); rows written before the stamp existed, or before it
+    recorded a key, are added to as before."""
     from evaluation.atomic import atomic_path
 
     path = output.with_name(f"{output.stem}.run.json")
-    if resume and output.is_file() and path.is_file():
+    if compare and path.is_file():
         before = json.loads(path.read_text(encoding="utf-8"))
         changed = [key for key in stamp if key != "model" and key in before and before[key] != stamp[key]]
         if changed:
             raise ValueError(
                 f"{output} was scored with {before.get('model')} ({', '.join(f'{k} {before[k]}' for k in changed)}): "
-                "resuming with another model or threshold would mix two runs' decisions; "
-                "rerun without resume=true, or write to another output"
+                "adding rows with another model, threshold or scoring option (resume, shard or merge) would "
+                "mix two runs' decisions; score again without resume=true (one process), or write to another output"
             )
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(dict(stamp), indent=1), encoding="utf-8")

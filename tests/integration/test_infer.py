@@ -87,11 +87,49 @@ def test_a_resume_with_another_threshold_is_refused_before_any_row_changes(check
     output = tmp_path / "scores.csv"
     run_infer(checkpoint, mixed_folder, output, "threshold=0.5")
     written = output.read_bytes()
-    with pytest.raises(InferenceFailed, match="threshold 0.5\\): resuming with another model or threshold"):
+    with pytest.raises(InferenceFailed, match="threshold 0.5\\): adding rows with another model, threshold"):
         run_infer(checkpoint, mixed_folder, output, "resume=true", "threshold=0.25")
     assert output.read_bytes() == written
     run_infer(checkpoint, mixed_folder, output, "resume=true", "threshold=0.5")  # the same threshold resumes
     run_infer(checkpoint, mixed_folder, output, "threshold=0.25")  # a new run (no resume) starts over
+
+
+def test_shards_merges_and_resumes_never_mix_rows_scored_otherwise(checkpoint, mixed_folder, tmp_path):
+    from inference.run_report import InferenceFailed
+
+    output = tmp_path / "scores.csv"
+    run_infer(checkpoint, mixed_folder, output, "threshold=0.5")  # an earlier whole run
+    with pytest.raises(InferenceFailed, match="threshold 0.5.*mix two runs"):
+        run_infer(checkpoint, mixed_folder, output, "shard=0/2")  # the model's own threshold
+    run_infer(checkpoint, mixed_folder, output, "shard=0/2", "threshold=0.5")
+    with pytest.raises(InferenceFailed, match="scoring .*mix two runs"):
+        run_infer(checkpoint, mixed_folder, output, "shard=1/2", "threshold=0.5", "tiles=true")
+    run_infer(checkpoint, mixed_folder, output, "shard=1/2", "threshold=0.5")
+    with pytest.raises(InferenceFailed, match="mix two runs"):
+        run_infer(checkpoint, mixed_folder, output, "merge=true", "threshold=0.25")
+    run_infer(checkpoint, mixed_folder, output, "merge=true", "threshold=0.5")
+    # parts of an unfinished run and no output yet (a killed devices=N run): a resume is compared too
+    again = tmp_path / "again.csv"
+    run_infer(checkpoint, mixed_folder, again, "shard=0/2")
+    assert not again.exists()
+    with pytest.raises(InferenceFailed, match="mix two runs"):
+        run_infer(checkpoint, mixed_folder, again, "resume=true", "threshold=0.25")
+
+
+def test_a_mistyped_group_by_is_refused_before_scoring_and_an_image_listed_twice_is_one_row(
+    checkpoint, mixed_folder, tmp_path
+):
+    from inference.run_report import InferenceFailed
+
+    images = sorted(str(p) for p in mixed_folder.rglob("img.*"))
+    manifest = tmp_path / "claims.csv"
+    listed = [*images, images[0]]  # the first photo sent twice
+    manifest.write_text("path,label,review\n" + "".join(f"{p},{i % 2},r{i // 2}\n" for i, p in enumerate(listed)))
+    with pytest.raises(InferenceFailed, match="group_by='revieww': the manifest has no such column"):
+        run_infer(checkpoint, manifest, tmp_path / "typo.csv", "group_by=revieww")
+    assert not (tmp_path / "typo.csv").exists()  # refused before a row was scored
+    rows = read_results(run_infer(checkpoint, manifest, tmp_path / "scores.csv") and tmp_path / "scores.csv")
+    assert sorted(r["path"] for r in rows) == images  # one row each, as a several-process run writes
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])

@@ -137,7 +137,7 @@ def test_a_resume_with_another_threshold_is_refused_before_any_pair_is_scored(mo
     output = tmp_path / "pairs.csv"
     run(model, panels / "pairs.csv", output)
     written = output.read_bytes()
-    with pytest.raises(InferenceFailed, match="resuming with another model or threshold would mix"):
+    with pytest.raises(InferenceFailed, match="another model, threshold or scoring option .* would mix"):
         run(model, panels / "pairs.csv", output, "resume=true", "threshold=0.1")
     assert output.read_bytes() == written
 
