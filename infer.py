@@ -150,6 +150,12 @@ def pictures_while_scoring(cfg: DictConfig, output: Path, threshold: float, rows
 
 def tiled(cfg: DictConfig, runtime: Runtime) -> Runtime:
     """`tiles=true`: a localizer's maps stitched from overlapping tiles, or a detector's scores reduced over tiles."""
+    if cfg.threshold is None:  # calibrate.py and training score without tiles
+        log.warning(
+            "tiles=true: the model's threshold was calibrated on scores made without tiles, which are spread "
+            "otherwise (a mean over tiles is narrower); its false-positive rate does not carry over: check it on "
+            "genuine images of your own scored with tiles, and give threshold= from them"
+        )
     if runtime.is_localizer:
         return TiledLocalizer(runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap, batch_size=cfg.batch_size)
     return TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)

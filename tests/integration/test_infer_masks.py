@@ -132,13 +132,15 @@ def test_a_resume_that_saves_maps_the_first_run_did_not_is_refused_before_any_im
     assert output.read_bytes() == written and not (tmp_path / "out" / "scores_masks").exists()
 
 
-def test_tiled_maps_cover_the_original_size(localizer, manifest, tmp_path):
+def test_tiled_maps_cover_the_original_size(localizer, manifest, tmp_path, caplog):
     checkpoint, _ = localizer
     output = tmp_path / "tiled.csv"
-    run_infer(checkpoint, manifest, output, "tiles=true", "tile_size=32", "save_masks=true")
+    with caplog.at_level("WARNING"):
+        run_infer(checkpoint, manifest, output, "tiles=true", "tile_size=32", "save_masks=true")
     rows = {Path(r["path"]).name: r for r in read_results(output) if r["status"] == "ok"}
     for name, (h, w) in SIZES.items():
         assert np.asarray(Image.open(rows[name]["mask"])).shape == (h, w)
+    assert "threshold was calibrated on scores made without tiles" in caplog.text  # its FPR does not carry over
 
 
 def test_an_input_added_before_a_resume_does_not_overwrite_an_earlier_rows_map(localizer, tmp_path):
