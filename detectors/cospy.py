@@ -186,6 +186,16 @@ class CoSpy(Detector):
     one branch's weights (the authors' file or a stage checkpoint of ours).
     """
 
+    @staticmethod
+    def settings_to_train(net: Mapping[str, Any]) -> list[str]:
+        """What training this config needs set: the fusion stage (the default) trains only the fusion
+        layer over branches it is given; with neither the authors' weights nor a branch of an earlier
+        stage it would fuse two random branches (`experiment=cospy_fusion` needs both)."""
+        given = net.get("pretrained") or net.get("init_semantic") or net.get("init_artifact")
+        if net.get("stage", "fusion") != "fusion" or given:
+            return []
+        return ["detector.net.init_semantic", "detector.net.init_artifact"]
+
     def __init__(
         self,
         variant: str = "sd-v1.4",

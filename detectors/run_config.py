@@ -104,8 +104,13 @@ def check_pair_data(data: DictConfig, net: Any) -> None:
 
 
 def check_required(cfg: DictConfig) -> None:
-    """The settings a recipe lists in `requires` (a stage-1 checkpoint, say) are set: unset, the run
-    would train on random modules the recipe means to load. A resumed run has them in its checkpoint."""
-    missing = [key for key in cfg.get("requires") or () if OmegaConf.select(cfg, key, default=None) is None]
+    """The settings a recipe lists in `requires` (a stage-1 checkpoint, say), and those the detector
+    says its config needs to train (`settings_to_train`: CO-SPY's fusion stage, its branches), are
+    set: unset, the run would train on random modules meant to be loaded. A resumed run has them in
+    its checkpoint."""
+    detector = hydra.utils.get_class(cfg.detector.net._target_)
+    needed = getattr(detector, "settings_to_train", lambda net: [])(cfg.detector.net)
+    required = [*(cfg.get("requires") or ()), *needed]
+    missing = list(dict.fromkeys(key for key in required if OmegaConf.select(cfg, key, default=None) is None))
     if missing and not cfg.get("ckpt_path"):
-        raise LayoutError(f"this recipe trains from files it is given: set {', '.join(f'{k}=<path>' for k in missing)}")
+        raise LayoutError(f"this run trains from files it is given: set {', '.join(f'{k}=<path>' for k in missing)}")

@@ -97,3 +97,15 @@ def test_a_later_stage_recipe_without_its_earlier_stages_files_is_refused(recipe
             check_required(compose_train([*common, *needed[:given]]))
     check_required(compose_train([*common, *needed]))
     check_required(compose_train([*common, "ckpt_path=/runs/x/last.ckpt"]))  # a resume has them in its checkpoint
+
+
+def test_cospy_alone_is_refused_where_its_fusion_stage_would_fuse_two_random_branches():
+    from datamodules.records import LayoutError
+    from detectors.run_config import check_required
+
+    for detector in ("cospy", "cospy_tiny"):  # the default stage is fusion
+        with pytest.raises(LayoutError, match="set detector.net.init_semantic=<path>, detector.net.init_artifact"):
+            check_required(compose_train([f"detector={detector}"]))
+    check_required(compose_train(["detector=cospy_tiny", "detector.net.init_semantic=/w/sem.ckpt"]))
+    check_required(compose_train(["detector=cospy_tiny", "detector.net.stage=semantic"]))  # trains a branch
+    check_required(compose_train(["detector=cospy", "detector.net.pretrained=/w/authors"]))
