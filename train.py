@@ -30,6 +30,7 @@ from detectors.run_config import (
     check_pair_data,
     check_required,
     data_config,
+    weights_settings,
 )
 from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.calibration import below_target_in, row_thresholds
@@ -136,10 +137,19 @@ def settings_checked(group: str) -> Iterator[None]:
         raise SettingError(f"{group}: {cause}") from error
 
 
+@contextmanager
+def weights_named(net: DictConfig) -> Iterator[None]:
+    """Missing weights said with the settings of this detector that name weights."""
+    try:
+        yield
+    except MissingWeightsError as error:
+        raise MissingWeightsError(f"{error}\n{weights_settings(net)}".rstrip()) from None
+
+
 def module_for(cfg: DictConfig) -> Any:
     """The detector's trainable module, calibrated as `target_fpr` and `calibration` say."""
     calibration = cfg.get("calibration") or {}
-    with settings_checked("detector"):
+    with settings_checked("detector"), weights_named(cfg.detector.net):
         return create_module(
             cfg.detector,
             target_fpr=open_fraction("target_fpr", cfg.target_fpr),  # a bad one said before training

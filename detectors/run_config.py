@@ -114,3 +114,26 @@ def check_required(cfg: DictConfig) -> None:
     missing = list(dict.fromkeys(key for key in required if OmegaConf.select(cfg, key, default=None) is None))
     if missing and not cfg.get("ckpt_path"):
         raise LayoutError(f"this run trains from files it is given: set {', '.join(f'{k}=<path>' for k in missing)}")
+    if unset := sorted(OmegaConf.missing_keys(cfg.detector)):  # `???` in a recipe: read as a file name otherwise
+        raise LayoutError(f"this recipe needs {', '.join(unset)}: give {unset[0]}=<path> on the command line")
+
+
+# the names detector configs give their weights settings (a file, a folder, a cache name or a tag)
+WEIGHTS_KEYS = {"pretrained", "clip_pretrained", "encoder_weights", "clip", "model", "vae", "weights", "init_from"}
+
+
+def weights_settings(net: DictConfig) -> str:
+    """The settings of this detector's config that name weights, with their values: what a user who
+    lacks a file changes (the loaders that say a file is missing do not know the setting's name)."""
+    plain = OmegaConf.to_container(net, resolve=True)
+    found = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif key in WEIGHTS_KEYS and not isinstance(value, (list, bool, int, float)):
+                found.append(f"detector.net.{prefix}{key}={'null' if value is None else value}")
+
+    walk(plain, "")
+    return f"This detector's settings naming weights: {', '.join(found)}" if found else ""

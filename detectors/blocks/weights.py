@@ -80,8 +80,8 @@ def missing_weights_message(what: str, looked: Sequence[str], how: Sequence[str]
         *[f"  - {place}" for place in looked],
         "Provide them by one of:",
         *[f"  - {step}" for step in how],
-        "Or set the detector's option naming these weights to null to train from random initialization (logged "
-        "as such): `net.pretrained`, or `net.clip_pretrained` / `net.encoder_weights` where its config has them.",
+        "Or give the setting naming them a local file or folder, or null where the detector can start from "
+        "random weights (logged as such).",
     ]
     return "\n".join(lines)
 
@@ -117,7 +117,7 @@ def resolve_timm_weights(name: str, pretrained: bool | str, cache_dir: str | Non
     how = [
         f"with internet once: python -c \"import timm; timm.create_model('{name}', pretrained=True)\" "
         "(fills the cache), then copy the cache to this machine",
-        f"download {cfg.hf_hub_id or cfg.url} yourself and pass the file path as `pretrained: /path/to/file`",
+        f"download {cfg.hf_hub_id or cfg.url} yourself and give its path to the setting naming these weights",
     ]
     raise MissingWeightsError(missing_weights_message(f"timm model {name!r}", looked, how))
 
@@ -164,7 +164,7 @@ def resolve_smp_weights(name: str, pretrained: str, cache_dir: str | None = None
     how = [
         f'with internet once: python -c "import segmentation_models_pytorch as smp; '
         f"smp.encoders.get_encoder('{name}', weights='{pretrained}')\" (fills the cache), then copy it here",
-        f"download {repo_id}/model.safetensors yourself and pass the file path as `pretrained: /path/to/file`",
+        f"download {repo_id}/model.safetensors yourself and give its path to the setting naming these weights",
     ]
     raise MissingWeightsError(
         missing_weights_message(

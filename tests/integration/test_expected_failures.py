@@ -18,6 +18,8 @@ from tests.helpers import ROOT
 # (entry point, arguments, a phrase of the message, extra environment)
 CASES = {
     "missing_weights": ("train.py", ["detector=clip_freq"], "pretrained", {}),
+    "missing_weights_named": ("train.py", ["detector=effort"], "settings naming weights: detector.net.clip=", {}),
+    "recipe_value_not_given": ("train.py", ["experiment=trufor_detect"], "needs detector.net.init_from: give", {}),
     "missing_weights_debug": ("train.py", ["detector=clip_freq", "debug=true"], "pretrained", {}),
     "unknown_detector": ("train.py", ["detector=no_such_detector"], "Could not find 'detector/no_such_detector'", {}),
     "mistyped_setting_value": (

@@ -45,7 +45,7 @@ def test_missing_pretrained_weights_raise_one_clear_error(tmp_path, monkeypatch)
     assert "not on this machine" in message
     # the option to give a file to, or null: the weights may be a CLIP detector's `clip_pretrained`
     assert "where the tag 'openai' is set (`net.clip_pretrained` or `net.pretrained`)" in message
-    assert "to null to train from random initialization" in message and "`net.clip_pretrained`" in message
+    assert "or null where the detector can start from random weights" in message  # train.py names the setting
     with pytest.raises(MissingWeightsError, match="neither a file nor a known open_clip tag"):
         load_clip_visual("ViT-B-32", "no-such-tag")
 
@@ -89,3 +89,13 @@ def test_timm_encoder_loads_local_file_and_refuses_missing(tmp_path, monkeypatch
         load_timm_encoder("test_resnet", str(tmp_path / "absent.pth"))
     with pytest.raises(MissingWeightsError, match="not on this machine"):
         load_timm_encoder("resnet18", True, cache_dir=str(tmp_path))
+
+
+def test_train_py_names_the_settings_of_the_chosen_detector_that_name_weights():
+    from detectors.run_config import weights_settings
+    from tests.helpers import compose_config
+
+    named = weights_settings(compose_config("train", ["detector=forgelens"]).detector.net)
+    assert "detector.net.clip_pretrained=openai" in named and "detector.net.pretrained=null" in named
+    named = weights_settings(compose_config("train", ["detector=trufor"]).detector.net)
+    assert "detector.net.encoder_weights=imagenet" in named and "detector.net.fingerprint.weights=null" in named

@@ -25,7 +25,7 @@ def test_missing_weights_are_one_clear_error_not_random_weights(tmp_path, monkey
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(MissingWeightsError, match="Provide them by one of") as error:
         load_smp_encoder("resnet18", pretrained="imagenet", cache_dir=str(tmp_path))
-    assert "to null to train from random initialization (logged as such): `net.pretrained`" in str(error.value)
+    assert "or null where the detector can start from random weights (logged as such)" in str(error.value)
     with pytest.raises(MissingWeightsError, match="no weights tagged"):
         load_smp_encoder("resnet18", pretrained="no-such-tag")
 

@@ -93,7 +93,7 @@ def test_missing_imagenet_weights_are_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(MissingWeightsError, match="to null to train from random initialization .*`net.pretrained`"):
+    with pytest.raises(MissingWeightsError, match="or null where the detector can start from random weights"):
         SegmentationLocalizer(pretrained="imagenet", **SMALL["Unet"])
     with pytest.raises(MissingWeightsError, match="Provide them by one of"):
         SegmentationLocalizer(encoder="tu-resnet10t", encoder_depth=3, pretrained="imagenet")
