@@ -148,8 +148,9 @@ def export_graph(
     (the exporter falls back to its own when it cannot convert)."""
     import onnx
 
-    if opset < MIN_OPSET:
-        raise ExportError(f"opset={opset}: the exporter writes opset {MIN_OPSET} or newer")
+    newest = onnx.defs.onnx_opset_version()  # the installed onnx converts no further
+    if not MIN_OPSET <= opset <= newest:
+        raise ExportError(f"opset={opset}: the exporter writes opsets {MIN_OPSET} to {newest} (the installed onnx)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -175,9 +176,16 @@ def export_graph(
 
 
 def check_exportable(module: DetectorModule) -> None:
-    """Refuse a detector that is no fixed graph (fitted per image, matching), with its reason."""
+    """Refuse a detector that is no fixed graph (fitted per image, matching), with its reason, and
+    weights that are not finite (a run that diverged: its parity check failed as `nan`)."""
     if refusal := getattr(module.net, "onnx_export_refusal", None):
         raise ExportError(f"{type(module.net).__name__} cannot be exported to ONNX: {refusal}")
+    broken = [name for name, t in module.net.state_dict().items() if t.is_floating_point() and not t.isfinite().all()]
+    if broken:
+        raise ExportError(
+            f"the checkpoint holds NaN or infinite weights in {len(broken)} tensor(s), e.g. {broken[0]}: the run "
+            "that wrote it diverged; export a checkpoint from before (an earlier epoch) or train again"
+        )
 
 
 def export_onnx(

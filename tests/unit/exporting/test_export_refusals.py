@@ -67,6 +67,17 @@ def test_a_model_without_a_threshold_is_refused(tiny_model, tmp_path):
         export_with(f"model={tmp_path / 'nan.ckpt'}", f"output={tmp_path / 'n.onnx'}")
 
 
+def test_a_checkpoint_with_nan_weights_is_refused_as_a_diverged_run(tiny_model, tmp_path):
+    """It was refused as "parity failed: nan", which says nothing of the cause."""
+    checkpoint = torch.load(tiny_model["ckpt"], weights_only=True)
+    name = next(k for k, v in checkpoint["state_dict"].items() if k.startswith("net.") and v.is_floating_point())
+    checkpoint["state_dict"][name] = torch.full_like(checkpoint["state_dict"][name], float("nan"))
+    torch.save(checkpoint, tmp_path / "diverged.ckpt")
+    with pytest.raises(ExportError, match="NaN or infinite weights in 1 tensor.*diverged"):
+        export_with(f"model={tmp_path / 'diverged.ckpt'}", f"output={tmp_path / 'd.onnx'}")
+    assert not (tmp_path / "d.onnx").exists()
+
+
 def test_the_checkpoints_calibration_record_travels_into_the_model(tiny_model, tmp_path):
     """Reports scoring the .onnx said 'no calibration record' where the .ckpt's warned of too few genuines."""
     record = {"target_fpr": 0.01, "genuine_images": 130, "too_few": True, "rule": "quantile"}
