@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 import torch
 
-from detectors.registry import create_detector, list_detectors
+from detectors.registry import create_detector, detector_class, list_detectors
 
 DEFAULT_DETECTORS = ("noise_level", "splicebuster", "jpeg_ghost", "jpeg_grid")
 TARGET_SECONDS = 2.0
@@ -62,9 +62,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.size < 32 or args.repeats < 1:
         parser.error(f"--size must be at least 32 and --repeats at least 1 (got {args.size}, {args.repeats})")
-    unknown = sorted(set(args.detectors) - set(list_detectors()))
-    if unknown:
-        parser.error(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(list_detectors())}")
+    timed = [n for n in list_detectors(gradients=False) if not getattr(detector_class(n), "is_pair_detector", False)]
+    unknown = sorted(set(args.detectors) - set(timed))
+    if unknown:  # a pair detector scores two panels (it ended in a TypeError), a learned one needs training
+        parser.error(f"{', '.join(unknown)}: not a training-free single-image detector; these are: {', '.join(timed)}")
+    if args.output and args.output.parent.is_file():
+        parser.error(f"--output {args.output}: {args.output.parent} is a file, not a folder")
 
     pixels = sample_image(args.size)
     if args.image:
@@ -104,7 +107,8 @@ def main() -> None:
         print(
             f"{name:<16}{seconds:>10.3f}{seconds / reference:>14.1f}{'yes' if seconds <= TARGET_SECONDS else 'NO':>8}"
         )
-    if args.output:
+    if args.output:  # its folder made: a missing one failed after every timing was done
+        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2))
 
 

@@ -27,7 +27,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 import imageops
-from detectors.registry import create_detector
+from detectors.registry import create_detector, list_detectors
 from evaluation import PixelMetricAccumulator
 from synthesis.pair_set import load_photos
 from synthesis.photos import scene_of
@@ -122,6 +122,26 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refused in one line before any image is made: an override of a detector not run, or not of
+    the form DETECTOR:key=value, was ignored; a setting the detector lacks or a size too small
+    ended in tracebacks."""
+    unknown = sorted(set(args.detectors) - set(list_detectors()))
+    if unknown:
+        parser.error(f"unknown detector(s) {', '.join(unknown)}")
+    for given in args.override:
+        name, _, setting = given.partition(":")
+        if name not in args.detectors or "=" not in setting:
+            parser.error(f"--override {given}: give DETECTOR:key=value, DETECTOR one of {' '.join(args.detectors)}")
+    if args.side < 64 or args.per_photo < 1:
+        parser.error(f"--side must be at least 64 and --per-photo at least 1 (got {args.side}, {args.per_photo})")
+    for name in args.detectors:
+        try:
+            create_detector(name, [f"net.{o.split(':', 1)[1]}" for o in args.override if o.startswith(f"{name}:")])
+        except Exception as error:  # a key the detector lacks, a value it refuses
+            parser.error(f"--override for {name}: {error}")
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--detectors", nargs="+", default=["jpeg_grid", "jpeg_ghost"])
@@ -132,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0, help="draws the crops, donors, qualities and shifts")
     parser.add_argument("--output")
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
     torch.set_num_threads(1)
     images = make_images(args.split, args.side, args.per_photo, args.seed)
     results = {}

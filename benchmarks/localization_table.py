@@ -57,6 +57,7 @@ import imageops
 from benchmarks.localization_quality import make_data, operation, parse_variant, run_name, train, write_readme
 from datamodules.io import read_image, read_mask
 from datamodules.layouts import read_layout
+from detectors.registry import list_detectors
 from evaluation import PixelMetricAccumulator, image_metrics
 from evaluation.pixel import GENUINE_PIXEL_FPR_LIMIT
 
@@ -289,6 +290,9 @@ def checked_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace)
     try:
         for spec in [*args.localizers, *args.learned]:
             parse_variant(spec)
+        learned = [s for s in args.localizers if parse_variant(s)[0] not in list_detectors(gradients=False)]
+        if learned:  # scored as training-free, a learned config is its random initialization
+            raise ValueError(f"--localizers {', '.join(learned)}: not training-free; give it to --learned")
         minutes = per_spec(args.minutes, args.learned, "--minutes", 3.0)
         epochs = per_spec(args.epochs, args.learned, "--epochs", 30)
     except ValueError as error:

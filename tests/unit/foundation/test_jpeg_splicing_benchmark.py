@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import benchmarks.jpeg_splicing as benchmark
 from benchmarks.jpeg_splicing import FINAL_FORMATS, GENUINE_FORMATS, make_images, photo_split, score, summarize
 from detectors.registry import create_detector
 from synthesis.embedded import bundled_photo_paths
@@ -63,3 +64,19 @@ def test_jpeg_grid_scored_by_the_benchmark_finds_the_regions_kept_lossless_and_m
     assert summary["png"]["pixel_f1"] > 0.3 and summary["png"]["image_auroc"] > 0.9
     assert summary["jpeg90"]["pixel_f1"] < 0.05
     assert max(summary["genuine_marked"].values()) < 0.01
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--override", "jpeg_gird:peak=0.2"], "DETECTOR one of jpeg_grid jpeg_ghost"),  # was ignored
+        (["--override", "jpeg_grid:peek=0.2"], "--override for jpeg_grid: Could not override"),
+        (["--side", "10"], "--side must be at least 64"),
+        (["--detectors", "nope"], "unknown detector(s) nope"),
+    ],
+)
+def test_a_mistyped_run_is_refused_in_one_line_before_any_image_is_made(arguments, message, monkeypatch, capsys):
+    monkeypatch.setattr(benchmark, "make_images", lambda *_: pytest.fail("images made for a refused run"))
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main(arguments)
+    assert refused.value.code == 2 and message in capsys.readouterr().err

@@ -264,6 +264,7 @@ def test_localizers_scored_by_an_earlier_invocation_on_the_same_set_stay_in_the_
     [
         (["--localizers", "nosuch"], "unknown detector 'nosuch'"),
         (["--localizers"], "nothing to score"),
+        (["--localizers", "seg_tiny"], "--localizers seg_tiny: not training-free; give it to --learned"),
         (["--kinds-per", "-1"], "--kinds-per must be 0 or more"),
         (["--learned", "seg_tiny", "--epochs", "0"], "must be above 0"),
         (["--learned", "seg_tiny", "--minutes", "abc"], "expected a number"),

@@ -14,7 +14,9 @@ import benchmarks.bench_training_free as bench
     [
         (["--size", "0"], "--size must be at least 32"),
         (["--repeats", "0"], "--repeats at least 1"),
-        (["--detectors", "noise_level", "nois_level"], "unknown detector(s) nois_level; known: clip_freq"),
+        (["--detectors", "noise_level", "nois_level"], "nois_level: not a training-free single-image detector"),
+        (["--detectors", "dup_sift"], "dup_sift: not a training-free"),  # a pair detector: a TypeError after
+        (["--detectors", "seg_tiny"], "seg_tiny: not a training-free"),  # learned: random weights timed
         (["--image", "no_such_image.png"], "no_such_image.png: file not found"),
     ],
 )
