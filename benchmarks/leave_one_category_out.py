@@ -27,7 +27,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from benchmarks.cross_generator import (
     check_runs,
@@ -90,19 +90,29 @@ def category_split(
 BENCHMARK_OWN_SETTINGS = frozenset({"data.root", "data.made_by", "data.num_workers"})  # the folder is replaced
 
 
-def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:
+def experiment_settings(name: str, size: int = 0) -> tuple[str, int, list[str], list[str]]:
     """The detector, epochs and `train.py` overrides that train like `experiment=<name>` on a split
-    manifest: the data and calibration settings the recipe changes that a manifest's data takes,
-    but not the number of loader processes; and the settings it makes that a manifest's data does
-    not take (its layout's own options, e.g. `data.exclude_groups`), other than its data folder,
-    so the caller can say they were left out."""
+    manifest: the detector settings the recipe changes (but the input size, when `size` is given),
+    the data and calibration settings it changes that a manifest's data takes, but not the number
+    of loader processes; and the settings it makes that a manifest's data does not take (its
+    layout's own options, e.g. `data.exclude_groups`), other than its data folder, so the caller
+    can say they were left out."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        recipe = compose(config_name="train", overrides=[f"experiment={name}", "data=manifest"])
-        plain = compose(config_name="train", overrides=["data=manifest"])
+        asked = [f"experiment={name}", "data=manifest"]
+        recipe = compose(config_name="train", overrides=asked, return_hydra_config=True)
+        detector = recipe.hydra.runtime.choices["detector"]
+        plain = compose(config_name="train", overrides=["data=manifest", f"detector={detector}"])
     changed, left_out = {}, []
+    # the recipe's detector settings (network, optimizer, schedule) against the detector's own config
+    own, theirs = (OmegaConf.to_container(c.detector, resolve=True) for c in (recipe, plain))
+    detector_changes = [
+        f"++detector.{key}={json.dumps(value)}"
+        for key, value in leaf_changes(own, theirs)
+        if not (size and key == "net.preprocess.size")  # `size` (--size) decides it, not the recipe
+    ]
     for section in ("data", "calibration"):
         ours, theirs = (OmegaConf.to_container(c[section], resolve=False) for c in (recipe, plain))
         for key, value in ours.items():
@@ -119,7 +129,15 @@ def experiment_settings(name: str) -> tuple[str, int, list[str], list[str]]:
             overrides += [f"++{key}.{k}={json.dumps(v)}" for k, v in value.items()]
         else:
             overrides.append(f"{key}={json.dumps(value)}")
-    return recipe.detector.name, int(recipe.trainer.max_epochs), overrides, left_out
+    return detector, int(recipe.trainer.max_epochs), detector_changes + overrides, left_out
+
+
+def leaf_changes(ours: Any, theirs: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of `ours` that `theirs` lacks or holds otherwise."""
+    if not isinstance(ours, dict):
+        return [] if ours == theirs else [(prefix.rstrip("."), ours)]
+    theirs = theirs if isinstance(theirs, dict) else {}
+    return [change for key, value in ours.items() for change in leaf_changes(value, theirs.get(key), f"{prefix}{key}.")]
 
 
 def row(held_out: str, metrics: dict | None, error: str | None, held_with: Sequence[str] = ()) -> list[str]:
@@ -197,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_arguments(parser, args)
     detector, epochs, overrides, left_out = (
-        experiment_settings(args.experiment) if args.experiment else ("npr", 3, [], [])
+        experiment_settings(args.experiment, args.size) if args.experiment else ("npr", 3, [], [])
     )
     if left_out:
         print(

@@ -88,6 +88,8 @@ def test_an_experiment_gives_its_detector_epochs_and_levers_but_not_its_data_fol
     assert 'data.genuine_noise_model="shot"' in overrides
     assert {"++data.augment.transpose=0.5", "++data.augment.channel_shuffle=0.5"} <= set(overrides)
     assert {'calibration.by="category"', 'calibration.rule="bound"'} <= set(overrides)
+    assert "++detector.net.preprocess.size=64" in overrides  # its detector settings too
+    assert not [o for o in experiment_settings("generated_kinds", size=32)[2] if "preprocess.size" in o]  # --size's
     assert not [o for o in overrides if o.startswith(("data.root", "data.num_workers", "data.exclude_groups"))]
     assert left_out == ["data.exclude_groups"]  # a layout's option, named to the user; the folder is replaced
 
