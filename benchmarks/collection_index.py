@@ -47,6 +47,28 @@ from synthesis.pair_set import load_photos, scene_of, split_sources
 COLLECTION_SETTINGS = ("distractors", "sources", "copies_per_source", "calibration_queries", "seed")
 
 
+def replace_other_collection(root: Path, made_with: dict) -> None:
+    """A --workdir holding the collection and indexes of other settings is emptied of them first: the
+    files the new draw does not overwrite (more distractors before) were indexed and searched as
+    its own, under the new stamp. One without a stamp is refused, being no run's of this script."""
+    stamp = root / "collection_settings.json"
+    made = [root / "collection", root / "fitting", root / "compare.csv", *root.glob("index_*")]
+    if not any(path.exists() for path in made):
+        return
+    if not stamp.is_file():
+        raise SystemExit(f"--workdir {root} holds a collection of unrecorded settings: give an empty or new folder")
+    kept = json.loads(stamp.read_text())
+    if kept == made_with:
+        return
+    print(f"{root}: replacing the collection made with {kept} by one made with {made_with}", flush=True)
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    stamp.unlink()
+
+
 def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, list, list]:
     """Writes sources and distractors under root/collection (with --reuse: draws them only, the
     files are there from a kept run); returns (sources, queries, calibration, the names of the
@@ -59,6 +81,8 @@ def write_collection(root: Path, args: argparse.Namespace) -> tuple[dict, list, 
             raise SystemExit(
                 f"--reuse: {root} holds a collection made with {kept or 'unrecorded settings'}, not {made_with}"
             )
+    else:
+        replace_other_collection(root, made_with)
     write = (lambda path, image: None) if args.reuse else write_image
     rng = np.random.default_rng(args.seed)
     photos = load_photos(max_side=1024)

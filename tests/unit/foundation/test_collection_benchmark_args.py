@@ -1,7 +1,9 @@
-"""The collection benchmark never deletes a folder the user named, and `--reuse` needs one."""
+"""The collection benchmark never deletes a folder the user named (only the collection and indexes it
+made there, when a run of other settings replaces them), and `--reuse` needs one."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -38,3 +40,19 @@ def test_reuse_of_a_collection_drawn_with_other_settings_is_refused(tmp_path):
     (tmp_path / "collection_settings.json").unlink()
     with pytest.raises(SystemExit, match="unrecorded settings"):
         bench.write_collection(tmp_path, bench.argparse.Namespace(**settings, reuse=True))
+
+
+def test_a_workdir_of_other_settings_is_emptied_of_that_collection_and_one_of_no_run_refused(tmp_path, capsys):
+    made_with = {"distractors": 50, "seed": 0}
+    (tmp_path / "collection" / "d0000").mkdir(parents=True)
+    (tmp_path / "collection" / "d0000" / "panel000150.jpg").write_bytes(b"a distractor of a larger run")
+    (tmp_path / "index_local_sift").mkdir()
+    (tmp_path / "notes.txt").write_text("the user's own")
+    with pytest.raises(SystemExit, match="unrecorded settings"):
+        bench.replace_other_collection(tmp_path, made_with)
+    (tmp_path / "collection_settings.json").write_text(json.dumps(made_with))
+    bench.replace_other_collection(tmp_path, made_with)  # the same draw: kept, indexes go on incrementally
+    assert (tmp_path / "collection" / "d0000" / "panel000150.jpg").exists()
+    (tmp_path / "collection_settings.json").write_text(json.dumps({"distractors": 200, "seed": 0}))
+    bench.replace_other_collection(tmp_path, made_with)  # it indexed the 150 leftovers as its own before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
