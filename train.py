@@ -17,6 +17,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.errors import InstantiationException
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.records import LayoutError
@@ -24,6 +25,7 @@ from detectors.blocks.released import IncompatibleWeightsError
 from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
+from detectors.run_checkpoint import RunCheckpoint
 from detectors.run_config import (
     apply_data_preprocess,
     check_data_overrides,
@@ -131,7 +133,7 @@ def settings_checked(group: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        cause = expected_cause(error, (ValueError,))
+        cause = expected_cause(error, (ValueError, MisconfigurationException))  # trainer=gpu without a GPU
         if cause is None or isinstance(cause, LayoutError):  # a layout refusal is said as it is
             raise
         raise SettingError(f"{group}: {cause}") from error
@@ -144,6 +146,32 @@ def weights_named(net: DictConfig) -> Iterator[None]:
         yield
     except MissingWeightsError as error:
         raise MissingWeightsError(f"{error}\n{weights_settings(net)}".rstrip()) from None
+
+
+def evaluation_settings(cfg: DictConfig, data: DictConfig) -> dict[str, Any]:
+    """What a validation score depends on: the data (but its loader settings), the monitored metric,
+    the target FPR and the calibration settings."""
+    plain = OmegaConf.to_container(data, resolve=True)
+    loading = ("num_workers", "batch_size", "eval_batch_size")
+    return {
+        "data": {key: value for key, value in plain.items() if key not in loading},
+        "monitor": cfg.get("monitor"),
+        "target_fpr": cfg.get("target_fpr"),
+        "calibration": OmegaConf.to_container(cfg.get("calibration") or {}, resolve=True),
+    }
+
+
+def keep_earlier_logs(trainer: L.Trainer, output_dir: Path, ckpt_path: str | None) -> None:
+    """A run resumed in its own directory would have its CSV log started anew (Lightning replaces a
+    log folder's files): the earlier rows are kept beside it as `metrics.before_resume_<n>.csv`."""
+    if not ckpt_path or output_dir.resolve() not in Path(ckpt_path).resolve().parents:
+        return
+    for logger in trainer.loggers:
+        earlier = Path(getattr(logger, "log_dir", "") or "") / "metrics.csv"
+        if earlier.is_file():
+            kept = earlier.with_name(f"metrics.before_resume_{len(list(earlier.parent.glob('metrics.before_*')))}.csv")
+            earlier.rename(kept)
+            log.info("the log of the run before this resume is kept as %s", kept)
 
 
 def module_for(cfg: DictConfig) -> Any:
@@ -187,18 +215,18 @@ def fit_and_test(cfg: DictConfig, module: DetectorModule, output_dir: Path) -> d
         return report_and_summary(cfg, output_dir, module, datamodule, metrics)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1_within_fpr" if module.net.is_localizer else "val/auroc"
+    data = data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment"))
     with settings_checked("data"):
-        datamodule = hydra.utils.instantiate(
-            data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
-            preprocess=module.net.preprocess.to_dict(),
-            _convert_="all",
-        )
+        datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
+    callbacks = instantiate_group(cfg.get("callbacks"))
+    for callback in callbacks:  # what its best score is measured on, compared on a resume
+        if isinstance(callback, RunCheckpoint):
+            callback.evaluated_with = evaluation_settings(cfg, data)
     with settings_checked("trainer"):
         trainer: L.Trainer = hydra.utils.instantiate(
-            cfg.trainer,
-            callbacks=instantiate_group(cfg.get("callbacks")),
-            logger=instantiate_group(cfg.get("logger")) or False,
+            cfg.trainer, callbacks=callbacks, logger=instantiate_group(cfg.get("logger")) or False
         )
+    keep_earlier_logs(trainer, output_dir, cfg.get("ckpt_path"))
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+log = logging.getLogger(__name__)
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -16,11 +19,39 @@ class RunCheckpoint(ModelCheckpoint):
     score so far (it reloads it only into the same directory), so the resumed run's first epoch
     becomes its "best" however poor, and the run tests it. Here the best checkpoint so far is
     copied into the new directory and its score is the one to beat: the run keeps and tests the
-    best epoch of the whole run, as it would have uninterrupted."""
+    best epoch of the whole run, as it would have uninterrupted.
+
+    A best score is only comparable with scores measured the same way: `evaluated_with` (the
+    validation data, target FPR and calibration settings, set by train.py) travels in the state, and a
+    resume with other ones chooses its best among its own epochs, said (its test would otherwise
+    have been the earlier run's checkpoint at the earlier threshold). So it does, said, when the
+    earlier best file is no longer where it was (only `last.ckpt` copied to another machine)."""
+
+    evaluated_with: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "evaluated_with": self.evaluated_with}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         before, best = state_dict.get("dirpath"), state_dict.get("best_model_path") or ""
         score = state_dict.get("best_model_score")
+        measured = state_dict.get("evaluated_with")
+        if measured is not None and self.evaluated_with is not None and measured != self.evaluated_with:
+            changed = sorted(k for k in self.evaluated_with if measured.get(k) != self.evaluated_with[k])
+            log.warning(
+                "this run validates otherwise than the run it resumes (%s changed): the best checkpoint is chosen "
+                "among this run's epochs, not against the earlier best (%s)",
+                ", ".join(changed),
+                best or "none",
+            )
+            return
+        if score is not None and best and not Path(best).is_file():
+            log.warning(
+                "the resumed run's best checkpoint %s is not on this machine: the best is chosen among the "
+                "epochs from here on",
+                best,
+            )
+            return
         if self.dirpath and before and before != self.dirpath and score is not None and Path(best).is_file():
             kept = Path(self.dirpath) / Path(best).name
             kept.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ contract), so the cases run together, several processes at a time.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -56,6 +57,8 @@ CASES = {
         {},
     ),
 }
+if shutil.which("nvidia-smi") is None:  # a GPU trainer on a machine without one (a setting, not a crash)
+    CASES["gpu_trainer_without_gpu"] = ("train.py", ["trainer=gpu"], "trainer: No supported gpu", {})
 TRACED = {"missing_weights_debug", "refused_checkpoint_full_error"}
 
 

@@ -193,6 +193,40 @@ def test_a_run_resumed_into_a_new_directory_keeps_and_tests_the_best_epoch_of_th
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["val"] == first_best["val_metrics"]
 
 
+def test_a_resume_that_validates_otherwise_or_lacks_the_earlier_best_chooses_among_its_own_epochs(
+    small_dataset, tmp_path, caplog
+):
+    """The earlier best was measured on other validation settings (here another target FPR, which
+    also sets its threshold), or is not on this machine: the run tested the earlier run's checkpoint
+    at the earlier threshold, unsaid, or the last epoch."""
+    import shutil
+
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE[:-1], "monitor_mode=min"]
+    train(prepare_train_config([*common, "trainer.max_epochs=2"], tmp_path / "first"))
+    first_best = torch.load(tmp_path / "first" / "checkpoints" / "best.ckpt", weights_only=True)
+    resume = f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}"
+    with caplog.at_level("WARNING"):
+        train(prepare_train_config([*common, "trainer.max_epochs=3", "target_fpr=0.1", resume], tmp_path / "other"))
+    kept = torch.load(tmp_path / "other" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert kept["epoch"] == 2 != first_best["epoch"] and kept["calibration"]["target_fpr"] == 0.1
+    assert "validates otherwise than the run it resumes (target_fpr changed)" in caplog.text
+    shutil.move(tmp_path / "first" / "checkpoints" / "best.ckpt", tmp_path / "elsewhere.ckpt")
+    with caplog.at_level("WARNING"):
+        train(prepare_train_config([*common, "trainer.max_epochs=3", resume], tmp_path / "moved"))
+    assert torch.load(tmp_path / "moved" / "checkpoints" / "best.ckpt", weights_only=True)["epoch"] == 2
+    assert "best checkpoint" in caplog.text and "is not on this machine" in caplog.text
+
+
+def test_a_run_resumed_in_its_own_directory_keeps_the_log_of_its_first_epochs(small_dataset, tmp_path):
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE, "trainer.max_epochs=1"]
+    train(prepare_train_config(common, tmp_path / "run"))
+    before = (tmp_path / "run" / "csv" / "metrics.csv").read_text()
+    resume = f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"
+    train(prepare_train_config([*common, "trainer.max_epochs=2", resume], tmp_path / "run"))
+    assert (tmp_path / "run" / "csv" / "metrics.before_resume_0.csv").read_text() == before  # it was replaced
+    assert (tmp_path / "run" / "csv" / "metrics.csv").read_text() != before
+
+
 def test_a_classifier_on_genuine_images_only_is_refused_and_frees_its_run_directory(small_dataset, tmp_path):
     """It trained on one class and reported n/a figures beside a calibrated threshold (exit 0)."""
     import pytest
