@@ -28,10 +28,10 @@ from typing import Any, Sequence
 
 from datamodules.io import file_sha256
 from datamodules.layouts import records_from_input
-from datamodules.records import Record
+from datamodules.records import LayoutError, Record
 from evaluation.calibration import genuine_needed
 from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
-from inference.runtime import load_runtime
+from inference.runtime import ModelLoadError, load_runtime
 from inference.scoring import join_truth, score_records
 from inference.writer import ResultWriter, read_results
 
@@ -181,7 +181,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    table = build_table(args)
+    if not (0.0 < args.target_fpr < 1.0 and 0.0 <= args.threshold <= 1.0):  # after every model was scored before
+        given = f"{args.target_fpr}, {args.threshold}"
+        raise SystemExit(f"--target-fpr must lie in (0, 1) and --threshold in [0, 1], got {given}")
+    try:
+        table = build_table(args)
+    except (LayoutError, ModelLoadError) as error:  # a missing --data or --model: one line, not a traceback
+        raise SystemExit(f"fraudbench_table: {error}") from None
     write_table(table, args.output)
     print(fraudbench_table_markdown(table))
     return table

@@ -24,6 +24,8 @@ from typing import Sequence
 
 import torch
 
+from detectors.blocks.released import IncompatibleWeightsError
+from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module, list_detectors
 
@@ -122,7 +124,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    module = build_released(args.detector, args.overrides, args.threshold)
+    try:
+        module = build_released(args.detector, args.overrides, args.threshold)
+    except (MissingWeightsError, IncompatibleWeightsError) as error:  # as train.py says them: one message
+        raise SystemExit(f"{args.detector}: {error}") from None
     path = save_checkpoint(module, args.output)
     log.info("wrote %s", path)
     return path

@@ -204,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="write the table (markdown) and a .json beside it")
     parser.add_argument("--no-baseline", action="store_true", help="leave out the every-block-flagged row")
     args = parser.parse_args(argv)
+    if malformed := [item for item in args.task if "=" not in item]:
+        parser.error(f"--task takes GROUP=TASK, got {malformed}")
+    if not all(0.0 <= value <= 1.0 for value in (args.threshold, args.pred_coverage, args.true_coverage)):
+        parser.error("--threshold, --pred-coverage and --true-coverage are fractions between 0 and 1")
     tasks = dict(item.split("=", 1) for item in args.task) if args.task else DEFAULT_TASKS
     unknown = sorted(set(tasks.values()) - set(DEFAULT_TASKS.values()))
     if unknown:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,17 @@ def test_scores_kept_for_a_name_are_made_again_when_the_name_points_at_another_m
     other = table.score_to_file(str(tmp_path / "b.ckpt"), records, output, 1, "cpu", 0)
     assert [r["score"] for r in first] == [r["score"] for r in again] == [0.1] * 3
     assert [r["score"] for r in other] == [0.9] * 3
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--target-fpr", "1.5"], "--target-fpr must lie in (0, 1)"),  # a traceback after scoring every model
+        (["--threshold", "7"], "--threshold in [0, 1]"),  # a table of TPR 0 everywhere
+        ([], "fraudbench_table: input"),  # a missing --data: a LayoutError traceback
+    ],
+)
+def test_bad_settings_and_missing_data_are_one_line(arguments, message, tmp_path):
+    base = ["--data", str(tmp_path / "nope"), "--model", f"m={tmp_path / 'm.ckpt'}", "--output", str(tmp_path / "t.md")]
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        main([*base, *arguments])

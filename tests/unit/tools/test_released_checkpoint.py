@@ -126,3 +126,10 @@ def test_random_weights_are_said_and_a_pair_detector_to_fit_or_a_threshold_over_
         build_released("noise_level", threshold=2)
     with pytest.raises(SystemExit, match="noise_level: .*nosuch"):
         build_released("noise_level", ["net.nosuch=3"])
+
+
+def test_a_released_weights_file_that_is_missing_is_one_message_not_a_traceback(tmp_path):
+    from tools.released import main
+
+    with pytest.raises(SystemExit, match="effort_tiny: .*nonexistent.pth' does not exist"):
+        main(["effort_tiny", "--output", str(tmp_path / "x.ckpt"), f"net.pretrained={tmp_path / 'nonexistent.pth'}"])

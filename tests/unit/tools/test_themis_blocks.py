@@ -122,3 +122,16 @@ def test_images_of_no_task_are_counted_aloud_and_an_unknown_task_refused(tmp_pat
     with pytest.raises(SystemExit):
         main([*arguments, "--task", "photos=XYZ"])
     assert "--task GROUP=TASK takes THEMIS's tasks ['AIG', 'CM', 'SPL'], got ['XYZ']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--task", "nonsense"], "--task takes GROUP=TASK"),  # a traceback (dictionary update sequence)
+        (["--threshold", "2"], "fractions between 0 and 1"),  # the every-block baseline read IoU 0 at 2
+    ],
+)
+def test_a_malformed_task_or_a_threshold_past_one_is_refused_in_one_line(arguments, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"), *arguments])
+    assert refused.value.code == 2 and message in capsys.readouterr().err
