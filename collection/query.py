@@ -38,7 +38,7 @@ from collection.verification import retrieval_fit, verify_candidates
 from datamodules.io import ImageReadError, read_image
 from detectors.pair_matching import to_original
 from inference.masks import write_pair_masks
-from inference.run_report import without_own_outputs
+from inference.run_report import image_run_options, without_own_outputs
 from inference.writer import ResultWriter
 
 log = logging.getLogger(__name__)
@@ -243,17 +243,8 @@ def search_options(cfg: Any) -> dict[str, Any]:
 def check_search_options(cfg: Any) -> None:
     """top_k and exclude_same, refused by name before the index or the output is opened; so are the
     options of image runs a search does not take (a resume would have replaced the earlier rows)."""
-    not_for_searches = {
-        "resume": cfg.get("resume"),
-        "shard": cfg.get("shard"),
-        "merge": cfg.get("merge"),
-        "devices": cfg.get("devices", 1) != 1,
-        "report=html": cfg.get("report") == "html",
-        "tiles": cfg.get("tiles"),
-        "robustness": cfg.get("robustness"),
-        "overlays": cfg.get("overlays"),
-    }
-    if asked := [name for name, given in not_for_searches.items() if given]:
+    searches_take_none = ("resume", "shard", "merge", "devices", "report=html", "tiles", "robustness", "overlays")
+    if asked := image_run_options(cfg, searches_take_none):
         raise ValueError(
             f"an index search runs in one process and writes its output anew, without pages, tiles, "
             f"perturbations or overlays: leave out {', '.join(asked)} (a new search: a new output)"

@@ -27,7 +27,7 @@ from evaluation.protocols.duplication import parse_operations
 from evaluation.summary import figure_text
 from inference.masks import write_pair_masks
 from inference.pair_inputs import group_pairs, is_pair_manifest, read_pair_manifest
-from inference.run_report import stamp, without_own_outputs
+from inference.run_report import image_run_options, stamp, without_own_outputs
 from inference.writer import ResultWriter, read_results
 
 log = logging.getLogger(__name__)
@@ -129,15 +129,7 @@ def score_pair(
 def pairs_of(cfg: Any, output: Path) -> list[dict[str, Any]]:
     """The pairs `cfg.input` asks for (a pair manifest, or every pair inside each group); options that
     do not apply to pairs, and inputs holding no pair, refused."""
-    not_for_pairs = {
-        "shard": cfg.get("shard"),
-        "merge": cfg.get("merge"),
-        "devices": cfg.get("devices", 1) != 1,
-        "robustness": cfg.get("robustness"),
-        "tiles": cfg.get("tiles"),
-        "overlays": cfg.get("overlays"),
-    }
-    if asked := [name for name, given in not_for_pairs.items() if given]:
+    if asked := image_run_options(cfg, ("shard", "merge", "devices", "robustness", "tiles", "overlays")):
         raise ValueError(
             f"a pair detector scores its pairs in one process, without perturbations, tiles or overlays: "
             f"{', '.join(asked)} do not apply to it (save_masks=true writes both panels' masks)"

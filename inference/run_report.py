@@ -57,6 +57,22 @@ class ReportRequest:
     model: str = ""
 
 
+def image_run_options(cfg: Any, names: Sequence[str]) -> list[str]:
+    """Which of these options of per-image runs the configuration sets: pair runs and index searches
+    refuse those they do not take rather than ignore them."""
+    given = {
+        "resume": bool(cfg.get("resume")),
+        "shard": bool(cfg.get("shard")),
+        "merge": bool(cfg.get("merge")),
+        "devices": cfg.get("devices", 1) != 1,
+        "report=html": cfg.get("report") == "html",
+        "tiles": bool(cfg.get("tiles")),
+        "robustness": bool(cfg.get("robustness")),
+        "overlays": bool(cfg.get("overlays")),
+    }
+    return [name for name in names if given[name]]
+
+
 # the options that change how an image is scored: rows scored otherwise must not share a file
 SCORING_OPTIONS = ("tiles", "tile_reduce", "tile_size", "tile_overlap", "tta")
 
