@@ -18,7 +18,7 @@ from datamodules.records import LayoutError
 from detectors.blocks.weights import MissingWeightsError
 from exporting.onnx_export import ExportError, check_exportable, export_onnx
 from exporting.variants import VariantRefused, build_variant, check_variant_options, sample_images
-from inference.cli import expected_failures, run
+from inference.cli import check_switches, expected_failures, run
 from inference.runtime import ModelLoadError, load_checkpoint
 
 log = logging.getLogger("export")
@@ -28,6 +28,7 @@ def export(cfg: DictConfig) -> dict:
     """The fp32 export with its parity check, then the requested variant measured against it; the
     model and its sidecar are written together at the end, or not at all."""
     output = Path(cfg.output)
+    check_switches(cfg, ("graph_preprocess", "debug"))
     check_output(output, Path(cfg.model))
     check_variant_options(cfg.precision, cfg.int8_mode)  # before the fp32 export, which takes minutes for large models
     module = load_checkpoint(cfg.model)

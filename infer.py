@@ -14,7 +14,7 @@ from datamodules.io import file_in_the_way
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from evaluation.protocols.review import AGGREGATIONS
-from inference.cli import expected_failures, run
+from inference.cli import check_switches, expected_failures, run
 from inference.masks import PixelReduction
 from inference.parts import Shard, once_each
 from inference.recalibration import CategoryThreshold
@@ -41,6 +41,23 @@ __all__ = ["InferenceFailed", "infer", "main"]
 SCORED = "scored %(ok)d, failed %(error)d (unreadable or refused: see the error column), already done %(skipped)d"
 
 
+# infer.py's true/false options (configs/infer.yaml)
+SWITCHES = (
+    "resume",
+    "merge",
+    "save_masks",
+    "save_confidence",
+    "tiles",
+    "overlays",
+    "tta",
+    "progress",
+    "robustness",
+    "blinded",
+    "split_panels",
+    "debug",
+)
+
+
 def check_options(cfg: DictConfig, output: Path) -> None:
     """What can be refused before the model is read, so that a typo costs no scoring run and no
     earlier results: the report kind and its folder, the output's name, batch size, threshold and
@@ -53,8 +70,7 @@ def check_options(cfg: DictConfig, output: Path) -> None:
         raise ValueError(f"output must end in .csv or .jsonl, got {output}")
     if blocking := file_in_the_way(output, itself=False):
         raise ValueError(f"output {output}: {blocking} is a file, not a folder")
-    if not isinstance(cfg.resume, bool):
-        raise ValueError(f"resume must be true or false, got {cfg.resume!r}")
+    check_switches(cfg, SWITCHES)
     if output.resolve() == Path(cfg.input).resolve():
         raise ValueError(f"output {output} is the input: the scores would overwrite it")
     if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:

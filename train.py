@@ -29,6 +29,7 @@ from detectors.run_checkpoint import RunCheckpoint
 from detectors.run_config import (
     apply_data_preprocess,
     check_data_overrides,
+    check_localizer_data,
     check_pair_data,
     check_required,
     data_config,
@@ -148,13 +149,19 @@ def weights_named(net: DictConfig) -> Iterator[None]:
         raise MissingWeightsError(f"{error}\n{weights_settings(net)}".rstrip()) from None
 
 
+# data settings validation does not read: loading, and what the training draws are made of
+TRAINING_ONLY_DATA = {"num_workers", "batch_size", "eval_batch_size", "augment", "balanced", "with_groups"}
+TRAINING_ONLY_DATA |= {"pseudo_fakes", "pseudo_fake_noise", "pseudo_fake_skip_categories", "noise_match"}
+TRAINING_ONLY_DATA |= {"genuine_noise", "genuine_noise_std", "genuine_noise_categories", "genuine_noise_model"}
+TRAINING_ONLY_DATA |= {"noise_match_categories"}
+
+
 def evaluation_settings(cfg: DictConfig, data: DictConfig) -> dict[str, Any]:
-    """What a validation score depends on: the data (but its loader settings), the monitored metric,
-    the target FPR and the calibration settings."""
+    """What a validation score depends on: the data (but its loading and training draws), the
+    monitored metric, the target FPR and the calibration settings."""
     plain = OmegaConf.to_container(data, resolve=True)
-    loading = ("num_workers", "batch_size", "eval_batch_size")
     return {
-        "data": {key: value for key, value in plain.items() if key not in loading},
+        "data": {key: value for key, value in plain.items() if key not in TRAINING_ONLY_DATA},
         "monitor": cfg.get("monitor"),
         "target_fpr": cfg.get("target_fpr"),
         "calibration": OmegaConf.to_container(cfg.get("calibration") or {}, resolve=True),
@@ -195,6 +202,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     apply_data_preprocess(cfg)
     module = module_for(cfg)
     check_pair_data(cfg.data, module.net)
+    check_localizer_data(cfg.data, module.net)
     check_data_overrides(cfg.data, module.net.is_localizer)
     check_resume(cfg.get("ckpt_path"), module)
     with claimed_run_directory(output_dir, cfg.get("ckpt_path")):

@@ -57,8 +57,10 @@ def apply_data_preprocess(cfg: DictConfig) -> None:
     chosen = cfg.data.localizers if localizer and cfg.data.get("localizers") is not None else cfg.data
     wanted = chosen.get("detector_preprocess") or {}
     given = set(command_line_keys(cfg))
-    for key, value in wanted.items():
-        if not {f"detector.net.preprocess.{key}", "experiment"} & given:
+    for key, value in wanted.items():  # `detector.net.preprocess={...}` sets it too (`detector=` picks a config)
+        setting = f"detector.net.preprocess.{key}"
+        values = [g for g in given if g.startswith("detector.")]
+        if "experiment" not in given and not any(setting == g or setting.startswith(f"{g}.") for g in values):
             cfg.detector.net.preprocess[key] = value
 
 
@@ -82,6 +84,20 @@ PAIR_DATA = {
     "duplication_pairs": "synthesis.pair_set.pair_splits",
     "duplication_pair_images": "datamodules.pairs.PairDataModule",
 }
+
+
+def check_localizer_data(data: DictConfig, net: Any) -> None:
+    """A localizer learns and is measured from masks: a data config that gives none (data=manifest,
+    folder, layout read images and labels only) is refused, naming the one that reads masks (the run
+    ended in a KeyError 'mask' in its first validation step)."""
+    if net.is_localizer and data.get("_target_") != LOCALIZATION_DATA and data.get("localizers") is None:
+        raise LayoutError(
+            f"a localizer trains on images with masks: data=localization data.root=<your set> reads them (from a "
+            f"manifest's mask column or a mask layout); {data.get('_target_')} gives images and labels only"
+        )
+
+
+LOCALIZATION_DATA = "datamodules.localization.LocalizationDataModule"
 
 
 def check_pair_data(data: DictConfig, net: Any) -> None:
@@ -119,21 +135,21 @@ def check_required(cfg: DictConfig) -> None:
 
 
 # the names detector configs give their weights settings (a file, a folder, a cache name or a tag)
-WEIGHTS_KEYS = {"pretrained", "clip_pretrained", "encoder_weights", "clip", "model", "vae", "weights", "init_from"}
+WEIGHTS_KEYS = {"pretrained", "clip_pretrained", "encoder_weights", "clip", "vae", "weights", "init_from"}
 
 
-def weights_settings(net: DictConfig) -> str:
+def weights_settings(net: DictConfig, prefix: str = "detector.net.") -> str:
     """The settings of this detector's config that name weights, with their values: what a user who
     lacks a file changes (the loaders that say a file is missing do not know the setting's name)."""
     plain = OmegaConf.to_container(net, resolve=True)
     found = []
 
-    def walk(node: Any, prefix: str) -> None:
+    def walk(node: Any, path: str) -> None:
         for key, value in node.items():
             if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
+                walk(value, f"{path}{key}.")
             elif key in WEIGHTS_KEYS and not isinstance(value, (list, bool, int, float)):
-                found.append(f"detector.net.{prefix}{key}={'null' if value is None else value}")
+                found.append(f"{path}{key}={'null' if value is None else value}")
 
-    walk(plain, "")
+    walk(plain, prefix)
     return f"This detector's settings naming weights: {', '.join(found)}" if found else ""

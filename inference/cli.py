@@ -34,6 +34,14 @@ EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
 
 
+def check_switches(cfg: Any, names: Sequence[str]) -> None:
+    """Options that are true or false: another value is refused (`tiles=no` is a non-empty string,
+    which switched tiles on)."""
+    for name in names:
+        if not isinstance(cfg.get(name, False), bool):
+            raise SettingError(f"{name} must be true or false, got {cfg.get(name)!r}")
+
+
 def expected_cause(error: BaseException, expected: tuple[type[BaseException], ...]) -> BaseException | None:
     """`error` or the exception it wraps (Hydra's instantiate wraps what a constructor raised) when
     one of them is expected, else None."""

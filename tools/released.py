@@ -27,7 +27,8 @@ import torch
 from detectors.blocks.released import IncompatibleWeightsError
 from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
-from detectors.registry import create_module, list_detectors
+from detectors.registry import create_module, detector_config, list_detectors
+from detectors.run_config import weights_settings
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     try:
         module = build_released(args.detector, args.overrides, args.threshold)
     except (MissingWeightsError, IncompatibleWeightsError) as error:  # as train.py says them: one message
-        raise SystemExit(f"{args.detector}: {error}") from None
+        named = weights_settings(detector_config(args.detector, args.overrides).net, prefix="net.")
+        raise SystemExit(f"{args.detector}: {error}\n{named}".rstrip()) from None
     path = save_checkpoint(module, args.output)
     log.info("wrote %s", path)
     return path

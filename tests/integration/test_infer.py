@@ -116,6 +116,16 @@ def test_shards_merges_and_resumes_never_mix_rows_scored_otherwise(checkpoint, m
         run_infer(checkpoint, mixed_folder, again, "resume=true", "threshold=0.25")
 
 
+@pytest.mark.parametrize("switch", ["tiles=no", "save_masks=no", "overlays=0"])
+def test_a_switch_given_another_word_than_true_or_false_is_refused(checkpoint, mixed_folder, tmp_path, switch):
+    """`tiles=no` is a non-empty string: it switched tiles on, and save_masks=no wrote maps."""
+    from inference.run_report import InferenceFailed
+
+    with pytest.raises(InferenceFailed, match=f"{switch.split('=')[0]} must be true or false"):
+        run_infer(checkpoint, mixed_folder, tmp_path / "scores.csv", switch)
+    assert not (tmp_path / "scores.csv").exists()
+
+
 def test_a_mistyped_group_by_is_refused_before_scoring_and_an_image_listed_twice_is_one_row(
     checkpoint, mixed_folder, tmp_path
 ):

@@ -52,6 +52,15 @@ def test_an_output_it_cannot_write_or_an_onnx_model_is_refused_before_any_work(
     assert not list(tmp_path.rglob(".*partial*"))
 
 
+def test_a_switch_given_another_word_than_true_or_false_is_refused(tiny_model, tmp_path):
+    """graph_preprocess=no is a non-empty string: it wrote a model whose input is image_u8."""
+    from inference.cli import SettingError
+
+    with pytest.raises(SettingError, match="graph_preprocess must be true or false, got 'no'"):
+        export_with(f"model={tiny_model['ckpt']}", f"output={tmp_path / 'g.onnx'}", "graph_preprocess=no")
+    assert not (tmp_path / "g.onnx").exists()
+
+
 def test_a_mistyped_int8_mode_is_refused(tiny_model, tmp_path):
     """It quantized statically without a word."""
     with pytest.raises(VariantRefused, match="int8_mode must be one of"):

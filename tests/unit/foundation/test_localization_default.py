@@ -28,6 +28,9 @@ def test_localizers_get_the_localization_variant_of_the_default_data_and_classif
     # interpolations into the rest of the config (paths.data_dir) still resolve
     assert classifier.manifest == f"{tmp_path}/data/embedded/manifest.csv"
     assert localizer.root == f"{tmp_path}/data/embedded_localization"
+    cropped = compose_config("train", ["detector=seg_tiny", "data.localizers.eval_whole=false"])  # as the guide says
+    GlobalHydra.instance().clear()
+    assert localizer.eval_whole is True and cropped.data.localizers.eval_whole is False
     explicit = compose_config("train", ["detector=seg_tiny", "data=localization"])
     GlobalHydra.instance().clear()
     assert data_config(explicit.data, localizer=True) is explicit.data  # a chosen data config is used as it is
@@ -44,6 +47,7 @@ def size_trained(overrides: list[str]) -> int:
 def test_the_quickstart_crop_size_is_the_classifiers_and_localizers_keep_their_own():
     assert size_trained(["detector=npr_tiny"]) == 96  # the 96 px crops whole, not cut to 64
     assert size_trained(["detector=npr_tiny", "detector.net.preprocess.size=32"]) == 32  # the command line wins
+    assert size_trained(["detector=npr_tiny", "detector.net.preprocess={size: 40, mode: resize}"]) == 40  # so does this
     # self-matching resized to 96 px found nothing; a learned localizer keeps the size it was built for
     assert size_trained(["detector=copy_move_selfmatch_tiny"]) == 384
     assert size_trained(["detector=seg_tiny"]) == 64
@@ -162,3 +166,16 @@ def test_the_benchmark_gives_a_set_drawn_with_another_seed_its_own_folder_runs_a
     }
     with pytest.raises(SystemExit):
         default_benchmark.main([*out, "--runs", "0"])
+
+
+def test_a_resume_compares_what_validation_reads_not_the_training_draws():
+    from omegaconf import OmegaConf
+
+    from train import evaluation_settings
+
+    def settings(**data):
+        cfg = OmegaConf.create({"monitor": "val/auroc", "target_fpr": 0.01, "calibration": {"by": None}})
+        return evaluation_settings(cfg, OmegaConf.create({"manifest": "m.csv", "seed": 0, **data}))
+
+    assert settings(augment={"hflip": 0.5}, batch_size=8, pseudo_fakes=0.3) == settings()  # the best stays
+    assert settings(manifest="other.csv") != settings() and settings(seed=1) != settings()

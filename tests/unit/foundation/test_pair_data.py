@@ -43,3 +43,16 @@ def test_each_pair_detector_is_told_which_of_the_two_pair_configs_it_trains_on(d
     check_pair_data(compose_config("train", [f"data={data}"]).data, net)
     with pytest.raises(LayoutError, match=f"trains on data={data}, not data={other}"):
         check_pair_data(compose_config("train", [f"data={other}"]).data, net)
+
+
+@pytest.mark.parametrize("data", ["manifest", "folder", "layout"])
+def test_a_localizer_on_data_without_masks_is_told_to_use_the_localization_data(data):
+    """It ended in a KeyError 'mask' in its first validation step (training-free ones too)."""
+    from detectors.run_config import check_localizer_data
+
+    localizer = SimpleNamespace(is_localizer=True)
+    with pytest.raises(LayoutError, match="a localizer trains on images with masks: data=localization"):
+        check_localizer_data(compose_config("train", [f"data={data}"]).data, localizer)
+    for fine in ("localization", "embedded", "embedded_localization"):  # embedded: its `localizers` variant
+        check_localizer_data(compose_config("train", [f"data={fine}"]).data, localizer)
+    check_localizer_data(compose_config("train", [f"data={data}"]).data, SimpleNamespace(is_localizer=False))
