@@ -33,6 +33,7 @@ from detectors.run_config import (
     check_pair_data,
     check_required,
     data_config,
+    evaluation_settings,
     weights_settings,
 )
 from evaluation import calibration_markdown, report_records, write_metrics_json
@@ -147,25 +148,6 @@ def weights_named(net: DictConfig) -> Iterator[None]:
         yield
     except MissingWeightsError as error:
         raise MissingWeightsError(f"{error}\n{weights_settings(net)}".rstrip()) from None
-
-
-# data settings validation does not read: loading, and what the training draws are made of
-TRAINING_ONLY_DATA = {"num_workers", "batch_size", "eval_batch_size", "augment", "balanced", "with_groups"}
-TRAINING_ONLY_DATA |= {"pseudo_fakes", "pseudo_fake_noise", "pseudo_fake_skip_categories", "noise_match"}
-TRAINING_ONLY_DATA |= {"genuine_noise", "genuine_noise_std", "genuine_noise_categories", "genuine_noise_model"}
-TRAINING_ONLY_DATA |= {"noise_match_categories"}
-
-
-def evaluation_settings(cfg: DictConfig, data: DictConfig) -> dict[str, Any]:
-    """What a validation score depends on: the data (but its loading and training draws), the
-    monitored metric, the target FPR and the calibration settings."""
-    plain = OmegaConf.to_container(data, resolve=True)
-    return {
-        "data": {key: value for key, value in plain.items() if key not in TRAINING_ONLY_DATA},
-        "monitor": cfg.get("monitor"),
-        "target_fpr": cfg.get("target_fpr"),
-        "calibration": OmegaConf.to_container(cfg.get("calibration") or {}, resolve=True),
-    }
 
 
 def keep_earlier_logs(trainer: L.Trainer, output_dir: Path, ckpt_path: str | None) -> None:

@@ -1,15 +1,23 @@
 """What a training run's config says before anything trains: the data config a detector gets (a
 default data config's `localizers` variant, the preprocessing it sets), the command-line overrides
-that would go unused, the pairs a pair detector needs, the settings a recipe requires."""
+that would go unused, the pairs a pair detector needs, the settings a recipe requires, what a
+validation score is measured on (compared when a run is resumed)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from datamodules.records import LayoutError
+from detectors.build import resolve_detector_class
+
+
+def variant_of(data: DictConfig, localizer: bool) -> DictConfig:
+    """The data config a detector trains on: a localizer gets a default data config's `localizers`
+    variant (with masks) where it has one."""
+    variants = data.get("localizers")
+    return variants if variants is not None and localizer else data
 
 
 def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = None) -> DictConfig:
@@ -17,10 +25,9 @@ def data_config(data: DictConfig, localizer: bool, augment: DictConfig | None = 
     which localizers get instead, so `python train.py detector=<a localizer>` needs no data argument.
     `augment`: the detector's own training augmentation (its config's `augment`), used when the data
     config sets none."""
-    variants = data.get("localizers")
-    chosen = variants if variants is not None and localizer else data
+    chosen = variant_of(data, localizer)
     needs_augment = augment is not None and chosen.get("augment") is None
-    if variants is None and not needs_augment and "detector_preprocess" not in data:
+    if data.get("localizers") is None and not needs_augment and "detector_preprocess" not in data:
         return data
     # Resolved while `data` still sits in the whole config, so `${paths.data_dir}` and the like resolve.
     plain = OmegaConf.to_container(chosen, resolve=True)
@@ -53,14 +60,15 @@ def apply_data_preprocess(cfg: DictConfig) -> None:
     px; self-matching resized to 96 px found nothing)."""
     if "preprocess" not in cfg.detector.net:  # a pair matcher takes each panel up to its own max_side
         return
-    localizer = hydra.utils.get_class(cfg.detector.net._target_).is_localizer
-    chosen = cfg.data.localizers if localizer and cfg.data.get("localizers") is not None else cfg.data
-    wanted = chosen.get("detector_preprocess") or {}
-    given = set(command_line_keys(cfg))
-    for key, value in wanted.items():  # `detector.net.preprocess={...}` sets it too (`detector=` picks a config)
+    localizer = resolve_detector_class(cfg.detector.net._target_).is_localizer
+    wanted = variant_of(cfg.data, localizer).get("detector_preprocess") or {}
+    given = command_line_keys(cfg)
+    if "experiment" in given:
+        return
+    values = [g for g in given if g.startswith("detector.")]  # `detector=` picks a config, sets no value
+    for key, value in wanted.items():  # `detector.net.preprocess={...}` sets it too
         setting = f"detector.net.preprocess.{key}"
-        values = [g for g in given if g.startswith("detector.")]
-        if "experiment" not in given and not any(setting == g or setting.startswith(f"{g}.") for g in values):
+        if not any(setting == g or setting.startswith(f"{g}.") for g in values):
             cfg.detector.net.preprocess[key] = value
 
 
@@ -79,6 +87,7 @@ def check_data_overrides(data: DictConfig, localizer: bool) -> None:
         )
 
 
+LOCALIZATION_DATA = "datamodules.localization.LocalizationDataModule"  # the data config that reads masks
 # the pair data configs, by the target that makes them
 PAIR_DATA = {
     "duplication_pairs": "synthesis.pair_set.pair_splits",
@@ -95,9 +104,6 @@ def check_localizer_data(data: DictConfig, net: Any) -> None:
             f"a localizer trains on images with masks: data=localization data.root=<your set> reads them (from a "
             f"manifest's mask column or a mask layout); {data.get('_target_')} gives images and labels only"
         )
-
-
-LOCALIZATION_DATA = "datamodules.localization.LocalizationDataModule"
 
 
 def check_pair_data(data: DictConfig, net: Any) -> None:
@@ -124,7 +130,7 @@ def check_required(cfg: DictConfig) -> None:
     says its config needs to train (`settings_to_train`: CO-SPY's fusion stage, its branches), are
     set: unset, the run would train on random modules meant to be loaded. A resumed run has them in
     its checkpoint."""
-    detector = hydra.utils.get_class(cfg.detector.net._target_)
+    detector = resolve_detector_class(cfg.detector.net._target_)
     needed = getattr(detector, "settings_to_train", lambda net: [])(cfg.detector.net)
     required = [*(cfg.get("requires") or ()), *needed]
     missing = list(dict.fromkeys(key for key in required if OmegaConf.select(cfg, key, default=None) is None))
@@ -153,3 +159,23 @@ def weights_settings(net: DictConfig, prefix: str = "detector.net.") -> str:
 
     walk(plain, prefix)
     return f"This detector's settings naming weights: {', '.join(found)}" if found else ""
+
+
+# data settings validation does not read: loading, and what the training draws are made of
+TRAINING_ONLY_DATA = frozenset(
+    "num_workers batch_size eval_batch_size augment balanced with_groups pseudo_fakes pseudo_fake_noise "
+    "pseudo_fake_skip_categories noise_match noise_match_categories genuine_noise genuine_noise_std "
+    "genuine_noise_categories genuine_noise_model".split()
+)
+
+
+def evaluation_settings(cfg: DictConfig, data: DictConfig) -> dict[str, Any]:
+    """What a validation score depends on: the data (but its loading and training draws), the
+    monitored metric, the target FPR and the calibration settings."""
+    plain = OmegaConf.to_container(data, resolve=True)
+    return {
+        "data": {key: value for key, value in plain.items() if key not in TRAINING_ONLY_DATA},
+        "monitor": cfg.get("monitor"),
+        "target_fpr": cfg.get("target_fpr"),
+        "calibration": OmegaConf.to_container(cfg.get("calibration") or {}, resolve=True),
+    }

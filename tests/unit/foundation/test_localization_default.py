@@ -171,7 +171,7 @@ def test_the_benchmark_gives_a_set_drawn_with_another_seed_its_own_folder_runs_a
 def test_a_resume_compares_what_validation_reads_not_the_training_draws():
     from omegaconf import OmegaConf
 
-    from train import evaluation_settings
+    from detectors.run_config import evaluation_settings
 
     def settings(**data):
         cfg = OmegaConf.create({"monitor": "val/auroc", "target_fpr": 0.01, "calibration": {"by": None}})
