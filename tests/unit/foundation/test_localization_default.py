@@ -168,6 +168,18 @@ def test_the_benchmark_gives_a_set_drawn_with_another_seed_its_own_folder_runs_a
         default_benchmark.main([*out, "--runs", "0"])
 
 
+def test_a_recipe_on_the_default_data_keeps_its_detector_s_size():
+    """An experiment sets what it trains at: the quickstart's 96 px would override a user's recipe."""
+    from omegaconf import open_dict
+
+    cfg = compose_config("train", ["paths.root_dir=/nowhere", "detector=npr_tiny"])
+    GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.hydra.overrides.task.append("experiment=mine")  # as `python train.py experiment=mine` records it
+    apply_data_preprocess(cfg)
+    assert cfg.detector.net.preprocess.size == 64
+
+
 def test_a_resume_compares_what_validation_reads_not_the_training_draws():
     from omegaconf import OmegaConf
 
