@@ -32,6 +32,8 @@ from detectors.run_config import (
     check_localizer_data,
     check_pair_data,
     check_required,
+    check_setting_types,
+    check_trainer,
     data_config,
     evaluation_settings,
     weights_settings,
@@ -187,25 +189,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_localizer_data(cfg.data, module.net)
     check_data_overrides(cfg.data, module.net.is_localizer)
     check_resume(cfg.get("ckpt_path"), module)
+    data = data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment"))
+    check_setting_types("data", data)
+    check_trainer(cfg.trainer)
     with claimed_run_directory(output_dir, cfg.get("ckpt_path")):
-        return fit_and_test(cfg, module, output_dir)
+        return fit_and_test(cfg, module, data, output_dir)
 
 
-def fit_and_test(cfg: DictConfig, module: DetectorModule, output_dir: Path) -> dict[str, Any]:
-    """`train`'s work inside its claimed run directory."""
+def fit_and_test(cfg: DictConfig, module: DetectorModule, data: DictConfig, output_dir: Path) -> dict[str, Any]:
+    """`train`'s work inside its claimed run directory, on the DataModule config `data`."""
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 
-        metrics, datamodule = train_training_free(
-            cfg,
-            module,
-            data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment")),
-            instantiate_group(cfg.get("callbacks")),
-        )
+        metrics, datamodule = train_training_free(cfg, module, data, instantiate_group(cfg.get("callbacks")))
         return report_and_summary(cfg, output_dir, module, datamodule, metrics)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1_within_fpr" if module.net.is_localizer else "val/auroc"
-    data = data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment"))
     with settings_checked("data"):
         datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
     callbacks = instantiate_group(cfg.get("callbacks"))

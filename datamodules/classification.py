@@ -20,6 +20,7 @@ from datamodules.datasets import (
     ResumableDraws,
     SameSizeBatches,
     SeededDraws,
+    check_batch_size,
     check_genuine_noise_model,
     check_rate,
     collate,
@@ -73,8 +74,8 @@ class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
         balanced_by(balanced)  # a mistyped value fails here, not after the data is read
         self.with_groups = with_groups
         self.preprocess = Preprocess.from_config(preprocess)
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
+        self.batch_size = check_batch_size("batch_size", batch_size)
+        self.eval_batch_size = check_batch_size("eval_batch_size", eval_batch_size) or batch_size
         self.num_workers = loader_workers(num_workers)
         self.split_fractions = tuple(split_fractions)
         self.seed = seed

@@ -84,6 +84,14 @@ def check_rate(name: str, value: float | None) -> float:
     return value
 
 
+def check_batch_size(name: str, value: int | None) -> int | None:
+    """A batch size of at least one (None: the other batch size), refused before any data is read
+    (the loader refuses it only when training starts)."""
+    if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
 def check_genuine_noise_model(name: str) -> str:
     """`data.genuine_noise_model`, refused when mistyped (before any data is read)."""
     if name not in GENUINE_NOISE_MODELS:

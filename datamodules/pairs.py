@@ -19,7 +19,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.datasets import ResumableDraws, loader_workers, seeded_training_draws, worker_base_generator
+from datamodules.datasets import (
+    ResumableDraws,
+    check_batch_size,
+    loader_workers,
+    seeded_training_draws,
+    worker_base_generator,
+)
 from datamodules.preprocess import Preprocess
 from evaluation.protocols.duplication import CMO_OPERATIONS, cmo_set
 
@@ -113,7 +119,7 @@ class PairDataModule(ResumableDraws, L.LightningDataModule):
         if missing:
             raise ValueError(f"pair sets for train, val and test are needed; missing {missing}")
         self.pair_sets = dict(pair_sets)
-        self.batch_size, self.num_workers = batch_size, loader_workers(num_workers)
+        self.batch_size, self.num_workers = check_batch_size("batch_size", batch_size), loader_workers(num_workers)
         self.splits: dict[str, list[PairRecord]] = {}
         self.datasets: dict[str, PairDataset] = {}
 

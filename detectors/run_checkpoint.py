@@ -7,7 +7,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+from datamodules.records import SettingError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,18 @@ class RunCheckpoint(ModelCheckpoint):
     earlier best file is no longer where it was (only `last.ckpt` copied to another machine)."""
 
     evaluated_with: dict[str, Any] | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A `monitor` this detector's validation does not log is said in one line, with the figures
+        it does log (Lightning says it with a traceback)."""
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking  # when a checkpoint is kept
+        if self.monitor and fitting and self.monitor not in trainer.callback_metrics:
+            logged = sorted(key for key in trainer.callback_metrics if key.startswith("val/"))
+            raise SettingError(
+                f"monitor={self.monitor} is not a figure this detector's validation gives; it gives "
+                f"{', '.join(logged) or 'none'}"
+            )
+        super().on_validation_end(trainer, pl_module)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "evaluated_with": self.evaluated_with}

@@ -1,15 +1,20 @@
 """What a training run's config says before anything trains: the data config a detector gets (a
 default data config's `localizers` variant, the preprocessing it sets), the command-line overrides
 that would go unused, the pairs a pair detector needs, the settings a recipe requires, what a
-validation score is measured on (compared when a run is resumed)."""
+validation score is measured on (compared when a run is resumed), settings of a type the class
+they go to does not take."""
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any
 
+import torch
+from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from datamodules.records import LayoutError
+from datamodules.records import LayoutError, SettingError
 from detectors.build import resolve_detector_class
 
 
@@ -179,3 +184,65 @@ def evaluation_settings(cfg: DictConfig, data: DictConfig) -> dict[str, Any]:
         "target_fpr": cfg.get("target_fpr"),
         "calibration": OmegaConf.to_container(cfg.get("calibration") or {}, resolve=True),
     }
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether a config value can be what a type hint of plain values (int, float, bool, str, None,
+    a Literal, a Union of them) says; any other hint (a container, a class) is left to its receiver."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(fits(value, member) for member in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return any(value == choice and type(value) is type(choice) for choice in typing.get_args(hint))
+    if hint is bool or hint is str or hint is type(None):
+        return isinstance(value, hint)
+    if hint is int or hint is float:
+        return isinstance(value, (int, hint)) and not isinstance(value, bool)
+    return True
+
+
+def hint_text(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(hint_text(member) for member in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return " or ".join(repr(choice) for choice in typing.get_args(hint))
+    plain = {int: "a whole number", float: "a number", bool: "true or false", str: "a word", type(None): "null"}
+    return plain.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def check_setting_types(group: str, settings: DictConfig) -> None:
+    """A setting of a type its class does not take (`trainer.max_epochs=two`, `data.batch_size=2.5`)
+    is refused before the run, naming what it takes; Lightning and the loaders would take it and fail
+    mid-run (after an epoch), with a traceback."""
+    plain = OmegaConf.to_container(settings, resolve=True)
+    target = plain.pop("_target_", None)
+    if target is None:
+        return
+    made_by = get_object(target)
+    hints: dict[str, Any] = {}
+    # a class's own hints, then its bases' (a subclass passes `**kwargs` on); a function's
+    for receiver in [k.__init__ for k in made_by.__mro__] if isinstance(made_by, type) else [made_by]:
+        try:
+            own = typing.get_type_hints(receiver)
+        except Exception:  # hints that do not evaluate here: the constructor checks alone
+            continue
+        for key, hint in own.items():
+            hints.setdefault(key, hint)
+    for key, value in plain.items():
+        if isinstance(value, dict) and "_target_" in value:  # a nested object (the pair sets of pair data)
+            check_setting_types(f"{group}.{key}", OmegaConf.create(value))
+        elif key in hints and not fits(value, hints[key]):
+            raise SettingError(f"{group}.{key}={value!r}: it takes {hint_text(hints[key])}")
+
+
+def check_trainer(trainer: DictConfig) -> None:
+    """The trainer settings Lightning would fail on mid-run: of another type, or BatchNorm synced
+    between processes on the CPU (`trainer=ddp trainer.accelerator=cpu`)."""
+    check_setting_types("trainer", trainer)
+    on_cpu = trainer.get("accelerator") == "cpu" or (
+        trainer.get("accelerator", "auto") == "auto" and not torch.cuda.is_available()
+    )
+    if trainer.get("sync_batchnorm") and on_cpu:
+        raise SettingError(
+            "trainer.sync_batchnorm=true syncs BatchNorm between GPU processes and fails on the CPU: "
+            "use trainer=ddp_cpu, or set trainer.sync_batchnorm=false"
+        )
