@@ -1,7 +1,9 @@
 """Every published layout read from a small tree in tmp_path, plus detection and its errors."""
 
 import json
+import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,9 @@ from datamodules.layouts import (
     read_imdl_json,
     read_layout,
     read_themis,
+    records_from_input,
 )
-from datamodules.records import LayoutError
+from datamodules.records import LayoutError, assign_splits
 
 
 def _touch(root: Path, *names: str) -> None:
@@ -57,7 +60,7 @@ def _fraudbench_tree(root: Path) -> None:
         "Hotels/Positive/Review_011/Image_011_01.jpg",
     )
     (root / "Electronics/Negative/Review_002/MetaReview_002.json").write_text(
-        json.dumps({"review_id": "002", "text": "arrived cracked", "category": "Electronics"})
+        json.dumps({"review_id": "002", "text": "arrived cracked", "category": "Consumer Electronics"})
     )
     (root / "Electronics/DeepFake/Metadata").mkdir(parents=True)
     (root / "Electronics/DeepFake/Metadata/Edit_001.json").write_text(
@@ -83,6 +86,53 @@ def test_fraudbench(tmp_path):
     assert meta["Electronics/DeepFake/Review_001"]["damage_type"] == "crack"
     assert meta["Electronics/Negative/Review_002"]["text"] == "arrived cracked"
     assert detect_layout(tmp_path) == "fraudbench"
+
+
+def test_fraudbench_names_each_category_by_its_folder_for_genuine_images_and_fakes_alike(tmp_path):
+    """A MetaReview's display name ("Consumer Electronics") would put a category's genuine images and
+    its fakes in two categories, and the macro averages over categories would mix them up."""
+    _fraudbench_tree(tmp_path)
+    assert {(r.category, r.label) for r in read_fraudbench(tmp_path)} == {
+        ("Electronics", 0),
+        ("Electronics", 1),
+        ("Hotels", 0),
+        ("Hotels", 1),
+    }
+
+
+def test_fraudbench_keeps_one_sources_fakes_and_one_reviews_images_together_without_the_positive_folder(tmp_path):
+    _fraudbench_tree(tmp_path)
+    shutil.rmtree(tmp_path / "Electronics/Positive")
+    records = read_fraudbench(tmp_path)
+    fakes = [r for r in records if r.category == "Electronics" and r.label == 1]
+    assert len(fakes) == 2 and len({r.source for r in fakes}) == 1 and fakes[0].source  # both generators' fakes
+    review = [r for r in records if r.review == "Electronics/Negative/Review_002"]
+    assert len(review) == 2 and len({r.source for r in review}) == 1
+    split = assign_splits(records, (0.5, 0.25, 0.25), seed=0)
+    assert len({r.split for r in split if r.source == fakes[0].source}) == 1
+
+
+def test_fraudbench_reads_a_category_of_one_class_and_says_so(tmp_path, caplog):
+    _fraudbench_tree(tmp_path)
+    _touch(tmp_path, "Beauty/DeepFake/gpt-image-1/Review_020/Image_020_01.jpg")
+    with caplog.at_level(logging.WARNING):
+        records = read_fraudbench(tmp_path)
+    assert sum(r.category == "Beauty" for r in records) == 1
+    assert "one class only" in caplog.text and "Beauty" in caplog.text
+
+
+def test_one_fraudbench_category_folder_is_read_as_that_category_without_its_sources(tmp_path):
+    _fraudbench_tree(tmp_path)
+    records = records_from_input(tmp_path / "Electronics")
+    assert len(records) == 4 and {r.category for r in records} == {"Electronics"}
+    assert not any("/Positive/" in r.path for r in records)
+
+
+def test_a_fraudbench_metareview_that_is_not_a_json_object_is_refused_naming_it(tmp_path):
+    _fraudbench_tree(tmp_path)
+    (tmp_path / "Electronics/Negative/Review_002/MetaReview_002.json").write_text('[{"category": "x"}]')
+    with pytest.raises(LayoutError, match="MetaReview_002.json: expected a JSON object"):
+        fraudbench_metadata(tmp_path)
 
 
 def test_imdl_folders_pair_masks_by_name(tmp_path):
@@ -192,7 +242,6 @@ def test_errors_say_what_was_expected_and_found(tmp_path):
 def test_infer_input_reads_every_layout_training_reads_and_scores_no_fraudbench_source(tmp_path):
     """`infer.py input=` detects layouts as `train.py data=layout` does: labels, groups, categories
     and masks come along, and FraudBench's Positive images (the sources of the fakes) are not scored."""
-    from datamodules.layouts import records_from_input
 
     _fraudbench_tree(tmp_path / "fb")
     scored = records_from_input(tmp_path / "fb")
@@ -223,7 +272,6 @@ def test_images_beside_a_real_fake_tree_are_said_to_be_left_out_and_layout_image
     import numpy as np
 
     from datamodules.io import write_image
-    from datamodules.layouts import records_from_input
 
     for name in ("paperA/source.png", "paperB/real/panel.png", "paperC/fig/other.png"):
         write_image(tmp_path / name, np.zeros((8, 8, 3), np.uint8))
@@ -240,7 +288,6 @@ def test_images_beside_a_real_fake_tree_are_said_to_be_left_out_and_layout_image
 def test_a_linked_folder_is_read_as_the_folders_beside_it_and_a_link_back_up_the_tree_ends(tmp_path, layout):
     """An archive assembled from links: every layout that walks a tree reads the linked folder under
     the link's own path, and a link to a folder above it is read once, not forever."""
-    from datamodules.layouts import records_from_input
 
     stored, archive = tmp_path / "stored", tmp_path / "archive"
     inner = {"auto": "plain", "images": "plain", "folder": "real", "genimage": "sdv4/train/nature"}[layout]
