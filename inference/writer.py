@@ -21,7 +21,8 @@ class ResultWriter:
     (from a crash mid-write) and reads which paths are already done. `done` holds every row of the
     file (those found on resume as written, text in CSV; those written since as given), so the run
     never reads its own output back. With `truth` (path -> the input's label), each row written
-    gets it as `true_label` where the columns hold one.
+    gets it as `true_label` where the columns hold one. `retry_errors`: a resume drops the error rows
+    (the file is rewritten without them, whole), so an image repaired since is scored again.
     """
 
     def __init__(
@@ -30,6 +31,7 @@ class ResultWriter:
         columns: Sequence[str] = COLUMNS,
         resume: bool = False,
         truth: Mapping[str, Any] | None = None,
+        retry_errors: bool = False,
     ) -> None:
         self.path = Path(path)
         if self.path.suffix.lower() not in (".csv", ".jsonl"):
@@ -43,7 +45,11 @@ class ResultWriter:
         if resume and self.path.is_file():
             self._check_header()
             self._drop_torn_line()
-            self.done = {row["path"]: row for row in read_rows(self.path)}
+            rows = read_rows(self.path)
+            if retry_errors and any(row.get("status") == "error" for row in rows):
+                rows = [row for row in rows if row.get("status") != "error"]
+                self._rewrite(rows)
+            self.done = {row["path"]: row for row in rows}
             self.handle = self.path.open("a", encoding="utf-8", newline="")
         else:
             self.handle = self.path.open("w", encoding="utf-8", newline="")
@@ -58,6 +64,15 @@ class ResultWriter:
         if data and not data.endswith(b"\n"):
             with self.path.open("r+b") as handle:
                 handle.truncate(data.rfind(b"\n") + 1)
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+        """The file replaced by `rows` (a temporary file renamed over it: never half-written)."""
+        temporary = self.path.with_name(f".{self.path.name}.rewrite")
+        with temporary.open("w", encoding="utf-8", newline="") as self.handle:
+            if self.is_csv:
+                self._write([dict(zip(self.columns, self.columns))], header=True)
+            self._write(rows)
+        os.replace(temporary, self.path)
 
     def _write(self, rows: list[dict[str, Any]], header: bool = False) -> None:
         buffer = io.StringIO()

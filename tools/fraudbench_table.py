@@ -22,7 +22,9 @@ import argparse
 import csv
 import json
 import logging
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,7 +35,7 @@ from evaluation.calibration import genuine_needed
 from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
 from inference.runtime import ModelLoadError, load_runtime
 from inference.scoring import join_truth, score_records
-from inference.writer import ResultWriter, read_results
+from inference.writer import TRUTH_COLUMN, ResultWriter, read_results
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,8 @@ def score_to_file(
     model: str, records: list[Record], output: Path, batch_size: int, device: str, workers: int
 ) -> list[dict[str, Any]]:
     """Score records with one model into `output` (resuming the scores of the same model file: its
-    SHA-256 is kept beside them, and scores of another file are made again), returning the rows."""
+    SHA-256 is kept beside them, and scores of another file are made again; images that could not
+    be read before are tried again), returning the rows."""
     runtime = load_runtime(model, device)
     output.parent.mkdir(parents=True, exist_ok=True)
     stamp, digest = output.with_suffix(".model_sha256"), file_sha256(model)
@@ -69,7 +72,7 @@ def score_to_file(
         log.warning("%s holds the scores of another model file than %s: scoring again", output, model)
         output.unlink()
     stamp.write_text(digest + "\n")
-    with ResultWriter(output, resume=True) as writer:
+    with ResultWriter(output, resume=True, retry_errors=True) as writer:  # an image repaired since: scored
         counts = score_records(
             runtime, records, writer, batch_size=batch_size, num_workers=workers, threshold=0.5, progress=False
         )
@@ -85,6 +88,43 @@ def ok_scores(rows: list[dict[str, Any]], paths: set[str] | None = None) -> list
     ]
 
 
+def rows_of(path: str) -> list[dict[str, Any]]:
+    """The rows of an infer.py results file, their paths made absolute (from this directory) as the
+    records' are: a file written with relative paths matches a tree given by its absolute path."""
+    return [{**row, "path": os.path.abspath(row["path"])} for row in read_results(path)]
+
+
+def genuine_rows(name: str, path: str) -> list[dict[str, Any]]:
+    """`--genuine-scores`: the rows of genuine images; rows of an input labelled fake are left out
+    (a results file of a labelled input holds both), as `--genuine` keeps only the label-0 images."""
+    rows = rows_of(path)
+    fakes = sum(row.get(TRUTH_COLUMN) == 1 for row in rows)
+    if fakes:
+        log.warning("--genuine-scores %s: %d rows of images labelled fake are left out of the calibration", name, fakes)
+    return [row for row in rows if row.get(TRUTH_COLUMN) != 1]
+
+
+def check_scored(name: str, scored: list[dict[str, Any]], records: list[Record]) -> None:
+    """No image of `--data` scored (results written for other paths) is said before the table."""
+    if not scored:
+        raise SystemExit(
+            f"{name}: none of the {len(records)} images of --data has a score (results written for other paths, "
+            "or every image unreadable): give --scores of infer.py run on this --data"
+        )
+    if len(scored) < len(records):
+        log.warning(
+            "%s: %d of %d images have no score (unreadable or missing) and are left out",
+            name,
+            len(records) - len(scored),
+            len(records),
+        )
+
+
+def check_genuine(name: str, values: list[float]) -> None:
+    if not values:
+        raise SystemExit(f"{name}: none of the genuine images has a score (every one unreadable): no threshold to set")
+
+
 def build_table(args: argparse.Namespace) -> dict:
     """Score (or read) every detector's data and genuine images; the table as `fraudbench_table`."""
     models, scores = _pairs(args.model, "--model"), _pairs(args.scores, "--scores")
@@ -93,26 +133,36 @@ def build_table(args: argparse.Namespace) -> dict:
         raise SystemExit("give at least one --model NAME=PATH or --scores NAME=CSV")
     if set(models) & set(scores):
         raise SystemExit(f"detectors given both as --model and --scores: {sorted(set(models) & set(scores))}")
-    records = [r for r in records_from_input(args.data, args.layout) if r.label is not None]
+    records = [
+        replace(r, path=os.path.abspath(r.path))
+        for r in records_from_input(args.data, args.layout)
+        if r.label is not None
+    ]
     if not records:
         raise SystemExit(f"{args.data}: no labelled images (a FraudBench tree or a labelled layout is needed)")
     genuine = genuine_records(args.genuine, args.genuine_layout) if args.genuine else []
+    if args.genuine and not genuine:
+        raise SystemExit(f"--genuine {args.genuine}: no genuine images there to calibrate on")
     score_dir = args.output.with_name(f"{args.output.stem}_scores")
     scored, genuine_scores = {}, {}
     for name, model in models.items():
-        rows = score_to_file(model, records, score_dir / f"{name}.csv", args.batch_size, args.device, args.workers)
-        scored[name] = join_truth(records, rows)
-        if genuine:
+        if genuine:  # first: a set no image of which is readable is said before the data is scored
             rows = score_to_file(
                 model, genuine, score_dir / f"{name}_genuine.csv", args.batch_size, args.device, args.workers
             )
             genuine_scores[name] = ok_scores(rows, {r.path for r in genuine})
+            check_genuine(name, genuine_scores[name])
+        rows = score_to_file(model, records, score_dir / f"{name}.csv", args.batch_size, args.device, args.workers)
+        scored[name] = join_truth(records, rows)
     for name, path in scores.items():
-        scored[name] = join_truth(records, read_results(path))
+        scored[name] = join_truth(records, rows_of(path))
         if name in genuine_files:
-            genuine_scores[name] = ok_scores(read_results(genuine_files[name]))
+            genuine_scores[name] = ok_scores(genuine_rows(name, genuine_files[name]))
+            check_genuine(name, genuine_scores[name])
         elif genuine:
             raise SystemExit(f"--scores {name}: give its genuine images' scores with --genuine-scores {name}=CSV")
+    for name, rows in scored.items():
+        check_scored(name, rows, records)
     needed = genuine_needed(args.target_fpr)
     for name, values in genuine_scores.items():
         if len(values) < needed:
@@ -123,14 +173,6 @@ def build_table(args: argparse.Namespace) -> dict:
                 len(values),
                 args.target_fpr,
                 needed,
-            )
-    for name, rows in scored.items():
-        if len(rows) < len(records):
-            log.warning(
-                "%s: %d of %d images have no score (unreadable or missing) and are left out",
-                name,
-                len(records) - len(rows),
-                len(records),
             )
     return fraudbench_table(scored, genuine_scores or None, target_fpr=args.target_fpr, threshold=args.threshold)
 
@@ -184,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if not (0.0 < args.target_fpr < 1.0 and 0.0 <= args.threshold <= 1.0):  # after every model was scored before
         given = f"{args.target_fpr}, {args.threshold}"
         raise SystemExit(f"--target-fpr must lie in (0, 1) and --threshold in [0, 1], got {given}")
+    if args.output.is_dir():  # the table's three files and its scores folder are named after it
+        raise SystemExit(f"--output {args.output} is a folder: give the table's file, e.g. {args.output / 'table.md'}")
     try:
         table = build_table(args)
     except (LayoutError, ModelLoadError) as error:  # a missing --data or --model: one line, not a traceback

@@ -203,3 +203,93 @@ def test_bad_settings_and_missing_data_are_one_line(arguments, message, tmp_path
     base = ["--data", str(tmp_path / "nope"), "--model", f"m={tmp_path / 'm.ckpt'}", "--output", str(tmp_path / "t.md")]
     with pytest.raises(SystemExit, match=re.escape(message)):
         main([*base, *arguments])
+
+
+def test_a_rerun_scores_again_the_images_that_could_not_be_read_before(tmp_path, monkeypatch):
+    import tools.fraudbench_table as table
+    from datamodules.records import Record
+
+    readable = {"0.png"}
+
+    def scoring(runtime, records, writer, **_):
+        todo = [r.path for r in records if r.path not in writer.done]
+        writer.write(
+            [
+                {"path": p, "score": 0.3, "status": "ok"} if p in readable else {"path": p, "status": "error"}
+                for p in todo
+            ]
+        )
+        return {}
+
+    monkeypatch.setattr(table, "load_runtime", lambda model, device: None)
+    monkeypatch.setattr(table, "score_records", scoring)
+    (tmp_path / "m.ckpt").write_bytes(b"model")
+    records = [Record(path=f"{i}.png") for i in range(2)]
+    output = tmp_path / "scores" / "m.csv"
+    first = table.score_to_file(str(tmp_path / "m.ckpt"), records, output, 1, "cpu", 0)
+    readable.add("1.png")  # repaired
+    again = table.score_to_file(str(tmp_path / "m.ckpt"), records, output, 1, "cpu", 0)
+    assert [r["status"] for r in first] == ["ok", "error"]
+    assert sorted((r["path"], r["status"]) for r in again) == [("0.png", "ok"), ("1.png", "ok")]
+
+
+def table_arguments(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--data", str(tmp_path / "tree"), "--output", str(tmp_path / "out" / "t.md"), *extra]
+
+
+def test_results_written_with_relative_paths_match_the_tree_given_by_its_absolute_path(tmp_path, monkeypatch):
+    scores = make_tree(tmp_path / "tree")
+    monkeypatch.chdir(tmp_path)
+    relative = write_scores(tmp_path / "rel.csv", {str(Path(p).relative_to(tmp_path)): s for p, s in scores.items()})
+    table = main(table_arguments(tmp_path, "--scores", f"det={relative}"))
+    assert table["rows"][0]["tpr_by_generator"] == pytest.approx({"GenA": 0.75, "GenB": 1.0})
+
+
+def test_results_of_other_images_are_refused_in_one_line(tmp_path):
+    make_tree(tmp_path / "tree")
+    other = write_scores(tmp_path / "other.csv", {"/elsewhere/a.png": 0.4})
+    with pytest.raises(SystemExit, match="det: none of the 12 images of --data has a score"):
+        main(table_arguments(tmp_path, "--scores", f"det={other}"))
+
+
+def test_genuine_scores_of_a_labelled_input_calibrate_on_its_genuine_rows_only(tmp_path, caplog):
+    data = write_scores(tmp_path / "scores.csv", make_tree(tmp_path / "tree"))
+    genuine = tmp_path / "genuine.csv"
+    with genuine.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "score", "label", "status", "error", "true_label"])
+        writer.writeheader()
+        for i, score in enumerate(GENUINE):
+            writer.writerow({"path": f"/g/{i}.png", "score": score, "status": "ok", "true_label": 0})
+        writer.writerow({"path": "/g/fake.png", "score": 0.99, "status": "ok", "true_label": 1})
+    table = main(table_arguments(tmp_path, "--scores", f"det={data}", "--genuine-scores", f"det={genuine}"))
+    assert table["rows"][1]["n_calibration_genuine"] == 10
+    assert "1 rows of images labelled fake are left out" in caplog.text
+
+
+def test_a_genuine_set_with_nothing_to_calibrate_on_and_a_folder_as_output_are_refused_before_scoring(
+    tmp_path, monkeypatch
+):
+    import tools.fraudbench_table as table
+
+    make_tree(tmp_path / "tree")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "unreadable").mkdir()
+    (tmp_path / "unreadable" / "a.png").write_text("not an image")
+    scored = []
+    monkeypatch.setattr(table, "load_runtime", lambda model, device: None)
+    monkeypatch.setattr(
+        table,
+        "score_records",
+        lambda runtime, records, writer, **_: (
+            scored.append(len(records)) or writer.write([{"path": r.path, "status": "error"} for r in records])
+        ),
+    )
+    model = ["--model", f"m={tmp_path / 'tree' / 'Cars' / 'Negative' / 'Review_010' / 'e.png'}"]
+    with pytest.raises(SystemExit, match="no genuine images there"):
+        main(table_arguments(tmp_path, *model, "--genuine", str(tmp_path / "empty")))
+    with pytest.raises(SystemExit, match="m: none of the genuine images has a score"):
+        main(table_arguments(tmp_path, *model, "--genuine", str(tmp_path / "unreadable")))
+    assert scored == [1]  # the genuine image only: the data was not scored
+    with pytest.raises(SystemExit, match="is a folder: give the table's file"):
+        main(["--data", str(tmp_path / "tree"), *model, "--output", str(tmp_path)])
+    assert scored == [1]
