@@ -1,6 +1,7 @@
 """Re-set a detector's threshold on your own genuine images:
 `python calibrate.py model=M.ckpt|M.onnx input=GENUINE_DIR|MANIFEST target_fpr=0.01 output=M_calibrated.onnx`
-(`by=category`: one threshold per manifest category as well)."""
+(`by=category`: one threshold per manifest category as well; `tiles=true`: on scores made as
+`infer.py tiles=true` makes them)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datamodules.records import LayoutError
 from inference.cli import expected_failures, run
 from inference.recalibration import CalibrationRefused, calibrate_model
 from inference.runtime import ModelLoadError
+from inference.tiling import tile_settings
 
 log = logging.getLogger("calibrate")
 
@@ -32,6 +34,7 @@ def main(cfg: DictConfig) -> None:
         progress=cfg.progress,
         by=cfg.get("by"),
         rule=cfg.get("rule", "quantile"),
+        tiles=tile_settings(cfg),
     )
     low, high = record["tnr_interval"]
     log.info(

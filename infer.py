@@ -33,7 +33,7 @@ from inference.run_report import (
 )
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
-from inference.tiling import TiledLocalizer, TiledRuntime
+from inference.tiling import settings_text, tile_settings, tiled
 from inference.writer import COLUMNS, TRUTH_COLUMN, resumable_columns
 
 log = logging.getLogger("infer")
@@ -91,7 +91,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
         if (answer := pair_run(cfg, runtime)) is not None:
             return answer
-        runtime = tiled(cfg, runtime) if cfg.tiles else runtime
+        runtime = scoring_as_asked(cfg, runtime)
         records = once_each(without_own_outputs(records_from_input(cfg.input, cfg.get("layout", "auto")), cfg, output))
         if cfg.group_by:
             check_group_by(records, cfg.group_by, cfg.input)
@@ -164,17 +164,20 @@ def pictures_while_scoring(cfg: DictConfig, output: Path, threshold: float, rows
     return page_drawer(output, threshold, bool(cfg.get("blinded", False)), rows)
 
 
-def tiled(cfg: DictConfig, runtime: Runtime) -> Runtime:
-    """`tiles=true`: a localizer's maps stitched from overlapping tiles, or a detector's scores reduced over tiles."""
-    if cfg.threshold is None:  # calibrate.py and training score without tiles
+def scoring_as_asked(cfg: DictConfig, runtime: Runtime) -> Runtime:
+    """`tiles=true`: a localizer's maps stitched from overlapping tiles, or a detector's scores reduced
+    over tiles. The model's threshold was calibrated on scores made with or without tiles (train.py:
+    without; calibrate.py: as it was told): scored otherwise, its false-positive rate does not carry."""
+    asked, calibrated = tile_settings(cfg), runtime.calibrated_tiles
+    if cfg.threshold is None and asked != calibrated:
         log.warning(
-            "tiles=true: the model's threshold was calibrated on scores made without tiles, which are spread "
-            "otherwise (a mean over tiles is narrower); its false-positive rate does not carry over: check it on "
-            "genuine images of your own scored with tiles, and give threshold= from them"
+            "the model's threshold was calibrated on scores made %s, this run scores %s, which are spread otherwise "
+            "(a mean over tiles is narrower): its false-positive rate does not carry over; calibrate it as you score "
+            "(python calibrate.py ... with the same tile settings), or give threshold=",
+            settings_text(calibrated),
+            settings_text(asked),
         )
-    if runtime.is_localizer:
-        return TiledLocalizer(runtime, tile_size=cfg.tile_size, overlap=cfg.tile_overlap, batch_size=cfg.batch_size)
-    return TiledRuntime(runtime, reduce=cfg.tile_reduce, batch_size=cfg.batch_size)
+    return tiled(runtime, asked, cfg.batch_size)
 
 
 def plan_outputs(

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -269,16 +269,20 @@ def calibrate_model(
     progress: bool = True,
     by: str | None = None,
     rule: str = "quantile",
+    tiles: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score `input` with `model`, recalibrate on its genuine images (`by="category"`: also one
     threshold per manifest category, see `recalibrate_by_category`), write the calibrated model and
     its report (`<output stem>.calibration.md` / `.json`) and the scores (`.calibration_scores.csv`).
+    `tiles` (`inference.tiling.tile_settings`): scored over tiles as infer.py will score, recorded
+    with the threshold (`scoring`), which infer.py compares with how it scores.
 
     `input` is a folder of genuine images (no labels: every image is genuine) or a labelled
     manifest / layout (label 0 genuine, 1 fake; unlabelled rows are then left out).
     """
     from datamodules.layouts import records_from_input
     from inference.runtime import load_runtime
+    from inference.tiling import tile_settings, tiled
 
     if by not in (None, "category"):
         raise ValueError(f"by must be null or category, got {by!r}")
@@ -293,18 +297,20 @@ def calibrate_model(
             "calibrate.py calibrates a detector of single images; a pair detector is calibrated on pairs "
             "without duplication when train.py fits it (data=duplication_pairs or duplication_pair_images)"
         )
+    ceiling = float(np.float32(getattr(getattr(runtime, "net", None), "score_ceiling", 1.0)))  # as scores are
+    tiles = tile_settings(tiles or {})
+    runtime = tiled(runtime, tiles, batch_size)
     records = records_from_input(input)
     scores_path = output.with_name(f"{output.stem}.calibration_scores.csv")
     genuine_rows, fake_rows = score_for_calibration(runtime, records, scores_path, batch_size, num_workers, progress)
     genuine, fakes = (np.asarray([r["score"] for r in rows], dtype=np.float32) for rows in (genuine_rows, fake_rows))
-    ceiling = float(np.float32(getattr(getattr(runtime, "net", None), "score_ceiling", 1.0)))  # as scores are
     if by == "category":
         kinds = {r.path: r.category for r in records}
         of = [[kinds[r["path"]] for r in rows] for rows in (genuine_rows, fake_rows)]
         summary = recalibrate_by_category(genuine, of[0], target_fpr, fakes, of[1], confidence, rule, ceiling)
     else:
         summary = recalibrate(genuine, target_fpr, fakes, confidence, rule, ceiling)
-    record = provenance(summary, input, runtime.threshold)
+    record = {**provenance(summary, input, runtime.threshold), "scoring": tiles}
     write_calibrated_model(model, output, record)
     output.with_name(f"{output.stem}.calibration.json").write_text(json.dumps(record, indent=2))
     report = calibration_report(record, str(model), output)

@@ -39,6 +39,7 @@ class Runtime(Protocol):
     threshold: float  # the calibrated decision threshold
     is_localizer: bool  # `predict` also returns `mask`: N x 1 x H x W probabilities
     preprocess: Preprocess  # the geometry the network is fed (`runtime_transform`)
+    calibrated_tiles: dict[str, Any]  # how the scores its threshold was calibrated on were made
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """N x 3 x H x W float in [0, 1] -> `score` (N) probabilities of fake (+ `mask`, `confidence`)."""
@@ -114,6 +115,7 @@ class LoadedDetector:
     threshold: float
     category_thresholds: dict[str, float] = field(default_factory=dict)  # calibration.by=category
     target_fpr: float = 0.01
+    calibrated_tiles: dict[str, Any] = field(default_factory=lambda: {"tiles": False})  # as its scores were made
 
 
 def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedDetector:
@@ -142,7 +144,14 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
         float(state["threshold"]),
         category_thresholds,
         float(hparams.get("target_fpr", 0.01)),
+        calibrated_tiles(checkpoint.get("calibration")),
     )
+
+
+def calibrated_tiles(calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """How the scores a model's threshold was calibrated on were made (`inference.tiling.tile_settings`):
+    calibrate.py records it; train.py, and calibrations made before it did, score without tiles."""
+    return (calibration or {}).get("scoring") or {"tiles": False}
 
 
 class TorchRuntime:
@@ -159,6 +168,7 @@ class TorchRuntime:
         # calibration.by=category: {category: threshold}; inputs of other categories use `threshold`
         self.category_thresholds = dict(detector.category_thresholds)
         self.target_fpr = detector.target_fpr
+        self.calibrated_tiles = detector.calibrated_tiles
         self.is_localizer = bool(self.net.is_localizer)
         self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
@@ -241,6 +251,7 @@ class OnnxRuntime:
             str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()
         }
         self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
+        self.calibrated_tiles = calibrated_tiles(json.loads(meta.get("calibration", "null")))
         self.output_names = json.loads(meta["outputs"])
         self.min_side = int(meta.get("min_side", 1))
         self.is_localizer = "mask" in self.output_names

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import numpy as np
 
 from datamodules.preprocess import Preprocess
@@ -159,3 +161,31 @@ class TiledLocalizer:
                 total[y : y + size, x : x + size] += prob * window
                 weight[y : y + size, x : x + size] += window
         return best, total / weight
+
+
+def tile_settings(options: Mapping[str, Any]) -> dict[str, Any]:
+    """How images are scored, as far as tiles go (`tiles`, and with them `tile_reduce`, `tile_size`,
+    `tile_overlap`): what a calibration records beside its threshold and infer.py compares, since
+    scores over tiles are spread otherwise than scores of one crop."""
+    if not options.get("tiles"):
+        return {"tiles": False}
+    defaults = {"tile_reduce": "mean", "tile_size": None, "tile_overlap": 0.25}
+    return {"tiles": True, **{key: options.get(key, default) for key, default in defaults.items()}}
+
+
+def settings_text(settings: Mapping[str, Any]) -> str:
+    if not settings.get("tiles"):
+        return "without tiles"
+    return "with tiles ({})".format(", ".join(f"{k}={v}" for k, v in settings.items() if k != "tiles"))
+
+
+def tiled(runtime: TorchRuntime | OnnxRuntime, settings: Mapping[str, Any], batch_size: int) -> Any:
+    """`runtime` scoring as `settings` (`tile_settings`) say: a localizer's maps stitched from
+    overlapping tiles, a classifier's score reduced over tiles, or the runtime itself."""
+    if not settings.get("tiles"):
+        return runtime
+    if runtime.is_localizer:
+        return TiledLocalizer(
+            runtime, tile_size=settings["tile_size"], overlap=settings["tile_overlap"], batch_size=batch_size
+        )
+    return TiledRuntime(runtime, reduce=settings["tile_reduce"], batch_size=batch_size)

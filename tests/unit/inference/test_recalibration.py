@@ -206,3 +206,41 @@ def test_a_detector_whose_scores_stop_under_1_is_refused_where_its_threshold_wou
     monkeypatch.setattr(inference.recalibration, "score_for_calibration", lambda *a: ([{"score": top}] * 60, []))
     with pytest.raises(CalibrationRefused, match="60 of 60 genuine images score 0.99989\\d*, the highest"):
         calibrate_model(str(model), str(tmp_path / "photos"), tmp_path / "c.ckpt", target_fpr=0.05, progress=False)
+
+
+def test_tiles_calibrate_on_tiled_scores_and_infer_says_when_it_scores_otherwise(
+    tiny_model, manifest, tmp_path, caplog
+):
+    from omegaconf import OmegaConf
+
+    from datamodules.layouts import records_from_input
+    from infer import scoring_as_asked
+    from inference.scoring import score_records
+    from inference.tiling import TiledRuntime
+    from inference.writer import ResultWriter, read_results
+
+    output = tmp_path / "tiled.ckpt"
+    tiles = {"tiles": True, "tile_reduce": "max"}
+    record = calibrate_model(
+        str(tiny_model["ckpt"]), str(manifest), output, target_fpr=0.1, num_workers=0, progress=False, tiles=tiles
+    )
+    asked = {"tiles": True, "tile_reduce": "max", "tile_size": None, "tile_overlap": 0.25}
+    assert record["scoring"] == asked and TorchRuntime(output, "cpu").calibrated_tiles == asked
+    with ResultWriter(tmp_path / "direct.csv") as writer:  # the images are wider than the 32 px crop: 2 tiles
+        score_records(
+            TiledRuntime(TorchRuntime(tiny_model["ckpt"], "cpu"), "max"), records_from_input(manifest), writer
+        )
+    direct = {r["path"]: r["score"] for r in read_results(tmp_path / "direct.csv")}
+    calibrated = read_results(tmp_path / "tiled.calibration_scores.csv")
+    assert [r["score"] for r in calibrated] == pytest.approx([direct[r["path"]] for r in calibrated], abs=1e-7)
+
+    def warned(*options: str) -> bool:
+        caplog.clear()
+        cfg = OmegaConf.merge(OmegaConf.load(ROOT / "configs" / "infer.yaml"), OmegaConf.from_dotlist(list(options)))
+        with caplog.at_level("WARNING"):
+            scoring_as_asked(cfg, TorchRuntime(output, "cpu"))
+        return "calibrated on scores made with tiles (tile_reduce=max" in caplog.text
+
+    assert not warned("tiles=true", "tile_reduce=max")
+    assert warned("tiles=false") and warned("tiles=true", "tile_reduce=mean")
+    assert not warned("tiles=false", "threshold=0.5")  # a threshold of the user's own
