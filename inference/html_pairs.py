@@ -59,6 +59,11 @@ def verdict_html(pair: Mapping[str, Any], transform: Mapping[str, Any], threshol
     )
 
 
+def group_line(pair: Mapping[str, Any]) -> str:
+    """The review or folder a pair of a grouped input comes from (a pair manifest names none)."""
+    return f"in {escape(pair['group'])}<br>" if pair.get("group") else ""
+
+
 def pairs_html(
     pairs: Sequence[Mapping[str, Any]], files: Path, page: Path, threshold: float, blinded: bool, seed: int = 0
 ) -> str:
@@ -88,7 +93,7 @@ def pairs_html(
         )
         words = "" if blinded else verdict_html(pair, transform, threshold)
         items.append(
-            f'<div class="pair-row"><p class="name">A: {shown_name(pair["path_a"])}<br>'
+            f'<div class="pair-row"><p class="name">{group_line(pair)}A: {shown_name(pair["path_a"])}<br>'
             f"B: {shown_name(pair['path_b'])}</p>{image}{words}</div>"
         )
     rest = len(scored) - PAIRS_SHOWN

@@ -28,7 +28,7 @@ from evaluation.summary import figure_text
 from inference.masks import write_pair_masks
 from inference.pair_inputs import group_pairs, is_pair_manifest, read_pair_manifest
 from inference.run_report import image_run_options, stamp, without_own_outputs
-from inference.writer import ResultWriter, read_results
+from inference.writer import TRUTH_COLUMN, ResultWriter, read_results
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +167,24 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     if cfg.save_masks or has_masks or html:  # the page outlines the shared regions from the saved masks
         masks_dir = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
         masks_dir.mkdir(parents=True, exist_ok=True)
-    columns = list(PAIR_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
+    truth = {pair_key(p["path_a"], p["path_b"]): truth_label(p) for p in pairs}  # None: unknown
+    truth = {key: label for key, label in truth.items() if label is not None}
+    columns = [
+        *PAIR_COLUMNS,
+        *(["mask_a", "mask_b"] if masks_dir is not None else []),
+        *(["group"] if any(p.get("group") for p in pairs) else []),  # the review or folder the pair is from
+        *([TRUTH_COLUMN] if truth else []),  # the truth beside the decision
+    ]
     detector = runtime.net
     log.info("%s (threshold %.4f): %d pairs -> %s", runtime.name, threshold, len(pairs), output)
     counts = {"ok": 0, "error": 0, "skipped": 0, "duplicated": 0}
     cache = PanelCache(detector, cache_size(pairs))
-    with ResultWriter(output, columns, resume=cfg.resume) as writer:
+    with ResultWriter(output, columns, resume=cfg.resume, truth=truth) as writer:
         for index, pair in enumerate(pairs):
             if pair_key(pair["path_a"], pair["path_b"]) in writer.done:
                 counts["skipped"] += 1
                 continue
-            row = score_pair(detector, cache, pair, threshold, index, masks_dir)
+            row = {**score_pair(detector, cache, pair, threshold, index, masks_dir), "group": pair.get("group", "")}
             writer.write([row])
             counts[row["status"]] += 1
             if row["status"] == "error":
@@ -195,7 +202,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     results = this_inputs_rows(read_results(output), pairs, output)
     if not any(r["status"] == "ok" for r in results):
         raise ValueError(f"nothing could be scored: all {len(pairs)} pairs failed (see {output})")
-    metrics = pair_report(pairs, results, threshold, output)
+    metrics = pair_report(pairs, results, threshold, output, truth)
     if html:
         pair_page(cfg, runtime, results, threshold, metrics)
     else:
@@ -254,19 +261,23 @@ def describe_transform(transform: str) -> str:
 
 
 def pair_report(
-    pairs: list[dict[str, Any]], results: Iterable[dict[str, Any]], threshold: float, output: Path
+    pairs: list[dict[str, Any]],
+    results: Iterable[dict[str, Any]],
+    threshold: float,
+    output: Path,
+    labels: dict[str, int],
 ) -> dict[str, Any] | None:
-    """`<output>.metrics.json` when the pairs carry truth (label, operations or masks); masks scored
-    from the written files, so a resumed run is scored as a whole."""
+    """`<output>.metrics.json` when the pairs carry truth (`labels`: pair key -> `truth_label`); masks
+    scored from the written files, so a resumed run is scored as a whole."""
     from evaluation import write_metrics_json
     from evaluation.protocols.duplication import duplication_metrics
 
     by_key = {r["path"]: r for r in results if r.get("status") == "ok"}
     rows, counts = [], []
     for pair in pairs:
-        result = by_key.get(pair_key(pair["path_a"], pair["path_b"]))
-        label = None if result is None else truth_label(pair)
-        if label is None:
+        key = pair_key(pair["path_a"], pair["path_b"])
+        result, label = by_key.get(key), labels.get(key)
+        if result is None or label is None:
             continue
         truth = parse_operations(pair["operations"]) if "operations" in pair else None
         rows.append(

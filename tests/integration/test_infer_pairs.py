@@ -85,6 +85,20 @@ def test_a_pair_manifest_with_truth_gets_masks_and_duplication_metrics(model, pa
     assert metrics["pixel_f1"] > 0.8 and "BioFors" in metrics["pixel_protocol"]
 
 
+def test_each_row_names_the_group_of_its_pair_and_the_truth_beside_the_decision(model, panels, tmp_path):
+    run(model, panels, tmp_path / "grouped.csv")  # the figure's folder and the pairs' folder are two groups
+    grouped = read_results(tmp_path / "grouped.csv")
+    assert {(Path(r["path_a"]).parent.name, Path(r["group"]).name) for r in grouped} == {
+        ("fig", "fig"),
+        ("pairs", "pairs"),
+    }
+    assert "true_label" not in grouped[0]  # a folder says nothing of duplication
+    run(model, panels / "pairs.csv", tmp_path / "truth.csv")
+    rows = read_results(tmp_path / "truth.csv")
+    assert [r["true_label"] for r in rows] == [1, 0, 0] and [r["label"] for r in rows[:2]] == [1, 0]
+    assert "group" not in rows[0]  # a pair manifest names its pairs one by one
+
+
 def pair_metrics(model: Path, panels: Path, manifest: str, output: Path) -> dict:
     """The metrics of a run over a pair manifest of `panels` holding `manifest` (CSV text)."""
     (panels / "truth.csv").write_text(manifest)

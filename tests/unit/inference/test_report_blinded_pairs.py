@@ -81,3 +81,13 @@ def test_a_blinded_pair_page_shows_the_pairs_and_nothing_the_detector_made_of_th
     assert blind_text.count('class="pair-row"') == 2 and blind_text.count('<img loading="lazy" class="pair"') == 2
     assert "&lt;img src=x onerror=alert(1)&gt;.png" in blind_text and "file not found" in blind_text
     assert "2 pairs, 1 errors" in blind_text
+
+
+def test_a_pair_of_a_grouped_input_names_its_group_as_text_open_or_blinded(tmp_path):
+    pairs = [{**pair, "group": "claim <b>7</b> & co"} for pair in pair_rows(tmp_path)]
+    for blinded in (False, True):
+        page = write_html_report(tmp_path / f"{blinded}_report.html", [], header(), pairs=pairs, blinded=blinded)
+        names = re.findall(r'<p class="name">(.*?)</p>', page.read_text(encoding="utf-8"))
+        assert len(names) == 2 and all(
+            name.startswith("in claim &lt;b&gt;7&lt;/b&gt; &amp; co<br>A: ") for name in names
+        )
