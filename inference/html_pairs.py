@@ -12,7 +12,7 @@ from urllib.parse import quote
 import numpy as np
 
 from inference.html_evidence import draw_pair, transform_in_words
-from inference.html_parts import decision_of, escape, score_text, shown_name
+from inference.html_parts import decision_of, escape, score_against, shown_name
 
 PAIRS_SHOWN = 200  # pairs drawn on the page, most suspicious first; every pair stays in the results file
 
@@ -45,8 +45,9 @@ def verdict_html(pair: Mapping[str, Any], transform: Mapping[str, Any], threshol
     of a pair not flagged is no reuse, and is not said as one), and the detector's reason."""
     decision = decision_of(pair, threshold)
     operations = str(pair.get("operations") or "")
+    score = score_against(pair.get("score"), threshold, threshold)
     return (
-        f'<p class="verdict">score <span class="score">{score_text(pair.get("score"))}</span>, '
+        f'<p class="verdict">score <span class="score">{escape(score)}</span>, '
         f'<span class="decision">{escape(decision)}</span>'
         + (f": {escape(operations.replace(';', ', '))}" if operations else "")
         + "</p>"

@@ -72,6 +72,22 @@ def score_text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{float(value):.4f}"
 
 
+def score_against(value: Any, threshold: float, page_threshold: float) -> str:
+    """A row's score as a reader can check its decision by: to 4 decimals, or as many more (up to
+    9) as tell it from its threshold (0.594006 and 0.594007 both read 0.5940); with its threshold
+    where the page's alone would not explain the decision (a category's own, or one that needed
+    more decimals)."""
+    if not score_text(value):
+        return ""
+    score, digits = float(value), 4
+    while digits < 9 and f"{score:.{digits}f}" == f"{threshold:.{digits}f}":
+        digits += 1
+    text = f"{score:.{digits}f}"
+    if digits > 4 or threshold != page_threshold:
+        text += f" (threshold {threshold:.{digits}f})"
+    return text
+
+
 def picture_html(src: str | None, box: tuple[int, int, int] | None, alt: str, up: str = "") -> str:
     """An <img> of a picture file, or of its box in a strip file (shown at its own size, the strip
     shifted under it); `up`: the way back to the main page's folder from a page below it."""
@@ -100,7 +116,7 @@ RATING_CELL = (
 def row_html(
     row: Mapping[str, Any],
     evidence: RowEvidence,
-    decision: str,
+    decided: tuple[str, str],
     link: str,
     blinded: bool,
     is_localizer: bool,
@@ -115,12 +131,12 @@ def row_html(
         thumb = picture_html(evidence.thumb, evidence.thumb_box, "thumbnail", up)
     if thumb:
         thumb = f'<a href="{escape(link)}">{thumb}</a>'
+    decision, score = decided  # the decision, and the score as shown beside it (`score_against`)
     decision_text = escape_repeated(decision)
     # blinded: the decision is nowhere on the page (an error is no decision, and is listed as one)
     marked = decision_text if not blinded or decision == "error" else ""
     group = row.get("group")
-    score = "" if blinded else score_text(row.get("score"))
-    verdict = "" if blinded else f'<td class="score">{score}</td><td class="decision">{decision_text}</td>'
+    verdict = "" if blinded else f'<td class="score">{escape(score)}</td><td class="decision">{decision_text}</td>'
     maps = ""
     if is_localizer and not blinded:
         overlay = picture_html(evidence.overlay, evidence.overlay_box, "map overlay", up)

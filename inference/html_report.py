@@ -48,6 +48,7 @@ from inference.html_parts import (
     page_html,
     pager_html,
     row_html,
+    score_against,
     table_head,
 )
 from inference.report_pictures import check_page_folder
@@ -83,6 +84,8 @@ def threshold_note(
     text += " (validation pairs)" if pairs else f" ({source})"
     text += rule_phrase(calibration.get("rule"), confidence)
     interval = calibration.get("fpr_interval")
+    if not interval and calibration.get("tnr_interval"):  # calibrate.py records the TNR's interval
+        interval = [None if v is None else 1.0 - v for v in reversed(calibration["tnr_interval"])]
     if interval and all(v is not None for v in interval):
         text += (
             f"; false-positive rate there {calibration.get('false_positives', '?')}/{n}, "
@@ -166,6 +169,7 @@ def write_html_report(
     threshold = float(header.threshold)
     rows = ordered(rows, blinded)
     decisions = [decision_of(r, threshold) for r in rows]
+    shown_scores = [score_against(r.get("score"), float(r.get("threshold", threshold)), threshold) for r in rows]
     pages = max(1, math.ceil(len(rows) / page_size))
     page_paths = [target] + [files / "pages" / f"page-{p:05d}.html" for p in range(2, pages + 1)]
     drawn = evidence_of_rows(rows, evidence or {}, files, threshold, lut, target.parent, workers, blinded)
@@ -200,7 +204,8 @@ def write_html_report(
         # links and evidence paths are relative to the main page; the other pages live below it
         up = folder_link(str(target.parent.absolute()), str(page.parent.absolute()))
         body_rows = "".join(
-            row_html(rows[i], drawn[i], decisions[i], moved(links[i], up), blinded, is_localizer, up) for i in chunk
+            row_html(rows[i], drawn[i], (decisions[i], shown_scores[i]), moved(links[i], up), blinded, is_localizer, up)
+            for i in chunk
         )
         pager = pager_html(number, pager_links(page.parent))
         table = (
@@ -220,7 +225,7 @@ def write_html_report(
                 + (filters_html(group_names, blinded) if show_rows else "")
                 + table
             )
-            payload = rows_payload(rows, drawn, decisions, links, blinded, is_localizer)
+            payload = rows_payload(rows, drawn, list(zip(decisions, shown_scores)), links, blinded, is_localizer)
             single = html_embed.embedded_body(body, payload, files, target.parent, embed_limit) if pages == 1 else None
             if single is not None:
                 _write_text(
@@ -319,14 +324,15 @@ def moved(link: str | None, up: str) -> str | None:
 def rows_payload(
     rows: Sequence[Mapping[str, Any]],
     evidence: Sequence[RowEvidence],
-    decisions: Sequence[str],
+    decided: Sequence[tuple[str, str]],
     links: Sequence[str],
     blinded: bool,
     is_localizer: bool,
 ) -> dict[str, Any]:
-    """All rows for the page's script, as data (set as text by the script, never as HTML)."""
+    """All rows for the page's script, as data (set as text by the script, never as HTML); each row's
+    decision and its score as shown beside it (`score_against`), the score itself for the filters."""
     records = []
-    for row, drawn, decision, link in zip(rows, evidence, decisions, links):
+    for row, drawn, (decision, shown), link in zip(rows, evidence, decided, links):
         item = {
             "name": str(row["path"]),
             "link": link,
@@ -336,7 +342,8 @@ def rows_payload(
             "note": row.get("error") or drawn.problem or row.get("note") or "",
         }
         if not blinded:
-            item.update({"score": None if row.get("score") is None else float(row["score"]), "decision": decision})
+            score = None if row.get("score") is None else float(row["score"])
+            item.update({"score": score, "score_text": shown, "decision": decision})
             if is_localizer:
                 item.update(
                     {

@@ -100,7 +100,7 @@
       image(cell(tr), row.thumb, "thumbnail", row.link, row.thumb_box);
       cell(tr, visibleName(row.name), "name");
       if (!data.blinded) {
-        cell(tr, row.score === null ? "" : row.score.toFixed(4), "score");
+        cell(tr, row.score_text, "score");
         cell(tr, row.decision, "decision");
       }
       cell(tr, row.group, "group");
