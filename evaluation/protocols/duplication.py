@@ -5,8 +5,9 @@ Set-F1 / exact match / SPC are computed on duplicated pairs only, as THEMIS Tabl
 question of duplicated pairs (and once more over all pairs, where a negative counts as exact when
 nothing is predicted). Pixel figures follow BioFors' image-pair protocol in this variant: the two
 panels' masks of a pair are scored together (their pixel counts added), at the detector's decision
-(a pair judged not duplicated predicts empty masks); `pixel_f1` / `pixel_mcc` average over
-duplicated pairs with true masks, `_pooled` add the counts of every pair with masks.
+(a pair judged not duplicated predicts empty masks, so a missed pair scores 0); `pixel_f1` /
+`pixel_mcc` average over duplicated pairs with true masks, `_pooled` add the counts of every pair
+with masks.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ FINE_TO_CMO = {
 }
 PAIR_PIXEL_PROTOCOL = (
     "pixel F1 / MCC of a pair = both panels' masks scored together at the pair decision (BioFors-style "
-    "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks (pixel_mcc over "
-    "those where it is defined: a whole-panel copy leaves no true negative pixel), _pooled sum the pixel "
-    "counts of all pairs with masks (negatives add only false positives)"
+    "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks, a missed pair "
+    "(empty prediction) scoring 0 in both; pixel_mcc leaves out the pairs where it is undefined (a "
+    "whole-panel copy leaves no true negative pixel), _pooled sum the pixel counts of all pairs with masks "
+    "(negatives add only false positives)"
 )
 
 
@@ -82,6 +84,17 @@ def f1_mcc(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
     denominator = np.sqrt(float(tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
     mcc = (tp * tn - fp * fn) / denominator if denominator else float("nan")
     return float(f1), float(mcc)
+
+
+def pair_mcc(tp: int, fp: int, fn: int, tn: int) -> float:
+    """MCC of one pair's masks. Where the formula divides by zero it is 0, as sklearn's
+    `matthews_corrcoef` gives (a missed pair predicts nothing: tp + fp = 0; counting it 0 as pixel
+    F1 does keeps misses in the mean), except where no true-negative pixel is possible (tn + fp = 0,
+    a whole-panel copy): the truth has one class there, so NaN, left out of the mean."""
+    if tn + fp == 0:
+        return float("nan")
+    mcc = f1_mcc(tp, fp, fn, tn)[1]
+    return 0.0 if np.isnan(mcc) else mcc
 
 
 def pair_pixel_counts(
@@ -144,7 +157,8 @@ def duplication_metrics(
                 )
         out["by_operation"] = per
     if pixel_counts is not None and any(c is not None for c in pixel_counts):
-        per_pair = [f1_mcc(*c) for c, r in zip(pixel_counts, rows) if c is not None and int(r["label"]) == 1]
+        duplicated = [c for c, r in zip(pixel_counts, rows) if c is not None and int(r["label"]) == 1]
+        per_pair = [(f1_mcc(*c)[0], pair_mcc(*c)) for c in duplicated]
         pooled = np.sum([c for c in pixel_counts if c is not None], axis=0)
         out["pixel_f1"] = float(np.nanmean([f for f, _ in per_pair])) if per_pair else float("nan")
         defined = [m for _, m in per_pair if np.isfinite(m)]  # undefined where a true mask fills both panels

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.metrics import matthews_corrcoef
 
 from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts, parse_operations
 
@@ -45,3 +46,39 @@ def test_pair_pixels_add_both_panels():
         [pair_pixel_counts(true_a, true_b, pred_a, true_b)],
     )
     assert metrics["pixel_f1"] == pytest.approx(16 / 20)
+
+
+def _square(size: int = 8) -> np.ndarray:
+    mask = np.zeros((size, size), bool)
+    mask[2:5, 2:5] = True
+    return mask
+
+
+def test_a_missed_duplicated_pair_counts_zero_in_pixel_mcc_as_in_pixel_f1():
+    """A pair judged not duplicated predicts empty masks: MCC 0 (sklearn's value), not left out."""
+    truth, empty = _square(), np.zeros((8, 8), bool)
+    rows = [
+        {"label": 1, "score": 0.9, "truth": {"direct"}, "predicted": {"direct"}},
+        {"label": 1, "score": 0.1, "truth": {"direct"}, "predicted": set()},
+        {"label": 0, "score": 0.2, "truth": set(), "predicted": set()},
+    ]
+    masks = [(truth, truth), (truth, empty), (empty, empty)]
+    counts = [pair_pixel_counts(t, t, p, p) for t, p in masks]
+    expected = [matthews_corrcoef(np.r_[t.ravel(), t.ravel()], np.r_[p.ravel(), p.ravel()]) for t, p in masks[:2]]
+    assert expected == [1.0, 0.0]
+    metrics = duplication_metrics(rows, 0.5, counts)
+    assert metrics["pixel_mcc"] == pytest.approx(np.mean(expected))
+    assert metrics["pixel_f1"] == pytest.approx(0.5)
+    assert metrics["n_mask_pairs"] == 2
+
+
+def test_pixel_mcc_leaves_out_only_a_pair_without_a_possible_true_negative():
+    """A whole-panel copy (true masks fill both panels) has no true-negative pixel: its MCC is undefined
+    whatever is predicted, and the mean is over the other duplicated pairs."""
+    full = np.ones((8, 8), bool)
+    rows = [{"label": 1, "score": 0.9, "truth": {"direct"}, "predicted": {"direct"}}] * 2
+    counts = [
+        pair_pixel_counts(full, full, _square(), full),
+        pair_pixel_counts(_square(), _square(), _square(), _square()),
+    ]
+    assert duplication_metrics(rows, 0.5, counts)["pixel_mcc"] == 1.0
