@@ -8,12 +8,13 @@ float32, the precision localizers emit; the label rule is ``positive = prob >= t
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
 
-from ._checks import warn_undefined
+from ._checks import UndefinedMetricWarning, warn_undefined
 
 PIXEL_KEYS = (
     "pixel_f1",
@@ -123,7 +124,11 @@ class PixelMetricAccumulator:
 
     Keeps only a few numbers per image, so a whole test set never sits in memory.
     ``per_image_curves=False`` skips the per-image sort behind ``pixel_auroc`` and
-    ``pixel_f1_best`` (reported NaN then) for fast validation loops.
+    ``pixel_f1_best`` (reported NaN then) for fast validation loops. With ``boundary_tolerance``, an
+    image whose whole true mask lies in the ignored band (no wider than twice the tolerance) has no
+    positive pixel left to find: its F1 / IoU / AUROC are undefined, so it is left out of the
+    manipulated-image figures, per-image means and pooled counts alike (the pooled sums stay those
+    of the images averaged, as ``bootstrap_pixel_ci`` resamples them), and counted in a warning.
     """
 
     threshold: float = 0.5
@@ -135,6 +140,7 @@ class PixelMetricAccumulator:
     f1_best: list = field(default_factory=list, init=False, repr=False)
     counts: list = field(default_factory=list, init=False, repr=False)  # (tp, fp, fn) per image
     fpr_genuine: list = field(default_factory=list, init=False, repr=False)
+    n_band_only: int = field(default=0, init=False, repr=False)  # true mask wholly in the ignored band
 
     def update(self, masks: Iterable, probs: Iterable) -> None:
         """Add a batch: ``masks`` and ``probs`` are N x H x W (or N x 1 x H x W) arrays/tensors or
@@ -163,6 +169,9 @@ class PixelMetricAccumulator:
             return
         keep = ~boundary_band(m, self.boundary_tolerance)
         m, p, pred = m[keep], p[keep], pred[keep]
+        if not m.any():  # nothing to find outside the band: undefined, left out (class docstring)
+            self.n_band_only += 1
+            return
         tp = int(np.count_nonzero(pred & m))
         fp = int(np.count_nonzero(pred) - tp)
         fn = int(np.count_nonzero(m) - tp)
@@ -180,6 +189,7 @@ class PixelMetricAccumulator:
         """Combine accumulators filled on different workers / shards."""
         for name in ("f1", "iou", "auroc", "f1_best", "counts", "fpr_genuine"):
             getattr(self, name).extend(getattr(other, name))
+        self.n_band_only += other.n_band_only
         return self
 
     def compute(self) -> dict[str, float]:
@@ -201,6 +211,13 @@ class PixelMetricAccumulator:
         if self.fpr_genuine:
             out["pixel_fpr_genuine"] = float(np.mean(self.fpr_genuine))
         out["n_masks"] = n
+        if self.n_band_only:
+            warnings.warn(
+                f"{self.n_band_only} manipulated image(s) left out of the pixel figures: the whole true mask lies "
+                f"within the {self.boundary_tolerance} px boundary band ignored, leaving no positive pixel to score",
+                UndefinedMetricWarning,
+                stacklevel=2,
+            )
         skipped = () if self.per_image_curves else ("pixel_auroc", "pixel_f1_best")
         undefined = [k for k, v in out.items() if isinstance(v, float) and np.isnan(v) and k not in skipped]
         warn_undefined(undefined, f"{n} manipulated and {len(self.fpr_genuine)} genuine images")

@@ -137,6 +137,38 @@ def test_boundary_band_and_tolerance():
     assert pixel_metrics([m], [pred], boundary_tolerance=1)["pixel_f1"] == 1.0
 
 
+@pytest.mark.filterwarnings("ignore:pixel_f1, pixel_iou")  # the last call: nothing left to score
+def test_an_image_whose_true_mask_lies_wholly_in_the_ignored_band_is_left_out_of_the_pixel_figures():
+    """A one-pixel line with a 1-pixel tolerance leaves no positive pixel to find: F1 / IoU / AUROC are
+    undefined for it, so the figures (per image and pooled) are those of the other images, with a warning."""
+    thin = np.zeros((9, 9), bool)
+    thin[4, :] = True
+    marking_outside = thin.astype(np.float32)
+    marking_outside[0, :3] = 1  # false positives outside the band change nothing either
+    square = np.zeros((11, 11), bool)
+    square[3:8, 3:8] = True
+    partial = np.zeros((11, 11), np.float32)
+    partial[2:6, 2:9] = 0.9
+    genuine = np.zeros((11, 11), np.float32)
+    genuine[0, :2] = 1
+    with pytest.warns(UndefinedMetricWarning, match="2 manipulated image"):
+        mixed = pixel_metrics(
+            [thin, square, thin, None], [thin.astype(float), partial, marking_outside, genuine], boundary_tolerance=1
+        )
+    alone = pixel_metrics([square, None], [partial, genuine], boundary_tolerance=1)
+    assert mixed == alone and alone["n_masks"] == 1
+    keep = ~boundary_band(square, 1)
+    assert alone["pixel_f1"] == pytest.approx(skm.f1_score(square[keep], partial[keep] >= 0.5))
+    shard, other = PixelMetricAccumulator(boundary_tolerance=1), PixelMetricAccumulator(boundary_tolerance=1)
+    shard.add(thin, thin.astype(float))
+    other.update([square, None], [partial, genuine])
+    with pytest.warns(UndefinedMetricWarning, match="1 manipulated image"):
+        assert other.merge(shard).compute() == alone  # shards carry the count
+    with pytest.warns(UndefinedMetricWarning, match="1 manipulated image"):
+        only = pixel_metrics([thin], [thin.astype(float)], boundary_tolerance=1)
+    assert only["n_masks"] == 0 and math.isnan(only["pixel_f1"]) and math.isnan(only["pixel_f1_pooled"])
+
+
 def test_nan_probabilities_raise():
     with pytest.raises(ValueError, match="NaN"):
         pixel_metrics([np.ones((2, 2))], [np.array([[0.1, np.nan], [0.2, 0.3]])])
