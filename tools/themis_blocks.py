@@ -11,8 +11,10 @@ into a `rows x cols` grid numbered row-major (or into the regions of a label ima
 image in `--partitions`: pixel value = region id, 0 = no region); a block is *predicted* forged when
 at least `--pred-coverage` of its pixels reach `--threshold` in the saved map, and *truly* forged
 when the true mask covers more than `--true-coverage` of it. Means are over the manipulated
-images of each task (groups matched by substring, `--task GROUP=TASK`); genuine images report the
-fraction of them with any block flagged. A row answering every block shows what a map that flags
+images of each task (groups matched by substring, `--task GROUP=TASK`) whose true mask marks a
+pixel: one marking none is left out and counted aloud, as infer.py's pixel metrics leave it out
+(an empty answer to an empty truth would score 1). Genuine images report the fraction of them with
+any block flagged. A row answering every block shows what a map that flags
 everything would score (the reference any detector must beat). The table puts the MLLM figures of THEMIS Tables 9-11
 beside ours: those were measured on THEMIS's academic panels, ours on whatever data you score, so
 the rows are the same protocol on different images, not a head-to-head comparison.
@@ -145,10 +147,16 @@ def table(ours: Mapping[str, Mapping[str, Mapping[str, float]]], tasks: Sequence
 
 
 def load_items(
-    results_path: Path, manifest: Path, tasks: Mapping[str, str], unmatched: Counter | None = None
+    results_path: Path,
+    manifest: Path,
+    tasks: Mapping[str, str],
+    unmatched: Counter | None = None,
+    blank: Counter | None = None,
 ) -> list[dict[str, Any]]:
-    """infer.py's rows (with saved maps) joined to the manifest's true masks and groups by path;
-    `unmatched` counts the manipulated images left out because their group matches no task."""
+    """infer.py's rows (with saved maps) joined to the manifest's true masks and groups by path.
+    Manipulated images are left out, as from infer.py's pixel metrics, without a mask, with a mask
+    marking no pixel (counted per task in `blank`: nothing to find, and finding nothing would score
+    1) or of a group that matches no task (counted per group in `unmatched`)."""
     records = {str(Path(r.path).resolve()): r for r in read_manifest(manifest)}
     items = []
     for row in read_results(results_path):
@@ -162,10 +170,12 @@ def load_items(
             print(f"skipping {row['path']}: {error.reason}", file=sys.stderr)
             continue
         task = task_of(record.group, tasks) if record.label == 1 else "genuine"
-        if record.label == 1 and (truth is None or task is None):
+        if record.label == 1 and (truth is None or task is None or not truth.any()):
             if task is None and unmatched is not None:
                 unmatched[record.group or "(none)"] += 1
-            continue  # manipulated without a mask, or of a task THEMIS does not localize
+            elif truth is not None and blank is not None:
+                blank[task] += 1
+            continue  # manipulated without a true region, or of a task THEMIS does not localize
         items.append({"path": row["path"], "map": probabilities, "truth": truth, "task": task})
     return items
 
@@ -220,9 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         if not results.is_file():
             parser.error(f"{results} does not exist")
         unmatched: Counter = Counter()
-        items = load_items(results, args.manifest, tasks, unmatched)
-        if unmatched:
-            print(f"{results}: left out, their group matching no --task: {dict(unmatched)}", file=sys.stderr)
+        blank: Counter = Counter()
+        items = load_items(results, args.manifest, tasks, unmatched, blank)
+        for why, counter in (("their group matching no --task", unmatched), ("their mask marking no pixel", blank)):
+            if counter:
+                print(f"{results}: left out, {why}: {dict(counter)}", file=sys.stderr)
         if not items:
             parser.error(f"{results}: no scored image with a saved map matches the manifest (save_masks=true?)")
         ours[name] = summarize(

@@ -90,7 +90,9 @@ def block_localization(
     The prediction is thresholded at ``threshold``; a region is predicted forged when at least
     ``pred_coverage`` of it is positive. A region is truly forged when the true mask covers more
     than ``true_coverage`` of it (any overlap by default). Returns set IoU, set F1, exact match and
-    both region lists, so a detector is scored like an MLLM answering with region numbers.
+    both region lists, so a detector is scored like an MLLM answering with region numbers. A true
+    mask marking no pixel scores an empty answer 1 (the empty-set convention): leave such
+    manipulated images out, as ``tools.themis_blocks`` and infer.py's pixel metrics do.
     """
     prob = _squeeze_2d(_to_numpy(prob_map), "probability map")
     predicted = forged_regions(prob >= threshold, partition, pred_coverage)

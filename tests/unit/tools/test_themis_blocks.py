@@ -124,6 +124,24 @@ def test_images_of_no_task_are_counted_aloud_and_an_unknown_task_refused(tmp_pat
     assert "--task GROUP=TASK takes THEMIS's tasks ['AIG', 'CM', 'SPL'], got ['XYZ']" in capsys.readouterr().err
 
 
+def test_a_manipulated_image_whose_mask_marks_no_pixel_is_left_out_and_counted_aloud(tmp_path, capsys):
+    """An all-black mask of a manipulated image is a missing mask (as in infer.py's pixel metrics),
+    not a truth that an empty answer matches perfectly."""
+    rows, results = ["path,label,mask,group"], ["path,score,label,status,error,mask"]
+    for name, mask in (("found", square()), ("blank", np.zeros((90, 90), np.float32))):
+        Image.fromarray(np.zeros((90, 90, 3), np.uint8)).save(tmp_path / f"{name}.png")
+        Image.fromarray(np.zeros((90, 90), np.uint8)).save(tmp_path / f"{name}_map.png")  # finds nothing
+        Image.fromarray((mask * 255).astype(np.uint8)).save(tmp_path / f"{name}_mask.png")
+        rows.append(f"{name}.png,1,{name}_mask.png,splicing")
+        results.append(f"{tmp_path / (name + '.png')},0.9,1,ok,,{tmp_path / (name + '_map.png')}")
+    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
+    out = tmp_path / "table.md"
+    assert main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"), "--output", str(out)]) == 0
+    assert "left out, their mask marking no pixel: {'SPL': 1}" in capsys.readouterr().err
+    assert "| scores | ours | 0.00 (n=1) | 0.00 |" in out.read_text()  # the empty answer to "found" only
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [
