@@ -60,9 +60,11 @@ def robustness_curves(
 
     ``score_perturbed(f)`` scores every input with ``f(image)`` applied to its decoded uint8 RGB
     pixels (``None``: unchanged), in the order of ``labels``; a NaN score marks an input that could
-    not be scored, which is then left out of every level so all levels see the same images.
-    It may return ``{"scores": scores, "pixel": pixel metrics of the perturbed maps}`` instead
-    (localizers): the pixel keys then get curves too (``PIXEL_CURVE_KEYS``), and ``clean`` holds them.
+    not be scored, and an input that fails at any level (the clean pass included) is left out of
+    every level, so the image curves compare the same images (every level is run before any
+    metric). It may return ``{"scores": scores, "pixel": pixel metrics of the perturbed maps}``
+    instead (localizers): the pixel keys then get curves too (``PIXEL_CURVE_KEYS``), and ``clean``
+    holds them; those are the scorer's own, over the maps it made at that level.
     ``levels`` maps a perturbation name to its strengths (default: JPEG quality 95 -> 30, blur sigma
     0 -> 3, rescale 0.5 -> 1.5). ``perturbations`` adds or overrides functions ``f(image, level)``.
     Identity levels (sigma 0, factor 1) reuse the clean scores instead of running the detector again.
@@ -78,31 +80,49 @@ def robustness_curves(
     clean_scores, clean_pixel = _scores_and_pixel(score_perturbed(None))
     if clean_scores.size != y.size:
         raise ValueError(f"{clean_scores.size} scores for {y.size} labels")
-    keep = np.isfinite(clean_scores)
+    runs = {
+        name: _run_levels(score_perturbed, functions[name], name, strengths, y.size)
+        for name, strengths in levels.items()
+    }
+    keep = np.logical_and.reduce(
+        [np.isfinite(clean_scores)] + [np.isfinite(r[0]) for rs in runs.values() for r in rs if r]
+    )
     if not keep.all():
         warnings.warn(
-            f"robustness: {int((~keep).sum())} of {y.size} inputs could not be scored and are left out", stacklevel=2
+            f"robustness: {int((~keep).sum())} of {y.size} inputs could not be scored at some level and are left "
+            "out of every level",
+            stacklevel=2,
         )
     clean = {**image_metrics(y[keep], clean_scores[keep], threshold=threshold), **clean_pixel}
     curve_keys = (*curve_keys, *(k for k in PIXEL_CURVE_KEYS if k in clean_pixel and k not in curve_keys))
     curves: dict[str, dict] = {}
     for name, strengths in levels.items():
-        fn = functions[name]
         values: dict[str, list] = {k: [] for k in curve_keys}
-        for level in strengths:
-            if _is_identity(name, level) and fn is PERTURBATIONS.get(name):
-                metrics = clean
-            else:
-                scores, pixel = _scores_and_pixel(score_perturbed(partial(_perturbed, fn, level)))
-                if scores.size != y.size:
-                    raise ValueError(f"{scores.size} scores for {y.size} labels under {name} at {level}")
-                metrics = {**image_metrics(y[keep], scores[keep], threshold=threshold), **pixel}
+        for run in runs[name]:
+            metrics = clean if run is None else {**image_metrics(y[keep], run[0][keep], threshold=threshold), **run[1]}
             for k in curve_keys:
                 values[k].append(metrics[k])
         curves[name] = {"levels": [float(v) for v in strengths], "metrics": values}
-        if fn is jpeg:  # which encoder made the curve: another library's JPEG gives other bytes
+        if functions[name] is jpeg:  # which encoder made the curve: another library's JPEG gives other bytes
             curves[name]["codec"] = jpeg_codec()
     return {"clean": clean, "curves": curves}
+
+
+def _run_levels(
+    score_perturbed: ScorePerturbed, fn: Perturbation, name: str, strengths: Sequence[float], n: int
+) -> list[tuple[np.ndarray, dict] | None]:
+    """(scores, pixel metrics) per level, None for an identity level (the clean pass
+    stands for it); all levels are run before any metric, so a failure anywhere is known everywhere."""
+    runs: list[tuple[np.ndarray, dict] | None] = []
+    for level in strengths:
+        if _is_identity(name, level) and fn is PERTURBATIONS.get(name):
+            runs.append(None)
+            continue
+        scores, pixel = _scores_and_pixel(score_perturbed(partial(_perturbed, fn, level)))
+        if scores.size != n:
+            raise ValueError(f"{scores.size} scores for {n} labels under {name} at {level}")
+        runs.append((scores, pixel))
+    return runs
 
 
 def _perturbed(fn: Perturbation, level: float, image: np.ndarray) -> np.ndarray:

@@ -109,3 +109,28 @@ def test_pixel_metrics_from_the_scorer_get_curves_beside_the_image_metrics():
     assert curve["pixel_f1"][1] == clean_f1 and curve["pixel_f1"][0] != clean_f1
     assert curve["n_masks"] == [6, 6] and "pixel_iou" not in curve  # only the keys the scorer gave
     assert curve["auroc"] == plain["curves"]["rescale"]["metrics"]["auroc"]
+
+
+@pytest.mark.filterwarnings("ignore:robustness. 1 of 12 inputs")
+def test_an_input_that_fails_at_any_level_is_left_out_of_every_level():
+    """Input 0 cannot be scored under JPEG 30 only: the clean figures and every level are then measured on
+    the other inputs, as if it had failed everywhere, so the levels stay comparable."""
+    ims, y = images()
+
+    def fails_under_heavy_jpeg(perturb):
+        scores = high_freq_score([perturb(im) if perturb else im for im in ims])
+        if perturb is not None and perturb.args == (jpeg, 30):
+            scores[0] = np.nan
+        return scores
+
+    def fails_everywhere(perturb):
+        scores = high_freq_score([perturb(im) if perturb else im for im in ims])
+        scores[0] = np.nan
+        return scores
+
+    levels = {"jpeg": (95, 30), "blur": (0, 2)}
+    once = robustness_curves(fails_under_heavy_jpeg, y, levels)
+    assert once == robustness_curves(fails_everywhere, y, levels)
+    assert once["clean"]["n_pos"] + once["clean"]["n_neg"] == 11
+    with pytest.warns(UserWarning, match="1 of 12 inputs could not be scored at some level and are left out"):
+        robustness_curves(fails_under_heavy_jpeg, y, {"jpeg": (30,)})
