@@ -20,22 +20,19 @@ from ..image import image_metrics
 from .themis import multilabel_set_metrics
 
 CMO_OPERATIONS = ("direct", "scaling", "rotation", "flip", "parameter")
-FINE_TO_CMO = {
-    "direct_reuse": "direct",
-    "direct": "direct",
-    "scaling": "scaling",
-    "rotate180": "rotation",
-    "rotation": "rotation",
-    "hflip": "flip",
-    "vflip": "flip",
-    "flip": "flip",
-    "flip_rotation": "flip",
-    "parameter": "parameter",
-    "brightness": "parameter",
-    "contrast": "parameter",
-    "saturation": "parameter",
-    "hue": "parameter",
-    "color_temperature": "parameter",
+# Fine operation name -> the CMO-I answers it implies. THEMIS asks for every type that appears, so a
+# mirror turned by an angle other than 0 or 180 degrees (`detectors.matching.Geometry` says `hflip`
+# and `vflip`, mirror + 180, for those) is a flip and a rotation.
+FINE_TO_CMO: dict[str, tuple[str, ...]] = {
+    **{name: ("direct",) for name in ("direct_reuse", "direct")},
+    "scaling": ("scaling",),
+    **{name: ("rotation",) for name in ("rotate180", "rotation")},
+    **{name: ("flip",) for name in ("hflip", "vflip", "flip")},
+    "flip_rotation": ("flip", "rotation"),
+    **{
+        name: ("parameter",)
+        for name in ("parameter", "brightness", "contrast", "saturation", "hue", "color_temperature")
+    },
 }
 PAIR_PIXEL_PROTOCOL = (
     "pixel F1 / MCC of a pair = both panels' masks scored together at the pair decision (BioFors-style "
@@ -51,7 +48,7 @@ def cmo_set(operations: Iterable[str]) -> set[str]:
     unknown = sorted(set(operations) - set(FINE_TO_CMO))
     if unknown:
         raise ValueError(f"unknown duplication operations {unknown}; known: {sorted(FINE_TO_CMO)}")
-    return {FINE_TO_CMO[op] for op in operations}
+    return {answer for op in operations for answer in FINE_TO_CMO[op]}
 
 
 def parse_operations(value: Any) -> set[str]:

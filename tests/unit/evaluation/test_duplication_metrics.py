@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import matthews_corrcoef
 
+from detectors.matching import Geometry
 from evaluation.protocols.duplication import cmo_set, duplication_metrics, pair_pixel_counts, parse_operations
 
 
@@ -15,6 +16,17 @@ def test_fine_operations_map_to_themis_answers():
     assert parse_operations("") == set()
     with pytest.raises(ValueError, match="unknown duplication operations"):
         cmo_set(["shear"])
+
+
+@pytest.mark.parametrize(
+    "rotation, answers",
+    [(0.0, {"flip"}), (180.0, {"flip"}), (90.0, {"flip", "rotation"}), (-30.0, {"flip", "rotation"})],
+)
+def test_a_mirror_is_a_flip_and_a_turn_other_than_a_flip_equivalent_is_a_rotation_too(rotation, answers):
+    """THEMIS CMO-I asks for every type that appears: mirror + 0 is a horizontal flip, mirror + 180 a
+    vertical one; a mirror turned by any other angle is not a flip alone."""
+    fine = Geometry(rotation=rotation, scale=1.0, flipped=True).operations()
+    assert cmo_set(fine) == answers
 
 
 def test_sets_are_scored_on_duplicated_pairs_and_decisions_on_all():
