@@ -10,12 +10,12 @@ panel that are forged and scores the answer with block IoU and set-based F1. Her
 into a `rows x cols` grid numbered row-major (or into the regions of a label image named like the
 image in `--partitions`: pixel value = region id, 0 = no region); a block is *predicted* forged when
 at least `--pred-coverage` of its pixels reach `--threshold` in the saved map, and *truly* forged
-when the true mask covers more than `--true-coverage` of it. Means are over the manipulated
-images of each task (groups matched by substring, `--task GROUP=TASK`) whose true mask marks a
-pixel: one marking none is left out and counted aloud, as infer.py's pixel metrics leave it out
-(an empty answer to an empty truth would score 1). Genuine images report the fraction of them with
-any block flagged. A row answering every block shows what a map that flags
-everything would score (the reference any detector must beat). The table puts the MLLM figures of THEMIS Tables 9-11
+when the true mask covers at least `--true-coverage` of it (at 0: any of it). Means are over the
+manipulated images of each task (groups matched by substring, `--task GROUP=TASK`) whose true mask
+marks a pixel: one marking none is left out and counted aloud, as infer.py's pixel metrics leave it
+out (an empty answer to an empty truth would score 1). Genuine images report the fraction of them
+with any block flagged. A row answering every block shows what a map that flags everything would
+score (the reference any detector must beat). The table puts the MLLM figures of THEMIS Tables 9-11
 beside ours: those were measured on THEMIS's academic panels, ours on whatever data you score, so
 the rows are the same protocol on different images, not a head-to-head comparison.
 """

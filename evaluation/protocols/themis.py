@@ -88,10 +88,10 @@ def block_localization(
     """Turn a pixel map into the numbered regions it flags and score them against the truth.
 
     The prediction is thresholded at ``threshold``; a region is predicted forged when at least
-    ``pred_coverage`` of it is positive. A region is truly forged when the true mask covers more
-    than ``true_coverage`` of it (any overlap by default). Returns set IoU, set F1, exact match and
-    both region lists, so a detector is scored like an MLLM answering with region numbers. A true
-    mask marking no pixel scores an empty answer 1 (the empty-set convention): leave such
+    ``pred_coverage`` of it is positive. A region is truly forged when the true mask covers at least
+    ``true_coverage`` of it (at 0, the default: any overlap). Returns set IoU, set F1, exact match
+    and both region lists, so a detector is scored like an MLLM answering with region numbers. A
+    true mask marking no pixel scores an empty answer 1 (the empty-set convention): leave such
     manipulated images out, as ``tools.themis_blocks`` and infer.py's pixel metrics do.
     """
     prob = _squeeze_2d(_to_numpy(prob_map), "probability map")

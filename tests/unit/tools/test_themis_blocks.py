@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import tools.themis_blocks
+from evaluation.protocols.themis import block_localization, grid_partition
 from tools.themis_blocks import THEMIS_MLLM, main, score_images, summarize, table, task_of
 
 
@@ -153,3 +155,13 @@ def test_a_malformed_task_or_a_threshold_past_one_is_refused_in_one_line(argumen
     with pytest.raises(SystemExit) as refused:
         main([str(tmp_path / "scores.csv"), "--manifest", str(tmp_path / "manifest.csv"), *arguments])
     assert refused.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_true_coverage_is_said_as_the_code_applies_it():
+    """A block covered by exactly `true_coverage` is truly forged: the docs say "at least", not "more than"."""
+    truth = square(side=15)  # a quarter of block 1 of the 3x3 grid
+    nothing = np.zeros((90, 90), np.float32)
+    assert block_localization(truth, nothing, grid_partition((90, 90), 3, 3), true_coverage=0.25)["true"] == [1]
+    assert block_localization(truth, nothing, grid_partition((90, 90), 3, 3), true_coverage=0.26)["true"] == []
+    for text in (" ".join(block_localization.__doc__.split()), " ".join(tools.themis_blocks.__doc__.split())):
+        assert "covers at least" in text and "covers more than" not in text
