@@ -235,6 +235,7 @@ def labelled_report(
     pixel_metrics = pixel.metrics() if pixel is not None else None
     sheet = pixel.contact_sheet() if pixel_metrics else None
     by_category = (getattr(runtime, "category_thresholds", None) or None) if request.per_category_thresholds else None
+    calibrated = getattr(runtime, "calibration", None) is not None  # a threshold stored, never calibrated: no target
     target_fpr = getattr(runtime, "target_fpr", None) or 0.01  # exports without it: the toolkit's default
     with warnings.catch_warnings(record=True) as undefined:  # one class only: said once, plainly
         warnings.simplefilter("always", UndefinedMetricWarning)
@@ -242,9 +243,9 @@ def labelled_report(
             output.with_name(f"{output.stem}_report"),
             truth,
             threshold=request.threshold,
-            calibrated_threshold=runtime.threshold,
+            calibrated_threshold=runtime.threshold if calibrated else None,
             category_thresholds=by_category,
-            target_tnr=1.0 - target_fpr,
+            target_tnr=1.0 - target_fpr if calibrated else None,
             robustness=robustness,
             title=f"{runtime.name} on {request.input}",
             pixel=pixel_metrics,
@@ -255,6 +256,12 @@ def labelled_report(
     for other in (w for w in undefined if w.category is not UndefinedMetricWarning):
         warnings.showwarning(other.message, other.category, other.filename, other.lineno)
     metrics = written.metrics
+    if not calibrated:
+        with open(written.files["report"], "a", encoding="utf-8") as handle:
+            handle.write(
+                f"\nThe model's threshold {runtime.threshold:g} was never calibrated (no calibration record in the "
+                "model file): calibrate it on genuine images of your own (python calibrate.py).\n"
+            )
     if pixel_metrics:
         metrics["pixel_protocol"] = PIXEL_PROTOCOL
         with open(written.files["report"], "a", encoding="utf-8") as handle:

@@ -39,6 +39,7 @@ class Runtime(Protocol):
     threshold: float  # the calibrated decision threshold
     is_localizer: bool  # `predict` also returns `mask`: N x 1 x H x W probabilities
     preprocess: Preprocess  # the geometry the network is fed (`runtime_transform`)
+    calibration: dict[str, Any] | None  # how its threshold was set (train.py, calibrate.py); None: never
     calibrated_tiles: dict[str, Any]  # how the scores its threshold was calibrated on were made
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
@@ -115,7 +116,7 @@ class LoadedDetector:
     threshold: float
     category_thresholds: dict[str, float] = field(default_factory=dict)  # calibration.by=category
     target_fpr: float = 0.01
-    calibrated_tiles: dict[str, Any] = field(default_factory=lambda: {"tiles": False})  # as its scores were made
+    calibration: dict[str, Any] | None = None  # how its threshold was set (None: never calibrated)
 
 
 def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedDetector:
@@ -144,7 +145,7 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
         float(state["threshold"]),
         category_thresholds,
         float(hparams.get("target_fpr", 0.01)),
-        calibrated_tiles(checkpoint.get("calibration")),
+        checkpoint.get("calibration") or None,
     )
 
 
@@ -168,7 +169,8 @@ class TorchRuntime:
         # calibration.by=category: {category: threshold}; inputs of other categories use `threshold`
         self.category_thresholds = dict(detector.category_thresholds)
         self.target_fpr = detector.target_fpr
-        self.calibrated_tiles = detector.calibrated_tiles
+        self.calibration = detector.calibration
+        self.calibrated_tiles = calibrated_tiles(self.calibration)
         self.is_localizer = bool(self.net.is_localizer)
         self.confidence_maps = False  # infer.py save_confidence=true: also return reliability maps
         self.adapter = None
@@ -251,7 +253,8 @@ class OnnxRuntime:
             str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()
         }
         self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
-        self.calibrated_tiles = calibrated_tiles(json.loads(meta.get("calibration", "null")))
+        self.calibration = json.loads(meta.get("calibration", "null")) or None
+        self.calibrated_tiles = calibrated_tiles(self.calibration)
         self.output_names = json.loads(meta["outputs"])
         self.min_side = int(meta.get("min_side", 1))
         self.is_localizer = "mask" in self.output_names

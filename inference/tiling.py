@@ -62,6 +62,7 @@ class TiledRuntime:
         # it decides as the model does: the model's per-category thresholds and calibrated target
         self.category_thresholds = getattr(runtime, "category_thresholds", None)
         self.target_fpr = getattr(runtime, "target_fpr", None)
+        self.calibration = getattr(runtime, "calibration", None)
         self.tile_size = int(runtime.preprocess.size)
         self.preprocess = Preprocess(size=None, mode="none", mean=runtime.preprocess.mean, std=runtime.preprocess.std)
 
@@ -125,6 +126,7 @@ class TiledLocalizer:
         # it decides as the model does: the model's per-category thresholds and calibrated target
         self.category_thresholds = getattr(runtime, "category_thresholds", None)
         self.target_fpr = getattr(runtime, "target_fpr", None)
+        self.calibration = getattr(runtime, "calibration", None)
         self.preprocess = runtime.preprocess  # the whole image, at its own size
         self.window = blend_window(self.tile_size, self.overlap)
 

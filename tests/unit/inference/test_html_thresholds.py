@@ -62,3 +62,24 @@ def test_the_threshold_line_of_a_calibrate_py_model_gives_its_clopper_pearson_in
     }
     note = threshold_note(0.89, record, chosen_by_user=False)
     assert "false-positive rate there 13/134, 95% Clopper-Pearson interval [0.050, 0.160]" in note
+
+
+@pytest.mark.parametrize("calibration", [None, {"target_fpr": 0.05, "n_genuine": 300}])
+def test_a_report_calls_a_threshold_calibrated_only_when_the_model_records_a_calibration(tmp_path, calibration):
+    from types import SimpleNamespace
+
+    from inference.run_report import ReportRequest, labelled_report
+
+    runtime = SimpleNamespace(
+        name="noise_level", threshold=0.5, calibration=calibration, category_thresholds={}, target_fpr=0.05
+    )
+    rng = np.random.default_rng(0)
+    truth = [
+        {"path": f"{i}.png", "label": i % 2, "score": float(rng.random()), "category": "photo" if i < 10 else "chart"}
+        for i in range(20)
+    ]
+    metrics, _ = labelled_report(ReportRequest(tmp_path / "scores.csv", "in/", 0.5), runtime, truth, None)
+    report = (tmp_path / "scores_report" / "report.md").read_text()
+    assert ("Calibrated threshold" in report) == (calibration is not None)
+    assert ("was never calibrated" in report) == (calibration is None)
+    assert ("target_tnr" in metrics) == (calibration is not None)  # no target to fall short of
