@@ -208,6 +208,12 @@ def cell_text(value: Any) -> str:
     return format_value(value)
 
 
+def interval_text(interval: Sequence[float] | None) -> str:
+    if not interval or any(v is None or not math.isfinite(float(v)) for v in interval):
+        return ""
+    return f" [{float(interval[0]):.4f}, {float(interval[1]):.4f}]"
+
+
 def format_value(value: Any) -> str:
     if isinstance(value, float):
         return "–" if not math.isfinite(value) else f"{value:.4f}"
@@ -215,9 +221,19 @@ def format_value(value: Any) -> str:
 
 
 def metrics_html(metrics: Mapping[str, Any], plots: Sequence[str]) -> str:
-    scalars = {k: v for k, v in metrics.items() if not isinstance(v, (Mapping, list))}
-    parts = ['<section id="metrics"><h2>Against the known truth</h2>', '<table class="metrics"><tbody>']
-    parts += [f"<tr><th>{escape(k)}</th><td>{escape(format_value(v))}</td></tr>" for k, v in scalars.items()]
+    """The figures against the known truth, each with its bootstrap interval where one was drawn."""
+    intervals = metrics.get("intervals") or {}
+    confidence = metrics.get("interval_confidence")
+    scalars = {k: v for k, v in metrics.items() if not isinstance(v, (Mapping, list)) and k != "interval_confidence"}
+    heading = f" ({confidence:.0%} bootstrap intervals)" if intervals and confidence is not None else ""
+    parts = [
+        f'<section id="metrics"><h2>Against the known truth{escape(heading)}</h2>',
+        '<table class="metrics"><tbody>',
+    ]
+    parts += [
+        f"<tr><th>{escape(k)}</th><td>{escape(format_value(v))}{escape(interval_text(intervals.get(k)))}</td></tr>"
+        for k, v in scalars.items()
+    ]
     parts.append("</tbody></table>")
     for key, value in metrics.items():
         if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):

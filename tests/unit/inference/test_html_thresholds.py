@@ -83,3 +83,13 @@ def test_a_report_calls_a_threshold_calibrated_only_when_the_model_records_a_cal
     assert ("Calibrated threshold" in report) == (calibration is not None)
     assert ("was never calibrated" in report) == (calibration is None)
     assert ("target_tnr" in metrics) == (calibration is not None)  # no target to fall short of
+
+
+def test_the_figures_against_the_truth_carry_their_bootstrap_intervals():
+    from inference.html_parts import metrics_html
+
+    metrics = {"auroc": 0.9, "tpr": 0.8, "intervals": {"auroc": [0.85, 0.95]}, "interval_confidence": 0.95}
+    page = metrics_html(metrics, [])
+    assert "Against the known truth (95% bootstrap intervals)" in page
+    assert "<th>auroc</th><td>0.9000 [0.8500, 0.9500]</td>" in page and "<th>tpr</th><td>0.8000</td>" in page
+    assert "interval_confidence" not in page
