@@ -37,8 +37,9 @@ FINE_TO_CMO: dict[str, tuple[str, ...]] = {
 PAIR_PIXEL_PROTOCOL = (
     "pixel F1 / MCC of a pair = both panels' masks scored together at the pair decision (BioFors-style "
     "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks, a missed pair "
-    "(empty prediction) scoring 0 in both; pixel_mcc leaves out the pairs where it is undefined (a "
-    "whole-panel copy leaves no true negative pixel), _pooled sum the pixel counts of all pairs with masks "
+    "(empty prediction) scoring 0 in both; pixel_mcc leaves out the pairs where it is otherwise undefined "
+    "(one class in the truth, a whole-panel copy, or in the prediction, every pixel marked), _pooled sum the "
+    "pixel counts of all pairs with masks "
     "(negatives add only false positives)"
 )
 
@@ -84,14 +85,13 @@ def f1_mcc(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
 
 
 def pair_mcc(tp: int, fp: int, fn: int, tn: int) -> float:
-    """MCC of one pair's masks. Where the formula divides by zero it is 0, as sklearn's
-    `matthews_corrcoef` gives (a missed pair predicts nothing: tp + fp = 0; counting it 0 as pixel
-    F1 does keeps misses in the mean), except where no true-negative pixel is possible (tn + fp = 0,
-    a whole-panel copy): the truth has one class there, so NaN, left out of the mean."""
-    if tn + fp == 0:
-        return float("nan")
-    mcc = f1_mcc(tp, fp, fn, tn)[1]
-    return 0.0 if np.isnan(mcc) else mcc
+    """MCC of one pair's masks. A missed pair (nothing predicted, something true) is 0, as pixel F1
+    counts it, so misses stay in the mean. Where MCC is otherwise undefined, one class only in the
+    truth (a whole-panel copy) or in the prediction (every pixel marked), it is NaN and left out: 0
+    would score a mask marking a near-whole-panel copy whole (F1 0.98) as a miss."""
+    if tp + fp == 0 and tp + fn > 0:
+        return 0.0
+    return f1_mcc(tp, fp, fn, tn)[1]
 
 
 def pair_pixel_counts(

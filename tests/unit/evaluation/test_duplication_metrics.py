@@ -84,13 +84,17 @@ def test_a_missed_duplicated_pair_counts_zero_in_pixel_mcc_as_in_pixel_f1():
     assert metrics["n_mask_pairs"] == 2
 
 
-def test_pixel_mcc_leaves_out_only_a_pair_without_a_possible_true_negative():
-    """A whole-panel copy (true masks fill both panels) has no true-negative pixel: its MCC is undefined
-    whatever is predicted, and the mean is over the other duplicated pairs."""
-    full = np.ones((8, 8), bool)
-    rows = [{"label": 1, "score": 0.9, "truth": {"direct"}, "predicted": {"direct"}}] * 2
+def test_pixel_mcc_leaves_out_a_pair_whose_truth_or_prediction_has_one_class_only():
+    """A whole-panel copy (true masks fill both panels) has no true-negative pixel, and a mask marking
+    every pixel no predicted negative: MCC is undefined there (not a miss: that copy's F1 is high),
+    and the mean is over the other duplicated pairs."""
+    full, most = np.ones((8, 8), bool), np.ones((8, 8), bool)
+    most[0, 0] = False  # a near-whole-panel copy, marked whole
+    rows = [{"label": 1, "score": 0.9, "truth": {"direct"}, "predicted": {"direct"}}] * 3
     counts = [
         pair_pixel_counts(full, full, _square(), full),
+        pair_pixel_counts(most, most, full, full),
         pair_pixel_counts(_square(), _square(), _square(), _square()),
     ]
-    assert duplication_metrics(rows, 0.5, counts)["pixel_mcc"] == 1.0
+    metrics = duplication_metrics(rows, 0.5, counts)
+    assert metrics["pixel_mcc"] == 1.0 and metrics["pixel_f1"] < 1.0
