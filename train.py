@@ -250,6 +250,8 @@ def report_and_summary(
         )
     else:
         write_metrics_json(output_dir / "metrics.json", metrics)
+        if isinstance(metrics.get("test"), dict):  # a pair detector fitted without gradients: its pair figures
+            write_pair_report(output_dir, metrics, html=cfg.get("report", "md") == "html")
     log.info("%s", summary(metrics, output_dir))
     if (metrics.get("calibration") or {}).get("warning"):
         log.warning("calibration: %s", metrics["calibration"]["warning"])
@@ -322,6 +324,27 @@ def write_test_report(
         )
         log.info("report for people to read: %s", page)
     return {**module.stage_metrics["test"], **report.metrics}
+
+
+def write_pair_report(output_dir: Path, metrics: dict[str, Any], html: bool) -> None:
+    """report.md of a pair detector fitted without gradients: its held-out and validation pair
+    figures, and how far its calibration on pairs without duplication can be trusted. Its pairs are
+    drawn in memory, with no files to show: `report=html` is said to need infer.py on pair files."""
+    from evaluation.protocols.duplication import pair_figures_markdown
+
+    lines = [f"# Test report: {metrics.get('detector')}", ""]
+    lines += pair_figures_markdown("Test pairs", metrics["test"])
+    lines += pair_figures_markdown("Validation pairs", metrics.get("val") or {})
+    if metrics.get("calibration"):
+        lines += [calibration_markdown(metrics["calibration"]), ""]
+    (output_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    if html:
+        log.warning(
+            "report=html: this detector's pairs were drawn in memory, with no image files for a page; its report "
+            "is %s. For a page of pairs: python infer.py model=<its best.ckpt> input=<a folder or pair manifest> "
+            "report=html",
+            output_dir / "report.md",
+        )
 
 
 def summary(metrics: dict[str, Any], output_dir: Path) -> str:

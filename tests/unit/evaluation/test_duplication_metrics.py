@@ -98,3 +98,22 @@ def test_pixel_mcc_leaves_out_a_pair_whose_truth_or_prediction_has_one_class_onl
     ]
     metrics = duplication_metrics(rows, 0.5, counts)
     assert metrics["pixel_mcc"] == 1.0 and metrics["pixel_f1"] < 1.0
+
+
+def test_a_training_free_pair_detectors_run_writes_a_report_of_its_pair_figures(tmp_path, caplog):
+    from evaluation.calibration import NON_DUPLICATE_PAIRS, calibration_check
+    from train import write_pair_report
+
+    figures = {"pair_auroc": 0.9883, "pair_f1": float("nan"), "n_pairs": 501, "operations": {"set_f1": 0.944}}
+    figures["by_operation"] = {"flip": {"n": 50, "recall": 0.96, "precision": 1.0}}
+    check = calibration_check(np.linspace(0, 0.9, 327), 0.85, 0.01, negatives=NON_DUPLICATE_PAIRS)
+    metrics = {"detector": "dup_sift_tiny", "test": figures, "val": {"pair_auroc": 0.9989}, "calibration": check}
+    with caplog.at_level("WARNING"):
+        write_pair_report(tmp_path, metrics, html=True)
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# Test report: dup_sift_tiny\n\n## Test pairs")
+    assert "| pair_auroc | 0.9883 |" in report and "| pair_f1 | – |" in report and "| n_pairs | 501 |" in report
+    assert "| | n | recall | precision |\n| --- | --- | --- | --- |\n| flip | 50 | 0.9600 | 1.0000 |" in report
+    assert "## Validation pairs" in report and "| pair_auroc | 0.9989 |" in report
+    assert "on 327 validation pairs without duplication" in report  # the calibration section
+    assert "python infer.py model=<its best.ckpt>" in caplog.text  # no page: the pairs have no files
