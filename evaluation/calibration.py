@@ -20,10 +20,13 @@ def check_rule(rule: str) -> str:
     return rule
 
 
-def rule_phrase(rule: str | None, confidence: float = 0.95) -> str:
-    """How a report names the rule a threshold was calibrated by ('' for the default quantile)."""
+def rule_phrase(rule: str | None, confidence: float = 0.95, sufficient: bool = True) -> str:
+    """How a report names the rule a threshold was calibrated by ('' for the default quantile); on
+    too few negatives the rule's promise does not hold, and is not made."""
     if rule != "bound":
         return ""
+    if not sufficient:
+        return f" (rule bound, whose {confidence:.0%} promise needs more of them than this: see below)"
     return f" (rule bound: the true FPR is at or under the target with {confidence:.0%} confidence)"
 
 
@@ -185,10 +188,11 @@ def calibration_markdown(check: dict) -> str:
         if sources and sources < check["n_genuine"]
         else ""
     )
+    rule = rule_phrase(check.get("rule"), sufficient=check.get("sufficient", True))
     lines = [
         "## Calibration",
         "",
-        f"Threshold calibrated to target FPR {check['target_fpr']:g}{rule_phrase(check.get('rule'))} on "
+        f"Threshold calibrated to target FPR {check['target_fpr']:g}{rule} on "
         f"{check['n_genuine']} {negatives}{cut_from}: "
         f"{check['false_positives']} of them at or above it, FPR "
         f"{check['false_positives']}/{check['n_genuine']}, {check['interval_confidence']:.0%} "

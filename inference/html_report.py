@@ -82,7 +82,7 @@ def threshold_note(
     kind = "pairs without duplication" if pairs else "genuine images"
     text = f"{threshold:.4g}, calibrated to flag at most {target:g} of {n} {kind}"
     text += " (validation pairs)" if pairs else f" ({source})"
-    text += rule_phrase(calibration.get("rule"), confidence)
+    text += rule_phrase(calibration.get("rule"), confidence, calibration.get("sufficient") is not False)
     interval = calibration.get("fpr_interval")
     if not interval and calibration.get("tnr_interval"):  # calibrate.py records the TNR's interval
         interval = [None if v is None else 1.0 - v for v in reversed(calibration["tnr_interval"])]

@@ -162,6 +162,9 @@ def test_the_report_names_the_bound_rule_and_not_the_default():
     assert "(rule bound: the true FPR is at or under the target with 95% confidence)" in calibration_markdown(
         {**check, "rule": "bound"}
     )
+    too_few = calibration_check(np.linspace(0, 1, 130), threshold=1.0, target_fpr=0.01)  # 299 needed
+    said = calibration_markdown({**too_few, "rule": "bound"})
+    assert "at or under the target with 95% confidence" not in said and "needs more of them than this" in said
 
 
 def test_the_report_says_how_many_sources_the_genuines_were_cut_from_when_fewer_than_images():
