@@ -106,7 +106,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
     log.info("%s: %d input(s) -> %s", model, len(records), output)
     pixel = PixelReduction(records) if masks_dir is not None else None
     one_process = processes.world_size == 1 and shard.count == 1
-    drawer = pictures_while_scoring(cfg, output, threshold, len(records), one_process)
+    drawer = pictures_while_scoring(cfg, output, threshold, len(records), one_process, per_category)
     if cfg.merge:
         rows = merged_rows(output, records, columns, pixel)
         scored = ScoredRun({"ok": 0, "error": 0, "skipped": len(rows)}, rows)
@@ -156,12 +156,15 @@ def pair_run(cfg: DictConfig, runtime: Runtime) -> dict[str, Any] | None:
     return None
 
 
-def pictures_while_scoring(cfg: DictConfig, output: Path, threshold: float, rows: int, one_process: bool) -> Any:
+def pictures_while_scoring(
+    cfg: DictConfig, output: Path, threshold: float, rows: int, one_process: bool, per_category: Any
+) -> Any:
     """`report=html`: one process scoring everything draws the page's pictures as it goes (the map
-    writer's thread); other runs (several processes, shards, a merge) draw them at the end."""
+    writer's thread), each mask at the threshold that decides its image (`per_category`, where the
+    model has them); other runs (several processes, shards, a merge) draw them at the end."""
     if cfg.get("report") != "html" or cfg.merge or not one_process:
         return None
-    return page_drawer(output, threshold, bool(cfg.get("blinded", False)), rows)
+    return page_drawer(output, threshold, bool(cfg.get("blinded", False)), rows, per_category)
 
 
 def scoring_as_asked(cfg: DictConfig, runtime: Runtime) -> Runtime:

@@ -273,7 +273,8 @@ def evidence_of_rows(
         found = evidence.get(row["path"]) if row.get("status", "ok") == "ok" else None
         if found is not None:
             return found
-        return draw_row(f"r{position:07d}", row, files, threshold, lut, base, maps=not blinded)
+        own = float(row.get("threshold", threshold))  # the threshold that decided it (its category's)
+        return draw_row(f"r{position:07d}", row, files, own, lut, base, maps=not blinded)
 
     missing = sum(1 for r in rows if r["path"] not in evidence)
     if missing <= 1 or workers <= 1:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import cv2
 import numpy as np
@@ -112,15 +113,24 @@ class EvidenceDrawer:
     picture then appears once on the page, not once per row that shows a box of its strip).
     `link_sources`: a scored file small enough to be its own thumbnail (`shown_as_itself`) is shown
     as it is instead of drawn (not for a page that embeds its pictures, which must hold them all).
+    `threshold_of`: each input's own threshold (its category's), where the model has them: its mask
+    is drawn at the threshold that decided it.
     """
 
     def __init__(
-        self, files: Path, threshold: float, maps: bool = True, per_strip: int | None = None, link_sources: bool = False
+        self,
+        files: Path,
+        threshold: float,
+        maps: bool = True,
+        per_strip: int | None = None,
+        link_sources: bool = False,
+        threshold_of: Callable[[str], float] | None = None,
     ) -> None:
         if files.exists():
             check_page_folder(files)
             shutil.rmtree(files)
         self.files, self.threshold, self.maps, self.link_sources = files, float(threshold), maps, link_sources
+        self.threshold_of = threshold_of or (lambda path: self.threshold)
         self.lut = colour_lut()
         self.drawn: dict[str, RowEvidence] = {}
         self.strips = {
@@ -149,7 +159,7 @@ class EvidenceDrawer:
             return
         self.strips["thumbs"].add(evidence, small)
         if map_u8 is not None and self.maps:
-            overlay, mask, evidence.pixel_share = map_pictures(small, map_u8, self.threshold, self.lut)
+            overlay, mask, evidence.pixel_share = map_pictures(small, map_u8, self.threshold_of(path), self.lut)
             self.strips["overlays"].add(evidence, overlay)
             self.strips["masks"].add(evidence, mask)
 

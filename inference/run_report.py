@@ -7,7 +7,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -154,16 +154,23 @@ def without_own_outputs(records: list[Record], cfg: Any, output: Path) -> list[R
     return kept
 
 
-def page_drawer(output: Path, threshold: float, blinded: bool, rows: int) -> Any:
+def page_drawer(
+    output: Path, threshold: float, blinded: bool, rows: int, threshold_of: Callable[[str], float] | None = None
+) -> Any:
     """The drawer of the page's pictures while the run scores (`inference.report_pictures.EvidenceDrawer`):
     a picture per file when the `rows` fit on one page, which may then embed them, else strips, and
-    small scored files shown as they are."""
+    small scored files shown as they are; masks at each input's own threshold (`threshold_of`)."""
     from inference import html_report
     from inference.report_pictures import STRIP, EvidenceDrawer
 
     one_page = rows <= html_report.PAGE_SIZE
     return EvidenceDrawer(
-        page_files(output), threshold, maps=not blinded, per_strip=1 if one_page else STRIP, link_sources=not one_page
+        page_files(output),
+        threshold,
+        maps=not blinded,
+        per_strip=1 if one_page else STRIP,
+        link_sources=not one_page,
+        threshold_of=threshold_of,
     )
 
 

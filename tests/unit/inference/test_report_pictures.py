@@ -296,3 +296,29 @@ def test_a_localizers_row_whose_map_the_page_cannot_draw_says_why(caplog):
         noted = noted_without_map(rows, {"drawn.png": object()})
     assert [row.get("note") for row in noted] == [None, None, NO_MAP, None]
     assert "no map for 1 image(s)" in caplog.text and "save_masks=true" in caplog.text
+
+
+def test_each_mask_is_drawn_at_the_threshold_that_decided_its_image(tmp_path):
+    """A model with per-category thresholds decides each image at its category's: the mask and the
+    share of pixels above it shown beside that decision use the same threshold."""
+    ramp = np.tile(np.linspace(0, 255, 400).astype(np.uint8), (300, 1))  # map values rise left to right
+    small = smooth_picture(90, 120, np.random.default_rng(0))
+    own = {"strict.png": 0.9, "lenient.png": 0.2}
+    drawer = EvidenceDrawer(tmp_path / "files", threshold=0.5, threshold_of=lambda path: own.get(path, 0.5))
+    for index, name in enumerate(["strict.png", "lenient.png", "other.png"]):
+        drawer.draw(index, name, small, ramp)
+    shares = {name: evidence.pixel_share for name, evidence in drawer.finish().items()}
+    assert shares == pytest.approx({"strict.png": 0.1, "lenient.png": 0.8, "other.png": 0.5}, abs=0.01)
+
+
+def test_pictures_drawn_for_the_page_use_each_rows_own_threshold(tmp_path):
+    from inference.html_report import evidence_of_rows
+
+    write_image(tmp_path / "a.png", smooth_picture(90, 120, np.random.default_rng(0)))
+    write_image(tmp_path / "a_map.png", np.tile(np.linspace(0, 255, 120).astype(np.uint8), (90, 1)))
+    row = {"path": str(tmp_path / "a.png"), "status": "ok", "score": 0.7, "mask": str(tmp_path / "a_map.png")}
+    files = tmp_path / "files"
+    for sub in ("thumbs", "overlays", "masks"):
+        (files / sub).mkdir(parents=True, exist_ok=True)
+    drawn = evidence_of_rows([row, {**row, "threshold": 0.9}], {}, files, 0.5, colour_lut(), tmp_path, 1, False)
+    assert [e.pixel_share for e in drawn] == pytest.approx([0.5, 0.1], abs=0.02)
