@@ -154,10 +154,9 @@ def fraudbench_table_markdown(table: dict) -> str:
     for row in table["rows"]:
         if row["threshold_kind"] == "fixed":
             threshold = f"{row['threshold']:g} (fixed)"
-        else:
-            threshold = (
-                f"{row['threshold']:.4g} (FPR <= {row['target_fpr']:g} on {row['n_calibration_genuine']} genuine)"
-            )
+        else:  # over 1: above every score, nothing flagged (it would read "1", which 1.0 scores reach)
+            value = "above 1" if row["threshold"] > 1.0 else f"{row['threshold']:.4g}"
+            threshold = f"{value} (FPR <= {row['target_fpr']:g} on {row['n_calibration_genuine']} genuine)"
         values = [row["tpr_by_generator"].get(g) for g in generators]
         lines.append(
             "| "

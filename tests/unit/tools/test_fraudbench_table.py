@@ -293,3 +293,15 @@ def test_a_genuine_set_with_nothing_to_calibrate_on_and_a_folder_as_output_are_r
     with pytest.raises(SystemExit, match="is a folder: give the table's file"):
         main(["--data", str(tmp_path / "tree"), *model, "--output", str(tmp_path)])
     assert scored == [1]
+
+
+def test_a_calibrated_threshold_above_every_score_does_not_read_as_1():
+    from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
+
+    records = [
+        {"score": 1.0, "label": 0, "group": "real", "category": "c"},
+        {"score": 1.0, "label": 1, "group": "GenA", "category": "c"},
+    ]
+    table = fraudbench_table({"det": records}, {"det": [1.0] * 20}, target_fpr=0.05)
+    assert table["rows"][1]["threshold"] > 1.0  # every genuine score is 1: only a threshold above flags none
+    assert "| det | above 1 (FPR <= 0.05 on 20 genuine) |" in fraudbench_table_markdown(table)
