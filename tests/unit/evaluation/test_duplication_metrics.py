@@ -117,3 +117,16 @@ def test_a_training_free_pair_detectors_run_writes_a_report_of_its_pair_figures(
     assert "## Validation pairs" in report and "| pair_auroc | 0.9989 |" in report
     assert "on 327 validation pairs without duplication" in report  # the calibration section
     assert "python infer.py model=<its best.ckpt>" in caplog.text  # no page: the pairs have no files
+
+
+def test_train_py_writes_that_report_for_a_pair_detector_fitted_without_gradients(tmp_path):
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from train import report_and_summary
+
+    module = SimpleNamespace(stage_scores={}, threshold=0.3)
+    metrics = {"detector": "dup_sift_tiny", "test": {"pair_auroc": 0.99}, "val": {"pair_auroc": 0.98}}
+    report_and_summary(OmegaConf.create({"report": "md"}), tmp_path, module, None, metrics)
+    assert (tmp_path / "metrics.json").is_file() and "| pair_auroc | 0.9900 |" in (tmp_path / "report.md").read_text()
