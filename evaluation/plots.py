@@ -27,9 +27,18 @@ def _save(fig: Figure, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _operating_point(y: np.ndarray, s: np.ndarray, t: float) -> tuple[float, float]:
+def _operating_point(y: np.ndarray, s: np.ndarray, t: float | np.ndarray) -> tuple[float, float]:
+    """FPR and TPR of deciding each score at `t`: one threshold, or one per row (per-category)."""
     pred = s >= t
     return float(pred[~y].mean()), float(pred[y].mean())
+
+
+def _per_row(threshold: float | None, decision_thresholds) -> np.ndarray | None:
+    """The rows' own thresholds when they are not all `threshold` (per-category calibration), else None."""
+    if decision_thresholds is None:
+        return None
+    cuts = np.asarray(decision_thresholds, dtype=np.float64).reshape(-1)
+    return None if threshold is not None and bool(np.all(cuts == threshold)) else cuts
 
 
 def _thin(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,10 +49,25 @@ def _thin(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return fpr[idx], tpr[idx]
 
 
-def plot_roc(path, labels, scores, threshold: float | None = None, calibrated_threshold: float | None = None) -> Path:
+def plot_roc(
+    path,
+    labels,
+    scores,
+    threshold: float | None = None,
+    calibrated_threshold: float | None = None,
+    decision_thresholds=None,
+) -> Path:
     """ROC on linear and log FPR axes (the low-FPR end is where deployments live), with the
-    operating threshold and the calibrated threshold marked."""
+    operating threshold and the calibrated threshold marked.
+
+    `decision_thresholds`: each row's threshold (per-category calibration). Where they differ from
+    `threshold` the point marked is the one the rows were decided at, as metrics.json counts it:
+    the global threshold's point would contradict the reported TPR and TNR."""
     y, s = as_labels_scores(labels, scores)
+    cuts = _per_row(threshold, decision_thresholds)
+    marks = [(threshold, "o", "threshold"), (calibrated_threshold, "s", "calibrated")]
+    if cuts is not None:
+        marks[0] = (cuts, "o", "per-category thresholds")
     fpr, tpr, _ = roc_points(y, s)
     fpr, tpr = _thin(fpr, tpr)
     fig = Figure(figsize=(10, 4.4))
@@ -51,10 +75,11 @@ def plot_roc(path, labels, scores, threshold: float | None = None, calibrated_th
         ax.plot(fpr, tpr, lw=1.6, label="ROC")
         chance = np.geomspace(1e-5, 1, 200) if log else np.array([0.0, 1.0])
         ax.plot(chance, chance, ls=":", c="grey", label="chance")
-        for t, marker, name in ((threshold, "o", "threshold"), (calibrated_threshold, "s", "calibrated")):
-            if t is not None and np.isfinite(t):
+        for t, marker, name in marks:
+            if t is not None and np.all(np.isfinite(t)):
                 x, yy = _operating_point(y, s, t)
-                ax.plot([x], [yy], marker, ms=8, label=f"{name} {t:.4g}: FPR {x:.3g}, TPR {yy:.3g}")
+                where = name if np.ndim(t) else f"{name} {t:.4g}"
+                ax.plot([x], [yy], marker, ms=8, label=f"{where}: FPR {x:.3g}, TPR {yy:.3g}")
         if log:
             ax.set_xscale("log")
             ax.set_xlim(max(1e-4, 0.5 / max(1, int((~y).sum()))), 1)
@@ -66,10 +91,19 @@ def plot_roc(path, labels, scores, threshold: float | None = None, calibrated_th
 
 
 def plot_score_histograms(
-    path, labels, scores, threshold: float | None = None, calibrated_threshold: float | None = None
+    path,
+    labels,
+    scores,
+    threshold: float | None = None,
+    calibrated_threshold: float | None = None,
+    decision_thresholds=None,
 ) -> Path:
-    """Genuine vs fake score distributions; overlap is what no threshold can fix."""
+    """Genuine vs fake score distributions; overlap is what no threshold can fix. With
+    `decision_thresholds` that differ (per-category), the line is named the global threshold: the
+    categories with their own were decided elsewhere on this axis."""
     y, s = as_labels_scores(labels, scores)
+    own = _per_row(threshold, decision_thresholds) is not None
+    lines = [(threshold, "--", "global threshold" if own else "threshold"), (calibrated_threshold, ":", "calibrated")]
     fig = Figure(figsize=(6.5, 4))
     ax = fig.subplots()
     finite = s[np.isfinite(s)]
@@ -84,9 +118,10 @@ def plot_score_histograms(
                 density=True,
                 label=f"{name} (n={int(mask.sum())})",
             )
-    for t, ls, name in ((threshold, "--", "threshold"), (calibrated_threshold, ":", "calibrated")):
+    for t, ls, name in lines:
         if t is not None and np.isfinite(t):
-            ax.axvline(t, ls=ls, c="k", label=f"{name} {t:.4g}")
+            note = " (categories with their own are decided at theirs)" if name == "global threshold" else ""
+            ax.axvline(t, ls=ls, c="k", label=f"{name} {t:.4g}{note}")
     ax.set_xlabel("score (probability of fake)")
     ax.set_ylabel("density")
     ax.legend(fontsize=8)

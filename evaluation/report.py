@@ -163,17 +163,21 @@ def write_report_payload(
     category_thresholds: Mapping[str, float] | None = None,
     summary: str | None = None,
     flagged_by_source: Mapping[str, Mapping[str, Any]] | None = None,
+    decision_thresholds: Sequence[float] | np.ndarray | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """``write_report``, also returning what metrics.json holds (before JSON's NaN -> null), so
     callers keep the metrics in memory instead of reading their own file back.
     ``category_thresholds``: the per-category thresholds the rows were decided with;
     ``summary``: a sentence report.md shows first (a category that misses its target);
     ``flagged_by_source``: the flagged genuine images by source (`flagged_genuine_by_source`),
-    shown after the breakdowns."""
+    shown after the breakdowns; ``decision_thresholds``: each row's threshold (one per label), so the
+    figures mark the operating point the rows were decided at."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     op = threshold if threshold is not None else 0.5
-    written, figures = _write_figures(out, labels, scores, op, calibrated_threshold, robustness, contact_sheet)
+    written, figures = _write_figures(
+        out, labels, scores, (op, calibrated_threshold, decision_thresholds), robustness, contact_sheet
+    )
 
     payload: dict[str, Any] = dict(metrics)
     for name, table in (groups or {}).items():
@@ -201,16 +205,16 @@ def write_report_payload(
 
 
 def _write_figures(
-    out: Path, labels, scores, threshold: float, calibrated_threshold: float | None, robustness, contact_sheet
+    out: Path, labels, scores, thresholds: tuple, robustness, contact_sheet
 ) -> tuple[dict[str, Path], list[tuple[str, str]]]:
-    """The report's PNGs (ROC, score histograms, robustness curves, contact sheet) and their captions."""
+    """The report's PNGs (ROC, score histograms, robustness curves, contact sheet) and their captions;
+    `thresholds`: the operating, the calibrated and each row's threshold (None: the operating one)."""
     written: dict[str, Path] = {}
     figures: list[tuple[str, str]] = []
+    threshold = thresholds[0]
     if labels is not None and scores is not None:
-        written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, threshold, calibrated_threshold)
-        written["histogram"] = plots.plot_score_histograms(
-            out / "score_histogram.png", labels, scores, threshold, calibrated_threshold
-        )
+        written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, *thresholds)
+        written["histogram"] = plots.plot_score_histograms(out / "score_histogram.png", labels, scores, *thresholds)
         figures += [("ROC curve", "roc.png"), ("Score distributions", "score_histogram.png")]
     if robustness is not None:
         written["robustness_plot"] = plots.plot_robustness(out / "robustness.png", robustness)

@@ -158,6 +158,8 @@ def report_records(
 
     cols = labelled_rows(records, label, score)
     result = evaluate_records(cols, threshold=threshold, label=label, score=score, **evaluate_kwargs)
+    own = evaluate_kwargs.get("category_thresholds")
+    cuts = row_thresholds(cols["category"], dict(own), threshold) if own and "category" in cols else None
     metrics = dict(result["metrics"])
     below = metrics.pop("genuine_tnr_below_target", None)
     target = metrics.pop("target_tnr", None)
@@ -179,7 +181,8 @@ def report_records(
             **(extra or {}),
         },
         flagged_by_source=result.get("flagged_by_source"),
-        category_thresholds=evaluate_kwargs.get("category_thresholds"),
+        category_thresholds=own,
+        decision_thresholds=cuts,
         summary=below_target_sentence(below, target, result.get("flagged_by_source")) if below else None,
     )
     return Report(metrics=payload, files=files)

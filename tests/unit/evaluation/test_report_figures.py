@@ -1,0 +1,57 @@
+"""What the report's figures say agrees with metrics.json: the marked operating point is the one
+the decisions were made at, and a figure that cannot be drawn says why instead of showing NaN."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluation import plots
+from evaluation.summary import report_records
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Each figure written, by file name, kept to read its legends."""
+    figures = {}
+    save = plots._save
+
+    def keep(fig, path):
+        figures[Path(path).name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figures
+
+
+def legend_texts(fig) -> list[str]:
+    return [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
+
+
+def two_category_rows() -> list[dict]:
+    rng = np.random.default_rng(1)
+    rows = []
+    for category in ("photo", "chart"):
+        for label in (0, 1):
+            for score in rng.random(60) * 0.6 + 0.35 * label:
+                rows.append({"path": f"{len(rows)}.png", "label": label, "score": score, "category": category})
+    return rows
+
+
+def test_roc_marks_the_operating_point_of_the_per_category_decisions(tmp_path, drawn):
+    report = report_records(
+        tmp_path, two_category_rows(), threshold=0.5, category_thresholds={"photo": 0.8}, n_resamples=0
+    )
+    fpr, tpr = 1 - report.metrics["tnr"], report.metrics["tpr"]
+    roc = legend_texts(drawn["roc.png"])
+    assert f"per-category thresholds: FPR {fpr:.3g}, TPR {tpr:.3g}" in roc
+    assert not [text for text in roc if text.startswith("threshold ")]  # the global point alone is not what was decided
+    histogram = legend_texts(drawn["score_histogram.png"])
+    assert [text for text in histogram if text.startswith("global threshold 0.5")]
+
+
+def test_roc_marks_the_threshold_when_no_category_has_its_own(tmp_path, drawn):
+    report = report_records(tmp_path, two_category_rows(), threshold=0.5, n_resamples=0)
+    fpr, tpr = 1 - report.metrics["tnr"], report.metrics["tpr"]
+    assert f"threshold 0.5: FPR {fpr:.3g}, TPR {tpr:.3g}" in legend_texts(drawn["roc.png"])
+    assert "threshold 0.5" in legend_texts(drawn["score_histogram.png"])
