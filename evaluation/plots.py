@@ -70,12 +70,18 @@ def plot_roc(
         marks[0] = (cuts, "o", "per-category thresholds")
     fpr, tpr, _ = roc_points(y, s)
     fpr, tpr = _thin(fpr, tpr)
+    both = bool(y.any() and not y.all())  # one class only: no curve, no rates, and a note saying why
     fig = Figure(figsize=(10, 4.4))
     for ax, log in zip(fig.subplots(1, 2), (False, True)):
-        ax.plot(fpr, tpr, lw=1.6, label="ROC")
+        if both:
+            ax.plot(fpr, tpr, lw=1.6, label="ROC")
+        else:
+            only = f"{int(y.sum())} fake" if y.any() else f"{int((~y).sum())} genuine"
+            note = f"the ROC curve needs both genuine and fake images\n(here only {only})"
+            ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=9)
         chance = np.geomspace(1e-5, 1, 200) if log else np.array([0.0, 1.0])
         ax.plot(chance, chance, ls=":", c="grey", label="chance")
-        for t, marker, name in marks:
+        for t, marker, name in marks if both else ():
             if t is not None and np.all(np.isfinite(t)):
                 x, yy = _operating_point(y, s, t)
                 where = name if np.ndim(t) else f"{name} {t:.4g}"

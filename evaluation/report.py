@@ -19,6 +19,10 @@ from .records import NO_GROUP
 from .summary import FLAGGED_BY_SOURCE_KEY, breakdown_title
 
 GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr", "tnr", "balanced_accuracy", "f1")
+# why a breakdown has no row, by its title (by_group shares the genuine images: groups are their fakes)
+EMPTY_BREAKDOWN = {
+    "by group": "None: each group is scored as its fakes against every genuine image, and no group here holds a fake."
+}
 ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_iou", "pixel_auroc")
 
 
@@ -88,6 +92,8 @@ def _overall_section(metrics: Mapping, intervals: Mapping | None, confidence_not
 
 
 def _group_section(title: str, groups: Mapping[str, Mapping]) -> list[str]:
+    if not groups:  # a header without rows reads as a bug: say why the breakdown is empty
+        return [f"### {title}", "", EMPTY_BREAKDOWN.get(title, "No row names one."), ""]
     columns = [c for c in GROUP_COLUMNS if any(c in g for g in groups.values())]
     if not columns:  # not image metrics (e.g. MFC-Bench per type): show whatever scalars exist
         columns = sorted({k for g in groups.values() for k, v in g.items() if not isinstance(v, Mapping)})

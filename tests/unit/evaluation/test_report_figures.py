@@ -1,6 +1,7 @@
 """What the report's figures say agrees with metrics.json: the marked operating point is the one
 the decisions were made at, and a figure that cannot be drawn says why instead of showing NaN."""
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +56,26 @@ def test_roc_marks_the_threshold_when_no_category_has_its_own(tmp_path, drawn):
     fpr, tpr = 1 - report.metrics["tnr"], report.metrics["tpr"]
     assert f"threshold 0.5: FPR {fpr:.3g}, TPR {tpr:.3g}" in legend_texts(drawn["roc.png"])
     assert "threshold 0.5" in legend_texts(drawn["score_histogram.png"])
+
+
+@pytest.mark.parametrize("label", [0, 1])
+def test_one_class_report_says_what_it_cannot_show(tmp_path, drawn, label):
+    rows = [
+        {"path": f"{i}.png", "label": label, "score": i / 20, "group": "real" if label == 0 else "sd"}
+        for i in range(20)
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report_records(tmp_path, rows, threshold=0.5, n_resamples=0)
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]  # numpy's "Mean of empty slice"
+    roc = drawn["roc.png"]
+    assert not [text for text in legend_texts(roc) if "nan" in text.lower()]
+    notes = [text.get_text() for ax in roc.axes for text in ax.texts]
+    assert notes and all("both genuine and fake" in note for note in notes)
+    md = (tmp_path / "report.md").read_text()
+    lines = md.splitlines()
+    for i, line in enumerate(lines):  # every table header is followed by its rule and at least one row
+        if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
+            assert i + 2 < len(lines) and lines[i + 2].startswith("| "), f"empty table under {line!r}"
+    if label == 0:
+        assert "### by group" in md and "no group here holds a fake" in md
