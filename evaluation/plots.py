@@ -16,6 +16,7 @@ from .atomic import atomic_path
 from .image import roc_points
 
 MAX_CURVE_POINTS = 5000
+CAPTION_CHARS = 36  # a contact sheet's row title at fontsize 7 fills about its panel's width (square images)
 AXIS_LABELS = {"jpeg": "JPEG quality", "blur": "blur sigma (px)", "rescale": "scale factor"}
 
 
@@ -170,11 +171,21 @@ def _overlay(image: np.ndarray, mask: np.ndarray | None, colour) -> np.ndarray:
     return np.clip(out, 0, 1)
 
 
+def _caption(text: str, limit: int = CAPTION_CHARS) -> str:
+    """`text` cut to `limit` characters by an ellipsis: the start and, longer, the end of a file name
+    (its numbering, its extension and what follows, such as a row's pixel F1) tell names apart best."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 5
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
 def plot_contact_sheet(path, items: Sequence, threshold: float = 0.5, max_items: int = 16) -> Path:
     """Rows of image / true mask overlay (green) / predicted map overlay (red, prob >= threshold).
 
     ``items``: ``(image uint8 H x W x 3, true_mask or None, prob_map)`` tuples, optionally with a
-    fourth element used as the row title.
+    fourth element used as the row title, cut to fit its panel (`_caption`): a long one would run
+    over the other titles and widen the sheet.
     """
     items = list(items)[:max_items]
     n = max(1, len(items))
@@ -182,14 +193,14 @@ def plot_contact_sheet(path, items: Sequence, threshold: float = 0.5, max_items:
     axes = np.asarray(fig.subplots(n, 3, squeeze=False))
     for row, item in zip(axes, items):
         image, truth, prob = item[0], item[1], item[2]
-        title = str(item[3]) if len(item) > 3 else ""
+        title = _caption(str(item[3])) if len(item) > 3 else ""
         image = np.asarray(image)
         if image.ndim == 2:
             image = np.repeat(image[..., None], 3, axis=-1)
         p = np.squeeze(np.asarray(prob, dtype=np.float32))
         pred = p >= threshold
         row[0].imshow(image)
-        row[0].set_title(title or "image", fontsize=8)
+        row[0].set_title(title or "image", fontsize=7)
         row[1].imshow(_overlay(image, None if truth is None else np.squeeze(truth) > 0, (0, 1, 0)))
         row[1].set_title("true mask" if truth is not None else "true mask: none (genuine)", fontsize=8)
         row[2].imshow(_overlay(image, pred.astype(np.float32), (1, 0, 0)))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from evaluation import plots
 from evaluation.summary import report_records
@@ -79,3 +80,17 @@ def test_one_class_report_says_what_it_cannot_show(tmp_path, drawn, label):
             assert i + 2 < len(lines) and lines[i + 2].startswith("| "), f"empty table under {line!r}"
     if label == 0:
         assert "### by group" in md and "no group here holds a fake" in md
+
+
+def test_contact_sheet_caption_of_a_long_name_fits_its_panel(tmp_path, drawn):
+    image, prob = np.zeros((32, 32, 3), np.uint8), np.zeros((32, 32), np.float32)
+    name = "scan_" + "x" * 170 + "_page12.png  pixel F1 0.42"
+    plots.plot_contact_sheet(tmp_path / "long.png", [(image, None, prob, name)])
+    plots.plot_contact_sheet(tmp_path / "short.png", [(image, None, prob, "a.png")])
+    caption = drawn["long.png"].axes[0].get_title()
+    assert len(caption) <= 40 and caption.startswith("scan_") and caption.endswith("12.png  pixel F1 0.42")
+    assert "…" in caption  # the cut is visible, not silent
+    with Image.open(tmp_path / "long.png") as long, Image.open(tmp_path / "short.png") as short:
+        assert long.size == short.size  # the caption no longer widens the figure
+    plots.plot_contact_sheet(tmp_path / "fits.png", [(image, None, prob, "b" * 30)])
+    assert drawn["fits.png"].axes[0].get_title() == "b" * 30  # a name that fits is shown whole
