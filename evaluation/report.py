@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -65,11 +65,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+# what Markdown gives meaning to anywhere in a line: emphasis, code, links, attributes, HTML, a
+# heading's closing "#", a table cell's end ("(", "!" act only after an escaped "]": left as written)
+_MARKDOWN_ANYWHERE = re.compile(r"([\\`*{}\[\]<>#|]|(?<!\w)_|_(?!\w))")  # "_" inside a word acts in neither
+_ENTITY = re.compile(r"&(?=#?\w+;)")  # "&amp;" written in a name would be shown as "&"
+_LINE_START = re.compile(r"^(\d*)([-+.)])")  # a list item ("- x", "1. x") where the text starts a line
+
+
 def markdown_text(text: Any) -> str:
-    """Text from the data (group, category and source names, paths) as report.md shows it: its
-    markup characters escaped, so that a name is read as text by a Markdown viewer (which renders
-    HTML) and a "|" does not split a table cell."""
-    return html.escape(str(text), quote=False).replace("|", "\\|")
+    """Text from the data (group, category and source names, paths) as report.md shows it: the
+    characters Markdown gives meaning to backslash-escaped where they could act, so that a viewer
+    shows the name as text (no emphasis, link or HTML) and a "|" does not split a table cell, while
+    the raw file still reads as the name was written (HTML entities would show there as "&amp;")."""
+    escaped = _MARKDOWN_ANYWHERE.sub(r"\\\1", " ".join(str(text).splitlines()))
+    return _LINE_START.sub(r"\1\\\2", _ENTITY.sub(r"\\&", escaped))
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

@@ -10,7 +10,8 @@ from evaluation.calibration import rule_phrase
 
 def calibration_report(summary: dict[str, Any], model: str, output: Path) -> str:
     """The calibration as Markdown: threshold, genuine TNR with its interval, TPR when fakes were given.
-    Names from the data (categories, paths) are escaped: a `|` would split a cell, markup render."""
+    Names from the data (categories, paths) are Markdown-escaped (`markdown_text`): a `|` would split a
+    cell, markup render."""
     from evaluation.report import markdown_text
 
     low, high = summary["tnr_interval"]
