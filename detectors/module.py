@@ -60,6 +60,13 @@ def warmup_cosine(step: int, total: int, warmup: int, floor: float = 0.0) -> flo
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def _plain(value: Any) -> int | float:
+    """A metric as a plain Python number: whole-number types (counts) as int, the rest as float."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return float(value)
+
+
 class DetectorModule(L.LightningModule):
     """Optimisation, loss dispatch, whole-split metrics and threshold calibration for one detector.
 
@@ -280,7 +287,8 @@ class DetectorModule(L.LightningModule):
         # validation figures it was chosen by (metrics.json describes the checkpoint it tests).
         checkpoint["calibration"] = self.calibration
         checkpoint["category_thresholds"] = dict(self.category_thresholds)
-        checkpoint["val_metrics"] = {key: float(value) for key, value in self.stage_metrics.get("val", {}).items()}
+        # plain Python numbers (weights_only loading); counts stay ints: n_pos 130, not 130.0
+        checkpoint["val_metrics"] = {key: _plain(value) for key, value in self.stage_metrics.get("val", {}).items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.calibration = checkpoint.get("calibration")

@@ -61,6 +61,26 @@ def test_threshold_is_calibrated_on_genuine_validation_scores(monkeypatch):
     assert "threshold" in module.state_dict()
 
 
+def test_validation_counts_stay_whole_numbers_through_a_checkpoint(monkeypatch, tmp_path):
+    """metrics.json and the report show n_pos 130, not 130.0 (130.0000 on the page)."""
+    module = DetectorModule(net=TINY, target_fpr=0.1)
+    trainer = type("T", (), {"sanity_checking": False})()
+    monkeypatch.setattr(DetectorModule, "trainer", property(lambda self: trainer))
+    monkeypatch.setattr(module, "log_dict", lambda *a, **k: None)
+    labels = torch.cat([torch.zeros(70, dtype=torch.long), torch.ones(130, dtype=torch.long)])
+    module._scores["val"] = [(torch.arange(200), torch.linspace(0.0, 1.0, 200), labels)]
+    module.on_validation_epoch_end()
+    saved: dict = {}
+    module.on_save_checkpoint(saved)
+    torch.save(saved, tmp_path / "best.ckpt")
+    restored = DetectorModule(net=TINY, target_fpr=0.1)
+    restored.on_load_checkpoint(torch.load(tmp_path / "best.ckpt", weights_only=True))
+    val = restored.stage_metrics["val"]
+    assert (val["n_pos"], val["n_neg"]) == (130, 70)
+    assert type(val["n_pos"]) is int and type(val["n_neg"]) is int
+    assert type(val["tnr"]) is float and val["tnr"] == module.stage_metrics["val"]["tnr"]
+
+
 def test_gather_counts_each_image_once_even_when_padded_with_repeats(monkeypatch):
     module = DetectorModule(net=TINY)
     index = torch.tensor([0, 1, 2, 2, 0])
