@@ -104,6 +104,7 @@ def plot_score_histograms(
     threshold: float | None = None,
     calibrated_threshold: float | None = None,
     decision_thresholds=None,
+    xlabel: str = "score (probability of fake)",
 ) -> Path:
     """Genuine vs fake score distributions; overlap is what no threshold can fix. With
     `decision_thresholds` that differ (per-category), the line is named the global threshold: the
@@ -129,7 +130,7 @@ def plot_score_histograms(
         if t is not None and np.isfinite(t):
             note = " (categories with their own are decided at theirs)" if name == "global threshold" else ""
             ax.axvline(t, ls=ls, c="k", label=f"{name} {t:.4g}{note}")
-    ax.set_xlabel("score (probability of fake)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("density")
     ax.legend(fontsize=8)
     return _save(fig, path)

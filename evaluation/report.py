@@ -179,6 +179,7 @@ def write_report_payload(
     summary: str | None = None,
     flagged_by_source: Mapping[str, Mapping[str, Any]] | None = None,
     decision_thresholds: Sequence[float] | np.ndarray | None = None,
+    score_name: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """``write_report``, also returning what metrics.json holds (before JSON's NaN -> null), so
     callers keep the metrics in memory instead of reading their own file back.
@@ -186,12 +187,13 @@ def write_report_payload(
     ``summary``: a sentence report.md shows first (a category that misses its target);
     ``flagged_by_source``: the flagged genuine images by source (`flagged_genuine_by_source`),
     shown after the breakdowns; ``decision_thresholds``: each row's threshold (one per label), so the
-    figures mark the operating point the rows were decided at."""
+    figures mark the operating point the rows were decided at; ``score_name``: what the scores are when
+    not the model's probability of fake, said under the thresholds and on the histogram's axis."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     op = threshold if threshold is not None else 0.5
     written, figures = _write_figures(
-        out, labels, scores, (op, calibrated_threshold, decision_thresholds), robustness, contact_sheet
+        out, labels, scores, (op, calibrated_threshold, decision_thresholds), robustness, contact_sheet, score_name
     )
 
     payload: dict[str, Any] = dict(metrics)
@@ -214,13 +216,15 @@ def write_report_payload(
     lines = _report_lines(
         title, metrics, threshold, calibrated_threshold, intervals, groups, robustness, figures, confidence, by_source
     )
+    if score_name:  # under the operating threshold, which is read on this scale
+        lines[3:3] = [f"Scores: {markdown_text(score_name)}"]
     lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
 
 
 def _write_figures(
-    out: Path, labels, scores, thresholds: tuple, robustness, contact_sheet
+    out: Path, labels, scores, thresholds: tuple, robustness, contact_sheet, score_name: str | None = None
 ) -> tuple[dict[str, Path], list[tuple[str, str]]]:
     """The report's PNGs (ROC, score histograms, robustness curves, contact sheet) and their captions;
     `thresholds`: the operating, the calibrated and each row's threshold (None: the operating one)."""
@@ -229,7 +233,9 @@ def _write_figures(
     threshold = thresholds[0]
     if labels is not None and scores is not None:
         written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, *thresholds)
-        written["histogram"] = plots.plot_score_histograms(out / "score_histogram.png", labels, scores, *thresholds)
+        written["histogram"] = plots.plot_score_histograms(
+            out / "score_histogram.png", labels, scores, *thresholds, **({"xlabel": score_name} if score_name else {})
+        )
         figures += [("ROC curve", "roc.png"), ("Score distributions", "score_histogram.png")]
     if robustness is not None:
         written["robustness_plot"] = plots.plot_robustness(out / "robustness.png", robustness)

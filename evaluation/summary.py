@@ -144,6 +144,7 @@ def report_records(
     score: str = "score",
     pixel: dict | None = None,
     extra: Mapping[str, Any] | None = None,
+    score_name: str | None = None,
     **evaluate_kwargs,
 ) -> Report:
     """``evaluate_records`` then ``write_report`` into ``out_dir`` (metrics.json, report.md, PNGs);
@@ -152,7 +153,8 @@ def report_records(
     ``pixel``: a localizer's pixel metrics (``PixelMetricAccumulator.compute()``), reported beside
     the image metrics. ``calibrated_threshold`` should come from the model (calibrated on validation genuines), not
     from this test set, which would leak the answer into the operating point. ``extra``: more
-    top-level keys for metrics.json.
+    top-level keys for metrics.json. ``score_name``: what the scores are when not the model's
+    probability (a review's decision score), named in report.md and on the histogram's axis.
     """
     from .report import write_report_payload  # matplotlib only when a report is written
 
@@ -183,6 +185,7 @@ def report_records(
         flagged_by_source=result.get("flagged_by_source"),
         category_thresholds=own,
         decision_thresholds=cuts,
+        score_name=score_name,
         summary=below_target_sentence(below, target, result.get("flagged_by_source")) if below else None,
     )
     return Report(metrics=payload, files=files)

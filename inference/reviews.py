@@ -20,7 +20,9 @@ import numpy as np
 from datamodules.records import Record
 from evaluation.protocols.review import AGGREGATIONS, aggregate_reviews
 
-REVIEW_COLUMNS = ("review", "score", "label", "threshold", "n_images", "most_suspicious")
+REVIEW_COLUMNS = ("review", "score", "label", "threshold", "n_images", "most_suspicious", "decision_score")
+# the review report's axis where decision_score is not the score (a review decided at its own threshold)
+DECISION_SCORE = "decision_score (score - the review's threshold + the global threshold)"
 RECORD_FIELDS = {f.name for f in fields(Record)} - {"path"}
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,10 @@ def review_rows(
     `own_threshold` (a model calibrated by category): each image's threshold. A review whose images
     share one is decided at it; `max` over images of several takes the image furthest over its own
     (flagged when any image is); `mean` and `noisy_or` over several fall back to `threshold`. Each
-    row says the threshold it was decided at."""
+    row says the threshold it was decided at, and its `decision_score`: its score read against
+    `threshold` (score - its threshold + `threshold`), which ranks reviews decided at different
+    thresholds on one scale (their raw scores are not comparable) and is the score itself where the
+    review was decided at `threshold` (always, for a model without per-category thresholds)."""
     if method not in AGGREGATIONS:
         raise ValueError(f"review_aggregation must be one of {AGGREGATIONS}, got {method!r}")
     scored = [r for r in results if r.get("status") == "ok" and r.get("score") is not None]
@@ -114,19 +119,25 @@ def review_rows(
             "threshold": cut,
             "n_images": len(indices),
             "most_suspicious": scored[top]["path"],
+            "decision_score": score if cut == threshold else score - cut + threshold,
         }
         if review_labels is not None:
             row["true_label"] = int(review_labels[position[name]])
         rows.append(row)
     if mixed:
-        log.warning(
-            "%d review(s) hold images of categories with thresholds of their own: %s over them is decided "
-            "at the global threshold %g (review_aggregation=max decides each image at its own)",
-            mixed,
-            method,
-            threshold,
-        )
+        _say_mixed(mixed, method, threshold)
     return rows
+
+
+def _say_mixed(mixed: int, method: str, threshold: float) -> None:
+    """Reviews whose images have different thresholds were decided at the global one: said once."""
+    log.warning(
+        "%d review(s) hold images of categories with thresholds of their own: %s over them is decided "
+        "at the global threshold %g (review_aggregation=max decides each image at its own)",
+        mixed,
+        method,
+        threshold,
+    )
 
 
 def write_reviews(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
@@ -153,7 +164,10 @@ def score_reviews(
     own_threshold: Callable[[str], float] | None = None,
 ) -> dict[str, Any]:
     """`<output>.reviews.csv` and, when every review's images are labelled, review-level metrics in
-    `<output>.reviews.metrics.json` with a report in `<output stem>_reviews_report/`."""
+    `<output>.reviews.metrics.json` with a report in `<output stem>_reviews_report/`.
+
+    The metrics are those of the CSV's `decision_score` column (`review_rows`), so they can be
+    recomputed from it; where that differs from `score` (per-category thresholds) the report names it."""
     from evaluation import report_records, write_metrics_json
 
     labels = {r.path: r.label for r in records if r.label is not None}
@@ -161,16 +175,13 @@ def score_reviews(
     path = write_reviews(output.with_suffix(".reviews.csv"), rows)
     metrics = None
     if rows and "true_label" in rows[0]:
-        # each review's margin over the threshold that decided it, read against the global one
-        labelled = [
-            {"path": r["review"], "label": r["true_label"], "score": r["score"] - r["threshold"] + threshold}
-            for r in rows
-        ]
+        labelled = [{"path": r["review"], "label": r["true_label"], "score": r["decision_score"]} for r in rows]
         report = report_records(
             output.with_name(f"{output.stem}_reviews_report"),
             labelled,
             threshold=threshold,
             title=f"{title}: reviews by {group_by} ({method})",
+            score_name=DECISION_SCORE if any(r["decision_score"] != r["score"] for r in rows) else None,
         )
         metrics = {**report.metrics, "group_by": group_by, "aggregation": method}
         write_metrics_json(output.with_suffix(".reviews.metrics.json"), metrics)

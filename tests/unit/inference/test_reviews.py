@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import json
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from datamodules.records import Record
 from infer import infer
-from inference.reviews import review_ids, review_rows
+from inference.reviews import review_ids, review_rows, score_reviews
 from tests.helpers import compose_config, write_images
 
 RESULTS = [
@@ -65,6 +67,53 @@ def test_a_review_of_images_with_thresholds_of_their_own_is_decided_as_its_image
     mean = {r["review"]: r for r in review_rows(RESULTS, IDS, "mean", 0.6, own_threshold=CATEGORY_CUTS.get)}
     assert (mean["A"]["label"], mean["A"]["threshold"]) == (0, 0.6)  # 0.55: at the global threshold, said
     assert "1 review(s) hold images of categories with thresholds of their own: mean" in caplog.text
+
+
+def labelled_reviews(n: int = 40) -> tuple[list[Record], list[dict]]:
+    """Reviews of a photo (own threshold 0.2) and a chart (own threshold 0.9), random scores."""
+    rng = np.random.default_rng(3)
+    records, results = [], []
+    for i in range(n):
+        for kind in ("photo", "chart"):
+            path = f"r{i}/{kind}.png"
+            records.append(Record(path, label=int(rng.random() < 0.3), category=kind, review=f"r{i}"))
+            results.append({"path": path, "score": float(rng.random()), "status": "ok"})
+    return records, results
+
+
+@pytest.mark.parametrize("per_category", [True, False])
+def test_review_metrics_can_be_recomputed_from_the_written_reviews(tmp_path, monkeypatch, per_category):
+    """The review-level metrics are those of the `decision_score` column: a review's score read against
+    the threshold it was decided at (score - threshold + global threshold), which is the score itself
+    where that is the global threshold; the report's histogram axis names it."""
+    from evaluation import image_metrics, plots
+
+    axes, save = {}, plots._save
+
+    def keep(fig, path):  # each figure's first axes, by file name
+        axes[Path(path).name] = fig.axes[0]
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    records, results = labelled_reviews()
+    own = {r.path: {"photo": 0.2, "chart": 0.9}[r.category] for r in records}.get if per_category else None
+    output = tmp_path / "scores.csv"
+    done = score_reviews(output, records, results, "review", "max", 0.6, tmp_path, "npr", own_threshold=own)
+    rows = list(csv.DictReader(open(output.with_suffix(".reviews.csv"))))
+    decision = np.array([float(r["decision_score"]) for r in rows])
+    score, cut = np.array([float(r["score"]) for r in rows]), np.array([float(r["threshold"]) for r in rows])
+    np.testing.assert_allclose(decision, np.where(cut == 0.6, score, score - cut + 0.6))
+    assert [int(d >= 0.6) for d in decision] == [int(r["label"]) for r in rows]
+    recomputed = image_metrics([int(r["true_label"]) for r in rows], decision, threshold=0.6)
+    for key in ("auroc", "tpr", "tnr", "tpr@fpr=0.05"):
+        assert done["metrics"][key] == pytest.approx(recomputed[key]), key
+    xlabel = axes["score_histogram.png"].get_xlabel()
+    report = (tmp_path / "scores_reviews_report" / "report.md").read_text()
+    if per_category:
+        assert (cut != 0.6).any() and xlabel.startswith("decision_score") and "decision_score" in report
+    else:  # nothing changes for a model without per-category thresholds: the written score is the one scored
+        assert decision.tolist() == score.tolist() and xlabel == "score (probability of fake)"
+        assert "decision_score" not in report
 
 
 def test_review_ids_from_parent_folders_fields_and_other_manifest_columns(tmp_path):
