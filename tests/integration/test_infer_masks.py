@@ -158,3 +158,23 @@ def test_an_input_added_before_a_resume_does_not_overwrite_an_earlier_rows_map(l
     assert rows["a"]["mask"] != rows["b"]["mask"]
     for folder, row in rows.items():  # each row's map is its own image's (sizes differ)
         assert Image.open(row["mask"]).size == Image.open(tmp_path / "in" / folder / "x.png").size
+
+
+def test_a_page_draws_each_mask_at_its_categorys_threshold(localizer, tmp_path):
+    """One image under two categories with thresholds of their own: each row's mask, and the share
+    of pixels above, is drawn at the threshold that decided it (the page's share cell says it)."""
+    import re
+
+    checkpoint, _ = localizer
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    saved["category_thresholds"] = {"lenient": 0.0, "strict": 1.01}  # every pixel above / none above
+    torch.save(saved, tmp_path / "by_category.ckpt")
+    rng = np.random.default_rng(1)
+    Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(tmp_path / "a.png")
+    Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(tmp_path / "b.png")
+    (tmp_path / "manifest.csv").write_text("path,category\na.png,lenient\nb.png,strict\n")
+    output = tmp_path / "out" / "scores.csv"
+    run_infer(tmp_path / "by_category.ckpt", tmp_path / "manifest.csv", output, "save_masks=true", "report=html")
+    page = output.with_name("scores_report.html").read_text(encoding="utf-8")
+    shares = dict(re.findall(r'<td class="name">[^<]*/([ab])\.png</td>.*?<td class="share">([^<]*)</td>', page, re.S))
+    assert shares == {"a": "100.0 %", "b": "0.0 %"}
