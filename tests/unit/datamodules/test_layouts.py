@@ -107,7 +107,7 @@ def test_fraudbench_keeps_one_sources_fakes_and_one_reviews_images_together_with
     fakes = [r for r in records if r.category == "Electronics" and r.label == 1]
     assert len(fakes) == 2 and len({r.source for r in fakes}) == 1 and fakes[0].source  # both generators' fakes
     review = [r for r in records if r.review == "Electronics/Negative/Review_002"]
-    assert len(review) == 2 and len({r.source for r in review}) == 1
+    assert len(review) == 2 and len({r.source for r in review}) == 1 and review[0].source  # one source, named
     split = assign_splits(records, (0.5, 0.25, 0.25), seed=0)
     assert len({r.split for r in split if r.source == fakes[0].source}) == 1
 
