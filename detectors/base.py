@@ -46,6 +46,12 @@ class Detector(nn.Module):
         self.register_buffer("pixel_mean", torch.tensor(self.preprocess.mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(self.preprocess.std).view(1, 3, 1, 1), persistent=False)
 
+    @property
+    def learns_from_masks(self) -> bool:
+        """Whether training this detector needs true masks: a localizer's does, unless a stage of its
+        training learns from something else (TruFor's fingerprint phase: processing chains)."""
+        return self.is_localizer
+
     def normalize(self, image: torch.Tensor) -> torch.Tensor:
         return (image - self.pixel_mean) / self.pixel_std
 

@@ -104,7 +104,7 @@ def check_localizer_data(data: DictConfig, net: Any) -> None:
     """A localizer learns and is measured from masks: a data config that gives none (data=manifest,
     folder, layout read images and labels only) is refused, naming the one that reads masks (the run
     ended in a KeyError 'mask' in its first validation step)."""
-    if net.is_localizer and data.get("_target_") != LOCALIZATION_DATA and data.get("localizers") is None:
+    if net.learns_from_masks and data.get("_target_") != LOCALIZATION_DATA and data.get("localizers") is None:
         raise LayoutError(
             f"a localizer trains on images with masks: data=localization data.root=<your set> reads them (from a "
             f"manifest's mask column or a mask layout); {data.get('_target_')} gives images and labels only"

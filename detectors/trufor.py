@@ -198,6 +198,10 @@ class TruFor(Localizer):
             module.load_state_dict(taken)
         log.info("trufor: %s taken from %s", ", ".join(parts) or "nothing", path)
 
+    @property
+    def learns_from_masks(self) -> bool:
+        return self.phase != "fingerprint"  # phase 1 learns from processing chains, not masks
+
     def set_phase(self, phase: str) -> None:
         """Freeze every part the phase does not train (their BatchNorm statistics stay fixed too)."""
         if phase not in PHASES:

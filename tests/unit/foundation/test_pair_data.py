@@ -50,9 +50,25 @@ def test_a_localizer_on_data_without_masks_is_told_to_use_the_localization_data(
     """It ended in a KeyError 'mask' in its first validation step (training-free ones too)."""
     from detectors.run_config import check_localizer_data
 
-    localizer = SimpleNamespace(is_localizer=True)
+    localizer = SimpleNamespace(learns_from_masks=True)
     with pytest.raises(LayoutError, match="a localizer trains on images with masks: data=localization"):
         check_localizer_data(compose_config("train", [f"data={data}"]).data, localizer)
     for fine in ("localization", "embedded", "embedded_localization"):  # embedded: its `localizers` variant
         check_localizer_data(compose_config("train", [f"data={fine}"]).data, localizer)
-    check_localizer_data(compose_config("train", [f"data={data}"]).data, SimpleNamespace(is_localizer=False))
+    check_localizer_data(compose_config("train", [f"data={data}"]).data, SimpleNamespace(learns_from_masks=False))
+
+
+def test_trufors_fingerprint_phase_trains_on_processing_chains_without_masks():
+    """Phase 1 learns the noise fingerprint from chains of processing (data=chains): no mask is
+    needed, and its recipe must not be refused as a localizer without masks (phases 2 and 3 are)."""
+    from detectors.build import build_detector
+    from detectors.run_config import check_localizer_data
+
+    cfg = compose_config("train", ["experiment=trufor_fingerprint", "detector=trufor_tiny"])
+    net = build_detector(cfg.detector.net)
+    assert net.is_localizer and not net.learns_from_masks
+    check_localizer_data(cfg.data, net)
+    net.set_phase("localize")
+    assert net.learns_from_masks
+    with pytest.raises(LayoutError, match="a localizer trains on images with masks"):
+        check_localizer_data(cfg.data, net)
