@@ -69,7 +69,7 @@ def _fmt(value: Any) -> str:
 # heading's closing "#", a table cell's end ("(", "!" act only after an escaped "]": left as written)
 _MARKDOWN_ANYWHERE = re.compile(r"([\\`*{}\[\]<>#|]|(?<!\w)_|_(?!\w))")  # "_" inside a word acts in neither
 _ENTITY = re.compile(r"&(?=#?\w+;)")  # "&amp;" written in a name would be shown as "&"
-_LINE_START = re.compile(r"^(\d*)([-+.)])")  # a list item ("- x", "1. x") where the text starts a line
+_LINE_START = re.compile(r"^(\d*)([-+.)])(?=\s|$)")  # a list item ("- x", "1. x") where the text starts a line
 
 
 def markdown_text(text: Any) -> str:
@@ -82,8 +82,10 @@ def markdown_text(text: Any) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A Markdown table; text cells as given (names from the data arrive escaped, `markdown_text`:
+    figures formatted here, "0.5000" or "[0.33, 0.65]", read as written), numbers formatted."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    cells = [[markdown_text(v) if isinstance(v, str) else _fmt(v) for v in row] for row in rows]
+    cells = [[v if isinstance(v, str) else _fmt(v) for v in row] for row in rows]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     return lines
 
@@ -106,7 +108,7 @@ def _group_section(title: str, groups: Mapping[str, Mapping]) -> list[str]:
     columns = [c for c in GROUP_COLUMNS if any(c in g for g in groups.values())]
     if not columns:  # not image metrics (e.g. MFC-Bench per type): show whatever scalars exist
         columns = sorted({k for g in groups.values() for k, v in g.items() if not isinstance(v, Mapping)})
-    rows = [[name] + [_fmt(g.get(c)) for c in columns] for name, g in groups.items()]
+    rows = [[markdown_text(name)] + [_fmt(g.get(c)) for c in columns] for name, g in groups.items()]
     return [f"### {title}", "", *_table([title.split(" ")[-1]] + list(columns), rows), ""]
 
 
@@ -124,10 +126,10 @@ def _flagged_by_source_section(flagged: Mapping[str, Mapping[str, Any]]) -> list
     ]
     rows = [
         [
-            name or NO_SOURCE,
+            markdown_text(name or NO_SOURCE),
             entry["flagged"],
             entry["genuine"],
-            ", ".join(f"{category or NO_GROUP} {n}" for category, n in entry["categories"].items()),
+            ", ".join(f"{markdown_text(category or NO_GROUP)} {n}" for category, n in entry["categories"].items()),
         ]
         for name, entry in flagged.items()
     ]

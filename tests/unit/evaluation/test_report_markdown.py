@@ -83,3 +83,12 @@ def test_calibration_report_shows_category_names_as_written():
     for name in NAMES:
         assert f"| {markdown_text(name)} | 0.5 |" in text
         shown_as_text(text, name)
+
+
+def test_figures_and_their_intervals_read_as_written_where_names_are_escaped(tmp_path):
+    """Escaping is for names from the data: a table's figures ("0.5000", "[0.33, 0.65]") are the
+    report's own text, and "0\\.5000" in the raw file would be noise."""
+    rows = [{"label": i % 2, "score": (i % 7) / 7, "category": "1. first *kind*"} for i in range(40)]
+    report = report_records(tmp_path, rows, threshold=0.5, n_resamples=50).files["report"].read_text()
+    assert re.search(r"\| auroc \| \d\.\d{4} \| \[\d\.\d{4}, \d\.\d{4}\] \|", report)
+    assert "| 1\\. first \\*kind\\* |" in report and "\\." not in report.replace("1\\. first", "")
