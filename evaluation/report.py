@@ -215,11 +215,8 @@ def write_report_payload(
     written["metrics"] = write_metrics_json(out / "metrics.json", payload)
 
     by_source = _flagged_by_source_section(flagged_by_source) if flagged_by_source is not None else []
-    lines = _report_lines(
-        title, metrics, threshold, calibrated_threshold, intervals, groups, robustness, figures, confidence, by_source
-    )
-    if score_name:  # under the operating threshold, which is read on this scale
-        lines[3:3] = [f"Scores: {markdown_text(score_name)}"]
+    scale = (threshold, calibrated_threshold, score_name)
+    lines = _report_lines(title, metrics, scale, intervals, groups, robustness, figures, confidence, by_source)
     lines = _with_headline(lines, category_thresholds, summary)
     written["report"] = _atomic_text(out / "report.md", "\n".join(lines) + "\n")
     return payload, written
@@ -264,8 +261,7 @@ def _with_headline(lines: list[str], category_thresholds: Mapping[str, float] | 
 def _report_lines(
     title: str,
     metrics: Mapping[str, Any],
-    threshold: float | None,
-    calibrated_threshold: float | None,
+    scale: tuple[float | None, float | None, str | None],
     intervals: Mapping[str, Sequence[float]] | None,
     groups: Mapping[str, Mapping[str, Mapping]] | None,
     robustness: Mapping | None,
@@ -273,10 +269,14 @@ def _report_lines(
     confidence: float,
     after_breakdowns: Sequence[str] = (),
 ) -> list[str]:
-    """The lines of report.md: thresholds, overall table, breakdowns (then `after_breakdowns`),
-    robustness, figures."""
+    """The lines of report.md: thresholds (`scale`: the operating and the calibrated threshold, and
+    the name of the scores' scale where it is not the model's probability), overall table,
+    breakdowns (then `after_breakdowns`), robustness, figures."""
+    threshold, calibrated_threshold, score_name = scale
     lines = [f"# {markdown_text(title)}", ""]
     lines += [f"Operating threshold: {_fmt(threshold)} (predicted fake = score >= threshold)"]
+    if score_name:
+        lines += [f"Scores: {markdown_text(score_name)}"]
     if calibrated_threshold is not None:
         lines += [f"Calibrated threshold (from genuine scores): {_fmt(calibrated_threshold)}"]
     lines += ["", "## Overall", "", *_overall_section(metrics, intervals, f"{confidence:.0%} bootstrap interval"), ""]
