@@ -330,14 +330,16 @@ def write_pair_report(output_dir: Path, metrics: dict[str, Any], html: bool) -> 
     """report.md of a pair detector fitted without gradients: its held-out and validation pair
     figures, and how far its calibration on pairs without duplication can be trusted. Its pairs are
     drawn in memory, with no files to show: `report=html` is said to need infer.py on pair files."""
-    from evaluation.protocols.duplication import pair_figures_markdown
+    from evaluation.atomic import atomic_path
+    from evaluation.report import pair_figures_markdown
 
     lines = [f"# Test report: {metrics.get('detector')}", ""]
     lines += pair_figures_markdown("Test pairs", metrics["test"])
     lines += pair_figures_markdown("Validation pairs", metrics.get("val") or {})
     if metrics.get("calibration"):
         lines += [calibration_markdown(metrics["calibration"]), ""]
-    (output_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    with atomic_path(output_dir / "report.md") as written:  # whole or not at all, as every report
+        written.write_text("\n".join(lines), encoding="utf-8")
     if html:
         log.warning(
             "report=html: this detector's pairs were drawn in memory, with no image files for a page; its report "

@@ -176,31 +176,3 @@ def rates_by_kind(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[s
         flagged = float(np.mean([r["score"] >= threshold for r in subset]))
         kinds[kind] = {"n": len(subset), "label": subset[0]["label"], ("tpr" if subset[0]["label"] else "fpr"): flagged}
     return kinds
-
-
-def pair_figures_markdown(title: str, figures: Mapping[str, Any]) -> list[str]:
-    """A pair set's figures as report.md sections: the single figures in one table, then each set of
-    figures of its own (THEMIS operations, per-operation recall, per-kind rates) in a table."""
-
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return f"{value:.4f}" if np.isfinite(value) else "–"
-        return "–" if value is None else str(value).replace("|", "\\|")
-
-    single = {k: v for k, v in figures.items() if not isinstance(v, (Mapping, list))}
-    lines = [f"## {title}", "", "| figure | value |", "| --- | --- |"]
-    lines += [f"| {key} | {cell(value)} |" for key, value in single.items()]
-    for key, value in figures.items():
-        if not isinstance(value, Mapping) or not value:
-            continue
-        rows = {k: v if isinstance(v, Mapping) else {"value": v} for k, v in value.items()}
-        columns = list(dict.fromkeys(c for row in rows.values() for c, v in row.items() if not isinstance(v, Mapping)))
-        lines += [
-            "",
-            f"### {key.replace('_', ' ')}",
-            "",
-            f"| | {' | '.join(columns)} |",
-            "| --- |" + " --- |" * len(columns),
-        ]
-        lines += [f"| {name} | {' | '.join(cell(row.get(c)) for c in columns)} |" for name, row in rows.items()]
-    return [*lines, ""]
