@@ -66,15 +66,17 @@ class ResultWriter:
                 handle.truncate(data.rfind(b"\n") + 1)
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        """The file replaced by `rows` (a temporary file renamed over it: never half-written)."""
-        temporary = self.path.with_name(f".{self.path.name}.rewrite")
-        with temporary.open("w", encoding="utf-8", newline="") as self.handle:
-            if self.is_csv:
-                self._write([dict(zip(self.columns, self.columns))], header=True)
-            self._write(rows)
-        os.replace(temporary, self.path)
+        """The file replaced by `rows`, whole (`evaluation.atomic.atomic_path`: never half-written)."""
+        from evaluation.atomic import atomic_path
 
-    def _write(self, rows: list[dict[str, Any]], header: bool = False) -> None:
+        with atomic_path(self.path) as temporary, temporary.open("w", encoding="utf-8", newline="") as handle:
+            if self.is_csv:
+                self._write([dict(zip(self.columns, self.columns))], header=True, handle=handle)
+            self._write(rows, handle=handle)
+
+    def _write(self, rows: list[dict[str, Any]], header: bool = False, handle: Any = None) -> None:
+        """`rows` as whole lines in one flushed, fsynced write to `handle` (the file's own by default)."""
+        handle = handle or self.handle
         buffer = io.StringIO()
         if self.is_csv:
             writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
@@ -83,9 +85,9 @@ class ResultWriter:
         else:
             for row in rows:
                 buffer.write(json.dumps({k: row.get(k) for k in self.columns}) + "\n")
-        self.handle.write(buffer.getvalue())
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
+        handle.write(buffer.getvalue())
+        handle.flush()
+        os.fsync(handle.fileno())
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         if self.truth and TRUTH_COLUMN in self.columns:
