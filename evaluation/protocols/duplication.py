@@ -94,6 +94,16 @@ def pair_mcc(tp: int, fp: int, fn: int, tn: int) -> float:
     return f1_mcc(tp, fp, fn, tn)[1]
 
 
+def decision_f1_mcc(truth: np.ndarray, decided: np.ndarray) -> tuple[float, float]:
+    """F1 and MCC of pair decisions. Decisions all of one kind (nothing flagged, or everything) have
+    MCC 0, no better than chance (sklearn's convention), not NaN; MCC is NaN where the truth holds
+    one class only, as AUROC is. F1 is NaN only without positives and flags (no pairs included)."""
+    f1, mcc = f1_mcc(*_counts(truth, decided))
+    if not truth.any() or truth.all():
+        return f1, float("nan")
+    return f1, 0.0 if np.isnan(mcc) else mcc
+
+
 def pair_pixel_counts(
     true_a: np.ndarray, true_b: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
 ) -> tuple[int, int, int, int]:
@@ -120,8 +130,7 @@ def duplication_metrics(
     if len(rows) and 0 < labels.sum() < len(rows):
         out.update({f"pair_{k}": v for k, v in image_metrics(labels, scores, threshold=threshold).items()})
     decided = scores >= threshold
-    out["pair_mcc"] = f1_mcc(*_counts(labels.astype(bool), decided))[1] if len(rows) else float("nan")
-    out["pair_f1"] = f1_mcc(*_counts(labels.astype(bool), decided))[0] if len(rows) else float("nan")
+    out["pair_f1"], out["pair_mcc"] = decision_f1_mcc(labels.astype(bool), decided)
     known = [r for r in rows if r.get("truth") is not None]
     positives = [r for r in known if int(r["label"]) == 1]
     if positives:

@@ -130,3 +130,18 @@ def test_train_py_writes_that_report_for_a_pair_detector_fitted_without_gradient
     metrics = {"detector": "dup_sift_tiny", "test": {"pair_auroc": 0.99}, "val": {"pair_auroc": 0.98}}
     report_and_summary(OmegaConf.create({"report": "md"}), tmp_path, module, None, metrics)
     assert (tmp_path / "metrics.json").is_file() and "| pair_auroc | 0.9900 |" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("scores", [[0.1, 0.2, 0.3, 0.4], [0.9, 0.8, 0.7, 0.6]], ids=["none flagged", "all flagged"])
+def test_pair_decisions_all_of_one_kind_have_no_skill_not_an_undefined_mcc(scores):
+    rows = [{"label": label, "score": s, "truth": None, "predicted": set()} for label, s in zip([1, 1, 0, 0], scores)]
+    metrics = duplication_metrics(rows, threshold=0.5)
+    decided = [int(s >= 0.5) for s in scores]
+    assert metrics["pair_mcc"] == matthews_corrcoef([1, 1, 0, 0], decided) == 0.0
+    assert metrics["pair_f1"] == (0.0 if not any(decided) else pytest.approx(2 / 3))
+
+
+def test_pair_mcc_is_undefined_when_the_truth_holds_one_class():
+    rows = [{"label": 1, "score": s, "truth": None, "predicted": set()} for s in (0.9, 0.2)]
+    metrics = duplication_metrics(rows, threshold=0.5)
+    assert np.isnan(metrics["pair_mcc"]) and metrics["pair_f1"] == pytest.approx(2 / 3)
