@@ -66,9 +66,10 @@ def part_files(output: Path, shard: Shard | None = None) -> list[Path]:
 
 
 def done_paths(output: Path, shard: Shard | None = None) -> set[str]:
-    """Paths that already have a row in the output or in the part files (complete lines only)."""
+    """Paths that already have a row in the output or in the part files (complete lines only), but
+    for error rows: a resume tries those images again (one repaired since is scored)."""
     files = ([output] if output.is_file() else []) + part_files(output, shard)
-    return {row["path"] for path in files for row in read_rows(path)}
+    return {row["path"] for path in files for row in read_rows(path) if row.get("status") != "error"}
 
 
 def remove_parts(output: Path, shard: Shard | None = None) -> None:
@@ -90,12 +91,15 @@ def merge_parts(output: Path, records: Sequence[Record], columns: Sequence[str])
 
 def fold_parts(output: Path, records: Sequence[Record], columns: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
     """`merge_parts`, returning the rows written (as written: text in CSV) and how many inputs have
-    none yet. A path scored twice (a row in two files, from overlapping resumed runs) keeps its first row."""
+    none yet. A path scored twice (a row in two files, from overlapping resumed runs) keeps its first row,
+    unless that is an error row and a later one is not (an image tried again on resume and read)."""
     files = ([output] if output.is_file() else []) + part_files(output)
     rows: dict[str, dict[str, Any]] = {}
     for path in files:
         for row in read_rows(path):
-            rows.setdefault(row["path"], row)
+            kept = rows.get(row["path"])
+            if kept is None or (kept.get("status") == "error" and row.get("status") != "error"):
+                rows[row["path"]] = row
     ordered = write_in_order(output, rows, records, columns)
     remove_parts(output)
     return ordered, len({r.path for r in records} - set(rows))

@@ -151,7 +151,8 @@ def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, 
     header = 1 if suffix == ".csv" else 0
     output.write_text("".join(lines[: header + 2]) + lines[header + 2][:15])  # interrupted mid-line
     result = run_infer(checkpoint, mixed_folder, output, "resume=true")
-    assert result["counts"]["skipped"] == 2 and result["counts"]["ok"] + result["counts"]["error"] == 4
+    kept = [r for r in complete[:2] if r["status"] == "ok"]  # an error row is not finished: tried again
+    assert result["counts"]["skipped"] == len(kept) and sum(result["counts"].values()) == len(complete)
     resumed = read_results(output)
     assert sorted(r["path"] for r in resumed) == sorted(r["path"] for r in complete)
     by_path = {r["path"]: r for r in complete}

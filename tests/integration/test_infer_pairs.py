@@ -129,6 +129,20 @@ def test_a_resumed_run_scores_only_the_missing_pairs(model, panels, tmp_path):
     assert result["counts"]["skipped"] == 1 and len(read_results(output)) == 3
 
 
+def test_a_resume_tries_a_pair_with_an_unreadable_panel_again(model, panels, tmp_path):
+    """The panel found since is read: the pair gets its score, and its error row is gone."""
+    folder = tmp_path / "in"
+    for name in ("a.png", "c.png"):
+        write_image(folder / name, read_image(panels / "fig" / name))
+    (folder / "b.png").write_bytes(b"not yet")
+    output = tmp_path / "pairs.csv"
+    assert run(model, folder, output)["counts"]["error"] == 2
+    write_image(folder / "b.png", read_image(panels / "fig" / "b.png"))
+    result = run(model, folder, output, "resume=true")
+    assert result["counts"]["skipped"] == 1 and result["counts"]["error"] == 0 and result["counts"]["ok"] == 2
+    assert [r["status"] for r in read_results(output)] == ["ok"] * 3
+
+
 def test_a_resume_with_another_input_reports_only_the_pairs_of_this_input(model, panels, tmp_path, monkeypatch, caplog):
     import logging
 

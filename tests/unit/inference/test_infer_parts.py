@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import inference.writer as writer_module
 from datamodules.preprocess import Preprocess
@@ -94,10 +95,26 @@ def test_a_killed_process_loses_no_finished_row_and_a_torn_line_is_not_a_row(rec
     part = part_path(output, Shard(), rank=1)
     part.parent.mkdir()
     part.write_text(lines[0] + "".join(lines[3:6]) + lines[6][:9])  # 3 rows scored, the 4th torn mid-line
-    assert done_paths(output) == {row["path"] for row in read_rows(single)[2:5]}
+    assert done_paths(output) == {row["path"] for row in read_rows(single)[2:4]}  # not the error row of 004.png
     counts = run(records, output, resume=True)  # a one-process resume folds the parts in first
-    assert counts == {"ok": 8, "error": 0, "skipped": 3}  # the unreadable 004.png was among the 3
+    assert counts == {"ok": 8, "error": 1, "skipped": 2}  # the unreadable 004.png, among the 3, tried again
     assert output.read_bytes() == single.read_bytes() and not part_files(output)
+
+
+@pytest.mark.parametrize("shard", ["", "0/1", "0/2"])
+def test_a_resume_tries_unreadable_images_again_and_scores_those_repaired_since(records, tmp_path, shard):
+    """An error row is not a finished row: the image may have been repaired (or the disk come back)."""
+    output = tmp_path / "scores.csv"
+    run(records, output, shard)
+    Image.fromarray(np.full((24, 24, 3), 7, np.uint8)).save(records[4].path, format="PNG")  # 004.png repaired
+    counts = run(records, output, shard, resume=True)
+    assert counts["ok"] == 1 and counts["error"] == 0
+    if shard == "0/2":  # 004.png's shard; the other one's rows are still to come
+        run(records, output, "1/2")
+    merge_parts(output, records, COLUMNS)
+    rows = {Path(r["path"]).name: r for r in read_results(output)}
+    assert len(rows) == 11 and rows["004.png"]["status"] == "ok"
+    assert rows["004.png"]["score"] == pytest.approx(7 / 255, abs=1e-6)
 
 
 def test_without_resume_stale_parts_are_dropped(records, tmp_path):
@@ -126,7 +143,7 @@ def test_a_run_holds_its_rows_and_reads_its_output_only_to_resume(records, tmp_p
     reads.clear()
     resumed = run_scored(records, output, resume=True)
     assert reads == [output]
-    assert resumed.counts["skipped"] == (4 if suffix == ".csv" else 5)
+    assert resumed.counts["skipped"] == 4  # the JSONL's 5th row, the unreadable 004.png, is tried again
     assert resumed.rows == complete.rows and output.read_bytes() == whole
 
 
