@@ -15,6 +15,8 @@ Records = Any  # pandas.DataFrame | Mapping[str, Sequence] | Sequence[Mapping[st
 
 
 NO_GROUP = "(none)"  # the breakdown row of records whose column is empty
+RESULTS_COLUMNS = {"score", "status"}  # infer.py's results file, whose `label` is the decision
+TRUTH_COLUMN = "true_label"  # the results file's copy of the input's label
 
 
 def as_columns(records: Records) -> dict[str, np.ndarray]:
@@ -28,6 +30,21 @@ def as_columns(records: Records) -> dict[str, np.ndarray]:
     for row in rows:
         keys.extend(k for k in row if k not in keys)
     return {k: np.asarray([row.get(k) for row in rows]) for k in keys}
+
+
+def truth_column(cols: Mapping[str, np.ndarray], label: str = "label") -> str:
+    """The column holding the truth. In infer.py's results file (columns score and status) `label`
+    is the decision and the truth is `true_label`: scoring decisions against themselves would read
+    as perfect. A results file without `true_label` (its input had no labels) is refused."""
+    if label != "label" or not RESULTS_COLUMNS <= set(cols):
+        return label
+    if TRUTH_COLUMN not in cols:
+        raise ValueError(
+            "these rows are infer.py's results (columns score, status): their label column holds the "
+            "decisions, not the truth, and no true_label column came with them (the input had no labels); "
+            "join the truth from the input's manifest as a label column"
+        )
+    return TRUTH_COLUMN
 
 
 def column(cols: Mapping[str, np.ndarray], name: str) -> np.ndarray:
@@ -106,3 +123,27 @@ def by_category(records: Records, column_name: str = "category", **kwargs) -> di
     """Per-category metrics: every category is scored on its own fakes and genuines."""
     kwargs.setdefault("shared_negatives", False)
     return by_group(records, column_name, **kwargs)
+
+
+def _present(value: Any, name: str) -> bool:
+    """Whether a cell holds a value (None, "" and NaN do not); a value that is no number is refused."""
+    if value is None or value == "":
+        return False
+    try:
+        return not np.isnan(float(value))
+    except (TypeError, ValueError):
+        raise ValueError(f"column {name!r} must be numeric, got {value!r}") from None
+
+
+def labelled_rows(records: Records, label: str = "label", score: str = "score") -> dict[str, np.ndarray]:
+    """Columns restricted to rows with both a label and a score (unlabelled inputs and failed
+    reads, which infer.py writes with an empty score, are left out), label as int, score as float.
+    From infer.py's results file the label is its `true_label` (see `truth_column`)."""
+    cols = as_columns(records)
+    cols[label] = column(cols, truth_column(cols, label))
+    y, s = cols[label], column(cols, score)
+    keep = np.array([_present(a, label) & _present(b, score) for a, b in zip(y.tolist(), s.tolist())], dtype=bool)
+    cols = {k: v[keep] for k, v in cols.items()}
+    cols[label] = cols[label].astype(float).astype(int)
+    cols[score] = cols[score].astype(float)
+    return cols

@@ -13,7 +13,7 @@ import numpy as np
 from .bootstrap import bootstrap_image_ci
 from .calibration import below_target_sentence, categories_below_target, row_thresholds
 from .image import image_metrics
-from .records import Records, as_columns, by_group, column, group_names
+from .records import Records, by_group, group_names, labelled_rows
 
 FLAGGED_BY_SOURCE_KEY = "flagged_genuine_by_source"
 
@@ -26,25 +26,6 @@ def breakdown_title(key: str) -> str:
 def figure_text(value: float | None) -> str:
     """A figure for a log line: four places, or n/a where it is undefined (None or NaN)."""
     return "n/a" if value is None or value != value else f"{value:.4f}"
-
-
-def _present(value) -> bool:
-    try:
-        return value is not None and value != "" and not np.isnan(float(value))
-    except (TypeError, ValueError):
-        return False
-
-
-def labelled_rows(records: Records, label: str = "label", score: str = "score") -> dict[str, np.ndarray]:
-    """Columns restricted to rows with both a label and a score (unlabelled inputs and failed
-    reads, which infer.py writes with an empty score, are left out), label as int, score as float."""
-    cols = as_columns(records)
-    y, s = column(cols, label), column(cols, score)
-    keep = np.array([_present(a) and _present(b) for a, b in zip(y.tolist(), s.tolist())], dtype=bool)
-    cols = {k: v[keep] for k, v in cols.items()}
-    cols[label] = cols[label].astype(float).astype(int)
-    cols[score] = cols[score].astype(float)
-    return cols
 
 
 def flagged_genuine_by_source(

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._checks import UndefinedMetricWarning, as_labels, as_scores, safe_div, warn_undefined
 from ..image import image_metrics
-from ..records import Records, as_columns, column, group_names, numeric
+from ..records import Records, column, group_names, labelled_rows, numeric
 
 
 def _nanmean(values) -> float:
@@ -40,7 +40,7 @@ def fraudbench_protocol(
     Kept in one piece: it follows the benchmark's reporting recipe step by step, so it can be checked
     against the paper line by line.
     """
-    cols = as_columns(records)
+    cols = labelled_rows(records, label, score)
     y = as_labels(numeric(cols, label))
     s = as_scores(numeric(cols, score))
     pred = s >= threshold

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_labels, as_scores, safe_div
-from ..records import Records, as_columns, column, group_names, numeric
+from ..records import Records, column, group_names, labelled_rows, numeric
 
 
 def binary_verdict_metrics(labels, predictions) -> dict[str, float]:
@@ -42,7 +42,7 @@ def mfcbench_protocol(
     that subset's macro-F1. With ``shared_negatives`` every type is scored with all genuine images,
     as when one pool of real images serves every manipulation subset.
     """
-    cols = as_columns(records)
+    cols = labelled_rows(records, label, score)
     y = as_labels(numeric(cols, label))
     pred = as_scores(numeric(cols, score)) >= threshold
     out = binary_verdict_metrics(y, pred)

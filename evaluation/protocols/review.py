@@ -6,7 +6,7 @@ import numpy as np
 
 from .._checks import as_labels, as_scores
 from ..image import image_metrics
-from ..records import Records, as_columns, column, group_names, numeric
+from ..records import Records, as_columns, column, group_names, numeric, truth_column
 
 AGGREGATIONS = ("max", "mean", "noisy_or")
 
@@ -61,5 +61,6 @@ def review_metrics(
 ) -> dict:
     """Image-level metrics computed on review verdicts (``n_pos``/``n_neg`` count reviews)."""
     cols = as_columns(records)
-    _, agg, y = aggregate_reviews(column(cols, review), numeric(cols, score), numeric(cols, label), method)
+    truth = numeric(cols, truth_column(cols, label))
+    _, agg, y = aggregate_reviews(column(cols, review), numeric(cols, score), truth, method)
     return image_metrics(y, agg, threshold=threshold, **kwargs)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from evaluation import UndefinedMetricWarning, image_metrics
+from evaluation import UndefinedMetricWarning, evaluate_records, image_metrics
 from evaluation.protocols import (
     aggregate_reviews,
     balanced_robustness_index,
@@ -225,3 +225,35 @@ def test_protocols_accept_csv_strings():
     assert mfcbench_protocol(as_strings)["accuracy"] == mfcbench_protocol(fraudbench_records())["accuracy"]
     with pytest.raises(ValueError, match="numeric"):
         fraudbench_protocol([{"label": "yes", "score": "0.2", "group": "g"}])
+
+
+def as_results_file(rows: list[dict], threshold: float = 0.5) -> list[dict]:
+    """The rows as infer.py writes them: `label` is the decision, the truth is `true_label`."""
+    return [
+        {**{k: str(v) for k, v in r.items()}, "label": str(int(r["score"] >= threshold)), "true_label": str(r["label"])}
+        | {"status": "ok", "error": ""}
+        for r in rows
+    ]
+
+
+def test_infer_results_are_scored_against_their_true_label_not_the_decisions():
+    records = fraudbench_records()
+    results = as_results_file(records) + [
+        {"path": "x.png", "score": "", "label": "", "true_label": "1", "status": "error"}
+    ]
+    y, s = np.array([r["label"] for r in records]), np.array([r["score"] for r in records])
+    mfc = mfcbench_protocol(results)
+    assert mfc["accuracy"] == pytest.approx(skm.accuracy_score(y, s >= 0.5)) and mfc["accuracy"] < 1
+    assert mfc["fpr"] == pytest.approx(np.mean(s[y == 0] >= 0.5)) and mfc["fpr"] > 0
+    same = json.dumps(fraudbench_protocol(results), sort_keys=True)
+    assert same == json.dumps(fraudbench_protocol(records), sort_keys=True)
+    assert evaluate_records(results, n_resamples=0)["metrics"]["tnr"] == pytest.approx(np.mean(s[y == 0] < 0.5))
+    reviews = [{**r, "review": f"r{i // 2}"} for i, r in enumerate(records)]
+    assert review_metrics(as_results_file(reviews)) == review_metrics(reviews)
+
+
+def test_infer_results_of_an_unlabelled_input_are_refused_not_scored_against_their_decisions():
+    results = [{k: v for k, v in r.items() if k != "true_label"} for r in as_results_file(fraudbench_records())]
+    for protocol in (mfcbench_protocol, fraudbench_protocol, review_metrics, evaluate_records):
+        with pytest.raises(ValueError, match="decisions, not the truth"):
+            protocol([{**r, "review": "r"} for r in results])
