@@ -106,9 +106,11 @@ def read_casia_list(path: str | os.PathLike) -> list[Record]:
 def read_themis(root: str | os.PathLike) -> list[Record]:
     """THEMIS-style triplets: `original/`, `forged/`, `mask/` folders paired by file name.
 
-    Each forged image is label 1 with its mask and `source` = the original of the same name (in the
-    matching sub-folder); each original is label 0. Forged images without a mask are listed without
-    one (and said), for `data.missing_masks` to decide.
+    Each forged image is label 1 with its mask, `group` = its sub-folder of `forged/` (the fraud type:
+    `splicing`, `copy_move`, `ai_generated/tre`...; `themis` at the top level) and `source` = the
+    original of its name, or of the longest name it starts with (`p1_cm0` and `p1_cm1` are forgeries
+    of `p1`), in the matching sub-folder, so that splits keep them with it; each original is label 0.
+    Forged images without a mask or an original, and folders that are none of the three, are said.
     """
     root = Path(root)
     folders = {role: child_folder(root, names) for role, names in THEMIS_FOLDERS.items()}
@@ -116,21 +118,55 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
         raise LayoutError(
             f"{root}: expected THEMIS triplet folders original/, forged/ and mask/; found {describe(root)}"
         )
+    say_unread_folders(root, folders)
     forged = folders["forged"]
     masks = pair_masks(images_under(forged), forged, NameIndex(folders["mask"]))
     say_missing_masks(root, "forged images", f"{folders['mask'].name}/", masks)
     originals = NameIndex(folders["original"], suffixes=("",)) if folders["original"] else None
-    records = []
+    records, orphans = [], []
     for image, mask in masks.items():
-        source = originals.find(image, forged) if originals else None
+        source = original_of(image, forged, originals) if originals else None
+        if originals and source is None:
+            orphans.append(image.name)
+        sub_folder = image.parent.relative_to(forged).as_posix()
+        group = "themis" if sub_folder == "." else sub_folder
         records.append(
-            Record(
-                path=str(image),
-                label=1,
-                mask=str(mask) if mask else None,
-                group="themis",
-                source=str(source) if source else None,
-            )
+            Record(str(image), 1, str(mask) if mask else None, group, source=str(source) if source else None)
+        )
+    if orphans:
+        log.warning(
+            "%s: %d forged images have no original of their name (or of a name they start with) in %s/, so "
+            "their split cannot follow one, e.g. %s",
+            root,
+            len(orphans),
+            folders["original"].name,
+            ", ".join(orphans[:5]),
         )
     records += [Record(path=str(p), label=0, source=str(p)) for p in (originals.by_path.values() if originals else ())]
     return records
+
+
+def original_of(image: Path, forged: Path, originals: NameIndex) -> Path | None:
+    """The original `image` was forged from: the one of its name, else the one (in the matching
+    sub-folder) with the longest name that `image`'s name starts with before a `_`, `-` or `.`."""
+    exact = originals.find(image, forged)
+    if exact is not None:
+        return exact
+    relative = image.relative_to(forged).with_suffix("").as_posix()
+    cuts = [i for i, char in enumerate(relative) if char in "_-." and "/" not in relative[i:]]
+    return next((originals.by_path[relative[:i]] for i in reversed(cuts) if relative[:i] in originals.by_path), None)
+
+
+def say_unread_folders(root: Path, folders: dict[str, Path | None]) -> None:
+    """One warning for what a THEMIS tree holds besides its three folders (genuine images under
+    another name than `original/` would otherwise go unscored without a word)."""
+    used = {folder for folder in folders.values() if folder is not None}
+    unread = sorted(p.name + "/" for p in root.iterdir() if p.is_dir() and p not in used and not p.name.startswith("."))
+    if folders["original"] is None:
+        log.warning(
+            "%s: no original/ folder (original, originals, source or au): no genuine images are read%s",
+            root,
+            f"; not read: {', '.join(unread)}" if unread else "",
+        )
+    elif unread:
+        log.warning("%s: folders that are not original/, forged/ or mask/ are not read: %s", root, ", ".join(unread))

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -206,6 +207,35 @@ def test_themis_triplets(tmp_path):
     assert forged[0].source.endswith("original/p1.png")
     assert sum(r.label == 0 for r in records) == 2
     assert detect_layout(tmp_path) == "themis"
+
+
+def test_themis_forgeries_name_their_fraud_type_and_keep_the_split_of_their_original(tmp_path):
+    """Several forgeries of one original (`p1_cm0`, `p1_cm1`) share its source, so no split holds
+    the original on one side and a forgery of it on the other; the sub-folder is the fraud type."""
+    originals = [f"original/copy_move/p{i}.png" for i in range(12)] + ["original/ai_generated/tre/p1.png"]
+    forged = [f"forged/copy_move/p{i}_cm{k}.png" for i in range(12) for k in range(2)] + [
+        "forged/ai_generated/tre/p1.png"
+    ]
+    _touch(tmp_path, *originals, *forged, *(f.replace("forged/", "mask/") for f in forged))
+    records = assign_splits(read_themis(tmp_path), (0.5, 0.25, 0.25), seed=0)
+    split_of = {r.path: r.split for r in records if r.label == 0}
+    for record in (r for r in records if r.label == 1):
+        original = re.sub(r"_cm\d", "", record.path.replace("forged/", "original/"))
+        assert record.source == original and record.split == split_of[original]
+        assert record.group == ("copy_move" if "_cm" in record.path else "ai_generated/tre")
+    assert len(set(split_of.values())) == 3
+
+
+def test_themis_says_what_it_cannot_pair_and_what_it_does_not_read(tmp_path, caplog):
+    _touch(tmp_path, "authentic/p1.png", "forged/p1.png", "forged/q7.png", "mask/p1.png", "mask/q7.png")
+    with caplog.at_level(logging.WARNING):
+        records = read_themis(tmp_path)
+    assert len(records) == 2 and "no original/ folder" in caplog.text and "not read: authentic/" in caplog.text
+    (tmp_path / "authentic").rename(tmp_path / "original")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        read_themis(tmp_path)
+    assert "1 forged images have no original" in caplog.text and "q7.png" in caplog.text
 
 
 def test_detection_of_folder_and_manifest(tmp_path):
