@@ -32,11 +32,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from datamodules.io import ImageReadError, read_mask
-from datamodules.records import read_manifest
+from datamodules.layouts import read_layout
 from evaluation.protocols.themis import block_localization, forged_regions, grid_partition
 from inference.writer import read_results
 
-DEFAULT_TASKS = {"splicing": "SPL", "copy_move": "CM", "region": "AIG"}
+DEFAULT_TASKS = {"splicing": "SPL", "copy_move": "CM", "copy-move": "CM", "region": "AIG", "generated": "AIG"}
 # THEMIS Tables 9-11 (synthetic academic panels): (IoU %, set-based F1 %) per task.
 THEMIS_MLLM = {
     "GPT-5": {"SPL": (16.67, 20.27), "CM": (36.41, 46.11), "AIG": (19.33, 22.21)},
@@ -146,22 +146,32 @@ def table(ours: Mapping[str, Mapping[str, Mapping[str, float]]], tasks: Sequence
     return "\n".join(lines)
 
 
+LEFT_OUT = {  # why a manipulated image is not scored -> what is counted (its group or its task)
+    "no_task": "their group matching no --task",
+    "no_mask": "no true mask",
+    "blank": "their mask marking no pixel",
+}
+
+
 def load_items(
-    results_path: Path,
-    manifest: Path,
-    tasks: Mapping[str, str],
-    unmatched: Counter | None = None,
-    blank: Counter | None = None,
+    results_path: Path, inputs: Path, tasks: Mapping[str, str], said: Counter | None = None
 ) -> list[dict[str, Any]]:
-    """infer.py's rows (with saved maps) joined to the manifest's true masks and groups by path.
-    Manipulated images are left out, as from infer.py's pixel metrics, without a mask, with a mask
-    marking no pixel (counted per task in `blank`: nothing to find, and finding nothing would score
-    1) or of a group that matches no task (counted per group in `unmatched`)."""
-    records = {str(Path(r.path).resolve()): r for r in read_manifest(manifest)}
+    """infer.py's rows (with saved maps) joined by path to the scored input's true masks and groups
+    (a manifest or any layout infer.py reads). Manipulated images are left out, as from infer.py's
+    pixel metrics, without a mask, with a mask marking no pixel (nothing to find, and finding
+    nothing would score 1) or of a group that matches no task; `said` counts them per
+    (`LEFT_OUT` reason, group or task), and the masks of another size than the map, scored resized
+    to it (blocks are fractions of the image), under ("resized", task)."""
+    records = {str(Path(r.path).resolve()): r for r in read_layout(inputs)}
+    said = said if said is not None else Counter()
     items = []
     for row in read_results(results_path):
         record = records.get(str(Path(row["path"]).resolve()))
         if row.get("status") != "ok" or record is None or record.label is None or not row.get("mask"):
+            continue
+        task = task_of(record.group, tasks) if record.label == 1 else "genuine"
+        if task is None or (record.label == 1 and not record.mask):
+            said["no_task" if task is None else "no_mask", record.group or "(none)" if task is None else task] += 1
             continue
         try:
             probabilities = _read_map(row["mask"])
@@ -169,15 +179,21 @@ def load_items(
         except ImageReadError as error:
             print(f"skipping {row['path']}: {error.reason}", file=sys.stderr)
             continue
-        task = task_of(record.group, tasks) if record.label == 1 else "genuine"
-        if record.label == 1 and (truth is None or task is None or not truth.any()):
-            if task is None and unmatched is not None:
-                unmatched[record.group or "(none)"] += 1
-            elif truth is not None and blank is not None:
-                blank[task] += 1
-            continue  # manipulated without a true region, or of a task THEMIS does not localize
+        if truth is not None and not truth.any():
+            said["blank", task] += 1
+            continue
+        if truth is not None and truth.shape != probabilities.shape:
+            said["resized", task] += 1
         items.append({"path": row["path"], "map": probabilities, "truth": truth, "task": task})
     return items
+
+
+def say_left_out(results: Path, said: Counter) -> None:
+    """One stderr line per reason, with its counts by group or task."""
+    for reason, why in [*LEFT_OUT.items(), ("resized", "scored with their mask resized to the image")]:
+        counts = {name: n for (kind, name), n in said.items() if kind == reason}
+        if counts:
+            print(f"{results}: {'' if reason == 'resized' else 'left out, '}{why}: {counts}", file=sys.stderr)
 
 
 def _read_map(path: str) -> np.ndarray:
@@ -203,7 +219,9 @@ def parse_grid(text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", type=Path, nargs="+", help="infer.py outputs with a mask column (one per model)")
-    parser.add_argument("--manifest", type=Path, required=True, help="the scored manifest (true masks, groups)")
+    parser.add_argument(
+        "--manifest", type=Path, required=True, help="the scored input: a manifest or a layout (true masks, groups)"
+    )
     parser.add_argument("--names", nargs="*", help="model names for the table (default: result file stems)")
     parser.add_argument("--grid", type=parse_grid, default=(3, 3))
     parser.add_argument("--partitions", type=Path, help="folder of region label images named like the images")
@@ -221,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = dict(item.split("=", 1) for item in args.task) if args.task else DEFAULT_TASKS
     unknown = sorted(set(tasks.values()) - set(DEFAULT_TASKS.values()))
     if unknown:
-        parser.error(f"--task GROUP=TASK takes THEMIS's tasks {sorted(DEFAULT_TASKS.values())}, got {unknown}")
+        parser.error(f"--task GROUP=TASK takes THEMIS's tasks {sorted(set(DEFAULT_TASKS.values()))}, got {unknown}")
     names = args.names or [path.stem for path in args.results]
     if len(names) != len(args.results):
         parser.error("--names needs one name per results file")
@@ -229,12 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, results in zip(names, args.results):
         if not results.is_file():
             parser.error(f"{results} does not exist")
-        unmatched: Counter = Counter()
-        blank: Counter = Counter()
-        items = load_items(results, args.manifest, tasks, unmatched, blank)
-        for why, counter in (("their group matching no --task", unmatched), ("their mask marking no pixel", blank)):
-            if counter:
-                print(f"{results}: left out, {why}: {dict(counter)}", file=sys.stderr)
+        said: Counter = Counter()
+        items = load_items(results, args.manifest, tasks, said)
+        say_left_out(results, said)
         if not items:
             parser.error(f"{results}: no scored image with a saved map matches the manifest (save_masks=true?)")
         ours[name] = summarize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -165,3 +167,31 @@ def test_true_coverage_is_said_as_the_code_applies_it():
     assert block_localization(truth, nothing, grid_partition((90, 90), 3, 3), true_coverage=0.26)["true"] == []
     for text in (" ".join(block_localization.__doc__.split()), " ".join(tools.themis_blocks.__doc__.split())):
         assert "covers at least" in text and "covers more than" not in text
+
+
+def test_a_themis_tree_is_read_as_the_scored_input_and_every_image_left_out_or_resized_is_said(tmp_path, capsys):
+    """The fraud type comes from the tree's sub-folders (`ai_generated/...` is THEMIS's AIG task); a
+    whole-image fake without a mask is counted aloud, a mask of another size is scored resized, and said."""
+    tree, results = tmp_path / "themis", ["path,score,label,status,error,mask"]
+    forged = {"splicing/p1": 90, "ai_generated/tre/p2": 45, "ai_generated/iif/p3": None}  # mask side
+    for name, side in forged.items():
+        for role in ("original", "forged"):
+            (tree / role / name).parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.zeros((90, 90, 3), np.uint8)).save(tree / role / f"{name}.png")
+        if side:
+            (tree / "mask" / name).parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((square()[:: 90 // side, :: 90 // side] * 255).astype(np.uint8)).save(
+                tree / "mask" / f"{name}.png"
+            )
+        Image.fromarray((square() * 255).astype(np.uint8)).save(tmp_path / f"{Path(name).name}_map.png")
+        results.append(f"{tree / 'forged' / name}.png,0.9,1,ok,,{tmp_path / (Path(name).name + '_map.png')}")
+    (tmp_path / "scores.csv").write_text("\n".join(results) + "\n")
+    out = tmp_path / "table.md"
+    assert main([str(tmp_path / "scores.csv"), "--manifest", str(tree), "--output", str(out), "--no-baseline"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "left out, no true mask: {'AIG': 1}" in err and "scored with their mask resized to the image: {'AIG': 1}" in err
+    )
+    assert "| scores | ours | 100.00 (n=1) | 100.00 | 100.00 (n=1) | 100.00 |" in out.read_text().replace(
+        " - | - |", ""
+    )
