@@ -34,13 +34,16 @@ def mfcbench_protocol(
     score: str = "score",
     label: str = "label",
     group: str = "group",
-    shared_negatives: bool = True,
+    shared_negatives: bool | None = None,
 ) -> dict:
     """Overall and per-manipulation-type accuracy / macro-F1 / FPR / FNR at ``threshold``.
 
     A class whose F1 is undefined in a subset (no such images and none predicted) is left out of
-    that subset's macro-F1. With ``shared_negatives`` every type is scored with all genuine images,
-    as when one pool of real images serves every manipulation subset.
+    that subset's macro-F1. Each type is scored on its own rows, fakes and genuine images, as
+    MFC-Bench's Table 1 gives every manipulation subset real images of its own; with
+    ``shared_negatives`` every type is scored with all genuine images instead, as when one pool of
+    real images serves every subset. By default (None) the pool is shared only where no genuine row
+    names a type.
     """
     cols = labelled_rows(records, label, score)
     y = as_labels(numeric(cols, label))
@@ -48,6 +51,8 @@ def mfcbench_protocol(
     out = binary_verdict_metrics(y, pred)
     if group in cols:
         names = group_names(column(cols, group))
+        if shared_negatives is None:
+            shared_negatives = not (names[~y] != "").any()
         by_type = {}
         for name in sorted(set(names[y].tolist())):
             rows = (names == name) & y

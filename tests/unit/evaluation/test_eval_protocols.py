@@ -103,6 +103,18 @@ def test_mfcbench_matches_sklearn_and_bias():
     assert set(got["by_group"]) == {"face_swap", "photoshop"}
 
 
+def test_mfcbench_scores_each_type_on_its_own_real_images_where_they_name_it():
+    """MFC-Bench Table 1 gives every manipulation subset real images of its own: their FPR is the type's."""
+    y = np.array([1, 1, 0, 0, 1, 0, 0, 0])
+    s = np.array([0.9, 0.2, 0.7, 0.1, 0.8, 0.1, 0.2, 0.3])
+    types = np.array(["face_swap"] * 4 + ["photoshop"] * 4)
+    got = mfcbench_protocol({"label": y, "score": s, "group": types})["by_group"]
+    assert got["face_swap"]["fpr"] == 0.5 and got["photoshop"]["fpr"] == 0.0
+    assert got["face_swap"]["n"] == 4 and got["photoshop"]["n"] == 4
+    pooled = mfcbench_protocol({"label": y, "score": s, "group": types}, shared_negatives=True)["by_group"]
+    assert pooled["face_swap"]["fpr"] == pooled["photoshop"]["fpr"] == pytest.approx(1 / 5)
+
+
 def test_mfcbench_always_yes_bias():
     got = mfcbench_protocol({"label": [0, 0, 1, 1], "score": [0.9, 0.8, 0.7, 0.6]})
     assert got["fpr"] == 1.0 and got["fnr"] == 0.0 and got["accuracy"] == 0.5
