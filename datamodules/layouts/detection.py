@@ -10,7 +10,7 @@ from typing import Callable
 from datamodules.layouts.files import child_folder, describe
 from datamodules.layouts.fraudbench import fraudbench_categories, read_fraudbench
 from datamodules.layouts.genimage import is_genimage, read_genimage
-from datamodules.layouts.manipulation import THEMIS_FOLDERS, read_casia_list, read_imdl, read_imdl_json, read_themis
+from datamodules.layouts.manipulation import read_casia_list, read_imdl, read_imdl_json, read_themis, themis_trees
 from datamodules.records import LayoutError, Record, every_image, list_images, paths_below, read_manifest, scan_folder
 
 FILE_LAYOUTS = {
@@ -49,7 +49,7 @@ _EXPECTED = {
     "imdl": "Tp/ and Gt/ (+ Au/)",
     "imdl_json": 'a .json list of [image, mask or "Negative"]',
     "casia_list": "a .txt list of `image mask label`",
-    "themis": "original/, forged/ and mask/",
+    "themis": "original/, forged/ and mask/ (or a sub-folder per fraud type holding them)",
 }
 
 
@@ -60,11 +60,7 @@ def _matching_layouts(path: Path) -> list[str]:
         return ["manifest"]  # an explicit index of the folder (generate.py writes one)
     if child_folder(path, ("Tp",)) and child_folder(path, ("Gt",)):
         matches.append("imdl")
-    if (
-        child_folder(path, THEMIS_FOLDERS["forged"])
-        and child_folder(path, THEMIS_FOLDERS["mask"])
-        and "imdl" not in matches
-    ):
+    if themis_trees(path) and "imdl" not in matches:
         matches.append("themis")
     if fraudbench_categories(path):
         matches.append("fraudbench")

@@ -103,8 +103,25 @@ def read_casia_list(path: str | os.PathLike) -> list[Record]:
     return records
 
 
+def is_themis_tree(folder: Path) -> bool:
+    return child_folder(folder, THEMIS_FOLDERS["forged"]) is not None and (
+        child_folder(folder, THEMIS_FOLDERS["mask"]) is not None
+    )
+
+
+def themis_trees(root: Path) -> list[Path]:
+    """`root` when it holds the triplet folders, else its sub-folders that do (one tree per fraud type,
+    `splicing/{original,forged,mask}/`...)."""
+    if is_themis_tree(root):
+        return [root]
+    return (
+        [child for child in sorted(root.iterdir()) if child.is_dir() and is_themis_tree(child)] if root.is_dir() else []
+    )
+
+
 def read_themis(root: str | os.PathLike) -> list[Record]:
-    """THEMIS-style triplets: `original/`, `forged/`, `mask/` folders paired by file name.
+    """THEMIS-style triplets: `original/`, `forged/`, `mask/` folders paired by file name, at the top
+    or in one sub-folder per fraud type (`splicing/forged/...`: the sub-folder leads the group).
 
     Each forged image is label 1 with its mask, `group` = its sub-folder of `forged/` (the fraud type:
     `splicing`, `copy_move`, `ai_generated/tre`...; `themis` at the top level) and `source` = the
@@ -113,11 +130,25 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
     Forged images without a mask or an original, and folders that are none of the three, are said.
     """
     root = Path(root)
-    folders = {role: child_folder(root, names) for role, names in THEMIS_FOLDERS.items()}
-    if folders["forged"] is None or folders["mask"] is None:
+    trees = themis_trees(root)
+    if not trees:
         raise LayoutError(
-            f"{root}: expected THEMIS triplet folders original/, forged/ and mask/; found {describe(root)}"
+            f"{root}: expected THEMIS triplet folders original/, forged/ and mask/ (or one sub-folder per "
+            f"fraud type holding them); found {describe(root)}"
         )
+    if trees == [root]:
+        return read_themis_tree(root)
+    unread = sorted(
+        p.name + "/" for p in root.iterdir() if p.is_dir() and p not in trees and not p.name.startswith(".")
+    )
+    if unread:
+        log.warning("%s: folders without original/, forged/ and mask/ are not read: %s", root, ", ".join(unread))
+    return [record for tree in trees for record in read_themis_tree(tree, prefix=tree.name)]
+
+
+def read_themis_tree(root: Path, prefix: str = "") -> list[Record]:
+    """One THEMIS-style tree (see `read_themis`), its groups led by `prefix`."""
+    folders = {role: child_folder(root, names) for role, names in THEMIS_FOLDERS.items()}
     say_unread_folders(root, folders)
     forged = folders["forged"]
     masks = pair_masks(images_under(forged), forged, NameIndex(folders["mask"]))
@@ -129,7 +160,7 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
         if originals and source is None:
             orphans.append(image.name)
         sub_folder = image.parent.relative_to(forged).as_posix()
-        group = "themis" if sub_folder == "." else sub_folder
+        group = (prefix or "themis") if sub_folder == "." else prefix + ("/" if prefix else "") + sub_folder
         records.append(
             Record(str(image), 1, str(mask) if mask else None, group, source=str(source) if source else None)
         )

@@ -238,6 +238,19 @@ def test_themis_says_what_it_cannot_pair_and_what_it_does_not_read(tmp_path, cap
     assert "1 forged images have no original" in caplog.text and "q7.png" in caplog.text
 
 
+def test_a_themis_tree_per_fraud_type_is_read_whole_with_the_type_leading_each_group(tmp_path, caplog):
+    _touch(
+        tmp_path, *(f"{t}/{role}/p.png" for t in ("splicing", "copy_move") for role in ("original", "forged", "mask"))
+    )
+    _touch(tmp_path, "notes/readme.png")
+    assert detect_layout(tmp_path) == "themis"
+    with caplog.at_level(logging.WARNING):
+        records = read_layout(tmp_path)
+    assert sorted((r.label, r.group) for r in records) == [(0, None), (0, None), (1, "copy_move"), (1, "splicing")]
+    assert all(r.source.endswith(f"{r.group}/original/p.png") for r in records if r.label == 1)
+    assert "not read: notes/" in caplog.text
+
+
 def test_detection_of_folder_and_manifest(tmp_path):
     _touch(tmp_path / "cnnspot", "progan/car/0_real/a.png", "progan/car/1_fake/b.png")
     assert detect_layout(tmp_path / "cnnspot") == "folder"
