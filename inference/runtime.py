@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -138,14 +137,19 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
         net.load_state_dict({k[len("net.") :]: v for k, v in state.items() if k.startswith("net.")})
     except (ValueError, TypeError, RuntimeError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
-    category_thresholds = {str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()}
+    from inference.model_metadata import checked_calibration, checked_category_thresholds, checked_threshold
+
+    try:
+        if state["threshold"].numel() != 1:
+            raise ValueError(f"metadata 'threshold' must be one number, got {state['threshold'].numel()}")
+        threshold = checked_threshold(float(state["threshold"]), uncalibrated=True)
+        category_thresholds = checked_category_thresholds(checkpoint.get("category_thresholds"))
+        calibration = checked_calibration(checkpoint.get("calibration"))
+    except ValueError as error:
+        raise ModelLoadError(f"{path}: {error}") from None
+    target_fpr = float(hparams.get("target_fpr", 0.01))
     return LoadedDetector(
-        net.eval(),
-        hparams.get("name") or type(net).__name__,
-        float(state["threshold"]),
-        category_thresholds,
-        float(hparams.get("target_fpr", 0.01)),
-        checkpoint.get("calibration") or None,
+        net.eval(), hparams.get("name") or type(net).__name__, threshold, category_thresholds, target_fpr, calibration
     )
 
 
@@ -240,33 +244,30 @@ class OnnxRuntime:
                 f"device={device} was requested but onnxruntime could not start CUDA "
                 "(see its log above: missing CUDA / cuDNN libraries?)"
             )
-        meta = self.session.get_modelmeta().custom_metadata_map
-        missing = {"detector", "preprocess", "threshold", "outputs"} - set(meta)
-        if missing:
-            raise ModelLoadError(
-                f"{path}: not exported by this toolkit's export.py (missing metadata {sorted(missing)})"
-            )
+        from inference.model_metadata import read_onnx_metadata
+
+        try:
+            meta = read_onnx_metadata(self.session.get_modelmeta().custom_metadata_map)
+            self.preprocess = Preprocess.from_config(meta["preprocess"])
+            trained = Preprocess.from_config(meta["trained_preprocess"])
+        except (ValueError, TypeError) as error:
+            raise ModelLoadError(f"{path}: {error}") from None
         self.name = meta["detector"]
-        self.preprocess = Preprocess.from_config(json.loads(meta["preprocess"]))
-        self.threshold = float(meta["threshold"])
-        self.category_thresholds = {
-            str(k): float(v) for k, v in json.loads(meta.get("category_thresholds", "{}")).items()
-        }
-        self.target_fpr = float(meta["target_fpr"]) if "target_fpr" in meta else None
-        self.calibration = json.loads(meta.get("calibration", "null")) or None
+        self.threshold = meta["threshold"]
+        self.category_thresholds = meta["category_thresholds"]
+        self.target_fpr = meta["target_fpr"]
+        self.calibration = meta["calibration"]
         self.calibrated_tiles = calibrated_tiles(self.calibration)
-        self.output_names = json.loads(meta["outputs"])
-        self.min_side = int(meta.get("min_side", 1))
+        self.output_names = meta["outputs"]
+        self.min_side = meta["min_side"]
         self.is_localizer = "mask" in self.output_names
         self.confidence_maps = False  # infer.py save_confidence=true: also return `confidence` if exported
-        self.trained_preprocess, self.preprocess = (  # files exported before trained_preprocess: the same
-            Preprocess.from_config(json.loads(meta.get("trained_preprocess", meta["preprocess"]))),
-            scoring_preprocess(self.preprocess, self.is_localizer),
-        )
+        # files exported before trained_preprocess: the same as preprocess
+        self.trained_preprocess, self.preprocess = trained, scoring_preprocess(self.preprocess, self.is_localizer)
         # `export.py graph_preprocess=true` models take the decoded image itself and preprocess in the
         # graph: feed each image whole (mode none), one at a time.
-        self.input_name = meta.get("input", "image")
-        if "operations" in meta:  # a pair detector (exporting.pair_export): infer.py scores panel pairs
+        self.input_name = meta["input"]
+        if meta["is_pair_detector"]:  # exporting.pair_export: infer.py scores panel pairs
             from inference.pair_onnx import OnnxPairNet
 
             self.net = OnnxPairNet(self.session, int(self.trained_preprocess.size))

@@ -167,7 +167,8 @@ def test_a_page_draws_each_mask_at_its_categorys_threshold(localizer, tmp_path):
 
     checkpoint, _ = localizer
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    saved["category_thresholds"] = {"lenient": 0.0, "strict": 1.01}  # every pixel above / none above
+    strict = float(np.nextafter(1.0, 2.0))  # above every score, as a calibration with genuine scores of 1.0 sets it
+    saved["category_thresholds"] = {"lenient": 0.0, "strict": strict}  # every pixel above / none above
     torch.save(saved, tmp_path / "by_category.ckpt")
     rng = np.random.default_rng(1)
     Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(tmp_path / "a.png")

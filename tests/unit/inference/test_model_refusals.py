@@ -93,3 +93,62 @@ def test_a_model_without_a_calibrated_threshold_is_said(tmp_path, caplog, monkey
     monkeypatch.setattr(runtime, "OnnxRuntime", Uncalibrated)
     runtime.load_runtime(tmp_path / "model.onnx")
     assert "has no calibrated threshold (NaN" in caplog.text and "pass threshold=" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("threshold", "2.0", "'threshold' must be a number from 0 to 1, got 2.0"),
+        ("threshold", "-0.5", "'threshold' must be a number from 0 to 1"),
+        ("threshold", "abc", "'threshold' is not JSON"),
+        ("category_thresholds", '{"coins": NaN}', "'category_thresholds\\[coins\\]' must be a number from 0 to 1"),
+        ("category_thresholds", "[0.5]", "'category_thresholds' must be a JSON object"),
+        ("calibration", "[1, 2]", "'calibration' must be a JSON object"),
+        ("preprocess", "[1, 2]", "'preprocess' must be a JSON object"),
+        ("preprocess", '{"size": 100000}', "'preprocess': size must be a whole number of pixels from 1 to 8192"),
+        ("outputs", '"score"', "'outputs' must be a list of output names"),
+        ("min_side", "0", "'min_side' must be a whole number of pixels"),
+    ],
+)
+def test_an_exported_model_whose_metadata_was_edited_is_refused_by_the_key_at_fault(
+    tiny_model, tmp_path, key, value, message
+):
+    """Never scored at a threshold outside 0..1 (every image genuine, or every image fake), never a traceback."""
+    import onnx
+
+    from inference.runtime import ModelLoadError, load_runtime
+
+    model = onnx.load(str(tiny_model["onnx"]))
+    kept = [p for p in model.metadata_props if p.key != key]
+    del model.metadata_props[:]
+    for prop in kept:
+        model.metadata_props.add(key=prop.key, value=prop.value)
+    model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(tmp_path / "edited.onnx"))
+    with pytest.raises(ModelLoadError, match=f"edited.onnx: metadata {message}"):
+        load_runtime(tmp_path / "edited.onnx")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"category_thresholds": [1, 2]}, "'category_thresholds' must be a JSON object"),
+        ({"category_thresholds": {"coins": 3.0}}, "'category_thresholds\\[coins\\]' must be a number from 0 to 1"),
+        ({"calibration": "x"}, "'calibration' must be a JSON object"),
+        ({"threshold": [0.5, 0.5, 0.5]}, "'threshold' must be one number, got 3"),
+        ({"threshold": 2.5}, "'threshold' must be a number from 0 to 1, got 2.5"),
+    ],
+)
+def test_a_checkpoint_whose_threshold_or_calibration_was_edited_is_refused_by_the_key(
+    tiny_model, tmp_path, change, message
+):
+    import torch
+
+    from inference.runtime import ModelLoadError, load_runtime
+
+    checkpoint = torch.load(tiny_model["ckpt"], weights_only=True)
+    if "threshold" in change:
+        checkpoint["state_dict"]["threshold"] = torch.tensor(change.pop("threshold"))
+    torch.save({**checkpoint, **change}, tmp_path / "edited.ckpt")
+    with pytest.raises(ModelLoadError, match=f"edited.ckpt: metadata {message}"):
+        load_runtime(tmp_path / "edited.ckpt")
