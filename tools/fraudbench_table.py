@@ -31,6 +31,7 @@ from typing import Any, Sequence
 from datamodules.io import file_sha256
 from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
+from evaluation.atomic import atomic_path
 from evaluation.calibration import genuine_needed
 from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
 from inference.runtime import ModelLoadError, load_runtime
@@ -48,6 +49,8 @@ def _pairs(values: Sequence[str], option: str) -> dict[str, str]:
             raise SystemExit(f"{option} expects NAME=PATH, got {value!r}")
         if name in pairs:
             raise SystemExit(f"{option}: detector name {name!r} given twice")
+        if "/" in name or "\\" in name or name.startswith("."):  # it names the file its scores are kept in
+            raise SystemExit(f"{option}: detector name {name!r} must be a plain name (no / or \\, not starting with .)")
         pairs[name] = path
     return pairs
 
@@ -178,10 +181,13 @@ def build_table(args: argparse.Namespace) -> dict:
 
 
 def write_table(table: dict, output: Path) -> None:
+    """The Markdown table at `output`, its JSON and CSV beside it, each written whole or not at all."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(fraudbench_table_markdown(table))
-    output.with_suffix(".json").write_text(json.dumps(table, indent=2, allow_nan=True))
-    with output.with_suffix(".csv").open("w", newline="") as handle:
+    with atomic_path(output) as markdown:
+        markdown.write_text(fraudbench_table_markdown(table))
+    with atomic_path(output.with_suffix(".json")) as data:
+        data.write_text(json.dumps(table, indent=2, allow_nan=True))
+    with atomic_path(output.with_suffix(".csv")) as flat, flat.open("w", newline="") as handle:
         columns = [
             "detector",
             "threshold_kind",
@@ -228,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         raise SystemExit(f"--target-fpr must lie in (0, 1) and --threshold in [0, 1], got {given}")
     if args.output.is_dir():  # the table's three files and its scores folder are named after it
         raise SystemExit(f"--output {args.output} is a folder: give the table's file, e.g. {args.output / 'table.md'}")
+    if args.output.suffix.lower() != ".md":  # the .json and .csv written beside it would replace it
+        raise SystemExit(f"--output is the Markdown table and must end in .md, got {args.output}")
     try:
         table = build_table(args)
     except (LayoutError, ModelLoadError) as error:  # a missing --data or --model: one line, not a traceback

@@ -197,12 +197,24 @@ def test_scores_kept_for_a_name_are_made_again_when_the_name_points_at_another_m
         (["--target-fpr", "1.5"], "--target-fpr must lie in (0, 1)"),  # a traceback after scoring every model
         (["--threshold", "7"], "--threshold in [0, 1]"),  # a table of TPR 0 everywhere
         ([], "fraudbench_table: input"),  # a missing --data: a LayoutError traceback
+        (["--output", "t.csv"], "must end in .md, got t.csv"),  # the CSV table was written over the Markdown
     ],
 )
 def test_bad_settings_and_missing_data_are_one_line(arguments, message, tmp_path):
     base = ["--data", str(tmp_path / "nope"), "--model", f"m={tmp_path / 'm.ckpt'}", "--output", str(tmp_path / "t.md")]
     with pytest.raises(SystemExit, match=re.escape(message)):
         main([*base, *arguments])
+
+
+@pytest.mark.parametrize("name", ["../../victim", "ours/v1", "/etc/x", ".."])
+def test_a_detector_name_that_would_place_its_scores_outside_the_tables_folder_is_refused(name, tmp_path):
+    """The name names the file its scores are kept in: `../../victim` replaced a file of the user's."""
+    victim = tmp_path / "victim.csv"
+    victim.write_text("keep")
+    arguments = ["--data", str(tmp_path), "--model", f"{name}=m.ckpt", "--output", str(tmp_path / "a" / "b" / "t.md")]
+    with pytest.raises(SystemExit, match="must be a plain name"):
+        main(arguments)
+    assert victim.read_text() == "keep" and not (tmp_path / "a").exists()
 
 
 def test_a_rerun_scores_again_the_images_that_could_not_be_read_before(tmp_path, monkeypatch):
