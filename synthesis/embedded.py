@@ -113,6 +113,17 @@ class EmbeddedSpec:
     seed: int = 0
 
 
+def distinctly_named(sources: list[Path]) -> list[Path]:
+    """`sources`, refused where two share a name: the dataset names its files by the photo's name."""
+    stems = Counter(path.stem for path in sources)
+    if clashing := sorted(str(path) for path in sources if stems[path.stem] > 1):
+        raise ValueError(
+            f"source photos sharing a name ({', '.join(clashing[:4])}): the dataset names its files by the photo's "
+            "name, so one would replace the other; rename them"
+        )
+    return sources
+
+
 def build_embedded_dataset(
     output: str | os.PathLike,
     spec: EmbeddedSpec = EmbeddedSpec(),
@@ -127,13 +138,7 @@ def build_embedded_dataset(
     exist are kept, so an interrupted run resumes.
     """
     output = Path(output)
-    sources = [Path(p) for p in photos or bundled_photo_paths()]
-    stems = Counter(path.stem for path in sources)
-    if clashing := sorted(str(path) for path in sources if stems[path.stem] > 1):
-        raise ValueError(
-            f"source photos sharing a name ({', '.join(clashing[:4])}): the dataset names its files by the photo's "
-            "name, so one would replace the other; rename them"
-        )
+    sources = distinctly_named([Path(p) for p in photos or bundled_photo_paths()])
     rows: list[dict] = []
     for photo_index, photo in enumerate(progress(sources)):
         try:
@@ -179,6 +184,7 @@ def make_embedded_manifest(
     photographs) and write its `manifest.csv`, split by photo (`scene_of`); returns the manifest's path."""
     output = Path(output)
     embedded = EmbeddedSpec(seed=seed, **spec)
+    distinctly_named([Path(p) for p in photos or bundled_photo_paths()])  # before the stamp: a refused run leaves none
     stamp_embedded_options(output, embedded, split_fractions, photos)
     rows = build_embedded_dataset(output, embedded, photos=photos, **({"progress": progress} if progress else {}))
     _write_split(rows, output / "manifest.csv", split_fractions, seed)
