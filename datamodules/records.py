@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from datamodules.io import MANIFEST_COLUMNS, SPLITS, is_image_file, split_keys, write_manifest
 
@@ -115,6 +115,20 @@ def sources_as_paths(base: Path, records: list[Record]) -> list[Record]:
     return [replace(r, source=resolved[r.source]) if r.source and resolved[r.source] in paths else r for r in records]
 
 
+def csv_rows(path: Path) -> tuple[list[dict[str, Any]], set[str]]:
+    """A CSV manifest's rows and columns; a column named twice in the header, or a row with more
+    fields than the header (an unquoted comma in a path), is refused rather than read one way."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+        names = list(reader.fieldnames or ())
+    if repeated := sorted({name for name in names if names.count(name) > 1}):
+        raise LayoutError(f"manifest {path}: column {repeated[0]!r} appears twice in the header; which is meant?")
+    if longer := next((number for number, row in enumerate(rows, start=2) if None in row), None):
+        raise LayoutError(f"{path}:{longer}: more fields than the header has columns (a comma in a path unquoted?)")
+    return rows, set(names)
+
+
 def read_manifest(path: str | os.PathLike) -> list[Record]:
     """Read a CSV (with header) or JSONL manifest; relative paths are taken from its folder."""
     path = Path(path)
@@ -124,10 +138,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
         rows = jsonl_rows(path)
         columns = set().union(*(row.keys() for row in rows)) if rows else set()
     else:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            rows = list(reader)
-            columns = set(reader.fieldnames or ())
+        rows, columns = csv_rows(path)
     if "path" not in columns:
         raise LayoutError(
             f"manifest {path} has no `path` column (found: {', '.join(sorted(columns)) or 'nothing'}); "

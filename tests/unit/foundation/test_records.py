@@ -55,6 +55,9 @@ def test_jsonl_manifest_is_read_like_csv(tmp_path):
         # infer.py's rows: `label` is the decision there, and reading it as the truth is circular
         ("path,score,label,status,error,true_label\na.png,0.9,1,ok,,0\n", r"m.csv is a results file"),
         ("path,label\na.png,0\na.png,1\nb.png,1\n", r"m.csv: 1 image\(s\) listed as both genuine and fake"),
+        # the last of two `label` columns was taken silently; a row's extra field was dropped silently
+        ("path,label,label\na.png,0,1\n", r"m.csv: column 'label' appears twice in the header"),
+        ("path,label\na.png,0\nb,c.png,1\n", r"m.csv:3: more fields than the header has columns"),
         # a per-category threshold would take one of them, and the other category lose the image
         (
             "path,label,category\na.png,0,Photo\na.png,0,photo\nb.png,0,\nb.png,0,gel\n",
