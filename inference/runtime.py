@@ -140,9 +140,10 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
     from inference.model_metadata import checked_calibration, checked_category_thresholds, checked_threshold
 
     try:
-        if state["threshold"].numel() != 1:
-            raise ValueError(f"metadata 'threshold' must be one number, got {state['threshold'].numel()}")
-        threshold = checked_threshold(float(state["threshold"]), uncalibrated=True)
+        stored = np.asarray(state["threshold"], dtype=np.float64)  # a tensor in every checkpoint train.py writes
+        if stored.size != 1:
+            raise ValueError(f"metadata 'threshold' must be one number, got {stored.size}")
+        threshold = checked_threshold(float(stored.reshape(())), uncalibrated=True)
         category_thresholds = checked_category_thresholds(checkpoint.get("category_thresholds"))
         calibration = checked_calibration(checkpoint.get("calibration"))
     except ValueError as error:
