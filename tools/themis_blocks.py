@@ -146,10 +146,11 @@ def table(ours: Mapping[str, Mapping[str, Mapping[str, float]]], tasks: Sequence
     return "\n".join(lines)
 
 
-LEFT_OUT = {  # why a manipulated image is not scored -> what is counted (its group or its task)
-    "no_task": "their group matching no --task",
-    "no_mask": "no true mask",
-    "blank": "their mask marking no pixel",
+SAID = {  # what is said of manipulated images not scored as they are, counted by group or task
+    "no_task": "left out, their group matching no --task",
+    "no_mask": "left out, no true mask",
+    "blank": "left out, their mask marking no pixel",
+    "resized": "scored with their mask resized to the image",
 }
 
 
@@ -159,9 +160,9 @@ def load_items(
     """infer.py's rows (with saved maps) joined by path to the scored input's true masks and groups
     (a manifest or any layout infer.py reads). Manipulated images are left out, as from infer.py's
     pixel metrics, without a mask, with a mask marking no pixel (nothing to find, and finding
-    nothing would score 1) or of a group that matches no task; `said` counts them per
-    (`LEFT_OUT` reason, group or task), and the masks of another size than the map, scored resized
-    to it (blocks are fractions of the image), under ("resized", task)."""
+    nothing would score 1) or of a group that matches no task; `said` counts them per (`SAID` reason,
+    group or task), and the masks of another size than the map, scored resized to it (blocks are
+    fractions of the image), under ("resized", task)."""
     records = {str(Path(r.path).resolve()): r for r in read_layout(inputs)}
     said = said if said is not None else Counter()
     items = []
@@ -170,8 +171,11 @@ def load_items(
         if row.get("status") != "ok" or record is None or record.label is None or not row.get("mask"):
             continue
         task = task_of(record.group, tasks) if record.label == 1 else "genuine"
-        if task is None or (record.label == 1 and not record.mask):
-            said["no_task" if task is None else "no_mask", record.group or "(none)" if task is None else task] += 1
+        if task is None:
+            said["no_task", record.group or "(none)"] += 1
+            continue
+        if record.label == 1 and not record.mask:
+            said["no_mask", task] += 1
             continue
         try:
             probabilities = _read_map(row["mask"])
@@ -190,10 +194,10 @@ def load_items(
 
 def say_left_out(results: Path, said: Counter) -> None:
     """One stderr line per reason, with its counts by group or task."""
-    for reason, why in [*LEFT_OUT.items(), ("resized", "scored with their mask resized to the image")]:
+    for reason, sentence in SAID.items():
         counts = {name: n for (kind, name), n in said.items() if kind == reason}
         if counts:
-            print(f"{results}: {'' if reason == 'resized' else 'left out, '}{why}: {counts}", file=sys.stderr)
+            print(f"{results}: {sentence}: {counts}", file=sys.stderr)
 
 
 def _read_map(path: str) -> np.ndarray:
