@@ -36,6 +36,7 @@ from detectors.pair_matching import (
 from evaluation.protocols.duplication import cmo_set
 
 WHOLE_IMAGE = {"size": None, "mode": "none", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+MIN_SIDE = 32  # the smallest side (px) panels are matched at: SIFT finds little on a smaller copy
 
 
 def to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -116,6 +117,12 @@ class PairDuplicationDetector(Detector):
         fallback_keypoints: int | None = None,
     ) -> None:
         super().__init__(preprocess or WHOLE_IMAGE)
+        if max_side < MIN_SIDE or (detect_side is not None and detect_side < MIN_SIDE) or n_features < 1:
+            given = f"max_side={max_side}, detect_side={detect_side}, n_features={n_features}"
+            raise ValueError(  # a side of 0 found no keypoint and scored every pair 0, without a word
+                f"the panels are matched at max_side and detect_side of at least {MIN_SIDE} px (detect_side null: "
+                f"at max_side) with n_features of at least 1; got {given}"
+            )
         self.detect_side = None if detect_side is None else int(detect_side)
         self.fallback_keypoints = None if fallback_keypoints is None else int(fallback_keypoints)
         self.max_side, self.n_features, self.ratio = int(max_side), int(n_features), float(ratio)

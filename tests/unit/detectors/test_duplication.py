@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from detectors.copy_move import SelfMatchLocalizer
-from detectors.duplication import LogisticScore
+from detectors.duplication import LogisticScore, PairDuplicationDetector
 from detectors.training_free import save_checkpoint
 from inference.runtime import load_checkpoint
 from synthesis.duplication import global_duplication
@@ -20,6 +20,12 @@ def coffee() -> np.ndarray:
     from synthesis.embedded import bundled_photo_paths
 
     return next(read_image(p) for p in bundled_photo_paths() if p.name == "coffee.png")[:240, :320]
+
+
+@pytest.mark.parametrize("setting", [{"detect_side": 0}, {"max_side": 8}, {"n_features": 0}])
+def test_a_matching_size_that_finds_no_keypoint_is_refused_not_a_detector_that_scores_every_pair_0(setting):
+    with pytest.raises(ValueError, match="at least 32 px .* n_features of at least 1; got"):
+        PairDuplicationDetector(**setting)
 
 
 def test_the_logistic_score_reproduces_scikit_learn():
