@@ -85,11 +85,15 @@ def f1_mcc(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
 
 
 def pair_mcc(tp: int, fp: int, fn: int, tn: int) -> float:
-    """MCC of one pair's masks. A missed pair (nothing predicted, something true) is 0, as pixel F1
-    counts it, so misses stay in the mean. Where MCC is otherwise undefined, one class only in the
-    truth (a whole-panel copy) or in the prediction (every pixel marked), it is NaN and left out: 0
-    would score a mask marking a near-whole-panel copy whole (F1 0.98) as a miss."""
-    if tp + fp == 0 and tp + fn > 0:
+    """MCC of one pair's masks. NaN, left out of the mean, where it is undefined whatever is
+    predicted: the truth holds one class (a whole-panel copy), found or missed alike (leaving out
+    only the found ones would count its misses alone: 3 missed of 97 whole-panel copies made 4 of
+    the 19 pairs averaged); also where the prediction marks every pixel (a near-whole copy marked
+    whole, F1 0.98, is no miss). A missed partial copy (nothing predicted) is 0, as pixel F1 counts
+    it, so misses stay in the mean."""
+    if tn + fp == 0 or tp + fn == 0:
+        return float("nan")
+    if tp + fp == 0:
         return 0.0
     return f1_mcc(tp, fp, fn, tn)[1]
 

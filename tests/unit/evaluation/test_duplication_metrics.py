@@ -100,6 +100,24 @@ def test_pixel_mcc_leaves_out_a_pair_whose_truth_or_prediction_has_one_class_onl
     assert metrics["pixel_mcc"] == 1.0 and metrics["pixel_f1"] < 1.0
 
 
+def test_a_missed_whole_panel_copy_is_left_out_of_pixel_mcc_as_a_found_one_is():
+    """Its MCC is undefined whatever is predicted: counting its misses 0 while its hits are left out
+    would average the misses alone (pixel F1 counts both)."""
+    full, empty = np.ones((8, 8), bool), np.zeros((8, 8), bool)
+    rows = [
+        {"label": 1, "score": 0.9, "truth": {"direct"}, "predicted": {"direct"}},  # found
+        {"label": 1, "score": 0.1, "truth": {"direct"}, "predicted": set()},  # missed
+        {"label": 1, "score": 0.9, "truth": {"direct"}, "predicted": {"direct"}},  # a partial copy found
+    ]
+    counts = [
+        pair_pixel_counts(full, full, full, full),
+        pair_pixel_counts(full, full, empty, empty),
+        pair_pixel_counts(_square(), _square(), _square(), _square()),
+    ]
+    metrics = duplication_metrics(rows, 0.5, counts)
+    assert metrics["pixel_mcc"] == 1.0 and metrics["pixel_f1"] == pytest.approx(2 / 3)
+
+
 def test_a_training_free_pair_detectors_run_writes_a_report_of_its_pair_figures(tmp_path, caplog):
     from evaluation.calibration import NON_DUPLICATE_PAIRS, calibration_check
     from train import write_pair_report
