@@ -37,10 +37,9 @@ FINE_TO_CMO: dict[str, tuple[str, ...]] = {
 PAIR_PIXEL_PROTOCOL = (
     "pixel F1 / MCC of a pair = both panels' masks scored together at the pair decision (BioFors-style "
     "image-pair masks); pixel_f1 / pixel_mcc average over duplicated pairs with true masks, a missed pair "
-    "(empty prediction) scoring 0 in both; pixel_mcc leaves out the pairs where it is otherwise undefined "
-    "(one class in the truth, a whole-panel copy, or in the prediction, every pixel marked), _pooled sum the "
-    "pixel counts of all pairs with masks "
-    "(negatives add only false positives)"
+    "(empty prediction) scoring 0 in both; pixel_mcc leaves out the pairs where it is undefined: one class in "
+    "the truth (a whole-panel copy, found or missed) or in the prediction (every pixel marked); _pooled sum "
+    "the pixel counts of all pairs with masks (negatives add only false positives)"
 )
 
 
