@@ -88,10 +88,11 @@ def by_group(
 
     With ``shared_negatives`` (the FraudBench convention for generators) each group is scored as
     its own fakes against every genuine image, and groups holding no fake are left out; without it
-    each group is scored on its own rows only (the right choice for ``category``).
+    each group is scored on its own rows only (the right choice for ``category``). From infer.py's
+    results file the truth is its `true_label` (see `truth_column`), not the decisions.
     """
     cols = as_columns(records)
-    y = numeric(cols, label)
+    y = numeric(cols, truth_column(cols, label))
     s = numeric(cols, score)
     names = group_names(column(cols, column_name))
     # one threshold per row (per-category calibration) follows the rows of each group

@@ -73,3 +73,20 @@ def test_a_column_that_names_no_group_gives_no_breakdown_and_no_category_under_t
     rows = [{"label": 0, "score": 0.9, "category": "", "group": ""}] * 3 + [{"label": 1, "score": 0.8, "category": ""}]
     result = evaluate_records(rows, threshold=0.5, n_resamples=0, target_tnr=0.99)
     assert result["groups"] == {} and "genuine_tnr_below_target" not in result["metrics"]
+
+
+def test_breakdowns_of_infer_results_score_the_true_label_not_the_decision():
+    t = table()
+    decision = (t["score"] >= 0.5).astype(int)
+    results = {**t, "label": decision, "true_label": t["label"], "status": np.full(len(decision), "ok")}
+    truth = {k: v for k, v in t.items()}
+    assert by_group(results, "group") == by_group(truth, "group")
+    assert by_category(results) == by_category(truth)
+    assert by_group(results, "group")["gan"]["auroc"] < 1.0
+
+
+def test_breakdowns_of_infer_results_without_truth_are_refused():
+    t = table()
+    results = {**t, "status": np.full(len(t["label"]), "ok")}
+    with pytest.raises(ValueError, match="true_label"):
+        by_group(results, "group")
