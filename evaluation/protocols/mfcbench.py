@@ -42,8 +42,9 @@ def mfcbench_protocol(
     that subset's macro-F1. Each type is scored on its own rows, fakes and genuine images, as
     MFC-Bench's Table 1 gives every manipulation subset real images of its own; with
     ``shared_negatives`` every type is scored with all genuine images instead, as when one pool of
-    real images serves every subset. By default (None) the pool is shared only where no genuine row
-    names a type.
+    real images serves every subset. By default (None) each type keeps its own genuine images only
+    where the genuine rows name fake types (every genuine row's non-empty group is one of them);
+    genuine rows grouped otherwise (the toolkit's manifests name them "genuine") share one pool.
     """
     cols = labelled_rows(records, label, score)
     y = as_labels(numeric(cols, label))
@@ -52,7 +53,7 @@ def mfcbench_protocol(
     if group in cols:
         names = group_names(column(cols, group))
         if shared_negatives is None:
-            shared_negatives = not (names[~y] != "").any()
+            shared_negatives = not _genuine_name_types(names, y)
         by_type = {}
         for name in sorted(set(names[y].tolist())):
             rows = (names == name) & y
@@ -60,3 +61,10 @@ def mfcbench_protocol(
             by_type[name or "(none)"] = binary_verdict_metrics(y[rows], pred[rows])
         out["by_group"] = by_type
     return out
+
+
+def _genuine_name_types(names: np.ndarray, fake: np.ndarray) -> bool:
+    """Whether the genuine rows' groups are manipulation types (MFC-Bench's per-subset real images):
+    some genuine row names one and none names anything but a fake type."""
+    named = set(names[~fake].tolist()) - {""}
+    return bool(named) and named <= set(names[fake].tolist())

@@ -115,6 +115,22 @@ def test_mfcbench_scores_each_type_on_its_own_real_images_where_they_name_it():
     assert pooled["face_swap"]["fpr"] == pooled["photoshop"]["fpr"] == pytest.approx(1 / 5)
 
 
+def test_mfcbench_shares_genuine_images_whose_group_is_no_manipulation_type():
+    """The toolkit's own manifests group genuine images as "genuine": every type is scored against them all."""
+    y = np.array([1, 1, 1, 1, 0, 0, 0, 0])
+    s = np.array([0.9, 0.2, 0.8, 0.7, 0.7, 0.1, 0.2, 0.3])
+    types = np.array(["face_swap", "face_swap", "photoshop", "photoshop"] + ["genuine"] * 4)
+    got = mfcbench_protocol({"label": y, "score": s, "group": types})["by_group"]
+    assert set(got) == {"face_swap", "photoshop"}
+    assert got["face_swap"]["fpr"] == got["photoshop"]["fpr"] == pytest.approx(1 / 4)
+    assert got["face_swap"]["n"] == got["photoshop"]["n"] == 6
+    unnamed = np.where(y == 1, types, "")
+    mixed = np.array(["face_swap", "face_swap", "photoshop", "photoshop", "face_swap", "genuine", "", ""])
+    for groups in (unnamed, mixed):  # one genuine row naming a type does not take the others out
+        shared = mfcbench_protocol({"label": y, "score": s, "group": groups})["by_group"]
+        assert shared["face_swap"]["fpr"] == pytest.approx(1 / 4) and shared["photoshop"]["n"] == 6
+
+
 def test_mfcbench_always_yes_bias():
     got = mfcbench_protocol({"label": [0, 0, 1, 1], "score": [0.9, 0.8, 0.7, 0.6]})
     assert got["fpr"] == 1.0 and got["fnr"] == 0.0 and got["accuracy"] == 0.5
