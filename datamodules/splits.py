@@ -148,14 +148,18 @@ def family_of(group: str | None, families: dict[str, list[str]]) -> str | None:
 def family_split(
     records: list[Record], families: dict[str, list[str]], held_out: str, val_fraction: float = 0.15, seed: int = 0
 ) -> tuple[list[Record], dict]:
-    """The cross-generator split holding out `held_out`, with groups renamed to families."""
+    """The cross-generator split holding out `held_out`, with groups renamed to families.
+
+    Fakes with no group belong to no family (unless a pattern matches the empty name, as ``*``
+    does): like region edits they are left out, counted under "(none)" in the summary's dropped."""
     if held_out not in families:
         raise SplitError(f"unknown family {held_out!r}; families: {', '.join(families)}")
-    groups = {r.group for r in records if r.label == 1}
+    groups = {r.group or "" for r in records if r.label == 1}
     if not any(family_of(g, families) == held_out for g in groups):
         raise SplitError(f"family {held_out!r} ({', '.join(families[held_out])}) matches no group of the manifest")
-    train = [g for g in sorted(groups) if family_of(g, families) not in (None, held_out)]
-    test = [g for g in sorted(groups) if family_of(g, families) == held_out]
+    named = lambda g: g or "(none)"  # noqa: E731  (cross_generator_split's name for fakes with no group)
+    train = [named(g) for g in sorted(groups) if family_of(g, families) not in (None, held_out)]
+    test = [named(g) for g in sorted(groups) if family_of(g, families) == held_out]
     split, summary = cross_generator_split(records, train, test, val_fraction, seed)
     return [_as_family(r, families) for r in split], summary
 

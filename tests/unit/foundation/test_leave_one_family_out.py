@@ -61,6 +61,19 @@ def test_all_families_split_keeps_photos_whole_and_names_families():
     assert {r.split for r in out} == {"train", "val", "test"}
 
 
+def test_fakes_with_no_group_belong_to_no_family_and_are_left_out(tmp_path):
+    records = manifest() + [Record(f"fake/other/photo{s}.png", 1, group=None, source=f"photo{s}") for s in range(5)]
+    out, summary = family_split(records, DEFAULT_FAMILIES, "latent_ae", seed=3)
+    assert not any(r.path.startswith("fake/other/") for r in out)
+    assert summary["dropped"]["(none)"] == 5
+    everything = {"latent_ae": ["latent_ae"], "all": ["*"]}  # a pattern matching the empty name takes them in
+    out, _ = family_split(records, everything, "latent_ae", seed=3)
+    assert {r.group for r in out if r.path.startswith("fake/other/")} == {"all"}
+    path = tmp_path / "manifest.csv"
+    path.write_text("path,label,group,source\nreal/a.png,0,genuine,a\nfake/a.png,1,,a\n")
+    assert main(["--manifest", str(path), "--split-only", "--output-dir", str(tmp_path / "o")]) == 2
+
+
 def test_unknown_or_empty_families_are_refused(tmp_path, capsys):
     with pytest.raises(SplitError, match="unknown family"):
         family_split(manifest(), DEFAULT_FAMILIES, "gan", seed=0)
