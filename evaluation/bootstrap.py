@@ -38,9 +38,14 @@ def bootstrap_image_ci(
     """Percentile intervals for image-level metrics.
 
     ``stratified`` resamples fakes and genuines separately, keeping the class counts of the test
-    set, so every resample has both classes and AUROC is always defined.
+    set, so every resample has both classes and AUROC is always defined. A ``threshold`` of one
+    value per image is resampled with its images.
     """
     y, s = as_labels_scores(labels, scores)
+    per_image = np.ndim(metric_kwargs.get("threshold", 0.5)) == 1
+    thresholds = np.asarray(metric_kwargs["threshold"]) if per_image else None
+    if per_image and thresholds.shape != s.shape:
+        raise ValueError(f"threshold must be one value or one per score, got {thresholds.shape} for {s.shape}")
     pos, neg = np.flatnonzero(y), np.flatnonzero(~y)
     if not (pos.size and neg.size):
         warn_undefined([f"interval of {k}" for k in keys], "needs both classes")
@@ -54,7 +59,8 @@ def bootstrap_image_ci(
                 idx = np.concatenate([rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
             else:
                 idx = rng.integers(0, y.size, y.size)
-            m = metric_fn(y[idx], s[idx], **metric_kwargs)
+            kwargs = {**metric_kwargs, "threshold": thresholds[idx]} if per_image else metric_kwargs
+            m = metric_fn(y[idx], s[idx], **kwargs)
             samples[b] = [m[k] for k in keys]
     return {k: _percentile_interval(samples[:, i], confidence) for i, k in enumerate(keys)}
 

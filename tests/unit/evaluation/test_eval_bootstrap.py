@@ -63,3 +63,15 @@ def test_pixel_interval_contains_estimate():
         assert lo <= point[key] <= hi, key
     with pytest.warns(UndefinedMetricWarning):
         assert math.isnan(bootstrap_pixel_ci(PixelMetricAccumulator())["pixel_f1"][0])
+
+
+def test_a_threshold_per_image_is_resampled_with_its_images():
+    y = np.array([1, 1, 1, 1, 0, 0, 0, 0])
+    s = np.array([0.6, 0.6, 0.4, 0.4, 0.1, 0.1, 0.1, 0.1])
+    per_image = np.array([0.5, 0.5, 0.3, 0.9, 0.5, 0.5, 0.5, 0.5])  # image 2 flagged, image 3 not
+    point = image_metrics(y, s, threshold=per_image)["tpr"]
+    assert point == 0.75
+    lo, hi = bootstrap_image_ci(y, s, keys=("tpr",), n_resamples=300, threshold=per_image)["tpr"]
+    assert lo < point < hi and lo >= 0.25 and hi == 1.0
+    with pytest.raises(ValueError, match="one per score"):
+        bootstrap_image_ci(y, s, keys=("tpr",), n_resamples=3, threshold=per_image[:4])
