@@ -86,7 +86,8 @@ def image_metrics(
     Threshold-free metrics (``auroc``, ``pauroc@0.1``, ``ap``, ``tpr@fpr=k``) are NaN with an
     ``UndefinedMetricWarning`` unless both classes are present. At the threshold, ``tpr`` needs
     positives, ``tnr`` negatives, ``balanced_accuracy`` both, and ``f1`` a non-zero
-    ``2TP + FP + FN``. NaN scores raise ``ValueError``.
+    ``2TP + FP + FN``; all four are NaN with a warning at a NaN threshold (none was calibrated).
+    NaN scores and a ``threshold`` of None raise ``ValueError``.
     """
     y, s = as_labels_scores(labels, scores)
     n_pos = int(y.sum())
@@ -111,26 +112,39 @@ def image_metrics(
             out[key] = nan
         warn_undefined(free_keys, f"needs both classes, got n_pos={n_pos}, n_neg={n_neg}")
 
+    at, reason = _at_threshold(y, s, threshold)
+    out.update(at)
+    warn_undefined([k for k, v in at.items() if np.isnan(v)], reason)  # here, so it points at the caller
+    out = {k: float(v) for k, v in out.items()}
+    out["n_pos"] = n_pos
+    out["n_neg"] = n_neg
+    return out
+
+
+def _at_threshold(y: np.ndarray, s: np.ndarray, threshold: float | np.ndarray) -> tuple[dict[str, float], str]:
+    """TPR, TNR, balanced accuracy and F1 deciding fake where score >= threshold, and why any is NaN."""
+    if threshold is None:
+        raise ValueError(
+            "threshold is None: tpr, tnr, balanced_accuracy and f1 need a decision threshold (one value, "
+            "or one per image); pass float('nan') to report them as undefined"
+        )
     threshold = np.asarray(threshold, dtype=np.float64)
     if threshold.ndim and threshold.shape != s.shape:
         raise ValueError(f"threshold must be one value or one per score, got {threshold.shape} for {s.shape}")
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    if np.isnan(threshold).any():  # no decision was made: nothing is flagged, nothing is kept
+        return dict.fromkeys(("tpr", "tnr", "balanced_accuracy", "f1"), float("nan")), "the threshold is NaN"
     pred = s >= threshold
     tp = int(np.count_nonzero(pred & y))
     fp = int(np.count_nonzero(pred) - tp)
     fn = n_pos - tp
     tn = n_neg - fp
-    out["tpr"] = safe_div(tp, n_pos)
-    out["tnr"] = safe_div(tn, n_neg)
+    out = {"tpr": safe_div(tp, n_pos), "tnr": safe_div(tn, n_neg)}
     out["balanced_accuracy"] = (out["tpr"] + out["tnr"]) / 2.0
     out["f1"] = safe_div(2 * tp, 2 * tp + fp + fn)
-    undefined = [k for k in ("tpr", "tnr", "balanced_accuracy", "f1") if np.isnan(out[k])]
     at = f"{float(threshold):g}" if threshold.ndim == 0 else "per image"
-    warn_undefined(undefined, f"at threshold {at} with n_pos={n_pos}, n_neg={n_neg}")
-
-    out = {k: float(v) for k, v in out.items()}
-    out["n_pos"] = n_pos
-    out["n_neg"] = n_neg
-    return out
+    return out, f"at threshold {at} with n_pos={n_pos}, n_neg={n_neg}"
 
 
 class ImageScoreAccumulator:

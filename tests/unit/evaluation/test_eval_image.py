@@ -118,6 +118,20 @@ def test_threshold_rule_is_greater_or_equal():
     assert got["tpr"] == 1.0 and got["tnr"] == 0.0
 
 
+@pytest.mark.parametrize("threshold", [float("nan"), np.array([0.5, np.nan, 0.5, 0.5])])
+def test_a_nan_threshold_leaves_the_decision_metrics_undefined_with_a_warning(threshold):
+    with pytest.warns(UndefinedMetricWarning, match="tpr, tnr, balanced_accuracy, f1 undefined .*threshold is NaN"):
+        got = image_metrics([0, 0, 1, 1], [0.1, 0.6, 0.4, 0.9], threshold=threshold)
+    for key in ("tpr", "tnr", "balanced_accuracy", "f1"):
+        assert math.isnan(got[key]), key
+    assert got["auroc"] == 0.75  # the ranking needs no threshold
+
+
+def test_no_threshold_is_refused():
+    with pytest.raises(ValueError, match="threshold is None"):
+        image_metrics([0, 1], [0.2, 0.8], threshold=None)
+
+
 @pytest.mark.parametrize("label", [0, 1])
 def test_one_class_gives_nan_and_warning(label):
     y = np.full(5, label)
