@@ -86,8 +86,11 @@ def calibrate_threshold(genuine_scores, target_fpr: float, rule: str = "quantile
     s = np.sort(s)
     # Every score above s[n - allowed - 1] may be flagged; that score itself (and its ties) may not.
     boundary = s[n - allowed - 1]
-    dtype = s.dtype if s.dtype in (np.float32, np.float64) else np.float64
+    # the scores' own precision (float16 too); one wider than float64 is held at float64, the
+    # precision of the float returned: its next float64 still lies above the exact boundary
+    dtype = s.dtype if s.dtype.itemsize <= 8 else np.dtype(np.float64)
     boundary = dtype.type(boundary)
+    s = s.astype(dtype, copy=False)
     t = np.nextafter(boundary, dtype.type(np.inf))
     above = s[s > boundary]
     if above.size:

@@ -68,6 +68,25 @@ def test_float32_scores_one_ulp_apart_stay_apart_after_casting(base):
     assert fraction_flagged(s, np.float32(t)) == 0.5 and fraction_flagged(s, t) == 0.5
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_scores_of_any_float_dtype_are_calibrated_in_their_own_precision(dtype):
+    b = dtype(0.7)
+    up = np.nextafter(b, dtype(1))  # one ulp of the scores' own precision apart
+    s = np.array([0.01, 0.2, b, b, up, np.nextafter(up, dtype(1))], dtype=dtype)
+    t = calibrate_threshold(s, 2 / 6)  # `up` and the one above it may be flagged, not the tied b's
+    assert b < dtype(t) <= up and float(dtype(t)) == t  # t is a value of the scores' own dtype
+    assert fraction_flagged(s, dtype(t)) == fraction_flagged(s, t) == pytest.approx(2 / 6)
+    t = calibrate_threshold(s, 0.0)  # nothing flagged: t lies above the top score
+    assert fraction_flagged(s, t) == 0.0 and dtype(t) > s.max()
+
+
+def test_scores_wider_than_float64_keep_the_bound():
+    b = np.longdouble(0.7)
+    s = np.array([0.1, b, np.nextafter(b, np.longdouble(1)), 0.9], dtype=np.longdouble)
+    t = calibrate_threshold(s, 0.25)  # the returned float cannot part b from its next longdouble
+    assert fraction_flagged(s, t) == 0.25 and t > 0.7
+
+
 def test_edges():
     assert calibrate_threshold([0.2, 0.4], 1.0) == -math.inf
     assert calibrate_threshold([0.2, 0.4], 0.0) > 0.4
