@@ -46,6 +46,20 @@ class Runtime(Protocol):
         ...
 
 
+def checked_pixels(images: Any, name: str) -> None:
+    """Refuses integer images: `predict` takes floats in [0, 1], and 8-bit pixels (0..255) would be
+    scored as if every one were saturated, without a word."""
+    floating = (
+        images.is_floating_point() if hasattr(images, "is_floating_point") else np.asarray(images).dtype.kind == "f"
+    )
+    if not floating:
+        kind = images.dtype if hasattr(images, "dtype") else np.asarray(images).dtype
+        raise TypeError(
+            f"{name}: predict takes N x 3 x H x W floats in [0, 1], got {kind} images; "
+            "divide 8-bit pixels by 255 (datamodules.geometry.to_network_input does)"
+        )
+
+
 def resolve_device(device: str = "auto") -> str:
     """`auto` | `cpu` | `cuda` | `cuda:N` for a PyTorch model, checked against the machine."""
     import torch
@@ -198,14 +212,16 @@ class TorchRuntime:
         )
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
-        """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor."""
+        """`images`: N x 3 x H x W float in [0, 1], a numpy array or a tensor (of any float dtype:
+        the network takes float32)."""
         import torch
 
+        checked_pixels(images, self.name)
+        batch = torch.as_tensor(images).to(self.device, torch.float32, non_blocking=True)
         if self.adapter is not None:  # adapting needs gradients: no inference mode around it
-            batch = torch.as_tensor(images).to(self.device, non_blocking=True)
             return {"score": np.asarray([self.adapter.score(image) for image in batch], dtype=np.float32)}
         with torch.inference_mode():
-            outputs = self.net(torch.as_tensor(images).to(self.device, non_blocking=True))
+            outputs = self.net(batch)
             result = {"score": torch.sigmoid(outputs["logit"].float()).cpu().numpy()}
             if "mask_logit" in outputs:
                 result["mask"] = torch.sigmoid(outputs["mask_logit"].float()).cpu().numpy()
@@ -277,8 +293,9 @@ class OnnxRuntime:
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array (or a CPU tensor)."""
+        checked_pixels(images, self.name)
         if hasattr(images, "detach"):
-            images = images.detach().cpu().numpy()
+            images = images.detach().cpu().float().numpy()
         images = np.asarray(images, dtype=np.float32)
         if min(images.shape[-2:]) < self.min_side:
             height, width = images.shape[-2:]
