@@ -99,8 +99,11 @@ def read_layout(path: str | os.PathLike, layout: str = "auto") -> list[Record]:
     if layout == "auto":
         layout = detect_layout(path)
         log.info("%s: read as the %s layout (detected; layout= chooses another)", path, layout)
-        if layout == "manifest" and path.is_dir():
-            path = path / "manifest.csv" if (path / "manifest.csv").is_file() else path / "manifest.jsonl"
+    if layout == "manifest" and path.is_dir():  # a folder stands for the manifest indexing it
+        found = [path / name for name in ("manifest.csv", "manifest.jsonl") if (path / name).is_file()]
+        if not found:
+            raise LayoutError(f"{path}: layout=manifest needs a manifest.csv or manifest.jsonl in this folder")
+        path = found[0]
     if layout not in LAYOUTS:
         raise LayoutError(f"unknown layout {layout!r}; expected auto or one of {', '.join(LAYOUTS)}")
     return LAYOUTS[layout](path)

@@ -262,6 +262,18 @@ def test_detection_of_folder_and_manifest(tmp_path):
     assert [r.label for r in read_layout(tmp_path / "m")] == [0, 1]
 
 
+def test_a_folder_given_as_the_manifest_layout_is_read_through_its_manifest(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m/manifest.csv").write_text("path,label\na.png,0\nb.png,1\n")
+    assert [r.label for r in read_layout(tmp_path / "m", "manifest")] == [0, 1]
+    assert [r.label for r in records_from_input(tmp_path / "m", layout="manifest")] == [0, 1]
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j/manifest.jsonl").write_text('{"path": "a.png", "label": 1}\n')
+    assert [r.label for r in read_layout(tmp_path / "j", "manifest")] == [1]
+    with pytest.raises(LayoutError, match="layout=manifest needs a manifest.csv or manifest.jsonl in this folder"):
+        read_layout(tmp_path, "manifest")
+
+
 def test_errors_say_what_was_expected_and_found(tmp_path):
     _touch(tmp_path / "plain", "holiday/beach.jpg", "notes/readme.md")
     with pytest.raises(LayoutError) as error:
