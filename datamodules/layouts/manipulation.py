@@ -3,6 +3,7 @@ lists and THEMIS `original`/`forged`/`mask` triplets."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -66,7 +67,14 @@ def read_imdl_json(path: str | os.PathLike) -> list[Record]:
             f"found a {kind}" + (f" starting with {data[:1]!r}" if isinstance(data, list) else "")
         )
     base, records = path.parent, []
-    for image, mask in data:
+    for index, (image, mask) in enumerate(data):
+        for what, value in (("image", image), ("mask", mask)):
+            if not isinstance(value, str) or not value.strip():  # null or "" would name the JSON's own folder
+                raise LayoutError(
+                    f"{path}: entry {index} ({json.dumps([image, mask])}): the {what} must be a path"
+                    + (' or "Negative"' if what == "mask" else "")
+                    + f", got {json.dumps(value)}"
+                )
         image_path = Path(image) if Path(image).is_absolute() else base / image
         if str(mask).lower() == "negative":
             records.append(Record(path=str(image_path), label=0))

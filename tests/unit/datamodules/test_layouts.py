@@ -177,6 +177,20 @@ def test_a_mask_two_images_would_share_by_name_is_refused(tmp_path):
         read_imdl(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("entry", "fault"),
+    [
+        (["c.png", None], 'the mask must be a path or "Negative", got null'),
+        (["d.png", ""], 'the mask must be a path or "Negative", got ""'),
+        ([None, "gt/e.png"], "the image must be a path, got null"),
+    ],
+)
+def test_an_imdl_json_entry_without_a_mask_or_image_is_refused_by_file_and_index(tmp_path, entry, fault):
+    (tmp_path / "list.json").write_text(json.dumps([["a.png", "Negative"], entry]))
+    with pytest.raises(LayoutError, match=re.escape(f"{tmp_path / 'list.json'}: entry 1 ") + ".*" + re.escape(fault)):
+        read_imdl_json(tmp_path / "list.json")
+
+
 def test_imdl_json_and_casia_lists(tmp_path):
     (tmp_path / "list.json").write_text(json.dumps([["img/a.jpg", "gt/a.png"], ["img/b.jpg", "Negative"]]))
     records = read_imdl_json(tmp_path / "list.json")
