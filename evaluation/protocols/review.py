@@ -6,7 +6,7 @@ import numpy as np
 
 from .._checks import as_labels, as_scores
 from ..image import image_metrics
-from ..records import Records, as_columns, column, group_names, numeric, truth_column
+from ..records import Records, column, group_names, labelled_rows
 
 AGGREGATIONS = ("max", "mean", "noisy_or")
 
@@ -59,8 +59,11 @@ def review_metrics(
     label: str = "label",
     **kwargs,
 ) -> dict:
-    """Image-level metrics computed on review verdicts (``n_pos``/``n_neg`` count reviews)."""
-    cols = as_columns(records)
-    truth = numeric(cols, truth_column(cols, label))
-    _, agg, y = aggregate_reviews(column(cols, review), numeric(cols, score), truth, method)
+    """Image-level metrics computed on review verdicts (``n_pos``/``n_neg`` count reviews).
+
+    Images without a label or a score (infer.py's failed reads) are left out of their review, as
+    ``labelled_rows`` leaves them out of every protocol; a review left with no image is no review.
+    """
+    cols = labelled_rows(records, label, score)
+    _, agg, y = aggregate_reviews(column(cols, review), cols[score], cols[label], method)
     return image_metrics(y, agg, threshold=threshold, **kwargs)

@@ -280,6 +280,16 @@ def test_infer_results_are_scored_against_their_true_label_not_the_decisions():
     assert review_metrics(as_results_file(reviews)) == review_metrics(reviews)
 
 
+def test_review_metrics_leave_out_failed_reads_and_unlabelled_images_as_the_other_protocols_do():
+    reviews = [{**r, "review": f"r{i // 2}"} for i, r in enumerate(fraudbench_records())]
+    failed = {"path": "x.png", "review": "r0", "score": "", "label": "", "true_label": "1", "status": "error"}
+    unlabelled = {"path": "y.png", "review": "r1", "score": "0.99", "label": "1", "true_label": "", "status": "ok"}
+    results = as_results_file(reviews) + [failed, unlabelled]
+    assert review_metrics(results) == review_metrics(reviews)
+    counted = review_metrics(results, method="mean")
+    assert counted["n_pos"] + counted["n_neg"] == len({r["review"] for r in reviews})
+
+
 def test_infer_results_of_an_unlabelled_input_are_refused_not_scored_against_their_decisions():
     results = [{k: v for k, v in r.items() if k != "true_label"} for r in as_results_file(fraudbench_records())]
     for protocol in (mfcbench_protocol, fraudbench_protocol, review_metrics, evaluate_records):
