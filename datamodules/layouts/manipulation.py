@@ -186,14 +186,19 @@ def read_themis_tree(root: Path, prefix: str = "") -> list[Record]:
 
 
 def original_of(image: Path, forged: Path, originals: NameIndex) -> Path | None:
-    """The original `image` was forged from: the one of its name, else the one (in the matching
-    sub-folder) with the longest name that `image`'s name starts with before a `_`, `-` or `.`."""
+    """The original `image` was forged from: the one of its name, else the one with the longest
+    name that `image`'s name starts with before a `_`, `-` or `.`. Each is looked for in the
+    matching sub-folder first, then by name alone where one original only has that name (a flat
+    original/ beside forgeries sorted into sub-folders), as `NameIndex.find` does."""
     exact = originals.find(image, forged)
     if exact is not None:
         return exact
     relative = image.relative_to(forged).with_suffix("").as_posix()
     cuts = [i for i, char in enumerate(relative) if char in "_-." and "/" not in relative[i:]]
-    return next((originals.by_path[relative[:i]] for i in reversed(cuts) if relative[:i] in originals.by_path), None)
+    by_path = (originals.by_path.get(relative[:i]) for i in reversed(cuts))
+    folder = len(relative) - len(image.stem)  # where the name starts in `relative`
+    by_name = (originals.by_name.get(relative[folder:i], []) for i in reversed(cuts))
+    return next((p for p in by_path if p is not None), None) or next((o[0] for o in by_name if len(o) == 1), None)
 
 
 def say_unread_folders(root: Path, folders: dict[str, Path | None]) -> None:

@@ -240,6 +240,26 @@ def test_themis_forgeries_name_their_fraud_type_and_keep_the_split_of_their_orig
     assert len(set(split_of.values())) == 3
 
 
+def test_themis_forgeries_in_sub_folders_find_a_flat_original_by_name_exactly_or_by_prefix(tmp_path):
+    _touch(
+        tmp_path,
+        "original/p1.png",
+        "original/p2.png",
+        "original/a/p3.png",
+        "original/b/p3.png",  # two originals of one name: neither is taken by name alone
+        "forged/splicing/p1.png",
+        "forged/copy_move/p1_cm0.png",
+        "forged/copy_move/p2-x_cm1.png",
+        "forged/copy_move/p3_cm0.png",
+        "mask/splicing/p1.png",
+    )
+    sources = {Path(r.path).relative_to(tmp_path).as_posix(): r.source for r in read_themis(tmp_path) if r.label}
+    assert sources["forged/splicing/p1.png"] == str(tmp_path / "original/p1.png")
+    assert sources["forged/copy_move/p1_cm0.png"] == str(tmp_path / "original/p1.png")
+    assert sources["forged/copy_move/p2-x_cm1.png"] == str(tmp_path / "original/p2.png")
+    assert sources["forged/copy_move/p3_cm0.png"] is None
+
+
 def test_themis_says_what_it_cannot_pair_and_what_it_does_not_read(tmp_path, caplog):
     _touch(tmp_path, "authentic/p1.png", "forged/p1.png", "forged/q7.png", "mask/p1.png", "mask/q7.png")
     with caplog.at_level(logging.WARNING):
