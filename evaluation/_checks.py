@@ -12,6 +12,18 @@ class UndefinedMetricWarning(UserWarning):
     """A metric is undefined for this input (e.g. one class only) and was reported as NaN."""
 
 
+def to_numpy(x) -> np.ndarray:
+    """A numpy array of `x`; a torch tensor (checked without importing torch) comes off its device,
+    and one of a float dtype numpy lacks (bfloat16, as bf16-mixed precision gives) as float32."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        try:
+            x = x.numpy()
+        except TypeError:  # "Got unsupported ScalarType BFloat16"
+            x = x.float().numpy()
+    return np.asarray(x)
+
+
 def warn_undefined(names: Iterable[str], reason: str) -> None:
     names = list(names)
     if names:
@@ -20,7 +32,7 @@ def warn_undefined(names: Iterable[str], reason: str) -> None:
 
 def as_scores(scores, name: str = "scores") -> np.ndarray:
     """1-D float array; NaN is an error because it has no place in a ranking."""
-    arr = np.asarray(scores)
+    arr = to_numpy(scores)
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
     arr = arr.reshape(-1)
@@ -38,7 +50,7 @@ def as_scores(scores, name: str = "scores") -> np.ndarray:
 
 def as_labels(labels, name: str = "labels") -> np.ndarray:
     """1-D bool array from 0/1 (or bool) labels; anything else is an error, not a silent cast."""
-    arr = np.asarray(labels).reshape(-1)
+    arr = to_numpy(labels).reshape(-1)
     if arr.dtype == bool:
         return arr
     if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._checks import as_labels_scores, safe_div, warn_undefined
+from ._checks import as_labels_scores, safe_div, to_numpy, warn_undefined
 
 PAUROC_MAX_FPR = 0.1
 DEFAULT_FPR_LEVELS = (0.001, 0.01, 0.05, 0.1)
@@ -159,7 +159,7 @@ class ImageScoreAccumulator:
         self._scores: list[np.ndarray] = []
 
     def update(self, labels, scores) -> None:
-        labels, scores = (x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x) for x in (labels, scores))
+        labels, scores = to_numpy(labels), to_numpy(scores)
         y, s = as_labels_scores(labels, scores)
         self._labels.append(y)
         self._scores.append(s)

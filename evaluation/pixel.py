@@ -14,7 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ._checks import UndefinedMetricWarning, warn_undefined
+from ._checks import UndefinedMetricWarning, to_numpy, warn_undefined
 
 PIXEL_KEYS = (
     "pixel_f1",
@@ -38,12 +38,6 @@ PIXEL_PROTOCOL = (
 )
 
 
-def _to_numpy(x) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor, without importing torch here
-        x = x.detach().cpu().numpy()
-    return np.asarray(x)
-
-
 def _squeeze_2d(x: np.ndarray, what: str) -> np.ndarray:
     while x.ndim > 2 and x.shape[0] == 1:
         x = x[0]
@@ -56,7 +50,7 @@ def _squeeze_2d(x: np.ndarray, what: str) -> np.ndarray:
 
 def binarize_mask(mask) -> np.ndarray:
     """Boolean mask: bools as they are, floats >= 0.5, integers >= 128 when 0-255 else >= 1."""
-    m = _squeeze_2d(_to_numpy(mask), "mask")
+    m = _squeeze_2d(to_numpy(mask), "mask")
     if m.dtype == bool:
         return m
     if np.issubdtype(m.dtype, np.floating):
@@ -146,9 +140,9 @@ class PixelMetricAccumulator:
         """Add a batch: ``masks`` and ``probs`` are N x H x W (or N x 1 x H x W) arrays/tensors or
         sequences of per-image maps. A mask that is None or empty marks a genuine image."""
         if not isinstance(masks, (list, tuple)):
-            masks = _to_numpy(masks) if masks is not None else [None] * len(probs)
+            masks = to_numpy(masks) if masks is not None else [None] * len(probs)
         if not isinstance(probs, (list, tuple)):
-            probs = _to_numpy(probs)
+            probs = to_numpy(probs)
         if len(masks) != len(probs):
             raise ValueError(f"got {len(masks)} masks for {len(probs)} probability maps")
         for mask, prob in zip(masks, probs):
@@ -156,7 +150,7 @@ class PixelMetricAccumulator:
 
     def add(self, mask, prob) -> None:
         """Add one image. The mask is resized (nearest) to the prediction's size when they differ."""
-        p = _squeeze_2d(_to_numpy(prob), "probability map").astype(np.float32, copy=False)
+        p = _squeeze_2d(to_numpy(prob), "probability map").astype(np.float32, copy=False)
         if np.isnan(p).any():
             raise ValueError(f"probability map contains {int(np.isnan(p).sum())} NaN value(s)")
         if mask is None:

@@ -7,8 +7,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .._checks import warn_undefined
-from ..pixel import _squeeze_2d, _to_numpy, binarize_mask, resize_mask_nearest
+from .._checks import to_numpy, warn_undefined
+from ..pixel import _squeeze_2d, binarize_mask, resize_mask_nearest
 
 # Conventions for empty sets: predicting nothing when nothing is there is exact agreement (1.0).
 
@@ -67,7 +67,7 @@ def forged_regions(mask, partition: np.ndarray, min_coverage: float = 0.5) -> se
     Region id 0 in ``partition`` means "not a numbered region" and is never reported.
     """
     m = binarize_mask(mask)
-    part = _squeeze_2d(_to_numpy(partition), "partition").astype(np.int64)
+    part = _squeeze_2d(to_numpy(partition), "partition").astype(np.int64)
     m = resize_mask_nearest(m, part.shape)
     size = np.bincount(part.ravel(), minlength=1)
     hits = np.bincount(part.ravel(), weights=m.ravel().astype(float), minlength=size.size)
@@ -94,7 +94,7 @@ def block_localization(
     true mask marking no pixel scores an empty answer 1 (the empty-set convention): leave such
     manipulated images out, as ``tools.themis_blocks`` and infer.py's pixel metrics do.
     """
-    prob = _squeeze_2d(_to_numpy(prob_map), "probability map")
+    prob = _squeeze_2d(to_numpy(prob_map), "probability map")
     predicted = forged_regions(prob >= threshold, partition, pred_coverage)
     truth = forged_regions(true_mask, partition, true_coverage)
     return {

@@ -191,3 +191,16 @@ def test_roc_points_match_sklearn():
     np.testing.assert_allclose(fpr, rf)
     np.testing.assert_allclose(tpr, rt)
     np.testing.assert_array_equal(thr[1:], rth[1:])
+
+
+def test_bfloat16_scores_from_bf16_mixed_precision_are_accumulated_as_float32():
+    torch = pytest.importorskip("torch")
+    from evaluation import ImageScoreAccumulator
+
+    labels = torch.tensor([0, 1, 0, 1])
+    logits = torch.tensor([-1.0, 2.0, 0.5, 0.25], dtype=torch.bfloat16)
+    acc = ImageScoreAccumulator()
+    acc.update(labels, logits.sigmoid())
+    assert acc.scores.dtype == np.float32
+    assert acc.compute() == image_metrics(labels.numpy(), logits.sigmoid().float().numpy())
+    assert image_metrics(labels, logits.sigmoid()) == acc.compute()

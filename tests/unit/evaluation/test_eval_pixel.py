@@ -198,3 +198,13 @@ def test_localizer_checkpoints_are_chosen_by_pixel_f1_within_the_genuine_pixels_
     assert f1_within_genuine_fpr(within) == 0.30
     assert f1_within_genuine_fpr(within) > f1_within_genuine_fpr(beyond) > f1_within_genuine_fpr(far_beyond)
     assert f1_within_genuine_fpr({"pixel_f1": 0.4, "pixel_fpr_genuine": float("nan")}) == 0.4  # no genuine image
+
+
+def test_bfloat16_tensors_are_scored_as_their_float32_values():
+    """bf16-mixed precision hands bfloat16 maps, a dtype numpy has none of."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    masks = torch.from_numpy(rng.random((2, 1, 16, 16)) > 0.6)
+    masks[1] = False  # a genuine image too
+    probs = torch.from_numpy(rng.random((2, 1, 16, 16)).astype(np.float32)).to(torch.bfloat16)
+    assert pixel_metrics(masks, probs) == pixel_metrics(masks, probs.float())
