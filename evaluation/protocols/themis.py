@@ -41,7 +41,7 @@ def multilabel_set_metrics(predicted: Sequence[Iterable], truth: Sequence[Iterab
     """Mean set-F1, exact match and subset partial credit over samples (THEMIS Table 12)."""
     if len(predicted) != len(truth):
         raise ValueError(f"{len(predicted)} predictions for {len(truth)} truths")
-    if not truth:
+    if len(truth) == 0:  # `not truth` is ambiguous for a numpy array of label sets
         warn_undefined(["set_f1", "exact_match", "spc"], "no samples")
         return {"set_f1": float("nan"), "exact_match": float("nan"), "spc": float("nan"), "n": 0}
     pairs = list(zip(predicted, truth))
@@ -112,10 +112,19 @@ def balanced_robustness_index(results: Mapping[str, Sequence[float]], lam: float
 
     ``results`` maps model name -> one score per task (same task order for every model). The
     result is in [0, 1] units (the paper prints it x 100). A task on which every model scores the
-    same cannot be normalized, so every BRI is NaN then (with a warning).
+    same cannot be normalized, nor one a model has no score for (NaN), so every BRI is NaN then
+    (with a warning). Models scored on different numbers of tasks are refused.
     """
     names = list(results)
+    lengths = {n: len(results[n]) for n in names}
+    if len(set(lengths.values())) > 1:
+        said = ", ".join(f"{n}: {k}" for n, k in lengths.items())
+        raise ValueError(f"balanced_robustness_index needs one score per task for every model, got {said}")
     table = np.asarray([list(results[n]) for n in names], dtype=float)
+    if np.isnan(table).any():
+        row, task = np.argwhere(np.isnan(table))[0]
+        warn_undefined(["BRI"], f"model {names[row]!r} has no score (NaN) for task {task}")
+        return {n: float("nan") for n in names}
     if table.ndim != 2 or table.shape[0] < 2:
         warn_undefined(["BRI"], "needs at least two models with the same tasks")
         return {n: float("nan") for n in names}

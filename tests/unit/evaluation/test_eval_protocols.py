@@ -177,6 +177,16 @@ def test_set_metrics_hand_computed():
     assert got == pytest.approx({"set_f1": (2 / 3 + 1 + 0) / 3, "exact_match": 1 / 3, "spc": (0.5 + 1 + 0) / 3, "n": 3})
 
 
+def test_multilabel_set_metrics_take_numpy_arrays_of_label_sets():
+    predicted = np.array([[1, 2], [3, 4]])
+    truth = np.array([[1, 2], [3, 5]])
+    got = multilabel_set_metrics(predicted, truth)
+    assert got == multilabel_set_metrics([{1, 2}, {3, 4}], [{1, 2}, {3, 5}])
+    assert got["exact_match"] == 0.5
+    with pytest.warns(UndefinedMetricWarning):
+        assert multilabel_set_metrics(np.empty((0, 2)), np.empty((0, 2)))["n"] == 0
+
+
 def test_block_localization_on_a_grid():
     part = grid_partition((40, 60), 2, 3)
     assert part[0, 0] == 1 and part[0, -1] == 3 and part[-1, 0] == 4 and part[-1, -1] == 6
@@ -243,6 +253,14 @@ def test_bri_undefined_cases_warn():
     assert all(math.isnan(v) for v in got.values())
     with pytest.warns(UndefinedMetricWarning):
         assert math.isnan(balanced_robustness_index({"a": [1, 2]})["a"])
+
+
+def test_bri_refuses_models_scored_on_different_tasks_and_warns_of_a_missing_score():
+    with pytest.raises(ValueError, match="one score per task for every model, got a: 2, b: 3"):
+        balanced_robustness_index({"a": [0.1, 0.2], "b": [0.3, 0.4, 0.5]})
+    with pytest.warns(UndefinedMetricWarning, match="model 'b' has no score \\(NaN\\) for task 1"):
+        got = balanced_robustness_index({"a": [0.1, 0.2], "b": [0.3, float("nan")], "c": [0.5, 0.9]})
+    assert all(math.isnan(v) for v in got.values())
 
 
 def test_protocols_accept_csv_strings():
