@@ -19,7 +19,8 @@ from detectors.blocks.weights import MissingWeightsError
 from exporting.onnx_export import ExportError, check_exportable, export_onnx
 from exporting.variants import VariantRefused, build_variant, check_variant_options, sample_images
 from inference.cli import check_switches, expected_failures, run
-from inference.runtime import ModelLoadError, load_checkpoint
+from inference.runtime import ModelLoadError, calibrated_tiles, load_checkpoint
+from inference.tiling import settings_text
 
 log = logging.getLogger("export")
 
@@ -37,6 +38,7 @@ def export(cfg: DictConfig) -> dict:
             f"{cfg.model} has no threshold ({float(module.threshold)}): calibrate it on genuine images first "
             "(python calibrate.py model=... input=...)"
         )
+    warn_tiled_calibration(module.calibration, output, cfg.graph_preprocess)
     check_exportable(module)  # before the variant checks: a pair detector may not export at all
     if getattr(module.net, "is_pair_detector", False) and (cfg.precision != "fp32" or cfg.graph_preprocess):
         raise ExportError(
@@ -77,6 +79,24 @@ def export(cfg: DictConfig) -> dict:
                 "checked_shapes": report.checked_shapes,
             },
         )
+
+
+def warn_tiled_calibration(calibration: dict | None, output: Path, graph_preprocess: bool) -> None:
+    """A threshold calibrated on tiled scores (calibrate.py tiles=true) is exported as it is, but
+    runtimes that score each image whole decide at it: its false-positive rate does not carry over."""
+    scoring = calibrated_tiles(calibration)
+    if not scoring.get("tiles"):
+        return
+    log.warning(
+        "the model's threshold was calibrated on scores made %s (calibrate.py tiles=true): runtimes that score "
+        "each image whole (the Node example examples/node/score.mjs, %s) decide at a threshold set for tiled "
+        "scores, and its false-positive rate does not carry over to them; for them, recalibrate the export "
+        "without tiles: python calibrate.py model=%s input=GENUINE_IMAGES output=%s (tiles left out)",
+        settings_text(scoring),
+        "this graph_preprocess=true model" if graph_preprocess else "a graph_preprocess=true export",
+        output,
+        output.with_name(f"{output.stem}_whole.onnx"),
+    )
 
 
 def check_output(output: Path, model: Path) -> None:

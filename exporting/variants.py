@@ -328,6 +328,12 @@ def write_model_and_sidecar(output: Path, model: onnx.ModelProto, extra: dict[st
         raise VariantRefused(f"cannot write {output}: {getattr(error, 'strerror', None) or error}") from None
 
 
+def calibration_record(text: str) -> Any:
+    """The metadata's calibration record as JSON every parser reads: NaN and infinities (a check on no
+    genuine image) become null."""
+    return json.loads(text, parse_constant=lambda _: None)
+
+
 def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any]) -> Path:
     """`<model>.json`: the metadata a service needs (input name and layout, preprocessing, threshold,
     outputs), for runtimes that cannot read ONNX metadata."""
@@ -348,6 +354,8 @@ def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any
         **({"target_fpr": float(meta["target_fpr"])} if "target_fpr" in meta else {}),
         # calibrated by category: each input of a named category is decided at its category's threshold
         **({"category_thresholds": json.loads(meta["category_thresholds"])} if "category_thresholds" in meta else {}),
+        # how the threshold was set; its `scoring` says whether on tiles (a runtime scoring whole images warns)
+        **({"calibration": calibration_record(meta["calibration"])} if "calibration" in meta else {}),
         **({"operations": json.loads(meta["operations"])} if "operations" in meta else {}),  # pair score columns
         **extra,
     }

@@ -102,6 +102,20 @@ export function decode(path) {
   return new ort.Tensor("uint8", turned.rgb, [1, turned.height, turned.width, 3]);
 }
 
+// A threshold calibrated on scores over tiles (calibrate.py tiles=true, recorded in the sidecar's
+// calibration.scoring) was set for scores spread otherwise than those of whole images, which this
+// example makes: said on stderr, the scores still printed.
+function warnTiledCalibration(modelPath, meta) {
+  const scoring = (meta.calibration && meta.calibration.scoring) || {};
+  if (!scoring.tiles) return;
+  console.error(
+    `${modelPath}: its threshold was calibrated on scores over tiles (calibrate.py tiles=true), but this example ` +
+      "scores each image whole, whose scores are spread otherwise: the false-positive rate it was set for does not " +
+      `carry over. Recalibrate without tiles: python calibrate.py model=${modelPath} input=GENUINE_IMAGES ` +
+      "output=OTHER.onnx",
+  );
+}
+
 async function main() {
   const args = process.argv.slice(2);
   const [modelPath] = args.splice(0, 1);
@@ -117,6 +131,7 @@ async function main() {
     console.error(`${modelPath} takes preprocessed tensors; export it with graph_preprocess=true`);
     process.exit(2);
   }
+  warnTiledCalibration(modelPath, meta);
   const byCategory = meta.category_thresholds || {};
   if (category !== undefined && !(category in byCategory)) {
     const known = Object.keys(byCategory);

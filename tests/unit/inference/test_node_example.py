@@ -142,3 +142,18 @@ def test_node_decides_at_the_threshold_of_the_category_it_is_given(tiny_model, t
     assert [json.loads(line)["threshold"] for line in plain.stdout.splitlines()] == [sidecar["threshold"]] * 2
     unknown = score_in_node(model, "--category", "blots", *files)
     assert unknown.returncode == 2 and 'no threshold for category "blots": it knows charts, photos' in unknown.stderr
+
+
+def test_node_warns_when_the_threshold_was_calibrated_on_tiles_and_still_scores(tiny_model, tmp_path):
+    """It scores each image whole: a threshold set on tiled scores (calibrate.py tiles=true) flags otherwise."""
+    model = tmp_path / "model.onnx"
+    build_variant(tiny_model["onnx"], model, graph_preprocess=True)
+    files = write_images(tmp_path / "files", [(40, 50)])
+    assert "tiles" not in score_in_node(model, *files).stderr
+    sidecar = json.loads(model.with_suffix(".json").read_text())
+    scoring = {"tiles": True, "tile_reduce": "mean", "tile_size": None, "tile_overlap": 0.25}
+    model.with_suffix(".json").write_text(json.dumps({**sidecar, "calibration": {"scoring": scoring}}))
+    done = score_in_node(model, *files)
+    assert done.returncode == 0 and [json.loads(line)["path"] for line in done.stdout.splitlines()] == [str(files[0])]
+    assert "calibrated on scores over tiles (calibrate.py tiles=true)" in done.stderr
+    assert f"python calibrate.py model={model} input=GENUINE_IMAGES" in done.stderr
