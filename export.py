@@ -12,15 +12,19 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from datamodules.io import file_in_the_way
-from datamodules.layouts import records_from_input
-from datamodules.records import LayoutError
-from detectors.blocks.weights import MissingWeightsError
-from exporting.onnx_export import ExportError, check_exportable, export_onnx
-from exporting.variants import VariantRefused, build_variant, check_variant_options, sample_images
-from inference.cli import check_switches, expected_failures, run
-from inference.runtime import ModelLoadError, calibrated_tiles, load_checkpoint
-from inference.tiling import settings_text
+from inference.cli import check_switches, expected_failures, missing_dependency, run
+
+try:  # the checkpoint runs beside the graph it is exported to: a torch-free install scores .onnx models only
+    from datamodules.io import file_in_the_way
+    from datamodules.layouts import records_from_input
+    from datamodules.records import LayoutError
+    from detectors.blocks.weights import MissingWeightsError
+    from exporting.onnx_export import ExportError, check_exportable, export_onnx
+    from exporting.variants import VariantRefused, build_variant, check_variant_options, sample_images
+    from inference.runtime import ModelLoadError, calibrated_tiles, load_checkpoint
+    from inference.tiling import settings_text
+except ModuleNotFoundError as missing:
+    missing_dependency(missing, "export.py runs the PyTorch checkpoint it exports", "torch lightning onnx onnxscript")
 
 log = logging.getLogger("export")
 

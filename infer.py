@@ -24,6 +24,7 @@ from inference.run_report import (
     InferenceFailed,
     ReportRequest,
     Robustness,
+    check_report_libraries,
     map_folders,
     page_drawer,
     page_files,
@@ -95,6 +96,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         records = once_each(without_own_outputs(records_from_input(cfg.input, cfg.get("layout", "auto")), cfg, output))
         if cfg.group_by:
             check_group_by(records, cfg.group_by, cfg.input)
+        check_report_libraries(records, shard)
     except (ModelLoadError, LayoutError, ValueError, IndexBusy) as error:
         raise InferenceFailed(str(error)) from None
     if not records:

@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -32,6 +32,17 @@ log = logging.getLogger("toolkit")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
+
+
+def missing_dependency(missing: ModuleNotFoundError, why: str, packages: str) -> NoReturn:
+    """An entry point that cannot import what it needs ends with one line naming what to install
+    (status 2), not a traceback: a torch-free install (onnxruntime, numpy, Pillow) lacks these."""
+    print(
+        f"{why}, and {missing.name or missing} is not installed: pip install {packages} "
+        "(or the toolkit with all its dependencies: pip install -e .)",
+        file=sys.stderr,
+    )
+    raise SystemExit(EXPECTED_FAILURE)
 
 
 def check_switches(cfg: Any, names: Sequence[str]) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from datamodules.io import file_sha256
-from datamodules.records import Record
+from datamodules.records import Record, SettingError
 from evaluation.calibration import below_target_in
 from evaluation.pixel import PIXEL_PROTOCOL
 from evaluation.summary import figure_text
@@ -96,6 +96,21 @@ def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
         stamp_run(output, decided_by, compare=adds_rows and earlier_rows)
     except ValueError as error:
         raise InferenceFailed(str(error)) from None
+
+
+def check_report_libraries(records: Sequence[Record], shard: Shard) -> None:
+    """Labelled input gets metrics and a report with figures, drawn with matplotlib, which a
+    torch-free install may lack: refused before scoring, not after every row is scored (a shard of
+    several reports nothing: its merge does)."""
+    if shard.count > 1 or not any(r.label is not None for r in records):
+        return
+    try:
+        import matplotlib  # noqa: F401  (the figures import it when the report is written)
+    except ImportError:
+        raise SettingError(
+            "the input is labelled: infer.py reports metrics and figures for labelled input, which need "
+            "matplotlib (pip install matplotlib); nothing was scored"
+        ) from None
 
 
 def map_folders(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from datamodules.records import Record
+from datamodules.records import Record, SettingError
 from inference.masks import PixelReduction
 from inference.parts import (
     Shard,
@@ -65,8 +65,14 @@ def launch(devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto", d
     torchrun / SLURM, joins) one process per device and returns this one's place."""
     if str(devices) == "1" and int(num_nodes) == 1:
         return Processes(device=device)
-    from lightning.fabric import Fabric
-
+    try:
+        from lightning.fabric import Fabric
+    except ImportError:  # a torch-free install (onnxruntime only) scores in one process
+        raise SettingError(
+            f"devices={devices} num_nodes={num_nodes}: one process per device is started by Lightning Fabric, "
+            "which is not installed (pip install lightning); score in one process (devices=1), or split the "
+            "input into shard=i/n jobs, which need no Lightning"
+        ) from None
     accelerator = {"auto": "auto", "cpu": "cpu"}.get(device, "cuda")
     fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=int(num_nodes), strategy=strategy)
     fabric.launch()

@@ -1,0 +1,67 @@
+"""The torch-free install (onnxruntime, numpy, Pillow: docs/guides/deployment.md) meets what it lacks
+with one line naming what to install, before any work, instead of a traceback (after scoring, for
+a labelled input's report). The modules are made unimportable here, nothing is uninstalled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from infer import InferenceFailed, infer
+from tests.helpers import ROOT, compose_config, write_images
+
+
+def run_infer(model, input, output, *overrides):
+    return infer(
+        compose_config("infer", [f"model={model}", f"input={input}", f"output={output}", "progress=false", *overrides])
+    )
+
+
+def test_devices_without_lightning_is_refused_naming_it_and_the_shards_that_need_it_not(
+    tiny_model, tmp_path, monkeypatch
+):
+    write_images(tmp_path / "in", [(40, 50)])
+    monkeypatch.setitem(sys.modules, "lightning.fabric", None)  # import fails as when it is not installed
+    with pytest.raises(
+        InferenceFailed, match=r"devices=2 .*Lightning Fabric, which is not installed \(pip install lightning\)"
+    ):
+        run_infer(tiny_model["onnx"], tmp_path / "in", tmp_path / "out.csv", "devices=2", "device=cpu")
+    assert not (tmp_path / "out.csv").exists()
+    run_infer(tiny_model["onnx"], tmp_path / "in", tmp_path / "part.csv", "shard=1/2")  # shards: no Lightning
+
+
+def test_labelled_input_without_matplotlib_is_refused_before_anything_is_scored(tiny_model, tmp_path, monkeypatch):
+    write_images(tmp_path / "labelled" / "0_real", [(40, 50)])
+    write_images(tmp_path / "labelled" / "1_fake", [(40, 50)], seed=1)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(
+        InferenceFailed, match=r"labelled: .*need matplotlib \(pip install matplotlib\); nothing was scored"
+    ):
+        run_infer(tiny_model["onnx"], tmp_path / "labelled", tmp_path / "out.csv")
+    assert not list(tmp_path.glob("out*"))
+    run_infer(tiny_model["onnx"], tmp_path / "labelled" / "0_real", tmp_path / "rows.csv")  # unlabelled: no report
+    assert (tmp_path / "rows.csv").is_file()
+
+
+@pytest.mark.parametrize("module", ["torch", "lightning"])
+def test_export_without_torch_or_lightning_ends_in_one_line_naming_what_to_install(tmp_path, module):
+    blocked = (
+        f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, str(ROOT / "export.py"), "model=m.ckpt", f"output={tmp_path / 'm.onnx'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"export.py runs the PyTorch checkpoint it exports, and {module} is not installed: pip install torch "
+        "lightning onnx onnxscript (or the toolkit with all its dependencies: pip install -e .)"
+    ]
