@@ -7,8 +7,10 @@
 // onnxruntime-node cannot read ONNX metadata, so the input name, threshold and outputs come from
 // the JSON sidecar export.py writes beside the model (model.json). A model calibrated by category
 // decides each image at its category's threshold: `--category NAME` names the images' category.
-// Prints one JSON line per image: {"path", "score", "label", "threshold"} or {"path", "error"}.
-import { readFileSync } from "node:fs";
+// Prints one JSON line per image: {"path", "score", "label", "threshold"} or {"path", "error"}
+// (an unreadable file, or one smaller than the sidecar's min_side, as infer.py says).
+import { existsSync, readFileSync } from "node:fs";
+import { basename, dirname, extname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import ort from "onnxruntime-node";
 import jpeg from "jpeg-js";
@@ -102,6 +104,30 @@ export function decode(path) {
   return new ort.Tensor("uint8", turned.rgb, [1, turned.height, turned.width, 3]);
 }
 
+// The JSON sidecar export.py writes beside the model (model.json for model.onnx); without it, or
+// unreadable, one line says what it is and the script exits with status 2.
+function readSidecar(modelPath) {
+  const sidecar = join(dirname(modelPath), `${basename(modelPath, extname(modelPath))}.json`);
+  const fail = (why) => {
+    console.error(
+      `${modelPath}: ${why}: the JSON sidecar python export.py writes beside every model it exports, which ` +
+        "carries what onnxruntime-node cannot read from the model (input name, threshold, min_side); export " +
+        "the model with export.py (graph_preprocess=true) and keep the two files together",
+    );
+    process.exit(2);
+  };
+  if (!existsSync(modelPath)) {
+    console.error(`${modelPath} does not exist`);
+    process.exit(2);
+  }
+  if (!existsSync(sidecar)) fail(`no ${sidecar} beside it`);
+  try {
+    return JSON.parse(readFileSync(sidecar, "utf8"));
+  } catch (error) {
+    return fail(`${sidecar} is not JSON (${error.message})`);
+  }
+}
+
 // A threshold calibrated on scores over tiles (calibrate.py tiles=true, recorded in the sidecar's
 // calibration.scoring) was set for scores spread otherwise than those of whole images, which this
 // example makes: said on stderr, the scores still printed.
@@ -126,7 +152,7 @@ async function main() {
     console.error("usage: node score.mjs model.onnx [--category NAME] image.png [image.jpg ...]");
     process.exit(2);
   }
-  const meta = JSON.parse(readFileSync(modelPath.replace(/\.onnx$/, ".json"), "utf8"));
+  const meta = readSidecar(modelPath);
   if (meta.input !== "image_u8") {
     console.error(`${modelPath} takes preprocessed tensors; export it with graph_preprocess=true`);
     process.exit(2);
@@ -146,7 +172,15 @@ async function main() {
   const session = await ort.InferenceSession.create(modelPath);
   for (const path of images) {
     try {
-      const result = await session.run({ [meta.input]: decode(path) });
+      const image = decode(path);
+      const [height, width] = image.dims.slice(1, 3);
+      const smallest = meta.min_side || 1; // as infer.py: an error row, not a Reshape error from onnxruntime
+      if (Math.min(height, width) < smallest) {
+        const reason = `needs an image of at least ${smallest} px on each side; got ${height} x ${width}`;
+        console.log(JSON.stringify({ path, error: `${meta.detector} ${reason}` }));
+        continue;
+      }
+      const result = await session.run({ [meta.input]: image });
       const score = result.score.data[0];
       console.log(JSON.stringify({ path, score, label: score >= threshold ? 1 : 0, threshold }));
     } catch (error) {

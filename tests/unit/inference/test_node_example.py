@@ -157,3 +157,31 @@ def test_node_warns_when_the_threshold_was_calibrated_on_tiles_and_still_scores(
     assert done.returncode == 0 and [json.loads(line)["path"] for line in done.stdout.splitlines()] == [str(files[0])]
     assert "calibrated on scores over tiles (calibrate.py tiles=true)" in done.stderr
     assert f"python calibrate.py model={model} input=GENUINE_IMAGES" in done.stderr
+
+
+def test_node_gives_an_image_under_the_sidecars_min_side_an_error_row_as_infer_does(tiny_model, tmp_path):
+    """It fed it to the model: onnxruntime's Reshape error, and its log in red on stderr."""
+    model = tmp_path / "model.onnx"
+    build_variant(tiny_model["onnx"], model, graph_preprocess=True)
+    sidecar = json.loads(model.with_suffix(".json").read_text())
+    model.with_suffix(".json").write_text(json.dumps({**sidecar, "min_side": 40}))
+    small, large = write_images(tmp_path / "files", [(33, 39), (40, 50)])
+    done = score_in_node(model, small, large)
+    assert done.returncode == 0 and done.stderr == ""
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert rows[0] == {"path": str(small), "error": "npr needs an image of at least 40 px on each side; got 33 x 39"}
+    assert rows[1]["path"] == str(large) and "score" in rows[1]
+
+
+@pytest.mark.parametrize("sidecar", [None, "{ not json"])
+def test_node_without_a_readable_sidecar_says_what_it_is_in_one_line(tiny_model, tmp_path, sidecar):
+    """No model.json beside the model ended in an ENOENT stack trace."""
+    model = tmp_path / "model.onnx"
+    model.write_bytes(tiny_model["onnx"].read_bytes())
+    if sidecar is not None:
+        model.with_suffix(".json").write_text(sidecar)
+    files = write_images(tmp_path / "files", [(40, 50)])
+    done = score_in_node(model, *files)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert str(model.with_suffix(".json")) in done.stderr and ("not JSON" in done.stderr) == (sidecar is not None)
+    assert "the JSON sidecar python export.py writes beside every model it exports" in done.stderr
