@@ -17,8 +17,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from datamodules.preprocess import Preprocess
+from inference.model_metadata import U8_INPUT
 
-INPUT = "image_u8"
+INPUT = U8_INPUT
 # OpenCV interpolation -> ONNX Resize attributes. `area` (box averaging when shrinking) is closest
 # to antialiased linear; `lanczos` has no ONNX mode and falls back to cubic (a = -0.75, as OpenCV).
 RESIZE_MODES = {

@@ -22,8 +22,9 @@ from datamodules.geometry import eval_geometry
 from datamodules.io import ImageReadError, read_image
 from datamodules.preprocess import Preprocess
 from datamodules.records import Record
-from exporting.graph_preprocess import INPUT as U8_INPUT
 from exporting.graph_preprocess import with_graph_preprocess
+from inference.model_metadata import U8_INPUT
+from inference.model_metadata import write_sidecar as write_model_sidecar
 from inference.runtime import scoring_preprocess
 
 log = logging.getLogger(__name__)
@@ -328,37 +329,6 @@ def write_model_and_sidecar(output: Path, model: onnx.ModelProto, extra: dict[st
         raise VariantRefused(f"cannot write {output}: {getattr(error, 'strerror', None) or error}") from None
 
 
-def calibration_record(text: str) -> Any:
-    """The metadata's calibration record as JSON every parser reads: NaN and infinities (a check on no
-    genuine image) become null."""
-    return json.loads(text, parse_constant=lambda _: None)
-
-
 def write_sidecar(model_path: Path, model: onnx.ModelProto, extra: dict[str, Any]) -> Path:
-    """`<model>.json`: the metadata a service needs (input name and layout, preprocessing, threshold,
-    outputs), for runtimes that cannot read ONNX metadata."""
-    meta = {p.key: p.value for p in model.metadata_props}
-    u8 = meta.get("input") == U8_INPUT
-    layout = "N x H x W x 3 uint8 RGB, any H and W" if u8 else "N x 3 x H x W float32 RGB in [0, 1]"
-    data = {
-        "detector": meta.get("detector"),
-        "toolkit_version": meta.get("toolkit_version"),
-        "input": ["image_a", "image_b"] if "operations" in meta else U8_INPUT if u8 else "image",  # pair graphs: two
-        "input_layout": f"{layout}, each" if "operations" in meta else layout,
-        "preprocess": json.loads(meta.get("preprocess", "{}")),  # what infer.py does before the network
-        **({"trained_preprocess": json.loads(meta["trained_preprocess"])} if "trained_preprocess" in meta else {}),
-        "preprocess_in_graph": u8,
-        "threshold": float(meta["threshold"]),
-        "outputs": json.loads(meta.get("outputs", '["score"]')),
-        "min_side": int(meta.get("min_side", 1)),  # the smallest image side (px) the model scores
-        **({"target_fpr": float(meta["target_fpr"])} if "target_fpr" in meta else {}),
-        # calibrated by category: each input of a named category is decided at its category's threshold
-        **({"category_thresholds": json.loads(meta["category_thresholds"])} if "category_thresholds" in meta else {}),
-        # how the threshold was set; its `scoring` says whether on tiles (a runtime scoring whole images warns)
-        **({"calibration": calibration_record(meta["calibration"])} if "calibration" in meta else {}),
-        **({"operations": json.loads(meta["operations"])} if "operations" in meta else {}),  # pair score columns
-        **extra,
-    }
-    path = model_path.with_suffix(".json")
-    path.write_text(json.dumps(data, indent=2, allow_nan=False))
-    return path
+    """`<model>.json` (`inference.model_metadata.sidecar`) for `model`'s metadata, with `extra`."""
+    return write_model_sidecar(model_path.with_suffix(".json"), {p.key: p.value for p in model.metadata_props}, extra)

@@ -9,6 +9,7 @@ refused by name.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Mapping
 
 REQUIRED = ("detector", "preprocess", "threshold", "outputs")
@@ -97,3 +98,62 @@ def read_onnx_metadata(meta: Mapping[str, str]) -> dict[str, Any]:
         "input": meta.get("input", "image"),
         "is_pair_detector": "operations" in meta,
     }
+
+
+# The JSON sidecar beside an exported model (`<model>.json`): its metadata for runtimes whose API
+# cannot read ONNX metadata (onnxruntime-node). export.py writes it, calibrate.py rewrites it.
+U8_INPUT = "image_u8"  # the input of a `graph_preprocess=true` model: the decoded image itself
+# what the sidecar says of the model's metadata; any other key (the export report) is the writer's
+SIDECAR_KEYS = (
+    "detector",
+    "toolkit_version",
+    "input",
+    "input_layout",
+    "preprocess",
+    "trained_preprocess",
+    "preprocess_in_graph",
+    "threshold",
+    "outputs",
+    "min_side",
+    "precision",
+    "target_fpr",
+    "category_thresholds",
+    "calibration",
+    "operations",
+)
+
+
+def sidecar(meta: Mapping[str, str]) -> dict[str, Any]:
+    """The sidecar's `SIDECAR_KEYS` from a model's metadata (what export.py stamps): input name and
+    layout, preprocessing, threshold (and per category), outputs, min_side, calibration record."""
+    u8 = meta.get("input") == U8_INPUT
+    layout = "N x H x W x 3 uint8 RGB, any H and W" if u8 else "N x 3 x H x W float32 RGB in [0, 1]"
+    pair = "operations" in meta  # pair graphs: two inputs, and their score columns
+    optional = {
+        "trained_preprocess": json.loads,
+        "precision": str,
+        "target_fpr": float,
+        "category_thresholds": json.loads,  # each input of a named category is decided at its category's
+        # how the threshold was set (its `scoring`: on tiles or not), NaN as null: JSON every parser reads
+        "calibration": lambda text: json.loads(text, parse_constant=lambda _: None),
+        "operations": json.loads,
+    }
+    data = {
+        "detector": meta.get("detector"),
+        "toolkit_version": meta.get("toolkit_version"),
+        "input": ["image_a", "image_b"] if pair else U8_INPUT if u8 else "image",
+        "input_layout": f"{layout}, each" if pair else layout,
+        "preprocess": json.loads(meta.get("preprocess", "{}")),  # what infer.py does before the network
+        "preprocess_in_graph": u8,
+        "threshold": float(meta["threshold"]),
+        "outputs": json.loads(meta.get("outputs", '["score"]')),
+        "min_side": int(meta.get("min_side", 1)),  # the smallest image side (px) the model scores
+        **{key: parse(meta[key]) for key, parse in optional.items() if key in meta},
+    }
+    return {key: data[key] for key in SIDECAR_KEYS if key in data}
+
+
+def write_sidecar(path: Path, meta: Mapping[str, str], extra: Mapping[str, Any]) -> Path:
+    """`path` (the model's name with `.json`): `sidecar(meta)` and `extra`, strict JSON."""
+    path.write_text(json.dumps({**sidecar(meta), **extra}, indent=2, allow_nan=False))
+    return path

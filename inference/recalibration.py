@@ -198,41 +198,17 @@ def provenance(summary: dict[str, Any], input: str, previous_threshold: float) -
 
 def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, record: dict[str, Any]) -> Path:
     """A copy of `model` (.ckpt or .onnx) whose threshold is `record["threshold"]`, with `record`
-    stored beside it: `calibration` in the checkpoint, `calibration` in the ONNX metadata (and its
-    JSON sidecar when the export wrote one). Written to a temporary file and renamed."""
+    stored beside it: `calibration` in the checkpoint, `calibration` in the ONNX metadata and its JSON
+    sidecar (written for an .onnx output whether or not the model had one: runtimes that cannot read
+    ONNX metadata read the threshold there). Written to temporary files and renamed."""
     model, output = Path(model), Path(output)
     if model.suffix.lower() != output.suffix.lower():
         raise ValueError(f"output must have the model's suffix ({model.suffix}), got {output}")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.stem}.partial{output.suffix}")
     if model.suffix.lower() == ".onnx":
-        import onnx
-
-        graph = onnx.load(str(model))
-        metadata = {p.key: p.value for p in graph.metadata_props}
-        metadata.update(
-            {
-                "threshold": repr(float(record["threshold"])),
-                "calibration": json.dumps(record),
-                "target_fpr": repr(float(record["target_fpr"])),
-            }
-        )
-        metadata.pop("category_thresholds", None)  # a global recalibration replaces per-category ones
-        if record.get("category_thresholds"):
-            metadata["category_thresholds"] = json.dumps(record["category_thresholds"])
-        del graph.metadata_props[:]
-        for key, value in metadata.items():
-            graph.metadata_props.add(key=key, value=value)
-        onnx.save(graph, str(tmp))
-        sidecar = model.with_suffix(".json")
-        if sidecar.is_file():
-            data = json.loads(sidecar.read_text())
-            threshold, target_fpr = float(record["threshold"]), float(record["target_fpr"])
-            data.update(threshold=threshold, target_fpr=target_fpr, calibration=record)
-            data.pop("category_thresholds", None)  # as in the metadata: replaced, or gone with a global one
-            if record.get("category_thresholds"):
-                data["category_thresholds"] = record["category_thresholds"]
-            output.with_suffix(".json").write_text(json.dumps(data, indent=2))
+        write_calibrated_onnx(model, tmp, record)
+        os.replace(tmp.with_suffix(".json"), output.with_suffix(".json"))
     else:
         import torch
 
@@ -244,6 +220,39 @@ def write_calibrated_model(model: str | os.PathLike, output: str | os.PathLike, 
         torch.save(checkpoint, tmp)
     os.replace(tmp, output)
     return output
+
+
+def write_calibrated_onnx(model: Path, tmp: Path, record: dict[str, Any]) -> None:
+    """`model` at `tmp` with the threshold, target and calibration record in its metadata (category
+    thresholds replaced, or gone with a global calibration), and its sidecar at `tmp`'s `.json`,
+    keeping what the model's own sidecar says beyond the metadata (the export report)."""
+    import onnx
+
+    from inference.model_metadata import SIDECAR_KEYS, write_sidecar
+
+    graph = onnx.load(str(model))
+    metadata = {p.key: p.value for p in graph.metadata_props}
+    metadata.update(
+        {
+            "threshold": repr(float(record["threshold"])),
+            "calibration": json.dumps(record),
+            "target_fpr": repr(float(record["target_fpr"])),
+        }
+    )
+    metadata.pop("category_thresholds", None)  # a global recalibration replaces per-category ones
+    if record.get("category_thresholds"):
+        metadata["category_thresholds"] = json.dumps(record["category_thresholds"])
+    del graph.metadata_props[:]
+    for key, value in metadata.items():
+        graph.metadata_props.add(key=key, value=value)
+    onnx.save(graph, str(tmp))
+    before, kept = model.with_suffix(".json"), {}
+    if before.is_file():
+        try:
+            kept = {k: v for k, v in json.loads(before.read_text()).items() if k not in SIDECAR_KEYS}
+        except (ValueError, AttributeError) as error:  # not JSON, or not an object
+            log.warning("%s is no sidecar (%s): the new one says only what the model's metadata says", before, error)
+    write_sidecar(tmp.with_suffix(".json"), metadata, kept)
 
 
 def open_fraction(name: str, value: Any) -> float:

@@ -244,3 +244,30 @@ def test_tiles_calibrate_on_tiled_scores_and_infer_says_when_it_scores_otherwise
     assert not warned("tiles=true", "tile_reduce=max")
     assert warned("tiles=false") and warned("tiles=true", "tile_reduce=mean")
     assert not warned("tiles=false", "threshold=0.5")  # a threshold of the user's own
+
+
+def test_recalibrating_an_onnx_model_without_a_sidecar_writes_the_outputs_sidecar(tiny_model, manifest, tmp_path):
+    """The output had none: the Node example and other services reading the sidecar could not use it."""
+    assert not tiny_model["onnx"].with_suffix(".json").exists()
+    output = tmp_path / "calibrated.onnx"
+    record = calibrate_model(str(tiny_model["onnx"]), str(manifest), output, target_fpr=0.1, progress=False)
+    sidecar = json.loads(output.with_suffix(".json").read_text())
+    assert sidecar["threshold"] == pytest.approx(record["threshold"]) and sidecar["target_fpr"] == 0.1
+    assert sidecar["calibration"] == record and sidecar["input"] == "image" and sidecar["detector"] == "npr"
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_recalibrating_keeps_what_the_models_sidecar_says_beyond_its_metadata(tiny_model, manifest, tmp_path):
+    import onnx
+
+    from exporting.variants import write_sidecar
+
+    model = tmp_path / "exported.onnx"
+    model.write_bytes(tiny_model["onnx"].read_bytes())
+    write_sidecar(model, onnx.load(str(model)), {"precision": "fp32", "export_report": {"precision": "fp32"}})
+    output = tmp_path / "calibrated.onnx"
+    record = calibrate_model(str(model), str(manifest), output, target_fpr=0.1, progress=False)
+    sidecar = json.loads(output.with_suffix(".json").read_text())
+    assert sidecar["export_report"] == {"precision": "fp32"} and sidecar["threshold"] == pytest.approx(
+        record["threshold"]
+    )
