@@ -34,7 +34,7 @@ from inference.run_report import (
 )
 from inference.runs import ScoredRun, launch, merged_rows, score_to_output
 from inference.runtime import ModelLoadError, Runtime, load_runtime
-from inference.tiling import settings_text, tile_settings, tiled
+from inference.tiling import scoring_tiles, settings_text, tile_settings, tiled
 from inference.writer import COLUMNS, TRUTH_COLUMN, resumable_columns
 
 log = logging.getLogger("infer")
@@ -173,14 +173,16 @@ def scoring_as_asked(cfg: DictConfig, runtime: Runtime) -> Runtime:
     """`tiles=true`: a localizer's maps stitched from overlapping tiles, or a detector's scores reduced
     over tiles. The model's threshold was calibrated on scores made with or without tiles (train.py:
     without; calibrate.py: as it was told): scored otherwise, its false-positive rate does not carry."""
-    asked, calibrated = tile_settings(cfg), runtime.calibrated_tiles
-    if cfg.threshold is None and asked != calibrated:
+    asked = tile_settings(cfg)
+    # only the settings that change this model's scores (a classifier's tiles are its input size)
+    scored, calibrated = scoring_tiles(asked, runtime), scoring_tiles(runtime.calibrated_tiles, runtime)
+    if cfg.threshold is None and scored != calibrated:
         log.warning(
             "the model's threshold was calibrated on scores made %s, this run scores %s, which are spread otherwise "
             "(a mean over tiles is narrower): its false-positive rate does not carry over; calibrate it as you score "
             "(python calibrate.py ... with the same tile settings), or give threshold=",
             settings_text(calibrated),
-            settings_text(asked),
+            settings_text(scored),
         )
     return tiled(runtime, asked, cfg.batch_size)
 

@@ -21,6 +21,7 @@ from inference.parts import Shard, part_files
 from inference.recalibration import CategoryThreshold
 from inference.runtime import Runtime
 from inference.scoring import join_truth, score_perturbed_fn
+from inference.tiling import scoring_tiles, tile_settings
 from inference.writer import stamp_run
 
 log = logging.getLogger("infer")
@@ -73,10 +74,6 @@ def image_run_options(cfg: Any, names: Sequence[str]) -> list[str]:
     return [name for name in names if given[name]]
 
 
-# the options that change how an image is scored: rows scored otherwise must not share a file
-SCORING_OPTIONS = ("tiles", "tile_reduce", "tile_size", "tile_overlap", "tta")
-
-
 def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
     """`inference.writer.stamp_run` with this run's model, thresholds and scoring options: image,
     pair and search runs alike refuse to add rows to rows scored otherwise. That is a resume (also of
@@ -88,7 +85,9 @@ def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
         "model_sha256": file_sha256(cfg.model),
         "threshold": runtime.threshold if own else float(cfg.threshold),
         "category_thresholds": dict(getattr(runtime, "category_thresholds", None) or {}) if own else {},
-        "scoring": {name: cfg.get(name) for name in SCORING_OPTIONS},
+        # the options that change this model's scores (`scoring_tiles`): rows scored otherwise must not
+        # share a file ("scored_with": the stamps before it, which compared every tile option, are not compared)
+        "scored_with": {**scoring_tiles(tile_settings(cfg), runtime), "tta": bool(cfg.get("tta"))},
     }
     adds_rows = bool(cfg.resume) or bool(cfg.get("merge", False)) or Shard.parse(cfg.get("shard")).count > 1
     earlier_rows = output.is_file() or bool(part_files(output))

@@ -128,6 +128,7 @@ class TiledLocalizer:
         self.target_fpr = getattr(runtime, "target_fpr", None)
         self.calibration = getattr(runtime, "calibration", None)
         self.preprocess = runtime.preprocess  # the whole image, at its own size
+        self.trained_preprocess = runtime.trained_preprocess
         self.window = blend_window(self.tile_size, self.overlap)
 
     def predict(self, images: np.ndarray) -> dict[str, np.ndarray]:
@@ -173,6 +174,19 @@ def tile_settings(options: Mapping[str, Any]) -> dict[str, Any]:
         return {"tiles": False}
     defaults = {"tile_reduce": "mean", "tile_size": None, "tile_overlap": 0.25}
     return {"tiles": True, **{key: options.get(key, default) for key, default in defaults.items()}}
+
+
+def scoring_tiles(settings: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
+    """Of `tile_settings`, those that change `runtime`'s scores, as `tiled` uses them: a classifier's
+    tiles are its input size, without overlap, their scores reduced by `tile_reduce`; a localizer's
+    are `tile_size` (none: the training crop) overlapping by `tile_overlap`, its score their highest.
+    Calibrations and resumed runs are compared on these alone."""
+    if not settings.get("tiles"):
+        return {"tiles": False}
+    if not runtime.is_localizer:
+        return {"tiles": True, "tile_reduce": settings.get("tile_reduce", "mean")}
+    size = settings.get("tile_size") or getattr(runtime, "trained_preprocess", runtime.preprocess).size
+    return {"tiles": True, "tile_size": size, "tile_overlap": settings.get("tile_overlap", 0.25)}
 
 
 def settings_text(settings: Mapping[str, Any]) -> str:
