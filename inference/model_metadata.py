@@ -118,6 +118,7 @@ SIDECAR_KEYS = (
     "precision",
     "target_fpr",
     "category_thresholds",
+    "categories_on_global_threshold",
     "calibration",
     "operations",
 )
@@ -150,6 +151,12 @@ def sidecar(meta: Mapping[str, str]) -> dict[str, Any]:
         "min_side": int(meta.get("min_side", 1)),  # the smallest image side (px) the model scores
         **{key: parse(meta[key]) for key, parse in optional.items() if key in meta},
     }
+    # calibration.by=category in train.py: the categories too few genuine images had for a threshold of
+    # their own, decided at the global one (infer.py does); a runtime tells them from names never seen
+    calibration = data.get("calibration")
+    too_few = calibration.get("too_few_by_category") if isinstance(calibration, dict) else None
+    if too_few and isinstance(too_few, dict):
+        data["categories_on_global_threshold"] = sorted(too_few)
     return {key: data[key] for key in SIDECAR_KEYS if key in data}
 
 

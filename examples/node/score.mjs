@@ -6,7 +6,8 @@
 // only decodes (turning a JPEG upright by its EXIF orientation, as the Python toolkit reads it).
 // onnxruntime-node cannot read ONNX metadata, so the input name, threshold and outputs come from
 // the JSON sidecar export.py writes beside the model (model.json). A model calibrated by category
-// decides each image at its category's threshold: `--category NAME` names the images' category.
+// decides each image at its category's threshold: `--category NAME` names the images' category (one
+// its calibration left on the global threshold, for too few genuine images, is decided at that).
 // Prints one JSON line per image: {"path", "score", "label", "threshold"} or {"path", "error"}
 // (an unreadable file, or one smaller than the sidecar's min_side, as infer.py says).
 import { existsSync, readFileSync } from "node:fs";
@@ -142,6 +143,32 @@ function warnTiledCalibration(modelPath, meta) {
   );
 }
 
+// The threshold images of `category` are decided at: the category's own, the global one for a
+// category calibration left on it (too few genuine images: the sidecar's
+// categories_on_global_threshold, said on stderr) or for no category; a name the model never saw
+// (a typo) is refused with the ones it knows.
+function categoryThreshold(modelPath, meta, category) {
+  const byCategory = meta.category_thresholds || {};
+  const onGlobal = meta.categories_on_global_threshold || [];
+  if (category === undefined) return meta.threshold;
+  if (Object.hasOwn(byCategory, category)) return byCategory[category];
+  if (onGlobal.includes(category)) {
+    console.error(
+      `${modelPath}: category ${JSON.stringify(category)} had too few genuine images for a threshold of its own ` +
+        `when the model was calibrated: decided at the global threshold ${meta.threshold}, as infer.py decides it`,
+    );
+    return meta.threshold;
+  }
+  const known = Object.keys(byCategory);
+  const also = onGlobal.length ? ` (and ${onGlobal.join(", ")}, on the global threshold)` : "";
+  console.error(
+    known.length || onGlobal.length
+      ? `${modelPath} has no threshold for category ${JSON.stringify(category)}: it knows ${known.join(", ")}${also}`
+      : `${modelPath} was calibrated with one threshold for every image: leave --category out`,
+  );
+  process.exit(2);
+}
+
 async function main() {
   const args = process.argv.slice(2);
   const [modelPath] = args.splice(0, 1);
@@ -158,17 +185,7 @@ async function main() {
     process.exit(2);
   }
   warnTiledCalibration(modelPath, meta);
-  const byCategory = meta.category_thresholds || {};
-  if (category !== undefined && !(category in byCategory)) {
-    const known = Object.keys(byCategory);
-    console.error(
-      known.length
-        ? `${modelPath} has no threshold for category ${JSON.stringify(category)}: it knows ${known.join(", ")}`
-        : `${modelPath} was calibrated with one threshold for every image: leave --category out`,
-    );
-    process.exit(2);
-  }
-  const threshold = category !== undefined ? byCategory[category] : meta.threshold;
+  const threshold = categoryThreshold(modelPath, meta, category);
   const session = await ort.InferenceSession.create(modelPath);
   for (const path of images) {
     try {

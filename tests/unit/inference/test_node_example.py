@@ -185,3 +185,22 @@ def test_node_without_a_readable_sidecar_says_what_it_is_in_one_line(tiny_model,
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
     assert str(model.with_suffix(".json")) in done.stderr and ("not JSON" in done.stderr) == (sidecar is not None)
     assert "the JSON sidecar python export.py writes beside every model it exports" in done.stderr
+
+
+def test_node_decides_a_category_left_on_the_global_threshold_there_and_still_refuses_a_typo(tiny_model, tmp_path):
+    """train.py calibration.by=category leaves a category with too few genuine images on the global
+    threshold (infer.py decides it there); Node refused it as unknown."""
+    model = tmp_path / "model.onnx"
+    build_variant(tiny_model["onnx"], model, graph_preprocess=True)
+    sidecar = json.loads(model.with_suffix(".json").read_text())
+    calibrated = {**sidecar, "threshold": 0.0, "category_thresholds": {"charts": 1.0}}
+    model.with_suffix(".json").write_text(json.dumps({**calibrated, "categories_on_global_threshold": ["blots"]}))
+    files = write_images(tmp_path / "files", [(40, 50)])
+    blots = score_in_node(model, "--category", "blots", *files)
+    assert blots.returncode == 0, blots.stderr
+    assert [(r["label"], r["threshold"]) for r in map(json.loads, blots.stdout.splitlines())] == [(1, 0.0)]
+    assert 'category "blots" had too few genuine images for a threshold of its own' in blots.stderr
+    assert "decided at the global threshold 0" in blots.stderr
+    typo = score_in_node(model, "--category", "blot", *files)
+    assert typo.returncode == 2 and typo.stdout == ""
+    assert 'no threshold for category "blot": it knows charts (and blots, on the global threshold)' in typo.stderr

@@ -1,6 +1,8 @@
-"""A threshold calibrated on tiles (calibrate.py tiles=true) goes into the export as it is: export.py
-says so, and the sidecar carries the calibration record, so runtimes that score each image whole
-(the Node example, a graph_preprocess=true model) can say it too."""
+"""The sidecar carries how the threshold was set, for runtimes that read no ONNX metadata: a threshold
+calibrated on tiles (calibrate.py tiles=true) goes into the export as it is, export.py says so, and
+the sidecar's calibration record lets runtimes that score each image whole (the Node example, a
+graph_preprocess=true model) say it too; the categories a calibration by category left on the
+global threshold are named, so those runtimes decide them there."""
 
 from __future__ import annotations
 
@@ -57,3 +59,16 @@ def test_a_calibration_record_holding_nan_is_written_to_the_sidecar_as_null(tiny
     output = tmp_path / "nan.onnx"
     export(compose_config("export", [f"model={tmp_path / 'nan.ckpt'}", f"output={output}"]))
     assert json.loads(output.with_suffix(".json").read_text())["calibration"] == {"n_genuine": 0, "fpr": None}
+
+
+def test_the_sidecar_names_the_categories_a_calibration_by_category_left_on_the_global_threshold(tiny_model, tmp_path):
+    """train.py calibration.by=category records them as too_few_by_category; a runtime reading the
+    sidecar decides them at the global threshold instead of refusing them as unknown."""
+    checkpoint = torch.load(tiny_model["ckpt"], map_location="cpu", weights_only=True)
+    checkpoint["category_thresholds"] = {"photos": 0.7}
+    checkpoint["calibration"] = {"category_thresholds": {"photos": 0.7}, "too_few_by_category": {"gels": [3, 299]}}
+    torch.save(checkpoint, tmp_path / "by_category.ckpt")
+    output = tmp_path / "by_category.onnx"
+    export(compose_config("export", [f"model={tmp_path / 'by_category.ckpt'}", f"output={output}"]))
+    sidecar = json.loads(output.with_suffix(".json").read_text())
+    assert sidecar["category_thresholds"] == {"photos": 0.7} and sidecar["categories_on_global_threshold"] == ["gels"]
