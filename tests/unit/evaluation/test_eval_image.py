@@ -194,7 +194,8 @@ def test_roc_points_match_sklearn():
 
 
 def test_bfloat16_scores_from_bf16_mixed_precision_are_accumulated_as_float32():
-    torch = pytest.importorskip("torch")
+    import torch
+
     from evaluation import ImageScoreAccumulator
 
     labels = torch.tensor([0, 1, 0, 1])
