@@ -19,6 +19,7 @@ import numpy as np
 
 from datamodules.records import Record
 from evaluation.protocols.review import AGGREGATIONS, aggregate_reviews
+from evaluation.records import TRUTH_COLUMN
 
 REVIEW_COLUMNS = ("review", "score", "label", "threshold", "n_images", "most_suspicious", "decision_score")
 # the review report's axis where decision_score is not the score (a review decided at its own threshold)
@@ -122,7 +123,7 @@ def review_rows(
             "decision_score": score if cut == threshold else score - cut + threshold,
         }
         if review_labels is not None:
-            row["true_label"] = int(review_labels[position[name]])
+            row[TRUTH_COLUMN] = int(review_labels[position[name]])
         rows.append(row)
     if mixed:
         _say_mixed(mixed, method, threshold)
@@ -143,7 +144,7 @@ def _say_mixed(mixed: int, method: str, threshold: float) -> None:
 def write_reviews(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     """The review rows as CSV, written to a temporary file and renamed (never half-written)."""
     tmp = path.with_name(f".{path.stem}.partial.csv")
-    columns = list(REVIEW_COLUMNS) + (["true_label"] if rows and "true_label" in rows[0] else [])
+    columns = list(REVIEW_COLUMNS) + ([TRUTH_COLUMN] if rows and TRUTH_COLUMN in rows[0] else [])
     with tmp.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
@@ -174,8 +175,8 @@ def score_reviews(
     rows = review_rows(results, review_ids(records, group_by, input), method, threshold, labels or None, own_threshold)
     path = write_reviews(output.with_suffix(".reviews.csv"), rows)
     metrics = None
-    if rows and "true_label" in rows[0]:
-        labelled = [{"path": r["review"], "label": r["true_label"], "score": r["decision_score"]} for r in rows]
+    if rows and TRUTH_COLUMN in rows[0]:
+        labelled = [{"path": r["review"], "label": r[TRUTH_COLUMN], "score": r["decision_score"]} for r in rows]
         report = report_records(
             output.with_name(f"{output.stem}_reviews_report"),
             labelled,

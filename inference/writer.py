@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from evaluation.records import TRUTH_COLUMN  # the input's own label, beside `label` (the decision)
+
 COLUMNS = ("path", "score", "label", "status", "error")
-TRUTH_COLUMN = "true_label"  # the input's own label, beside `label` (the decision), when it has one
 
 
 class ResultWriter:
