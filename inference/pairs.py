@@ -179,7 +179,7 @@ def infer_pairs(cfg: Any, runtime: Any) -> dict[str, Any]:
     log.info("%s (threshold %.4f): %d pairs -> %s", runtime.name, threshold, len(pairs), output)
     counts = {"ok": 0, "error": 0, "skipped": 0, "duplicated": 0}
     cache = PanelCache(detector, cache_size(pairs))
-    with ResultWriter(output, columns, resume=cfg.resume, truth=truth, retry_errors=True) as writer:
+    with ResultWriter(output, columns, resume=cfg.resume, truth=truth, rescore=True) as writer:
         for index, pair in enumerate(pairs):
             if pair_key(pair["path_a"], pair["path_b"]) in writer.done:
                 counts["skipped"] += 1

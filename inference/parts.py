@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from datamodules.records import Record
-from inference.writer import ResultWriter, read_rows
+from inference.writer import ResultWriter, is_stale, needs_scoring, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,10 @@ def part_files(output: Path, shard: Shard | None = None) -> list[Path]:
 
 def done_paths(output: Path, shard: Shard | None = None) -> set[str]:
     """Paths that already have a row in the output or in the part files (complete lines only), but
-    for error rows: a resume tries those images again (one repaired since is scored)."""
+    for the rows that `needs_scoring`: a resume tries those images again (one repaired or changed
+    since is scored)."""
     files = ([output] if output.is_file() else []) + part_files(output, shard)
-    return {row["path"] for path in files for row in read_rows(path) if row.get("status") != "error"}
+    return {row["path"] for path in files for row in read_rows(path) if not needs_scoring(row)}
 
 
 def remove_parts(output: Path, shard: Shard | None = None) -> None:
@@ -92,17 +93,25 @@ def merge_parts(output: Path, records: Sequence[Record], columns: Sequence[str])
 def fold_parts(output: Path, records: Sequence[Record], columns: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
     """`merge_parts`, returning the rows written (as written: text in CSV) and how many inputs have
     none yet. A path scored twice (a row in two files, from overlapping resumed runs) keeps its first row,
-    unless that is an error row and a later one is not (an image tried again on resume and read)."""
+    unless a later one is better: read where the first is an error row (an image tried again on
+    resume and read), or of the image as it is now where the first is of an earlier version."""
     files = ([output] if output.is_file() else []) + part_files(output)
     rows: dict[str, dict[str, Any]] = {}
     for path in files:
         for row in read_rows(path):
             kept = rows.get(row["path"])
-            if kept is None or (kept.get("status") == "error" and row.get("status") != "error"):
+            if kept is None or better_row(row, kept):
                 rows[row["path"]] = row
     ordered = write_in_order(output, rows, records, columns)
     remove_parts(output)
     return ordered, len({r.path for r in records} - set(rows))
+
+
+def better_row(row: dict[str, Any], kept: dict[str, Any]) -> bool:
+    """Whether `row` replaces `kept`, an earlier row of the same path, in a merge."""
+    if is_stale(kept) != is_stale(row):
+        return is_stale(kept)
+    return kept.get("status") == "error" and row.get("status") != "error"
 
 
 def once_each(records: Sequence[Record]) -> list[Record]:

@@ -128,7 +128,7 @@ def score_into_output(
     """One process, no shard: rows stream into `output` and stay in memory (see `score_to_output`)."""
     if part_files(output):
         merge_parts(output, records, columns) if resume else remove_parts(output)
-    with ResultWriter(output, columns, resume=resume, truth=known_labels(records), retry_errors=True) as writer:
+    with ResultWriter(output, columns, resume=resume, truth=known_labels(records), rescore=True) as writer:
         todo = [(i, p) for i, p in Shard().items(records) if p not in writer.done]
         if pixel is not None:
             reduce_saved_maps(pixel, records, writer.done.values())
@@ -167,7 +167,7 @@ def score_into_parts(
     mine = shard.items(records)
     todo = [item for item in mine if item[1] not in done]
     part = part_path(output, shard, processes.rank)
-    with ResultWriter(part, columns, resume=True, truth=known_labels(records), retry_errors=True) as writer:
+    with ResultWriter(part, columns, resume=True, truth=known_labels(records), rescore=True) as writer:
         counts = score_items(runtime, todo[processes.rank :: processes.world_size], writer, **options)
     counts = processes.total(counts)
     processes.barrier()

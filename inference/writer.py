@@ -5,13 +5,45 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evaluation.records import TRUTH_COLUMN  # the input's own label, beside `label` (the decision)
 
-COLUMNS = ("path", "score", "label", "status", "error")
+SIGNATURE_COLUMN = "file_signature"  # the image file's size and modification time when its row was written
+COLUMNS = ("path", "score", "label", "status", "error", SIGNATURE_COLUMN)
+OPTIONAL_COLUMNS = (TRUTH_COLUMN, SIGNATURE_COLUMN)  # a file written before rows carried them resumes
+
+log = logging.getLogger(__name__)
+
+
+def file_signature(path: str | os.PathLike) -> str:
+    """`<size>:<modification time in ns>` of the file at `path` ('' where it cannot be read)."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return ""
+    return f"{found.st_size}:{found.st_mtime_ns}"
+
+
+def is_stale(row: Mapping[str, Any]) -> bool:
+    """Whether the image of `row` changed (or went) since the row was written: its recorded signature
+    differs from its file's now. Rows written before rows carried one are taken as they are."""
+    recorded = row.get(SIGNATURE_COLUMN)
+    return bool(recorded) and recorded != file_signature(row["path"])
+
+
+def signed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """`row` with its image file's signature as it is now."""
+    return {**row, SIGNATURE_COLUMN: file_signature(row["path"])}
+
+
+def needs_scoring(row: Mapping[str, Any]) -> bool:
+    """Whether a resume scores the image of `row` again: it could not be read then (it may have been
+    repaired since), or its file changed since the row was written."""
+    return row.get("status") == "error" or is_stale(row)
 
 
 class ResultWriter:
@@ -22,8 +54,10 @@ class ResultWriter:
     (from a crash mid-write) and reads which paths are already done. `done` holds every row of the
     file (those found on resume as written, text in CSV; those written since as given), so the run
     never reads its own output back. With `truth` (path -> the input's label), each row written
-    gets it as `true_label` where the columns hold one. `retry_errors`: a resume drops the error rows
-    (the file is rewritten without them, whole), so an image repaired since is scored again.
+    gets it as `true_label` where the columns hold one, and where they hold `file_signature` each row
+    gets its image file's size and modification time. `rescore`: a resume drops the rows that
+    `needs_scoring` (error rows, and rows of images changed since; the file is rewritten without them,
+    whole), so an image repaired or replaced since is scored again.
     """
 
     def __init__(
@@ -32,7 +66,7 @@ class ResultWriter:
         columns: Sequence[str] = COLUMNS,
         resume: bool = False,
         truth: Mapping[str, Any] | None = None,
-        retry_errors: bool = False,
+        rescore: bool = False,
     ) -> None:
         self.path = Path(path)
         if self.path.suffix.lower() not in (".csv", ".jsonl"):
@@ -47,8 +81,12 @@ class ResultWriter:
             self._check_header()
             self._drop_torn_line()
             rows = read_rows(self.path)
-            if retry_errors and any(row.get("status") == "error" for row in rows):
-                rows = [row for row in rows if row.get("status") != "error"]
+            again = [row for row in rows if needs_scoring(row)] if rescore else []
+            if again:
+                changed = sum(row.get("status") != "error" for row in again)
+                if changed:
+                    log.info("%s: %d images changed since their rows were written: scored again", self.path, changed)
+                rows = [row for row in rows if not needs_scoring(row)]
                 self._rewrite(rows)
             self.done = {row["path"]: row for row in rows}
             self.handle = self.path.open("a", encoding="utf-8", newline="")
@@ -93,6 +131,8 @@ class ResultWriter:
     def write(self, rows: list[dict[str, Any]]) -> None:
         if self.truth and TRUTH_COLUMN in self.columns:
             rows = [{**row, TRUTH_COLUMN: self.truth.get(row["path"], "")} for row in rows]
+        if SIGNATURE_COLUMN in self.columns:
+            rows = [row if row.get(SIGNATURE_COLUMN) else signed(row) for row in rows]
         if rows:
             self._write(rows)
             self.done.update({row["path"]: row for row in rows})
@@ -134,7 +174,8 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def resumable_columns(path: Path, columns: Sequence[str]) -> list[str]:
     """The columns a resume of `path` appends with: `columns`, or the file's own when it was written
-    before rows carried the truth (the rewrite in input order at the end adds it). A file of other
+    before rows carried the truth or the file signature (the rewrite in input order at the end adds
+    them; its rows are taken as they are). A file of other
     columns (maps saved now and not before, or the reverse) would get rows that do not fit it:
     refused with the reason. A JSONL file's columns are its first row's keys."""
     with path.open(encoding="utf-8", newline="") as handle:
@@ -148,7 +189,7 @@ def resumable_columns(path: Path, columns: Sequence[str]) -> list[str]:
                 header = None
     if header is None or header == list(columns):
         return list(columns)
-    if header == [c for c in columns if c != TRUTH_COLUMN]:
+    if set(columns) - set(header) <= set(OPTIONAL_COLUMNS) and header == [c for c in columns if c in header]:
         return header
     raise ValueError(
         f"{path} was written with the columns {header}, this run writes {list(columns)}: resume "

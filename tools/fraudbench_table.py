@@ -75,7 +75,7 @@ def score_to_file(
         log.warning("%s holds the scores of another model file than %s: scoring again", output, model)
         output.unlink()
     stamp.write_text(digest + "\n")
-    with ResultWriter(output, resume=True, retry_errors=True) as writer:  # an image repaired since: scored
+    with ResultWriter(output, resume=True, rescore=True) as writer:  # an image repaired since: scored
         counts = score_records(
             runtime, records, writer, batch_size=batch_size, num_workers=workers, threshold=0.5, progress=False
         )

@@ -105,6 +105,9 @@ def outcome(folder: Path, roots: list[Path]) -> dict[str, Any]:
         elif path.suffix == ".csv":
             with path.open(newline="", encoding="utf-8") as handle:
                 found[name] = [{k: relative(v, roots) for k, v in row.items()} for row in csv.DictReader(handle)]
+            for row in found[name]:  # the image file's size and modification time: recorded, not pinned
+                if row.get("file_signature"):
+                    row["file_signature"] = "<recorded>"
         elif path.suffix == ".json":
             found[name] = json.loads(relative(path.read_text(encoding="utf-8"), roots))
         elif path.suffix == ".md":

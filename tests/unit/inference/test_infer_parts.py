@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from datamodules.preprocess import Preprocess
 from datamodules.records import Record
 from inference.parts import Shard, done_paths, merge_parts, part_files, part_path
 from inference.runs import Processes, score_to_output
-from inference.writer import COLUMNS, TRUTH_COLUMN, ResultWriter, read_results, read_rows
+from inference.writer import COLUMNS, SIGNATURE_COLUMN, TRUTH_COLUMN, ResultWriter, read_results, read_rows
 from tests.helpers import write_images
 
 
@@ -117,6 +118,55 @@ def test_a_resume_tries_unreadable_images_again_and_scores_those_repaired_since(
     rows = {Path(r["path"]).name: r for r in read_results(output)}
     assert len(rows) == 11 and rows["004.png"]["status"] == "ok"
     assert rows["004.png"]["score"] == pytest.approx(7 / 255, abs=1e-6)
+
+
+def test_a_merge_keeps_the_read_row_over_an_error_row_of_the_same_unchanged_file(records, tmp_path):
+    """A read that failed for a while (a disk away, a lock) and then worked: the file did not change."""
+    output = tmp_path / "scores.csv"
+    run(records, output)
+    unreadable = records[4].path
+    assert read_results(output)[4]["status"] == "error"
+    with ResultWriter(part_path(output, Shard(), rank=1), COLUMNS) as part:
+        part.write([{"path": unreadable, "score": 0.25, "label": 0, "status": "ok", "error": ""}])
+    merge_parts(output, records, COLUMNS)
+    row = read_results(output)[4]
+    assert row["status"] == "ok" and row["score"] == 0.25
+
+
+def replace_image(path: str, value: int) -> None:
+    """Another image at the same path, as a user replacing a file leaves it (a later modification time)."""
+    before = os.stat(path)
+    Image.fromarray(np.full((24, 24, 3), value, np.uint8)).save(path, format="PNG")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 5_000_000_000))
+
+
+@pytest.mark.parametrize("shard", ["", "0/1", "0/2"])
+def test_a_resume_scores_again_an_image_replaced_since_its_row_was_written(records, tmp_path, shard):
+    """A row is the score of the file as it was: a replaced image gets the score a fresh run gives it."""
+    output = tmp_path / "scores.csv"
+    run(records, output, shard)
+    if shard == "0/2":
+        merge_parts(output, records, COLUMNS)  # merged early: the old row is in the output, the new one in a part
+    replace_image(records[2].path, 200)  # 002.png, in shard 0 of 2
+    counts = run(records, output, shard, resume=True)
+    assert counts["ok"] == 1 and counts["error"] == 1  # the replaced image, and the unreadable one tried again
+    if shard == "0/2":
+        run(records, output, "1/2")
+    merge_parts(output, records, COLUMNS)
+    run(records, tmp_path / "fresh.csv")
+    assert output.read_bytes() == (tmp_path / "fresh.csv").read_bytes()
+    assert {Path(r["path"]).name: r for r in read_results(output)}["002.png"]["score"] == pytest.approx(200 / 255)
+
+
+def test_rows_written_before_they_carried_the_file_signature_are_resumed_as_they_are(records, tmp_path):
+    output = tmp_path / "scores.csv"
+    old_columns = [c for c in COLUMNS if c != SIGNATURE_COLUMN]
+    score_to_output(MeanBrightness(), records[:4], output, old_columns, Processes(device="cpu"))
+    replace_image(records[2].path, 200)  # nothing recorded says it changed: its row stays
+    counts = run(records, output, resume=True)
+    assert counts["skipped"] == 4
+    rows = {Path(r["path"]).name: r for r in read_results(output)}
+    assert rows["002.png"]["score"] != pytest.approx(200 / 255) and rows["005.png"][SIGNATURE_COLUMN]
 
 
 def test_without_resume_stale_parts_are_dropped(records, tmp_path):
