@@ -28,7 +28,7 @@ from evaluation.summary import figure_text
 from inference.masks import write_pair_masks
 from inference.pair_inputs import group_pairs, is_pair_manifest, read_pair_manifest
 from inference.run_report import image_run_options, stamp, without_own_outputs
-from inference.writer import TRUTH_COLUMN, ResultWriter, read_results
+from inference.writer import SIGNATURE_COLUMN, TRUTH_COLUMN, ResultWriter, read_results
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ PAIR_COLUMNS = (
     "transform",
     "method",
     "reason",
+    SIGNATURE_COLUMN,
 )
 SEPARATOR = " <-> "
 

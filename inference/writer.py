@@ -28,16 +28,24 @@ def file_signature(path: str | os.PathLike) -> str:
     return f"{found.st_size}:{found.st_mtime_ns}"
 
 
+def row_signature(row: Mapping[str, Any]) -> str:
+    """The signature of the files a row scored now: its image's, or both panels' of a pair row."""
+    if "path_a" in row and "path_b" in row:
+        return f"{file_signature(row['path_a'])}|{file_signature(row['path_b'])}"
+    return file_signature(row["path"])
+
+
 def is_stale(row: Mapping[str, Any]) -> bool:
-    """Whether the image of `row` changed (or went) since the row was written: its recorded signature
-    differs from its file's now. Rows written before rows carried one are taken as they are."""
+    """Whether the image (or a panel) of `row` changed or went since the row was written: its
+    recorded signature differs from its files' now. Rows written before rows carried one are taken
+    as they are."""
     recorded = row.get(SIGNATURE_COLUMN)
-    return bool(recorded) and recorded != file_signature(row["path"])
+    return bool(recorded) and recorded != row_signature(row)
 
 
 def signed(row: Mapping[str, Any]) -> dict[str, Any]:
-    """`row` with its image file's signature as it is now."""
-    return {**row, SIGNATURE_COLUMN: file_signature(row["path"])}
+    """`row` with the signature of its files as they are now."""
+    return {**row, SIGNATURE_COLUMN: row_signature(row)}
 
 
 def needs_scoring(row: Mapping[str, Any]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,26 @@ def test_a_resume_tries_a_pair_with_an_unreadable_panel_again(model, panels, tmp
     result = run(model, folder, output, "resume=true")
     assert result["counts"]["skipped"] == 1 and result["counts"]["error"] == 0 and result["counts"]["ok"] == 2
     assert [r["status"] for r in read_results(output)] == ["ok"] * 3
+
+
+def rows_by_pair(path: Path) -> dict[str, dict]:
+    return {row["path"]: row for row in read_results(path)}
+
+
+def test_a_resume_scores_again_the_pairs_of_a_panel_replaced_since(model, panels, tmp_path):
+    """A row is the score of the panels as they were: replacing b.png re-scores its two pairs only."""
+    folder = tmp_path / "in"
+    for name in ("a.png", "b.png", "c.png"):
+        write_image(folder / name, read_image(panels / "fig" / name))
+    output = tmp_path / "pairs.csv"
+    run(model, folder, output)
+    before = os.stat(folder / "b.png")
+    write_image(folder / "b.png", read_image(panels / "fig" / "c.png"))  # b.png is now a copy of c.png
+    os.utime(folder / "b.png", ns=(before.st_atime_ns, before.st_mtime_ns + 5_000_000_000))
+    result = run(model, folder, output, "resume=true")
+    assert result["counts"]["skipped"] == 1 and result["counts"]["ok"] == 2
+    run(model, folder, tmp_path / "fresh.csv")
+    assert rows_by_pair(output) == rows_by_pair(tmp_path / "fresh.csv")
 
 
 def test_a_resume_with_another_input_reports_only_the_pairs_of_this_input(model, panels, tmp_path, monkeypatch, caplog):
