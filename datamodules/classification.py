@@ -324,10 +324,14 @@ class LayoutDataModule(RecordsDataModule):
     lists, CASIA/MVSS lists). `ignore_splits` re-splits everything by `split_fractions` instead.
 
     `exclude_groups` drops records of those groups (e.g. the duplication panels of a generated set,
-    which only make sense as pairs). `test_groups` sets up cross-generator evaluation: fakes of those
-    groups are tested on, all other fakes trained and validated on, never both (genuine images are
-    split as usual, so no source straddles the splits).
+    which only make sense as pairs); a group no record has is warned of, as a likely typo, unless it
+    is one of `default_exclusions` (a config's default, made for data that may not have it).
+    `test_groups` sets up cross-generator evaluation: fakes of those groups are tested on, all other
+    fakes trained and validated on, never both (genuine images are split as usual, so no source
+    straddles the splits).
     """
+
+    default_exclusions: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -348,7 +352,17 @@ class LayoutDataModule(RecordsDataModule):
         self.test_groups = set(test_groups or ())
 
     def load_records(self) -> list[Record]:
-        records = [r for r in self._split_records() if r.group not in self.exclude_groups]
+        records = self._split_records()
+        absent = self.exclude_groups - {r.group for r in records} - self.default_exclusions
+        if absent:
+            log.warning(
+                "data.exclude_groups names group(s) no image of %s has, so nothing is left out for them: %s "
+                "(groups there: %s)",
+                self.root,
+                sorted(absent),
+                sorted({r.group for r in records if r.group}) or "none",
+            )
+        records = [r for r in records if r.group not in self.exclude_groups]
         if not self.test_groups:
             return records
         known = {r.group for r in records if r.label == 1}

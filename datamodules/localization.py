@@ -119,6 +119,10 @@ class LocalizationDataModule(LayoutDataModule):
     training crop or resize, faster on large images, for a threshold that then holds for crops).
     """
 
+    # configs/data/localization.yaml excludes generate.py's duplication panels by default; data
+    # without them (a user's own) is not warned of the absent groups
+    default_exclusions = frozenset({"duplication_global", "duplication_local"})
+
     def __init__(
         self,
         edge_width: int = 3,

@@ -167,3 +167,42 @@ def test_genuine_images_alone_train_a_classifier_on_their_pseudo_fakes(tmp_path)
     module = _data(["data=manifest", f"data.manifest={_manifest(tmp_path, rows)}", "data.pseudo_fakes=0.5"])
     module.setup()
     module.check_learnable(False)
+
+
+def _grouped_manifest(root, groups):
+    rng = np.random.default_rng(5)
+    lines = ["path,label,group"]
+    for i, group in enumerate(groups * 4):
+        write_image(root / f"i{i}.png", rng.integers(0, 256, (24, 24, 3), dtype=np.uint8))
+        lines.append(f"i{i}.png,{int(group != 'genuine')},{group}")
+    (root / "manifest.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_excluding_a_group_no_image_has_is_warned_once_naming_it_and_the_groups_there(tmp_path, caplog):
+    root = _grouped_manifest(tmp_path, ["genuine", "splicing"])
+    module = _data(["data=layout", f"data.root={root}", "data.exclude_groups=[splcing,splicing]"])
+    with caplog.at_level("WARNING"):
+        records = module.load_records()
+    warned = [m for m in caplog.messages if "data.exclude_groups" in m]
+    assert len(warned) == 1 and "['splcing']" in warned[0] and "['genuine', 'splicing']" in warned[0]
+    assert {r.group for r in records} == {"genuine"}
+
+
+def test_the_localization_default_exclusions_are_not_warned_of_on_data_without_them(tmp_path, caplog):
+    root = _grouped_manifest(tmp_path, ["genuine", "splicing"])
+    with caplog.at_level("WARNING"):
+        _data(["data=localization", f"data.root={root}", "data.missing_masks=full"]).load_records()
+    assert not [m for m in caplog.messages if "data.exclude_groups" in m]
+    with caplog.at_level("WARNING"):
+        _data(
+            ["data=localization", f"data.root={root}", "data.missing_masks=full", "data.exclude_groups=[inpainting]"]
+        ).load_records()
+    assert [m for m in caplog.messages if "data.exclude_groups" in m and "['inpainting']" in m]
+
+
+def test_the_localization_config_excludes_exactly_the_groups_its_module_treats_as_defaults():
+    from datamodules.localization import LocalizationDataModule
+
+    cfg = compose_config("train", ["data=localization"])
+    assert set(cfg.data.exclude_groups) == LocalizationDataModule.default_exclusions
