@@ -56,15 +56,16 @@ def _detector_override(override: str) -> str:
     return f"{override[: len(override) - len(body)]}detector.{body}"
 
 
-def detector_config(name: str, overrides: Sequence[str] = ()) -> DictConfig:
+def detector_config(name: str, overrides: str | Sequence[str] = ()) -> DictConfig:
     """The composed config of detector `name` (`name`, `net`, `optimizer`, ...) with Hydra overrides
-    relative to it (`net.width=8`, `+net.new_key=1`).
+    relative to it (`net.width=8`, `+net.new_key=1`); a single string is one override, as one
+    command-line argument is (not a sequence of one-character overrides).
 
     Composed as train.py composes `detector=<name>`, so an unknown name fails with Hydra's list of
     the valid ones and a mistyped key fails instead of being ignored. A Hydra app already running
     in this process (train.py, a test's compose) is left as it was.
     """
-    config = copy.deepcopy(_composed(name, tuple(overrides)))
+    config = copy.deepcopy(_composed(name, (overrides,) if isinstance(overrides, str) else tuple(overrides)))
     OmegaConf.set_struct(config, False)
     return config
 
@@ -87,18 +88,18 @@ def _composed(name: str, overrides: tuple[str, ...]) -> DictConfig:
     return composed.detector
 
 
-def net_config(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def net_config(name: str, overrides: str | Sequence[str] = ()) -> dict[str, Any]:
     """The `net` block of detector `name` as plain values (what a checkpoint's hyper-parameters hold)."""
     return OmegaConf.to_container(detector_config(name, overrides).net, resolve=True)
 
 
-def create_detector(name: str, overrides: Sequence[str] = ()) -> Detector:
+def create_detector(name: str, overrides: str | Sequence[str] = ()) -> Detector:
     """The network of detector `name`, built from its composed `net` block."""
     return build_detector(net_config(name, overrides))
 
 
 def create_module(
-    detector: str | Mapping[str, Any], overrides: Sequence[str] = (), **module_options: Any
+    detector: str | Mapping[str, Any], overrides: str | Sequence[str] = (), **module_options: Any
 ) -> DetectorModule:
     """The trainable `DetectorModule` of a detector given by name (composed here, with `overrides`)
     or by its already composed config (train.py's `cfg.detector`); `module_options` go to the

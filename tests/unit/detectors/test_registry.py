@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from detectors.registry import create_detector, detector_config, list_detectors, net_config
+from detectors.registry import create_detector, create_module, detector_config, list_detectors, net_config
 from tests.helpers import ROOT
 
 
@@ -38,6 +38,13 @@ def test_composing_applies_overrides_and_refuses_unknown_names_and_keys():
         detector_config("nrp")
     with pytest.raises(ConfigCompositionException, match="widht"):
         detector_config("npr_tiny", ["net.widht=4"])
+
+
+def test_a_single_override_string_is_one_override_not_one_per_character():
+    assert detector_config("npr_tiny", "net.width=4").net.width == 4
+    assert net_config("npr_tiny", "net.width=4")["width"] == 4
+    assert create_detector("npr_tiny", "net.width=4").head.in_features == 2 * 4
+    assert create_module("npr_tiny", "net.width=4").net.head.in_features == 2 * 4
 
 
 def test_composing_leaves_a_running_hydra_app_as_it_was():
