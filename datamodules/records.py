@@ -179,6 +179,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             )
         )
     check_repeated_paths(path, records)
+    say_unlabelled(path, records)
     if unknown:
         log.info(
             "manifest %s: columns %s are not record columns; only an option that names one (group_by=...) reads it",
@@ -186,6 +187,21 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
             sorted(unknown),
         )
     return sources_as_paths(base, records)
+
+
+def say_unlabelled(manifest: Path, records: list[Record]) -> None:
+    """Rows without a label in a manifest that labels others are neither genuine nor fake: said once
+    here, for every reader (infer.py's metrics, calibrate.py, the benchmarks' splits), with their
+    count. A manifest that labels nothing is a list of images to score: nothing to say."""
+    unlabelled = sum(record.label is None for record in records)
+    if 0 < unlabelled < len(records):
+        log.warning(
+            "manifest %s: %d of %d row(s) have no label, so they are left out of metrics and calibration "
+            "(neither genuine nor fake)",
+            manifest,
+            unlabelled,
+            len(records),
+        )
 
 
 def check_repeated_paths(manifest: Path, records: list[Record]) -> None:

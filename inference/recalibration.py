@@ -331,7 +331,8 @@ def score_for_calibration(
     runtime: Runtime, records: Sequence[Record], scores_path: Path, batch_size: int, num_workers: int, progress: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Score the genuine and fake images of `records` into `scores_path`; their scored rows, genuine
-    then fake. Without labels every image is genuine; with labels, unlabelled rows are left out.
+    then fake. Without labels every image is genuine; with labels, unlabelled rows are left out
+    (their count said by `read_manifest`, the one input whose rows can be partly labelled).
     The file holds each image's score and its label as given (`true_label`), not a decision: the
     model's threshold is the one being replaced."""
     from inference.scoring import score_records
@@ -340,8 +341,6 @@ def score_for_calibration(
     labelled = any(r.label is not None for r in records)
     genuine = {r.path for r in records if r.label == 0 or not labelled}
     fakes = {r.path for r in records if r.label == 1}
-    if unlabelled := sum(1 for r in records if labelled and r.label is None):
-        log.warning("%d row(s) without a label are left out: neither genuine nor fake", unlabelled)
     truth = {path: 0 for path in genuine} | {path: 1 for path in fakes}
     columns = ("path", "score", TRUTH_COLUMN, "status", "error")
     with ResultWriter(scores_path, columns, truth=truth) as writer:

@@ -186,3 +186,21 @@ def test_files_of_a_folder_that_are_not_read_as_images_are_counted(tmp_path, cap
         records = records_from_input(tmp_path)
     assert [r.path for r in records] == [str(tmp_path / "photo.png")]
     assert "2 file(s) not read as images (.png, .txt)" in caplog.text
+
+
+def test_rows_without_a_label_beside_labelled_ones_are_counted_once_as_left_out(tmp_path, caplog):
+    (tmp_path / "m.csv").write_text("path,label\na.png,1\nb.png,\nc.png,0\nd.png,\n")
+    with caplog.at_level("WARNING", logger="datamodules.records"):
+        assert [r.label for r in read_manifest(tmp_path / "m.csv")] == [1, None, 0, None]
+    said = [m for m in caplog.messages if "no label" in m]
+    assert said == [
+        f"manifest {tmp_path / 'm.csv'}: 2 of 4 row(s) have no label, so they are left out of metrics "
+        "and calibration (neither genuine nor fake)"
+    ]
+
+
+def test_a_manifest_that_labels_nothing_is_read_without_a_word_on_labels(tmp_path, caplog):
+    (tmp_path / "m.csv").write_text("path,label\na.png,\nb.png,\n")
+    with caplog.at_level("WARNING", logger="datamodules.records"):
+        assert [r.label for r in read_manifest(tmp_path / "m.csv")] == [None, None]
+    assert not [m for m in caplog.messages if "no label" in m]
