@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 from datamodules.layouts.files import NameIndex, child_folder, describe, images_under, load_json, pair_masks
@@ -18,6 +19,10 @@ THEMIS_FOLDERS = {
     "forged": ("forged", "forgery", "fake", "tampered", "tp"),
     "mask": ("mask", "masks", "gt"),
 }
+# The last part of a forgery's name that numbers it among an original's forgeries (`cm0`, `sp1`,
+# `v2`, `2`): only such a name is paired with an original its name extends (`p1_cm0` with `p1`);
+# `p1-final` or `p1.edited` tells nothing of `p1`, and names are the only link the layout has.
+VARIANT_TAG = re.compile(r"[A-Za-z]*\d+")
 
 
 def read_imdl(root: str | os.PathLike) -> list[Record]:
@@ -133,8 +138,9 @@ def read_themis(root: str | os.PathLike) -> list[Record]:
 
     Each forged image is label 1 with its mask, `group` = its sub-folder of `forged/` (the fraud type:
     `splicing`, `copy_move`, `ai_generated/tre`...; `themis` at the top level) and `source` = the
-    original of its name, or of the longest name it starts with (`p1_cm0` and `p1_cm1` are forgeries
-    of `p1`), in the matching sub-folder, so that splits keep them with it; each original is label 0.
+    original of its name, or, when its name ends in a numbered tag (`VARIANT_TAG`), of the longest
+    name it extends before a `_`, `-` or `.` (`p1_cm0` and `p1_cm1` are forgeries of `p1`; `p1-final`
+    is not), in the matching sub-folder, so that splits keep them with it; each original is label 0.
     Forged images without a mask or an original, and folders that are none of the three, are said.
     """
     root = Path(root)
@@ -174,8 +180,8 @@ def read_themis_tree(root: Path, prefix: str = "") -> list[Record]:
         )
     if orphans:
         log.warning(
-            "%s: %d forged images have no original of their name (or of a name they start with) in %s/, so "
-            "their split cannot follow one, e.g. %s",
+            "%s: %d forged images have no original of their name (or of a name they extend with a numbered "
+            "tag, p1_cm0 of p1) in %s/, so their split cannot follow one, e.g. %s",
             root,
             len(orphans),
             folders["original"].name,
@@ -186,12 +192,13 @@ def read_themis_tree(root: Path, prefix: str = "") -> list[Record]:
 
 
 def original_of(image: Path, forged: Path, originals: NameIndex) -> Path | None:
-    """The original `image` was forged from: the one of its name, else the one with the longest
-    name that `image`'s name starts with before a `_`, `-` or `.`. Each is looked for in the
+    """The original `image` was forged from: the one of its name, else, when the name ends in a
+    numbered tag (`VARIANT_TAG`: `p1_cm0`, not `p1-final`), the one with the longest name that
+    `image`'s name starts with before a `_`, `-` or `.`. Each is looked for in the
     matching sub-folder first, then by name alone where one original only has that name (a flat
     original/ beside forgeries sorted into sub-folders), as `NameIndex.find` does."""
     exact = originals.find(image, forged)
-    if exact is not None:
+    if exact is not None or not VARIANT_TAG.fullmatch(re.split(r"[_\-.]", image.stem)[-1]):
         return exact
     relative = image.relative_to(forged).with_suffix("").as_posix()
     cuts = [i for i, char in enumerate(relative) if char in "_-." and "/" not in relative[i:]]

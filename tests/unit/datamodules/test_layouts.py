@@ -260,6 +260,16 @@ def test_themis_forgeries_in_sub_folders_find_a_flat_original_by_name_exactly_or
     assert sources["forged/copy_move/p3_cm0.png"] is None
 
 
+def test_a_themis_forgery_extends_an_originals_name_only_with_a_numbered_tag(tmp_path, caplog):
+    names = ("p1_cm0", "p1-2", "p1.v3", "p1-final", "p1_edited.x")  # the last two merely start like p1
+    _touch(tmp_path, "original/p1.png", *(f"{role}/{n}.png" for role in ("forged", "mask") for n in names))
+    with caplog.at_level(logging.WARNING):
+        sources = {Path(r.path).stem: r.source for r in read_themis(tmp_path) if r.label}
+    paired = str(tmp_path / "original/p1.png")
+    assert sources == {"p1_cm0": paired, "p1-2": paired, "p1.v3": paired, "p1-final": None, "p1_edited.x": None}
+    assert "2 forged images have no original" in caplog.text and "p1-final.png" in caplog.text
+
+
 def test_themis_says_what_it_cannot_pair_and_what_it_does_not_read(tmp_path, caplog):
     _touch(tmp_path, "authentic/p1.png", "forged/p1.png", "forged/q7.png", "mask/p1.png", "mask/q7.png")
     with caplog.at_level(logging.WARNING):
