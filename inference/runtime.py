@@ -73,14 +73,22 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+def check_model_file(path: Path, what: str) -> None:
+    """A model path must name a file: a folder (a run's folder, or one whose name ends in .onnx)
+    is said to be one, not to be missing."""
+    if path.is_dir():
+        raise ModelLoadError(f"{what} {path} is a folder, not a model file: give the .ckpt or .onnx file itself")
+    if not path.is_file():
+        raise ModelLoadError(f"{what} {path} does not exist")
+
+
 def read_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> dict[str, Any]:
     """The contents of a checkpoint written by `train.py`, read without executing code from the file
     (`torch.load(weights_only=True)`: tensors and plain containers only)."""
     import torch
 
     path = Path(path)
-    if not path.is_file():
-        raise ModelLoadError(f"checkpoint {path} does not exist")
+    check_model_file(path, "checkpoint")
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -242,8 +250,7 @@ class OnnxRuntime:
                 f"{path}: test-time adaptation takes gradient steps, which an ONNX graph cannot; "
                 "use the .ckpt for tta=true (the exported model is the non-adapted one)"
             )
-        if not path.is_file():
-            raise ModelLoadError(f"ONNX model {path} does not exist")
+        check_model_file(path, "ONNX model")
         self.device = device
         providers = onnx_providers(device, ort.get_available_providers())
         options = ort.SessionOptions()

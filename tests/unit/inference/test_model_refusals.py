@@ -63,6 +63,17 @@ def test_a_checkpoint_where_torch_is_not_installed_is_refused_with_the_way_out(t
         load_runtime(tmp_path / "model.ckpt")
 
 
+@pytest.mark.parametrize("name", ["run.onnx", "run.ckpt"])
+def test_a_folder_named_like_a_model_is_said_to_be_a_folder_not_a_missing_model(tmp_path, name):
+    from inference.runtime import ModelLoadError, load_runtime
+
+    (tmp_path / name).mkdir()
+    with pytest.raises(ModelLoadError, match=f"{name} is a folder, not a model file: give the .ckpt or .onnx file"):
+        load_runtime(tmp_path / name)
+    with pytest.raises(ModelLoadError, match=f"missing_{name} does not exist"):
+        load_runtime(tmp_path / f"missing_{name}")
+
+
 def test_files_that_are_no_checkpoint_are_refused_with_a_reason(tmp_path):
     import torch
 
