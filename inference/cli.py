@@ -36,7 +36,11 @@ _task_started = False  # composition done: a Hydra exit before this is a config 
 
 def missing_dependency(missing: ModuleNotFoundError, why: str, packages: str) -> NoReturn:
     """An entry point that cannot import what it needs ends with one line naming what to install
-    (status 2), not a traceback: a torch-free install (onnxruntime, numpy, Pillow) lacks these."""
+    (status 2), not a traceback: a torch-free install (onnxruntime, numpy, Pillow) lacks these.
+    Only a missing one of `packages` is an install to make; any other module (one of the toolkit's
+    own, mistyped or not shipped) is re-raised, a bug that no `pip install` mends."""
+    if (missing.name or "").partition(".")[0] not in packages.split():
+        raise missing
     print(
         f"{why}, and {missing.name or missing} is not installed: pip install {packages} "
         "(or the toolkit with all its dependencies: pip install -e .)",

@@ -46,13 +46,13 @@ def test_labelled_input_without_matplotlib_is_refused_before_anything_is_scored(
     assert (tmp_path / "rows.csv").is_file()
 
 
-@pytest.mark.parametrize("module", ["torch", "lightning"])
-def test_export_without_torch_or_lightning_ends_in_one_line_naming_what_to_install(tmp_path, module):
+def export_without(module, tmp_path):
+    """export.py run with `module` unimportable, as when it is not installed (or not shipped)."""
     blocked = (
         f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = sys.argv[1:]; "
         "runpy.run_path(sys.argv[0], run_name='__main__')"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", blocked, str(ROOT / "export.py"), "model=m.ckpt", f"output={tmp_path / 'm.onnx'}"],
         capture_output=True,
         text=True,
@@ -60,8 +60,19 @@ def test_export_without_torch_or_lightning_ends_in_one_line_naming_what_to_insta
         env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
         timeout=300,
     )
+
+
+@pytest.mark.parametrize("module", ["torch", "lightning"])
+def test_export_without_torch_or_lightning_ends_in_one_line_naming_what_to_install(tmp_path, module):
+    done = export_without(module, tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"export.py runs the PyTorch checkpoint it exports, and {module} is not installed: pip install torch "
         "lightning onnx onnxscript (or the toolkit with all its dependencies: pip install -e .)"
     ]
+
+
+def test_export_missing_a_module_of_the_toolkit_itself_is_a_bug_shown_as_one_not_an_install_to_make(tmp_path):
+    done = export_without("exporting.variants", tmp_path)
+    assert done.returncode == 1 and "pip install" not in done.stderr
+    assert "ModuleNotFoundError: import of exporting.variants halted" in done.stderr
