@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -12,7 +13,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import plots
 from .atomic import atomic_path
 from .calibration import NO_SOURCE
 from .records import NO_GROUP
@@ -23,6 +23,7 @@ GROUP_COLUMNS = ("n_pos", "n_neg", "auroc", "pauroc@0.1", "tpr@fpr=0.05", "tpr",
 EMPTY_BREAKDOWN = {
     "by group": "None: each group is scored as its fakes against every genuine image, and no group here holds a fake."
 }
+log = logging.getLogger(__name__)
 ROBUSTNESS_KEYS = ("auroc", "tpr@fpr=0.05", "balanced_accuracy", "pixel_f1", "pixel_iou", "pixel_auroc")
 
 
@@ -226,9 +227,24 @@ def _write_figures(
     out: Path, labels, scores, thresholds: tuple, robustness, contact_sheet, score_name: str | None = None
 ) -> tuple[dict[str, Path], list[tuple[str, str]]]:
     """The report's PNGs (ROC, score histograms, robustness curves, contact sheet) and their captions;
-    `thresholds`: the operating, the calibrated and each row's threshold (None: the operating one)."""
+    `thresholds`: the operating, the calibrated and each row's threshold (None: the operating one).
+    matplotlib is imported here, not with the module: an install without it (the torch-free one)
+    still writes the tables (and calibrate.py its report), with one line saying the figures are left out."""
     written: dict[str, Path] = {}
     figures: list[tuple[str, str]] = []
+    wanted = (labels is not None and scores is not None) or robustness is not None or bool(contact_sheet)
+    if not wanted:
+        return written, figures
+    try:
+        from . import plots
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "matplotlib":
+            raise
+        log.warning(
+            "the report's figures are left out: matplotlib is not installed (pip install matplotlib); "
+            "metrics.json and report.md are written without them"
+        )
+        return written, figures
     threshold = thresholds[0]
     if labels is not None and scores is not None:
         written["roc"] = plots.plot_roc(out / "roc.png", labels, scores, *thresholds)

@@ -114,3 +114,28 @@ def test_package_import_is_light_and_respects_dependency_rule():
     repo = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo)
     assert out.stdout.strip() == "[]"
+
+
+def test_without_matplotlib_the_report_leaves_its_figures_out_saying_so_in_one_line(
+    tmp_path, evaluation_inputs, monkeypatch, caplog
+):
+    import sys
+
+    import evaluation
+
+    y, s, _ = evaluation_inputs
+    for name in ["matplotlib", *(m for m in sys.modules if m.startswith("matplotlib."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # import fails as when it is not installed
+    monkeypatch.delitem(sys.modules, "evaluation.plots", raising=False)
+    monkeypatch.delattr(evaluation, "plots", raising=False)
+    with caplog.at_level("WARNING"):
+        written = write_report(tmp_path, image_metrics(y, s), labels=y, scores=s, threshold=0.5)
+    assert sorted(written) == ["metrics", "report"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "report.md"]
+    assert "## Figures" not in (tmp_path / "report.md").read_text()
+    assert strict_load(tmp_path / "metrics.json")["auroc"] == pytest.approx(image_metrics(y, s)["auroc"])
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "the report's figures are left out: matplotlib is not installed (pip install matplotlib); "
+        "metrics.json and report.md are written without them"
+    ]

@@ -76,3 +76,23 @@ def test_export_missing_a_module_of_the_toolkit_itself_is_a_bug_shown_as_one_not
     done = export_without("exporting.variants", tmp_path)
     assert done.returncode == 1 and "pip install" not in done.stderr
     assert "ModuleNotFoundError: import of exporting.variants halted" in done.stderr
+
+
+def test_calibrate_without_matplotlib_writes_the_calibrated_model_and_its_report(tiny_model, tmp_path):
+    write_images(tmp_path / "genuine", [(30 + i % 7, 34) for i in range(30)])
+    blocked = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    settings = [f"model={tiny_model['onnx']}", f"input={tmp_path / 'genuine'}", "target_fpr=0.1", "progress=false"]
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, str(ROOT / "calibrate.py"), *settings, f"output={tmp_path / 'ours.onnx'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
+        timeout=300,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert (tmp_path / "ours.onnx").is_file()
+    assert "on 30 genuine images" in (tmp_path / "ours.calibration.md").read_text()
