@@ -11,6 +11,7 @@ provenance into a copy of the `.ckpt` or `.onnx`.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import logging
 import os
@@ -266,6 +267,22 @@ def open_fraction(name: str, value: Any) -> float:
     return number
 
 
+def check_calibration_libraries(output: Path) -> None:
+    """What calibrate.py needs beyond scoring, which a torch-free install may lack (scipy for the
+    exact intervals, onnx to write an `.onnx` model): refused before scoring, not after it."""
+    needed = [("scipy.stats", "scipy", "the threshold's exact (Clopper-Pearson) intervals")]
+    if output.suffix.lower() == ".onnx":
+        needed.append(("onnx", "onnx", "writing the threshold into the .onnx model"))
+    for module, package, why in needed:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise SettingError(
+                f"calibrate.py needs {package} for {why}, and it is not installed: pip install {package}; "
+                "nothing was scored"
+            ) from None
+
+
 def calibrate_model(
     model: str,
     input: str,
@@ -300,6 +317,7 @@ def calibrate_model(
     output = Path(output)
     if Path(model).suffix.lower() != output.suffix.lower():  # before scoring, as every setting
         raise ValueError(f"output must have the model's suffix ({Path(model).suffix}), got {output}")
+    check_calibration_libraries(output)
     runtime = load_runtime(model, device)
     if getattr(getattr(runtime, "net", None), "is_pair_detector", False):
         raise CalibrationRefused(

@@ -46,17 +46,17 @@ def test_labelled_input_without_matplotlib_is_refused_before_anything_is_scored(
     assert (tmp_path / "rows.csv").is_file()
 
 
-def export_without(module, tmp_path):
-    """export.py run with `module` unimportable, as when it is not installed (or not shipped)."""
+def run_without(module: str, script: str, *settings: str, cwd) -> subprocess.CompletedProcess:
+    """`python script settings` with `module` unimportable, as when it is not installed."""
     blocked = (
         f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = sys.argv[1:]; "
         "runpy.run_path(sys.argv[0], run_name='__main__')"
     )
     return subprocess.run(
-        [sys.executable, "-c", blocked, str(ROOT / "export.py"), "model=m.ckpt", f"output={tmp_path / 'm.onnx'}"],
+        [sys.executable, "-c", blocked, str(ROOT / script), *settings],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
         timeout=300,
     )
@@ -64,7 +64,7 @@ def export_without(module, tmp_path):
 
 @pytest.mark.parametrize("module", ["torch", "lightning"])
 def test_export_without_torch_or_lightning_ends_in_one_line_naming_what_to_install(tmp_path, module):
-    done = export_without(module, tmp_path)
+    done = run_without(module, "export.py", "model=m.ckpt", f"output={tmp_path / 'm.onnx'}", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"export.py runs the PyTorch checkpoint it exports, and {module} is not installed: pip install torch "
@@ -73,26 +73,39 @@ def test_export_without_torch_or_lightning_ends_in_one_line_naming_what_to_insta
 
 
 def test_export_missing_a_module_of_the_toolkit_itself_is_a_bug_shown_as_one_not_an_install_to_make(tmp_path):
-    done = export_without("exporting.variants", tmp_path)
+    done = run_without("exporting.variants", "export.py", "model=m.ckpt", f"output={tmp_path / 'm.onnx'}", cwd=tmp_path)
     assert done.returncode == 1 and "pip install" not in done.stderr
     assert "ModuleNotFoundError: import of exporting.variants halted" in done.stderr
 
 
-def test_calibrate_without_matplotlib_writes_the_calibrated_model_and_its_report(tiny_model, tmp_path):
+def calibrate_settings(model, tmp_path) -> list[str]:
     write_images(tmp_path / "genuine", [(30 + i % 7, 34) for i in range(30)])
-    blocked = (
-        "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
-    settings = [f"model={tiny_model['onnx']}", f"input={tmp_path / 'genuine'}", "target_fpr=0.1", "progress=false"]
-    done = subprocess.run(
-        [sys.executable, "-c", blocked, str(ROOT / "calibrate.py"), *settings, f"output={tmp_path / 'ours.onnx'}"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
-        timeout=300,
-    )
+    return [f"model={model}", f"input={tmp_path / 'genuine'}", "target_fpr=0.1", "progress=false"]
+
+
+def test_calibrate_without_matplotlib_writes_the_calibrated_model_and_its_report(tiny_model, tmp_path):
+    settings = calibrate_settings(tiny_model["onnx"], tmp_path)
+    done = run_without("matplotlib", "calibrate.py", *settings, f"output={tmp_path / 'ours.onnx'}", cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert (tmp_path / "ours.onnx").is_file()
     assert "on 30 genuine images" in (tmp_path / "ours.calibration.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("module", "why"),
+    [
+        ("scipy", "the threshold's exact (Clopper-Pearson) intervals"),
+        ("onnx", "writing the threshold into the .onnx model"),
+    ],
+)
+def test_calibrate_without_scipy_or_onnx_is_refused_in_one_line_before_anything_is_scored(
+    tiny_model, tmp_path, module, why
+):
+    settings = calibrate_settings(tiny_model["onnx"], tmp_path)
+    done = run_without(module, "calibrate.py", *settings, f"output={tmp_path / 'ours.onnx'}", cwd=tmp_path)
+    said = done.stdout + done.stderr  # calibrate.py logs its refusals (Hydra's log goes to stdout)
+    assert done.returncode == 2 and "Traceback" not in said, said
+    refusal = f"calibrate.py needs {module} for {why}, and it is not installed: pip install {module}; "
+    refusal += "nothing was scored"
+    assert said.strip().splitlines()[-1].endswith(refusal)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["genuine"]  # no scores, no model
