@@ -49,7 +49,9 @@ def export(cfg: DictConfig) -> dict:
             "a pair detector exports as fp32 with two float image inputs only (no graph_preprocess, fp16 or int8)"
         )
     # the images are read before the export: a missing input is said before minutes of work
-    images, labels = sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None)
+    images, labels, categories = (
+        sample_images(records_from_input(cfg.eval_input), cfg.max_images) if cfg.eval_input else ([], None, None)
+    )
     calibration = (
         sample_images(records_from_input(cfg.calibration_input), cfg.max_images)[0] if cfg.calibration_input else images
     )
@@ -71,6 +73,7 @@ def export(cfg: DictConfig) -> dict:
             graph_preprocess=cfg.graph_preprocess,
             images=images,
             labels=labels,
+            categories=categories,
             calibration=calibration,
             int8_mode=cfg.int8_mode,
             max_auroc_drop=cfg.max_auroc_drop,

@@ -23,7 +23,7 @@ from datamodules.io import ImageReadError, read_image
 from datamodules.preprocess import Preprocess
 from datamodules.records import Record
 from exporting.graph_preprocess import with_graph_preprocess
-from inference.model_metadata import U8_INPUT
+from inference.model_metadata import U8_INPUT, checked_category_thresholds
 from inference.model_metadata import write_sidecar as write_model_sidecar
 from inference.runtime import scoring_preprocess
 
@@ -44,19 +44,23 @@ def _session(model: onnx.ModelProto | str | os.PathLike):
     return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
 
 
-def sample_images(records: Sequence[Record], limit: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray | None]:
-    """Up to `limit` decoded images from `records` (a seeded sample; unreadable files skipped) and
-    their labels when every one is labelled."""
+def sample_images(
+    records: Sequence[Record], limit: int, seed: int = 0
+) -> tuple[list[np.ndarray], np.ndarray | None, list[str | None]]:
+    """Up to `limit` decoded images from `records` (a seeded sample; unreadable files skipped), their
+    labels when every one is labelled, and their categories (None where a row names none): a model
+    calibrated by category decides each image at its category's threshold."""
     order = np.random.default_rng(seed).permutation(len(records))[:limit]
-    images, labels = [], []
+    images, labels, categories = [], [], []
     for i in sorted(order):
         try:
             images.append(read_image(records[i].path))
             labels.append(records[i].label)
+            categories.append(records[i].category)
         except ImageReadError as error:
             log.warning("skipping %s: %s", records[i].path, error.reason)
     known = bool(labels) and all(label is not None for label in labels)
-    return images, (np.asarray(labels) if known else None)
+    return images, (np.asarray(labels) if known else None), categories
 
 
 def bundled_photographs() -> list[np.ndarray]:
@@ -160,11 +164,22 @@ def quantized(fp32: Path, precision: str, calibration: Sequence[np.ndarray] | No
         return onnx.load(str(target))
 
 
-def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, threshold: float) -> dict[str, Any]:
-    """Score deviation from fp32, decisions at `threshold` that change and, with labels, the
-    genuine images flagged at it, and AUROC and TPR at 1 % FPR, of both."""
+def decision_thresholds(meta: dict[str, str], categories: Sequence[str | None] | None, count: int) -> np.ndarray:
+    """Each of `count` images' threshold as infer.py decides it: its category's where the model
+    (`calibration.by=category`) has one for it, else the global threshold (`meta`: ONNX metadata)."""
+    by_category = checked_category_thresholds(json.loads(meta.get("category_thresholds") or "null"))
+    named = categories if categories is not None and len(categories) == count else [None] * count
+    return np.asarray([by_category.get(c or "", float(meta["threshold"])) for c in named], dtype=np.float64)
+
+
+def quality(
+    fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | None, threshold: float | np.ndarray
+) -> dict[str, Any]:
+    """Score deviation from fp32, decisions at `threshold` (one, or each image's own) that change
+    and, with labels, the genuine images flagged at it, and AUROC and TPR at 1 % FPR, of both."""
     from evaluation import image_metrics
 
+    threshold = np.broadcast_to(np.asarray(threshold, dtype=np.float64), np.shape(scores))
     result: dict[str, Any] = {
         "images": int(scores.size),
         "max_score_deviation": float(np.max(np.abs(scores - fp32_scores))),
@@ -173,8 +188,8 @@ def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | No
     }
     if labels is not None and (labels == 0).any():
         genuine = labels == 0
-        result["genuine_flagged_fp32"] = int(np.sum(fp32_scores[genuine] >= threshold))
-        result["genuine_flagged"] = int(np.sum(scores[genuine] >= threshold))
+        result["genuine_flagged_fp32"] = int(np.sum(fp32_scores[genuine] >= threshold[genuine]))
+        result["genuine_flagged"] = int(np.sum(scores[genuine] >= threshold[genuine]))
         result["genuine"] = int(genuine.sum())
     if labels is not None and len(set(labels.tolist())) == 2:
         before, after = image_metrics(labels, fp32_scores), image_metrics(labels, scores)
@@ -191,24 +206,25 @@ def quality(fp32_scores: np.ndarray, scores: np.ndarray, labels: np.ndarray | No
 
 
 def refuse_more_false_alarms(measured: dict[str, Any], precision: str, max_fpr_rise: float) -> None:
-    """The variant decides at the fp32 model's threshold: refuse it when that flags a larger share
-    of the genuine images than fp32 did, by more than `max_fpr_rise` (a score at a tie just under
-    the threshold moves over it)."""
+    """The variant decides at the fp32 model's thresholds (each image's category's, for a model
+    calibrated by category): refuse it when they flag a larger share of the genuine images than fp32
+    did, by more than `max_fpr_rise` (a score at a tie just under a threshold moves over it)."""
+    where = "their categories' thresholds" if measured.get("images_at_category_threshold") else "the threshold"
     if "genuine" not in measured:
         if measured["decisions_changed"]:
             log.warning(
-                "the %s variant decides %d of %d images otherwise at the threshold (no labels to say which: "
-                "eval_input=...)",
+                "the %s variant decides %d of %d images otherwise at %s (no labels to say which: eval_input=...)",
                 precision,
                 measured["decisions_changed"],
                 measured["images"],
+                where,
             )
         return
     rise = (measured["genuine_flagged"] - measured["genuine_flagged_fp32"]) / measured["genuine"]
     if rise > max_fpr_rise:
         raise VariantRefused(
             f"precision={precision} flags {measured['genuine_flagged']} of {measured['genuine']} genuine images at "
-            f"the threshold, fp32 {measured['genuine_flagged_fp32']} (allowed rise: max_fpr_rise={max_fpr_rise:g}); "
+            f"{where}, fp32 {measured['genuine_flagged_fp32']} (allowed rise: max_fpr_rise={max_fpr_rise:g}); "
             "the file was not written"
         )
 
@@ -242,6 +258,7 @@ def build_variant(
     graph_preprocess: bool = False,
     images: Sequence[np.ndarray] = (),
     labels: np.ndarray | None = None,
+    categories: Sequence[str | None] | None = None,
     calibration: Sequence[np.ndarray] = (),
     int8_mode: str = "static",
     max_auroc_drop: float = 0.005,
@@ -251,7 +268,9 @@ def build_variant(
     pytorch_parity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Turn the fp32 export at `fp32_path` into the requested variant at `output` (+ its JSON
-    sidecar), measured on `images` (random probes when none); raises `VariantRefused` beyond the bounds.
+    sidecar), measured on `images` (random probes when none), each decided at its threshold as infer.py
+    decides it (`categories`: the images' categories, for a model calibrated by category); raises
+    `VariantRefused` beyond the bounds.
     `pytorch_parity`: how far the fp32 export is from PyTorch, kept in the sidecar's report.
 
     Kept in one piece: quantize, compare and refuse are one decision about one file.
@@ -275,8 +294,10 @@ def build_variant(
         calibration_batches = network_batches(list(calibration), preprocess, 8) if precision == "int8" else None
         model = quantized(fp32_path, precision, calibration_batches, int8_mode)
         batches = network_batches(images, preprocess)
-        threshold = float(meta["threshold"])
-        report["quality"] = quality(scores_of(fp32, batches), scores_of(model, batches), labels, threshold)
+        thresholds = decision_thresholds(meta, categories, len(images))
+        report["quality"] = quality(scores_of(fp32, batches), scores_of(model, batches), labels, thresholds)
+        if own := int(np.sum(thresholds != float(meta["threshold"]))):
+            report["quality"]["images_at_category_threshold"] = own
         drop = report["quality"].get("auroc_drop")
         if drop is not None and drop > max_auroc_drop:
             raise VariantRefused(

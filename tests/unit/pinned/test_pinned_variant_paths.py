@@ -248,10 +248,10 @@ def test_sample_images_skips_unreadable_files_and_keeps_labels_only_when_all_are
     records = [Record(str(tmp_path / f"{i}.png"), label=i % 2) for i in range(4)]
     records.insert(2, Record(str(tmp_path / "broken.png"), label=1))
     with caplog.at_level(logging.WARNING, logger="exporting.variants"):
-        images, labels = sample_images(records, limit=10)
+        images, labels, _ = sample_images(records, limit=10)
     assert [image.shape[0] for image in images] == [9, 10, 11, 12]  # input order, broken one skipped
     assert labels.tolist() == [0, 1, 0, 1] and "broken.png" in caplog.text
-    images, labels = sample_images([*records[:2], Record(str(tmp_path / "3.png"))], limit=10)
+    images, labels, _ = sample_images([*records[:2], Record(str(tmp_path / "3.png"))], limit=10)
     assert len(images) == 3 and labels is None
     readable = [r for r in records if "broken" not in r.path]
     sample = [image.shape[0] for image in sample_images(readable, limit=2, seed=1)[0]]
