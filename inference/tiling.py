@@ -89,6 +89,13 @@ def overlapping_positions(length: int, size: int, overlap: int) -> list[int]:
     return [round(i * (length - size) / (count - 1)) for i in range(count)]
 
 
+def overlap_pixels(overlap: float, tile_size: int) -> int:
+    """The pixels neighbouring tiles share: `overlap`, a fraction of the tile side, as tiles are cut."""
+    if not 0.0 <= overlap < 1.0:
+        raise ModelLoadError(f"tile overlap must be in [0, 1), got {overlap}")
+    return int(round(overlap * int(tile_size)))
+
+
 def blend_window(size: int, overlap: int) -> np.ndarray:
     """size x size weights ramping up over `overlap` px from each edge, so a tile's border pixels
     (where the network sees least context) count least, and seams between tiles vanish."""
@@ -118,10 +125,8 @@ class TiledLocalizer:
         tile_size = tile_size or runtime.trained_preprocess.size
         if not tile_size:
             raise ModelLoadError(f"{runtime.name} has no training crop size: set tile_size")
-        if not 0.0 <= overlap < 1.0:
-            raise ModelLoadError(f"tile overlap must be in [0, 1), got {overlap}")
         self.runtime, self.batch_size = runtime, batch_size
-        self.tile_size, self.overlap = int(tile_size), int(round(overlap * int(tile_size)))
+        self.tile_size, self.overlap = int(tile_size), overlap_pixels(overlap, tile_size)
         self.name, self.threshold, self.is_localizer = runtime.name, runtime.threshold, True
         # it decides as the model does: the model's per-category thresholds and calibrated target
         self.category_thresholds = getattr(runtime, "category_thresholds", None)
@@ -180,13 +185,17 @@ def scoring_tiles(settings: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     """Of `tile_settings`, those that change `runtime`'s scores, as `tiled` uses them: a classifier's
     tiles are its input size, without overlap, their scores reduced by `tile_reduce`; a localizer's
     are `tile_size` (none: the training crop) overlapping by `tile_overlap`, its score their highest.
-    Calibrations and resumed runs are compared on these alone."""
+    Calibrations and resumed runs are compared on these alone, the overlap as the pixels it comes to
+    (given back as their fraction of the side: 0.25 and 0.251 of 64 px are both 16 px, 0.25)."""
     if not settings.get("tiles"):
         return {"tiles": False}
     if not runtime.is_localizer:
         return {"tiles": True, "tile_reduce": settings.get("tile_reduce", "mean")}
     size = settings.get("tile_size") or getattr(runtime, "trained_preprocess", runtime.preprocess).size
-    return {"tiles": True, "tile_size": size, "tile_overlap": settings.get("tile_overlap", 0.25)}
+    overlap = settings.get("tile_overlap", 0.25)
+    if size and isinstance(overlap, (int, float)) and 0.0 <= overlap < 1.0:  # others: `tiled` refuses them
+        overlap = overlap_pixels(overlap, size) / int(size)
+    return {"tiles": True, "tile_size": size, "tile_overlap": overlap}
 
 
 def settings_text(settings: Mapping[str, Any]) -> str:

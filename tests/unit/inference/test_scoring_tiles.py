@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from datamodules.preprocess import Preprocess
 from infer import InferenceFailed, infer, scoring_as_asked
 from inference.runtime import OnnxRuntime
-from inference.tiling import scoring_tiles
+from inference.tiling import TiledLocalizer, scoring_tiles
 from tests.helpers import ROOT, compose_config, write_images
 
 CALIBRATED = {"tiles": True, "tile_reduce": "max", "tile_size": None, "tile_overlap": 0.25}
@@ -65,6 +65,8 @@ def test_a_classifier_calibrated_on_tiles_is_not_warned_of_tile_size_or_overlap_
         (("tiles=true", "tile_size=64"), False),  # the training crop, named
         (("tiles=true", "tile_size=48"), True),
         (("tiles=true", "tile_overlap=0.5"), True),
+        (("tiles=true", "tile_overlap=0.255"), False),  # 16.32 px of 64: cut as 16, as 0.25 is
+        (("tiles=true", "tile_overlap=0.26"), True),  # 16.64 px: cut as 17
     ],
 )
 def test_a_localizer_is_warned_only_of_the_tile_settings_it_scores_by(caplog, options, warned):
@@ -85,3 +87,14 @@ def test_a_resume_is_refused_only_over_tile_settings_that_change_the_scores(tiny
     run("resume=true", "tiles=true", "tile_reduce=max", "tile_size=96", "tile_overlap=0.5")  # a classifier's
     with pytest.raises(InferenceFailed, match="scored_with .*would mix two runs' decisions"):
         run("resume=true", "tiles=true", "tile_reduce=mean")
+
+
+def test_overlaps_that_come_to_the_same_pixels_are_one_setting_and_others_are_not():
+    at = {fraction: scoring_tiles({**CALIBRATED, "tile_overlap": fraction}, localizer()) for fraction in (0.25, 0.251)}
+    assert at[0.25] == at[0.251] == {"tiles": True, "tile_size": 64, "tile_overlap": 0.25}  # 16 px of 64
+    assert scoring_tiles({**CALIBRATED, "tile_overlap": 0.3}, localizer())["tile_overlap"] == 19 / 64
+    tiles = {**CALIBRATED, "tile_size": 36}
+    assert scoring_tiles({**tiles, "tile_overlap": 0.125}, localizer()) == scoring_tiles(
+        {**tiles, "tile_overlap": 0.11}, localizer()
+    )  # 4.5 and 3.96 px: both cut as 4
+    assert TiledLocalizer(localizer(), 36, 0.125).overlap == TiledLocalizer(localizer(), 36, 0.11).overlap == 4
