@@ -10,10 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from exporting.variants import VariantRefused, build_variant, quality
+from exporting.variants import VariantRefused, build_variant, decision_thresholds, quality
 
 
-def two_weight_model(path, gain: float, cancel: float) -> None:
+def two_weight_model(path, gain: float, cancel: float, category_thresholds: dict | None = None) -> None:
     """score = mean(image x gain + image x cancel): with gain 2049 and cancel -2048 the score is the
     mean pixel in fp32, but fp16 holds 2049 as 2048, so every image then scores 0."""
     gain_tensor = helper.make_tensor("gain", TensorProto.FLOAT, [], [gain])
@@ -39,6 +39,7 @@ def two_weight_model(path, gain: float, cancel: float) -> None:
         "threshold": "0.5",
         "preprocess": json.dumps({"size": 16, "mode": "center_crop"}),
         "outputs": json.dumps(["score"]),
+        **({"category_thresholds": json.dumps(category_thresholds)} if category_thresholds else {}),
     }.items():
         model.metadata_props.add(key=key, value=value)
     onnx.checker.check_model(model)
@@ -118,3 +119,40 @@ def test_fp16_with_preprocessing_in_the_graph_passes_the_onnx_checker(tmp_path):
     build_variant(tmp_path / "fp32.onnx", tmp_path / "half.onnx", precision="fp16", images=images, labels=labels)
     for name in ("u8.onnx", "half.onnx"):
         onnx.checker.check_model(str(tmp_path / name))
+
+
+def test_a_score_exactly_at_its_threshold_is_flagged_as_infer_py_decides_it():
+    """score >= threshold is a flag, in fp32 and in the variant alike: a tie changes no decision."""
+    report = quality(np.asarray([0.5, 0.2]), np.asarray([0.5, 0.2]), np.asarray([0, 0]), np.asarray([0.5, 0.5]))
+    assert report["genuine_flagged_fp32"] == 1 and report["genuine_flagged"] == 1
+    assert report["decisions_changed"] == 0
+
+
+def test_without_genuine_images_no_false_alarms_are_counted():
+    report = quality(np.asarray([0.6, 0.7]), np.asarray([0.6, 0.7]), np.asarray([1, 1]), 0.5)
+    assert "genuine" not in report and "genuine_flagged" not in report
+
+
+def test_each_image_is_decided_at_its_categorys_threshold_where_the_model_has_one():
+    meta = {"threshold": "0.5", "category_thresholds": json.dumps({"chart": 0.9})}
+    assert decision_thresholds(meta, ["chart", None, "photo"], 3).tolist() == [0.9, 0.5, 0.5]
+    assert decision_thresholds(meta, ["chart"], 3).tolist() == [0.5, 0.5, 0.5]  # not the images' categories
+
+
+def test_the_report_counts_the_images_decided_at_a_category_threshold(tmp_path):
+    two_weight_model(tmp_path / "fp32.onnx", gain=1.0, cancel=0.0, category_thresholds={"chart": 0.9})
+    images, labels = flat_images(genuine_level=60, fake_level=200)
+    categories = ["chart", "photo", "chart", "photo", None, "photo"]
+    paths = (tmp_path / "fp32.onnx", tmp_path / "fp16.onnx")
+    report = build_variant(*paths, precision="fp16", images=images, labels=labels, categories=categories)
+    assert report["quality"]["images_at_category_threshold"] == 2
+
+
+def test_the_int8_report_says_how_it_was_quantized_and_the_fp16_report_has_no_such_entry(tmp_path):
+    two_weight_model(tmp_path / "fp32.onnx", 3.0, -2.0)
+    images, labels = flat_images(77, 87)
+    options = {"images": images, "labels": labels, "max_auroc_drop": 1.0, "max_fpr_rise": 1.0}
+    fp32 = tmp_path / "fp32.onnx"
+    int8 = build_variant(fp32, tmp_path / "int8.onnx", precision="int8", int8_mode="dynamic", **options)
+    fp16 = build_variant(fp32, tmp_path / "fp16.onnx", precision="fp16", **options)
+    assert int8["int8_mode"] == "dynamic" and "int8_mode" not in fp16
