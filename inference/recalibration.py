@@ -299,7 +299,8 @@ def calibrate_model(
 ) -> dict[str, Any]:
     """Score `input` with `model`, recalibrate on its genuine images (`by="category"`: also one
     threshold per manifest category, see `recalibrate_by_category`), write the calibrated model and
-    its report (`<output stem>.calibration.md` / `.json`) and the scores (`.calibration_scores.csv`).
+    its report (`<output stem>.calibration.md` / `.json`) and the scores (`.calibration_scores.csv`, kept
+    and named when the calibration is refused: the scoring is the costly part).
     `tiles` (`inference.tiling.tile_settings`): scored over tiles as infer.py will score, recorded
     with the threshold (`scoring`), which infer.py compares with how it scores.
 
@@ -330,19 +331,36 @@ def calibrate_model(
     records = records_from_input(input)
     scores_path = output.with_name(f"{output.stem}.calibration_scores.csv")
     genuine_rows, fake_rows = score_for_calibration(runtime, records, scores_path, batch_size, num_workers, progress)
-    genuine, fakes = (np.asarray([r["score"] for r in rows], dtype=np.float32) for rows in (genuine_rows, fake_rows))
-    if by == "category":
-        kinds = {r.path: r.category for r in records}
-        of = [[kinds[r["path"]] for r in rows] for rows in (genuine_rows, fake_rows)]
-        summary = recalibrate_by_category(genuine, of[0], target_fpr, fakes, of[1], confidence, rule, ceiling)
-    else:
-        summary = recalibrate(genuine, target_fpr, fakes, confidence, rule, ceiling)
+    try:
+        summary = threshold_summary(genuine_rows, fake_rows, records, by, target_fpr, confidence, rule, ceiling)
+    except CalibrationRefused as error:  # the scoring is kept, said as what it is: scores, no threshold
+        kept = f"the scores of the {len(genuine_rows) + len(fake_rows)} images are kept in {scores_path}"
+        raise CalibrationRefused(f"{error} No threshold was set and no model written; {kept} (no decisions)") from None
     record = {**provenance(summary, input, runtime.threshold), "scoring": tiles}
     write_calibrated_model(model, output, record)
     output.with_name(f"{output.stem}.calibration.json").write_text(json.dumps(record, indent=2))
     report = calibration_report(record, str(model), output)
     output.with_name(f"{output.stem}.calibration.md").write_text(report)
     return record
+
+
+def threshold_summary(
+    genuine_rows: Sequence[dict[str, Any]],
+    fake_rows: Sequence[dict[str, Any]],
+    records: Sequence[Record],
+    by: str | None,
+    target_fpr: float,
+    confidence: float,
+    rule: str,
+    ceiling: float,
+) -> dict[str, Any]:
+    """`recalibrate` (or, `by="category"`, `recalibrate_by_category`) on the scored rows."""
+    genuine, fakes = (np.asarray([r["score"] for r in rows], dtype=np.float32) for rows in (genuine_rows, fake_rows))
+    if by != "category":
+        return recalibrate(genuine, target_fpr, fakes, confidence, rule, ceiling)
+    kinds = {r.path: r.category for r in records}
+    of = [[kinds[r["path"]] for r in rows] for rows in (genuine_rows, fake_rows)]
+    return recalibrate_by_category(genuine, of[0], target_fpr, fakes, of[1], confidence, rule, ceiling)
 
 
 def score_for_calibration(

@@ -119,7 +119,7 @@ def test_calibrated_model_carries_the_threshold_and_its_provenance(tiny_model, m
     assert "Clopper-Pearson" in report and "35 genuine images" in report
 
 
-def test_command_line_refuses_too_few_images_and_writes_nothing(tiny_model, manifest, tmp_path):
+def test_command_line_refuses_too_few_images_and_writes_no_model(tiny_model, manifest, tmp_path):
     done = subprocess.run(
         [
             sys.executable,
@@ -138,6 +138,21 @@ def test_command_line_refuses_too_few_images_and_writes_nothing(tiny_model, mani
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
     assert "35 genuine images were scored; target_fpr=0.01 needs at least 299" in done.stdout + done.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_refused_calibration_keeps_its_scores_and_says_where_they_are_and_that_no_threshold_was_set(
+    tiny_model, manifest, tmp_path
+):
+    """The scoring is the run's costly part: its rows stay, named in the refusal as scores without
+    decisions, so nobody takes them for a calibrated result."""
+    with pytest.raises(CalibrationRefused) as refused:
+        calibrate_model(str(tiny_model["onnx"]), str(manifest), tmp_path / "c.onnx", target_fpr=0.01, progress=False)
+    scores = tmp_path / "c.calibration_scores.csv"
+    message = str(refused.value)
+    assert message.startswith("35 genuine images were scored; target_fpr=0.01 needs at least 299")
+    assert f"the scores of the 41 images are kept in {scores}" in message and "No threshold was set" in message
+    rows = list(csv.DictReader(scores.open()))
+    assert len(rows) == 41 and "label" not in rows[0] and not (tmp_path / "c.onnx").exists()
 
 
 def test_an_unknown_rule_is_refused_before_any_image_is_scored(tiny_model, manifest, tmp_path):
