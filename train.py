@@ -25,7 +25,7 @@ from detectors.blocks.released import IncompatibleWeightsError
 from detectors.blocks.weights import MissingWeightsError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
-from detectors.run_checkpoint import RunCheckpoint
+from detectors.run_checkpoint import RunCheckpoint, keep_last_of_a_finished_run
 from detectors.run_config import (
     apply_data_preprocess,
     check_data_overrides,
@@ -221,6 +221,7 @@ def fit_and_test(cfg: DictConfig, module: DetectorModule, data: DictConfig, outp
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    keep_last_of_a_finished_run(trainer, cfg.get("ckpt_path"))
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.get("test"):  # restores best's threshold, calibration and validation figures
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None)

@@ -83,3 +83,28 @@ class RunCheckpoint(ModelCheckpoint):
                 "last_model_path": "",
             }
         super().load_state_dict(state_dict)
+
+
+def keep_last_of_a_finished_run(trainer: L.Trainer, ckpt_path: str | None) -> None:
+    """A resume of a run that had already trained its `max_epochs` trains nothing, so Lightning
+    writes no checkpoint: a new run directory would hold `best.ckpt` (copied above) but no
+    `last.ckpt` to resume from again. The checkpoint resumed from, the state the run ends in, is
+    copied there as `last.ckpt`, and the run says it trained nothing."""
+    if not ckpt_path or not trainer.is_global_zero or trainer.interrupted:  # stopped by the user: not finished
+        return
+    for callback in trainer.checkpoint_callbacks:
+        if not isinstance(callback, ModelCheckpoint) or callback.monitor is not None or not callback.dirpath:
+            continue
+        last = Path(callback.dirpath) / f"{callback.filename or 'last'}{callback.FILE_EXTENSION}"
+        if last.exists():
+            continue
+        last.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ckpt_path, last)
+        log.warning(
+            "the run resumed from %s had already ended (epochs done: %d, trainer.max_epochs=%s): nothing was trained; "
+            "that checkpoint is kept as %s (raise trainer.max_epochs to train on)",
+            ckpt_path,
+            trainer.current_epoch,
+            trainer.max_epochs,
+            last,
+        )

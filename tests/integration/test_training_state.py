@@ -193,6 +193,32 @@ def test_a_run_resumed_into_a_new_directory_keeps_and_tests_the_best_epoch_of_th
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["val"] == first_best["val_metrics"]
 
 
+def test_a_finished_run_resumed_into_a_new_directory_leaves_its_last_and_best_checkpoints_there(
+    small_dataset, tmp_path, caplog
+):
+    """A run that had trained all its epochs trains nothing more: the new directory still holds
+    `last.ckpt` (the state the run ends in, to resume from again) and `best.ckpt`, and the run says
+    it trained nothing."""
+    common = [*small_train_overrides(small_dataset), *ORDER_FREE, "trainer.max_epochs=1"]
+    train(prepare_train_config(common, tmp_path / "first"))
+    resume = f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}"
+    with caplog.at_level("WARNING"):
+        train(prepare_train_config([*common, resume], tmp_path / "again"))
+    assert (tmp_path / "again" / "checkpoints" / "last.ckpt").is_file()
+    assert "had already ended" in caplog.text and "nothing was trained" in caplog.text
+    kept, first = last_checkpoint(tmp_path / "again"), last_checkpoint(tmp_path / "first")
+    assert kept["epoch"] == first["epoch"] == 0 and kept["global_step"] == first["global_step"]
+    assert_same_state(kept, first, atol=0)
+    assert (tmp_path / "again" / "checkpoints" / "best.ckpt").is_file()
+    train(
+        prepare_train_config(
+            [*common, "trainer.max_epochs=2", f"ckpt_path={tmp_path / 'again' / 'checkpoints' / 'last.ckpt'}"],
+            tmp_path / "on",
+        )
+    )
+    assert last_checkpoint(tmp_path / "on")["epoch"] == 1  # resumed from the new directory, trained on
+
+
 def test_a_resume_that_validates_otherwise_or_lacks_the_earlier_best_chooses_among_its_own_epochs(
     small_dataset, tmp_path, caplog
 ):
