@@ -33,6 +33,7 @@ import numpy as np
 
 from collection.build import file_panels, file_stamp, source_ids
 from collection.descriptors import make_descriptor, query_vectors
+from collection.search_stamp import search_stamp, stamp_search
 from collection.store import PanelStore, faiss_module, on_search_device
 from collection.verification import retrieval_fit, verify_candidates
 from datamodules.io import ImageReadError, read_image
@@ -269,7 +270,8 @@ def warn_other_split(store: PanelStore, split_panels: bool) -> None:
 
 
 def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
-    """infer.py with `index=DIR`: each input panel searched in the index and its candidates verified."""
+    """infer.py with `index=DIR`: each input panel searched in the index and its candidates verified;
+    the output's run.json names the detector, the index and the search settings (`search_stamp`)."""
     detector = runtime.net
     if not getattr(detector, "is_pair_detector", False):
         raise ValueError(
@@ -279,12 +281,12 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
     store = open_index(cfg.index, **search_options(cfg))
     threshold = runtime.threshold if cfg.threshold is None else float(cfg.threshold)
     output = Path(cfg.output)
+    stamp_search(output, search_stamp(cfg, store, threshold))
     masks_dir = None
     if cfg.save_masks:
         masks_dir = Path(cfg.masks_dir) if cfg.masks_dir else output.with_name(f"{output.stem}_masks")
         masks_dir.mkdir(parents=True, exist_ok=True)
     columns = list(INDEX_COLUMNS) + (["mask_a", "mask_b"] if masks_dir is not None else [])
-    counts = {"queries": 0, "panels": 0, "matches": 0, "errors": 0}
     log.info(
         "searching %s (%d panels, %s%s) for %s -> %s",
         cfg.index,
@@ -297,34 +299,43 @@ def infer_index(cfg: Any, runtime: Any) -> dict[str, Any]:
     warn_other_split(store, bool(cfg.get("split_panels", False)))
     started = time.perf_counter()
     with ResultWriter(output, columns) as writer:
-        queries = source_ids(  # a search's own masks inside its input folder are no query
-            cfg.input, cfg.get("layout", "auto"), keep=lambda found: without_own_outputs(found, cfg, output)
-        )
-        for number, (path, source_id) in enumerate(queries):
-            counts["queries"] += 1
-            try:
-                panels = file_panels(read_image(path), bool(cfg.get("split_panels", False)))
-            except (ImageReadError, OSError, ValueError) as error:
-                writer.write([{"path": path, "status": "error", "error": str(error)}])
-                counts["errors"] += 1
-                continue
-            for box, panel in panels:
-                query = {"path": path, "box": list(box), "source_id": source_id, "threshold": threshold}
-                rows = query_panel_rows(store, detector, panel, {**query, "number": number}, cfg, masks_dir)
-                writer.write(rows)
-                counts["panels"] += 1
-                for row in rows:
-                    if row["match"] and row["status"] == "ok":
-                        counts["matches"] += 1
-                        log.info(
-                            "REUSE %s <- %s (%s) score %.3f %s",
-                            path,
-                            row["match"],
-                            row["source_id"],
-                            row["score"],
-                            row["operations"],
-                        )
+        counts = search_queries(cfg, store, detector, writer, threshold, masks_dir)
     counts["seconds_per_panel"] = (time.perf_counter() - started) / max(1, counts["panels"])
     store.close()
     log.info("panels searched %(panels)d, verified matches %(matches)d, unreadable %(errors)d", counts)
     return {"counts": counts, "metrics": None}
+
+
+def search_queries(
+    cfg: Any, store: PanelStore, detector: Any, writer: ResultWriter, threshold: float, masks_dir: Path | None
+) -> dict[str, int]:
+    """Every panel of every input file searched and verified into `writer`; the counts."""
+    counts = {"queries": 0, "panels": 0, "matches": 0, "errors": 0}
+    queries = source_ids(  # a search's own masks inside its input folder are no query
+        cfg.input, cfg.get("layout", "auto"), keep=lambda found: without_own_outputs(found, cfg, writer.path)
+    )
+    for number, (path, source_id) in enumerate(queries):
+        counts["queries"] += 1
+        try:
+            panels = file_panels(read_image(path), bool(cfg.get("split_panels", False)))
+        except (ImageReadError, OSError, ValueError) as error:
+            writer.write([{"path": path, "status": "error", "error": str(error)}])
+            counts["errors"] += 1
+            continue
+        for box, panel in panels:
+            query = {"path": path, "box": list(box), "source_id": source_id, "threshold": threshold}
+            rows = query_panel_rows(store, detector, panel, {**query, "number": number}, cfg, masks_dir)
+            writer.write(rows)
+            counts["panels"] += 1
+            for row in rows:
+                if row["match"] and row["status"] == "ok":
+                    counts["matches"] += 1
+                    log.info(
+                        "REUSE %s <- %s (%s) score %.3f %s",
+                        path,
+                        row["match"],
+                        row["source_id"],
+                        row["score"],
+                        row["operations"],
+                    )
+    return counts

@@ -75,8 +75,9 @@ def image_run_options(cfg: Any, names: Sequence[str]) -> list[str]:
 
 
 def stamp(cfg: Any, output: Path, runtime: Runtime) -> None:
-    """`inference.writer.stamp_run` with this run's model, thresholds and scoring options: image,
-    pair and search runs alike refuse to add rows to rows scored otherwise. That is a resume (also of
+    """`inference.writer.stamp_run` with this run's model, thresholds and scoring options: image
+    and pair runs alike refuse to add rows to rows scored otherwise (an index search, which always
+    writes anew, stamps its index and settings: `collection.search_stamp`). That is a resume (also of
     a several-process run killed before its merge, which left part files only), a shard (which
     leaves the other shards' rows and an earlier output in place) and a merge."""
     own = cfg.threshold is None  # the model's calibrated thresholds, else the one given

@@ -197,3 +197,34 @@ def test_an_unknown_exclude_same_is_refused_before_the_output_is_written(indexed
     with pytest.raises(InferenceFailed, match="exclude_same must be one of"):
         search(indexed, tmp_path / "x.csv", "exclude_same=bogus")
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_search_stamps_its_detector_index_and_settings_and_says_when_it_replaces_rows_found_otherwise(
+    indexed, tmp_path, caplog
+):
+    """The rows of a search depend on the index and the search settings as much as on the model:
+    run.json names them all, and a search into an output of another one says what changed."""
+    import shutil
+
+    from datamodules.io import file_sha256
+
+    output = tmp_path / "found.csv"
+    search(indexed, output, "top_k=3")
+    stamp = json.loads((tmp_path / "found.run.json").read_text())
+    assert stamp["model_sha256"] == file_sha256(indexed["model"])
+    index_dir = (indexed["root"] / "index").resolve()
+    assert stamp["index"]["path"] == str(index_dir) and stamp["index"]["panels"] == 8
+    assert stamp["index"]["descriptor"].startswith("local_sift-v2") and stamp["index"]["index_type"] == "flat"
+    assert stamp["searched_with"]["top_k"] == 3 and stamp["searched_with"]["exclude_same"] == "path"
+    with caplog.at_level("WARNING"):
+        search(indexed, output, "top_k=3")  # the same search again: nothing to say
+    assert "replaces them" not in caplog.text
+    with caplog.at_level("WARNING"):
+        search(indexed, output, "top_k=3", "exclude_same=review")
+    assert "searched_with.exclude_same: path -> review" in caplog.text and "replaces them" in caplog.text
+    caplog.clear()
+    copy = shutil.copytree(indexed["root"] / "index", tmp_path / "other_index")
+    with caplog.at_level("WARNING"):
+        search(indexed, output, "top_k=3", "exclude_same=review", index_dir=copy)
+    assert f"index.path: {index_dir} -> {copy.resolve()}" in caplog.text
+    assert json.loads((tmp_path / "found.run.json").read_text())["index"]["path"] == str(copy.resolve())
