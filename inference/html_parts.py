@@ -121,10 +121,12 @@ def row_html(
     blinded: bool,
     is_localizer: bool,
     up: str = "",
+    grouped: bool = True,
 ) -> str:
     """One image's table row; `link` leads to the scored image (relative to the page). `up`: the
     way back to the main page's folder, for a page below it (the pictures' paths are relative to
-    the main page). One string per row, put together once: the static pages hold every row."""
+    the main page). `grouped`: the page has a group column (some row has a group). One string per
+    row, put together once: the static pages hold every row."""
     if evidence.thumb_is_source:  # `link` is already a URL
         thumb = f'<img loading="lazy" class="thumb" alt="thumbnail" src="{escape(link)}">'
     else:
@@ -135,7 +137,8 @@ def row_html(
     decision_text = escape_repeated(decision)
     # blinded: the decision is nowhere on the page (an error is no decision, and is listed as one)
     marked = decision_text if not blinded or decision == "error" else ""
-    group = row.get("group")
+    group = "" if row.get("group") is None else str(row["group"])
+    group_cell = f'<td class="group">{escape_repeated(group)}</td>' if grouped else ""
     verdict = "" if blinded else f'<td class="score">{escape(score)}</td><td class="decision">{decision_text}</td>'
     maps = ""
     if is_localizer and not blinded:
@@ -146,13 +149,14 @@ def row_html(
     note = row.get("error") or evidence.problem or row.get("note") or ""
     return (
         f'<tr data-decision="{marked}"><td>{thumb}</td><td class="name">{shown_name(row["path"])}</td>{verdict}'
-        f'<td class="group">{escape_repeated("" if group is None else str(group))}</td>{maps}'
+        f"{group_cell}{maps}"
         f'{RATING_CELL if blinded else ""}<td class="note">{escape(note) if note else ""}</td></tr>'
     )
 
 
-def table_head(blinded: bool, is_localizer: bool) -> str:
-    names = ["image", "file"] + ([] if blinded else ["score", "decision"]) + ["group"]
+def table_head(blinded: bool, is_localizer: bool, group_column: str | None = "group") -> str:
+    """The rows' header; `group_column`: the name of the group column, None for a page without one."""
+    names = ["image", "file"] + ([] if blinded else ["score", "decision"]) + ([group_column] if group_column else [])
     if is_localizer and not blinded:
         names += ["map (0-1 scale)", "mask at threshold", "pixels above"]
     names += (["your rating"] if blinded else []) + ["note"]
@@ -327,9 +331,15 @@ def header_html(header: ReportHeader, counts: Mapping[str, int], blinded: bool) 
     )
 
 
-def filters_html(groups: Sequence[str], blinded: bool) -> str:
+def filters_html(groups: Sequence[str], blinded: bool, group_column: str = "group") -> str:
+    """The filters above the rows; a group filter (named as the group column) only where rows have groups."""
     # the value said outright: an option's text loses repeated and edge spaces, the rows' groups keep them
     options = "".join(f'<option value="{escape(g)}">{escape(g)}</option>' for g in groups)
+    group = (
+        f'<label>{escape(group_column)} <select id="f-group"><option value="">any</option>{options}</select></label>'
+        if groups
+        else ""
+    )
     decision = (
         ""
         if blinded
@@ -350,6 +360,6 @@ def filters_html(groups: Sequence[str], blinded: bool) -> str:
     return (
         '<form id="filters" class="filters" hidden onsubmit="return false">'
         f'<label>search <input id="f-search" type="search" placeholder="path contains"></label>{decision}'
-        f'<label>group <select id="f-group"><option value="">any</option>{options}</select></label>{scores}'
+        f"{group}{scores}"
         '<span id="f-count"></span></form>'
     )

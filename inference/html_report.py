@@ -146,6 +146,7 @@ def write_html_report(
     page_size: int | None = None,
     workers: int = 2,
     embed_limit: int | None = None,
+    group_column: str = "group",
 ) -> Path:
     """Write the report page `target` (.html) and its sibling `<stem>_files/` folder, or the page alone
     with its pictures embedded when every row fits on one page (`page_size`, default `PAGE_SIZE`)
@@ -157,7 +158,8 @@ def write_html_report(
     path, relative to the page; `EvidenceDrawer.finish()`): reused, only the rows it lacks are drawn
     now. `groups`: review verdicts (`group`, `score`, `images`). `pairs`: duplication rows (`path_a`,
     `path_b`, `score`, `status`, `error`, `label`, `operations`, `transform`, `mask_a`, `mask_b`).
-    `blinded` hides scores, decisions and maps for rating studies.
+    `blinded` hides scores, decisions and maps for rating studies. `group_column` names what the
+    rows' `group` holds (`review`, `folder`...); a page whose rows have none has no such column or filter.
     Kept in one piece: the page's parts are assembled in the order a reviewer reads them.
     """
     target = Path(target)
@@ -195,7 +197,8 @@ def write_html_report(
     def pager_links(folder: Path) -> list[str]:  # the pages below the first share a folder
         return [f'<a href="{escape(href(p, folder))}">{p}</a>' for p in range(1, pages + 1)]
 
-    head = table_head(blinded, is_localizer)
+    grouped = bool(group_names)  # a column empty in every row would say nothing
+    head = table_head(blinded, is_localizer, group_column if grouped else None)
     show_rows = bool(rows) or not pairs  # a pair run's page is its pairs
     base = str(target.parent)
     links = [image_link(row["path"], base) for row in rows]
@@ -204,7 +207,16 @@ def write_html_report(
         # links and evidence paths are relative to the main page; the other pages live below it
         up = folder_link(str(target.parent.absolute()), str(page.parent.absolute()))
         body_rows = "".join(
-            row_html(rows[i], drawn[i], (decisions[i], shown_scores[i]), moved(links[i], up), blinded, is_localizer, up)
+            row_html(
+                rows[i],
+                drawn[i],
+                (decisions[i], shown_scores[i]),
+                moved(links[i], up),
+                blinded,
+                is_localizer,
+                up,
+                grouped,
+            )
             for i in chunk
         )
         pager = pager_html(number, pager_links(page.parent))
@@ -222,10 +234,11 @@ def write_html_report(
                 + (metrics_html(metrics, plot_links) if metrics and not blinded else "")
                 + groups_html(groups, threshold, blinded)
                 + pairs_html(pairs, files, target, threshold, blinded)
-                + (filters_html(group_names, blinded) if show_rows else "")
+                + (filters_html(group_names, blinded, group_column) if show_rows else "")
                 + table
             )
             payload = rows_payload(rows, drawn, list(zip(decisions, shown_scores)), links, blinded, is_localizer)
+            payload["grouped"] = grouped
             single = html_embed.embedded_body(body, payload, files, target.parent, embed_limit) if pages == 1 else None
             if single is not None:
                 _write_text(

@@ -62,6 +62,21 @@ def review_ids(records: Sequence[Record], group_by: str, input: str | os.PathLik
     )
 
 
+def page_groups(
+    records: Sequence[Record], group_by: str | None, input: str | os.PathLike
+) -> tuple[dict[str, str], str]:
+    """Each image's group on the report page, and the name of its column: the `group_by` grouping
+    whose verdicts the page shows; without `group_by`, the input's own `review` ids (else its
+    `group` ids), named as such, so a reader can still filter by them. No ids: no column."""
+    if group_by:
+        return review_ids(records, group_by, input), "folder" if group_by == "parent" else group_by
+    for field in ("review", "group"):
+        ids = {r.path: getattr(r, field) or "" for r in records}
+        if any(ids.values()):
+            return ids, field
+    return {}, "group"
+
+
 def check_group_by(records: Sequence[Record], group_by: str, input: str | os.PathLike) -> None:
     """`group_by` read before anything is scored: a column the manifest lacks is refused then, not
     after the scoring run; a field no input has (`review` over a folder) is said, since each image

@@ -314,13 +314,9 @@ def html_page(
         warn_earlier_page(request.output)
         return None
     from inference.html_report import read_calibration, write_run_report
+    from inference.reviews import page_groups
 
-    if request.group_by:  # the groups whose verdicts the page shows
-        from inference.reviews import review_ids
-
-        group_of = review_ids(records, request.group_by, request.input)
-    else:
-        group_of = {r.path: r.review or r.group for r in records}
+    group_of, group_column = page_groups(records, request.group_by, request.input)
     # where the model decides per category, each row is shown at the threshold that decided it
     per_input = CategoryThreshold.for_records(runtime, records) if request.per_category_thresholds else None
     own = (lambda path: {"threshold": per_input(path)}) if per_input else (lambda path: {})
@@ -346,6 +342,7 @@ def html_page(
             for r in (reviews or {}).get("rows", [])
         ],
         evidence=evidence,
+        group_column=group_column,
     )
     log.info("report for people to read: %s", page)
     return page

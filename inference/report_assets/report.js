@@ -103,7 +103,7 @@
         cell(tr, row.score_text, "score");
         cell(tr, row.decision, "decision");
       }
-      cell(tr, row.group, "group");
+      if (data.grouped) { cell(tr, row.group, "group"); }  // as the header: no column where no row has a group
       if (data.localizer && !data.blinded) {
         image(cell(tr), row.overlay, "map overlay", null, row.overlay_box);
         image(cell(tr), row.mask, "mask at threshold", null, row.mask_box);

@@ -237,6 +237,22 @@ def test_filters_and_search_change_the_visible_rows(tmp_path, browser):
     context.close()
 
 
+def test_rows_without_groups_have_no_group_column_or_filter_and_the_scripted_rows_fit_the_header(tmp_path, browser):
+    rows = [{k: v for k, v in row.items() if k != "group"} for row in make_rows(tmp_path)]
+    report = write_html_report(tmp_path / "scores_report.html", rows, header())
+    context, page, seen = open_page(browser, report)
+    head = page.locator("#rows-table thead th").all_inner_texts()
+    assert "group" not in head and page.locator("#f-group").count() == 0
+    assert {page.locator("#rows-body tr").nth(i).locator("td").count() for i in range(8)} == {len(head)}
+    page.fill("#f-search", "image_5")  # the filters still work without a group filter
+    assert page.locator("#rows-body td.name").all_inner_texts() == [str(tmp_path / "images" / "image_5.png")]
+    assert seen["errors"] == []
+    context.close()
+    named = write_html_report(tmp_path / "named_report.html", make_rows(tmp_path), header(), group_column="review")
+    text = named.read_text(encoding="utf-8")
+    assert "<th>review</th>" in text and "<label>review <select" in text and "<th>group</th>" not in text
+
+
 def test_with_scripts_off_every_row_is_reachable_through_the_static_pages(tmp_path, browser):
     rows = make_rows(tmp_path, n=7)
     report = write_html_report(tmp_path / "scores_report.html", rows, header(), page_size=3)

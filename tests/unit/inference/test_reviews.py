@@ -179,3 +179,25 @@ def test_the_reports_groups_are_those_whose_verdicts_it_shows(tiny_model, tmp_pa
     assert re.findall(r'<select id="f-group"><option value="">any</option>(.*?)</select>', page) == [
         "".join(f'<option value="{folder}">{folder}</option>' for folder in folders)
     ]
+    assert "<th>folder</th>" in page  # the column says what it holds
+
+
+def test_without_group_by_the_report_shows_the_inputs_review_ids_named_so_and_no_group_column_without_them(
+    tiny_model, tmp_path
+):
+    """Not asked to group, the page's rows show the manifest's `review` ids under a `review` column
+    (no verdicts are computed for them); a folder with no such ids gets no column, nor a group filter."""
+    paths = write_images(tmp_path / "in", [(30, 31), (32, 30), (31, 33)])
+    manifest = tmp_path / "in" / "manifest.csv"
+    manifest.write_text("path,review\n" + "".join(f"{p.name},listing-{i % 2}\n" for i, p in enumerate(paths)))
+    common = [f"model={tiny_model['onnx']}", "progress=false", "report=html"]
+    infer(compose_config("infer", [*common, f"input={manifest}", f"output={tmp_path / 'listed.csv'}"]))
+    listed = (tmp_path / "listed_report.html").read_text()
+    assert "<th>review</th>" in listed and "<th>group</th>" not in listed
+    cells = sorted(re.findall(r'<td class="group">([^<]*)</td>', listed))
+    assert cells == ["listing-0", "listing-0", "listing-1"] and 'id="f-group"' in listed
+    write_images(tmp_path / "plain", [(30, 31), (32, 30)])
+    infer(compose_config("infer", [*common, f"input={tmp_path / 'plain'}", f"output={tmp_path / 'plain.csv'}"]))
+    plain = (tmp_path / "plain_report.html").read_text()
+    assert "<th>group</th>" not in plain and "<th>review</th>" not in plain
+    assert 'class="group"' not in plain and 'id="f-group"' not in plain
