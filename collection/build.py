@@ -36,11 +36,11 @@ log = logging.getLogger(__name__)
 def source_ids(
     input: str | os.PathLike, layout: str = "auto", keep: Callable[[list[Record]], list[Record]] | None = None
 ) -> list[tuple[str, str]]:
-    """(absolute path, source id) of every image of the input: its `review` column, else its folder's
-    name. Absolute, so a search run from another folder reads the panels again, and a folder given
-    once as `archive/` and once as `/data/archive/` is indexed once; a symbolic link keeps its own
-    name (the path the user gave), as infer.py's rows do. `keep` filters the records first (a
-    search's own outputs inside its input folder are no query)."""
+    """(absolute path, source id) of every image of the input: its `review` column, else its `group`
+    column, else its folder's name. Absolute, so a search run from another folder reads the panels
+    again, and a folder given once as `archive/` and once as `/data/archive/` is indexed once; a
+    symbolic link keeps its own name (the path the user gave), as infer.py's rows do. `keep` filters
+    the records first (a search's own outputs inside its input folder are no query)."""
     records = records_from_input(input, layout)
     records = keep(records) if keep else records
     found: dict[str, str] = {}  # a file listed twice is one file (its first listing's source id)
