@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evaluation.records import TRUTH_COLUMN  # the input's own label, beside `label` (the decision)
+from inference.csv_cells import escape_cell, unescape_cell
 
 SIGNATURE_COLUMN = "file_signature"  # the image file's size and modification time when its row was written
 COLUMNS = ("path", "score", "label", "status", "error", SIGNATURE_COLUMN)
@@ -60,12 +61,14 @@ class ResultWriter:
     Each batch goes out as whole lines with a single write followed by fsync, so the file holds
     only complete rows whatever moment the run is stopped at; `resume` drops a torn last line
     (from a crash mid-write) and reads which paths are already done. `done` holds every row of the
-    file (those found on resume as written, text in CSV; those written since as given), so the run
-    never reads its own output back. With `truth` (path -> the input's label), each row written
-    gets it as `true_label` where the columns hold one, and where they hold `file_signature` each row
-    gets its image file's size and modification time. `rescore`: a resume drops the rows that
-    `needs_scoring` (error rows, and rows of images changed since; the file is rewritten without them,
-    whole), so an image repaired or replaced since is scored again.
+    file (those found on resume as `read_rows` gives them, text in CSV; those written since as
+    given), so the run never reads its own output back. A CSV text cell a spreadsheet would run as a
+    formula is written with a leading `'` (`inference.csv_cells`), which `read_rows` takes off again.
+    With `truth` (path -> the input's label), each row written gets it as `true_label` where the
+    columns hold one, and where they hold `file_signature` each row gets its image file's size and
+    modification time. `rescore`: a resume drops the rows that `needs_scoring` (error rows, and rows
+    of images changed since; the file is rewritten without them, whole), so an image repaired or
+    replaced since is scored again.
     """
 
     def __init__(
@@ -128,7 +131,7 @@ class ResultWriter:
         if self.is_csv:
             writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
             for row in rows:
-                writer.writerow(row)
+                writer.writerow(row if header else {key: escape_cell(value) for key, value in row.items()})
         else:
             for row in rows:
                 buffer.write(json.dumps({k: row.get(k) for k in self.columns}) + "\n")
@@ -157,13 +160,15 @@ class ResultWriter:
 
 
 def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a results file exactly as written (strings in CSV), complete lines only: a torn last
-    line, left by a crash or being written by another process right now, is not a row yet."""
+    """Rows of a results file as they were given to the writer (strings in CSV, the `'` that kept a
+    text cell from running as a formula taken off), complete lines only: a torn last line, left by a
+    crash or being written by another process right now, is not a row yet."""
     path = Path(path)
     data = path.read_bytes()
     text = data[: data.rfind(b"\n") + 1].decode("utf-8")
     if path.suffix.lower() == ".csv":
-        return list(csv.DictReader(io.StringIO(text, newline="")))
+        rows = csv.DictReader(io.StringIO(text, newline=""))
+        return [{key: unescape_cell(value) for key, value in row.items()} for row in rows]
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

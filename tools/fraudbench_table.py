@@ -34,6 +34,7 @@ from datamodules.records import LayoutError, Record
 from evaluation.atomic import atomic_path
 from evaluation.calibration import genuine_needed
 from evaluation.protocols.fraudbench import fraudbench_table, fraudbench_table_markdown
+from inference.csv_cells import escape_cell
 from inference.runtime import ModelLoadError, load_runtime
 from inference.scoring import join_truth, score_records
 from inference.writer import TRUTH_COLUMN, ResultWriter, read_results
@@ -205,7 +206,7 @@ def write_table(table: dict, output: Path) -> None:
         for row in table["rows"]:
             flat = {k: v for k, v in row.items() if k != "tpr_by_generator"}
             flat.update({f"tpr_{g}": row["tpr_by_generator"].get(g) for g in table["generators"]})
-            writer.writerow(flat)
+            writer.writerow({key: escape_cell(value) for key, value in flat.items()})  # a detector named =...
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from PIL import Image
 from detectors.module import DetectorModule
 from detectors.registry import net_config
 from exporting.onnx_export import export_onnx
+from inference.writer import ResultWriter
 from tools.fraudbench_table import main
 
 # category -> subset -> images with the score a detector gave them
@@ -255,6 +257,21 @@ def test_results_written_with_relative_paths_match_the_tree_given_by_its_absolut
     relative = write_scores(tmp_path / "rel.csv", {str(Path(p).relative_to(tmp_path)): s for p, s in scores.items()})
     table = main(table_arguments(tmp_path, "--scores", f"det={relative}"))
     assert table["rows"][0]["tpr_by_generator"] == pytest.approx({"GenA": 0.75, "GenB": 1.0})
+
+
+def test_results_whose_paths_a_spreadsheet_would_run_match_the_tree_and_the_tables_csv_keeps_names_text(
+    tmp_path, monkeypatch
+):
+    """infer.py writes `=tree/...` as `'=tree/...` (kept text in a spreadsheet); `--scores` reads it back."""
+    scores = make_tree(tmp_path / "=tree")
+    monkeypatch.chdir(tmp_path)
+    with ResultWriter(tmp_path / "rel.csv", ("path", "score", "label", "status", "error")) as writer:
+        writer.write([{"path": os.path.relpath(p), "score": s, "status": "ok"} for p, s in scores.items()])
+    assert "\n'=tree/" in (tmp_path / "rel.csv").read_text()
+    output = tmp_path / "out" / "t.md"
+    table = main(["--data", "=tree", "--output", str(output), "--scores", f"@det={tmp_path / 'rel.csv'}"])
+    assert table["rows"][0]["tpr_by_generator"] == pytest.approx({"GenA": 0.75, "GenB": 1.0})
+    assert [row[0] for row in csv.reader(output.with_suffix(".csv").open(newline=""))] == ["detector", "'@det"]
 
 
 def test_results_of_other_images_are_refused_in_one_line(tmp_path):
