@@ -133,13 +133,22 @@
     if (el) { el.addEventListener("input", function () { page = 0; render(); }); }
   });
 
+  // a name a spreadsheet would run as a formula (= + - @, a tab or a carriage return first) is kept
+  // text by a leading ', and one starting with ' gets one more, as in the toolkit's own CSV files
+  // (inference/csv_cells.py); a number is left as it is
+  function spreadsheetText(text) {
+    var number = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+    var formula = /^[=+\-@\t\r]/.test(text) && !number.test(text);
+    return text.charAt(0) === "'" || formula ? "'" + text : text;
+  }
+
   if (data.blinded) {
     var save = document.createElement("a");
     save.textContent = "download ratings (CSV)";
     save.href = "#";
     save.addEventListener("click", function () {
       var lines = ["path,rating"].concat(data.rows.map(function (row) {
-        return '"' + row.name.replace(/"/g, '""') + '",' + (ratings[row.name] || "");
+        return '"' + spreadsheetText(row.name).replace(/"/g, '""') + '",' + (ratings[row.name] || "");
       }));
       save.href = "data:text/csv;charset=utf-8," + encodeURIComponent(lines.join("\n") + "\n");
       save.download = "ratings.csv";
