@@ -7,7 +7,7 @@ inpainting (a region regenerated; the result is composited with the exact mask, 
 it equal the genuine panel). Nothing is downloaded: the pipeline is read from a local folder
 (`model_index.json` and one subfolder per component) with `local_files_only=True`, and a missing
 folder, file or package is one clear error naming it. Every item records the model, pipeline class,
-strength, steps, guidance, prompt, seed, dtype and device.
+strength, steps, guidance, prompt, seed, extra arguments, dtype and device.
 
 `diffusers` (and `transformers` for the text encoders) are an optional extra:
 `pip install -e ".[generate]"`.
@@ -20,7 +20,7 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class DiffusersOptions:
     extra: dict = field(default_factory=dict)  # more keyword arguments for every pipeline call
 
     def __post_init__(self) -> None:
+        check_extra(self.extra)
         # img2img pipelines run int(steps x strength) steps: zero would denoise nothing (and crash)
         weak = [s for s in (*self.strengths, self.inpaint_strength) if not 0 < s <= 1 or int(self.steps * s) < 1]
         if weak:
@@ -72,6 +73,42 @@ class DiffusersOptions:
                 f"every strength must be in (0, 1] with steps x strength >= 1; got strengths "
                 f"{weak} with steps={self.steps}"
             )
+
+
+# pipeline arguments the toolkit sets itself, and the option that sets each: `extra` passing one
+# would change the fakes while their group and records still said the option's value
+RESERVED_EXTRA = {
+    "strength": "generator.strengths (img2img) or generator.inpaint_strength",
+    "num_inference_steps": "generator.steps",
+    "guidance_scale": "generator.guidance_scale",
+    "prompt": "generator.prompt",
+    "prompt_embeds": "generator.prompt",
+    "negative_prompt": "generator.negative_prompt",
+    "negative_prompt_embeds": "generator.negative_prompt",
+    "generator": "generator.seed",
+    "image": None,
+    "mask_image": None,
+    "height": None,
+    "width": None,
+    "output_type": None,
+    "return_dict": None,
+    "num_images_per_prompt": None,
+}
+
+
+def check_extra(extra: Any) -> None:
+    """`generator.extra` is a mapping of pipeline arguments the toolkit does not set itself (one it
+    sets would be overridden without the fakes' group or records knowing)."""
+    if not isinstance(extra, Mapping):
+        raise ValueError(f"generator.extra must be a mapping of pipeline arguments, got {extra!r}")
+    if taken := [key for key in extra if key in RESERVED_EXTRA]:
+        reasons = [
+            f"generator.extra.{key} is set by the toolkit: use {RESERVED_EXTRA[key]} instead"
+            if RESERVED_EXTRA[key]
+            else f"generator.extra.{key} is set by the toolkit itself"
+            for key in taken
+        ]
+        raise ValueError("; ".join(reasons))
 
 
 @dataclass
@@ -242,6 +279,7 @@ def generate_fakes(
             padded = [_pad(j["image"], multiple) for j in chunk]
             h, w = padded[0].shape[:2]
             kwargs = {
+                **dict(options.extra),
                 "prompt": [options.prompt] * len(chunk),
                 "image": [Image.fromarray(p) for p in padded],
                 "strength": strength,
@@ -249,7 +287,6 @@ def generate_fakes(
                 "guidance_scale": options.guidance_scale,
                 "output_type": "np",
                 "generator": [torch.Generator(info["device"]).manual_seed(j["seed"]) for j in chunk],
-                **dict(options.extra),
             }
             if options.negative_prompt:
                 kwargs["negative_prompt"] = [options.negative_prompt] * len(chunk)
@@ -273,6 +310,7 @@ def generate_fakes(
                     "prompt": options.prompt,
                     "negative_prompt": options.negative_prompt,
                     "seed": job["seed"],
+                    "extra": dict(options.extra),
                 }
                 yield DiffusersFake(job["key"], operation, diffusers_group(operation, strength), out, job["mask"], meta)
 
