@@ -180,23 +180,34 @@ def _device_dtype(options: DiffusersOptions, torch) -> tuple[str, Any]:
 
 
 def load_pipelines(options: DiffusersOptions) -> tuple[Any, Any, dict[str, Any]]:
-    """(img2img pipeline, inpainting pipeline sharing its components, description) from the local folder."""
+    """(img2img pipeline, inpainting pipeline sharing its components, description) from the local
+    folder. The inpainting pipeline is built only when inpainting fakes are asked for
+    (`generator.inpaint` > 0), so a pipeline with an img2img variant only serves img2img fakes."""
     diffusers, torch = _imports()
     folder = _check_folder(options.model)
     device, dtype = _device_dtype(options, torch)
     try:
         img2img = diffusers.AutoPipelineForImage2Image.from_pretrained(folder, torch_dtype=dtype, local_files_only=True)
-        inpaint = diffusers.AutoPipelineForInpainting.from_pipe(img2img)
     except (OSError, ValueError, EnvironmentError) as error:  # a missing weight file, an unknown class
         raise DiffusersUnavailable(f"cannot load the diffusers pipeline in {folder}: {error}") from error
+    inpaint = None
+    if options.inpaint > 0:
+        try:
+            inpaint = diffusers.AutoPipelineForInpainting.from_pipe(img2img)
+        except ValueError as error:  # AutoPipeline knows no inpainting pipeline of this kind
+            raise DiffusersUnavailable(
+                f"{folder} holds a {type(img2img).__name__}, which has no inpainting variant: "
+                "set generator.inpaint=0 to make img2img fakes only"
+            ) from error
     for pipe in (img2img, inpaint):
-        pipe.to(device)
-        pipe.set_progress_bar_config(disable=True)
+        if pipe is not None:
+            pipe.to(device)
+            pipe.set_progress_bar_config(disable=True)
     info = {
         "model": folder.name,
         "model_path": str(folder.resolve()),
         "img2img_pipeline": type(img2img).__name__,
-        "inpaint_pipeline": type(inpaint).__name__,
+        "inpaint_pipeline": type(inpaint).__name__ if inpaint is not None else None,
         "dtype": str(dtype).removeprefix("torch."),
         "device": device,
     }
@@ -204,7 +215,7 @@ def load_pipelines(options: DiffusersOptions) -> tuple[Any, Any, dict[str, Any]]
         "diffusers: %s (%s / %s) on %s in %s",
         info["model"],
         info["img2img_pipeline"],
-        info["inpaint_pipeline"],
+        info["inpaint_pipeline"] or "no inpainting",
         device,
         info["dtype"],
     )

@@ -1,4 +1,4 @@
-"""generator=diffusers on a tiny randomly initialized Stable Diffusion pipeline built here (no weight files)."""
+"""generator=diffusers on a tiny randomly initialized Stable Diffusion pipeline (tests.diffusers_helpers)."""
 
 import json
 from pathlib import Path
@@ -9,6 +9,7 @@ import torch
 from skimage import data
 
 from synthesis.diffusers_backend import DiffusersOptions, DiffusersUnavailable, generate_fakes, load_pipelines
+from tests.diffusers_helpers import save_tiny_pipeline
 
 PANELS = [
     ("astronaut", data.astronaut()[::16, ::16].copy()),  # 32 x 32
@@ -16,74 +17,10 @@ PANELS = [
 ]  # 30 x 46: padded to the pipeline's multiple inside
 
 
-def _tokenizer(folder: Path):
-    """A CLIP BPE tokenizer with a 60-token vocabulary, written to disk: built offline."""
-    from transformers import CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for i, c in enumerate("abcdefghijklmnopqrstuvwxyz"):
-        vocab[c], vocab[c + "</w>"] = 2 + 2 * i, 3 + 2 * i
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(
-        vocab_file=str(folder / "vocab.json"), merges_file=str(folder / "merges.txt"), model_max_length=8
-    )
-
-
 @pytest.fixture(scope="module")
 def tiny_pipeline(tmp_path_factory) -> Path:
     """A Stable Diffusion img2img pipeline of tiny random parts, saved like a downloaded one."""
-    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionImg2ImgPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    root = tmp_path_factory.mktemp("pipeline")
-    torch.manual_seed(0)
-    unet = UNet2DConditionModel(
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        sample_size=8,
-        in_channels=4,
-        out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=16,
-        attention_head_dim=2,
-        norm_num_groups=4,
-    )
-    vae = AutoencoderKL(
-        block_out_channels=[8, 16],
-        down_block_types=["DownEncoderBlock2D"] * 2,
-        up_block_types=["UpDecoderBlock2D"] * 2,
-        latent_channels=4,
-        norm_num_groups=4,
-    )
-    text = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=64,
-            hidden_size=16,
-            intermediate_size=32,
-            num_attention_heads=2,
-            num_hidden_layers=1,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=1,
-            max_position_embeddings=8,
-            projection_dim=16,
-        )
-    )
-    pipe = StableDiffusionImg2ImgPipeline(
-        vae=vae,
-        text_encoder=text,
-        tokenizer=_tokenizer(root / "tok"),
-        unet=unet,
-        scheduler=DDIMScheduler(),
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
-    pipe.save_pretrained(root / "tiny-sd")
-    return root / "tiny-sd"
+    return save_tiny_pipeline(tmp_path_factory.mktemp("pipeline") / "tiny-sd")
 
 
 def _options(model: Path, **extra) -> DiffusersOptions:
