@@ -15,7 +15,6 @@ strength, steps, guidance, prompt, seed, extra arguments, dtype and device.
 
 from __future__ import annotations
 
-import json
 import logging
 import zlib
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from synthesis.common import as_rgb_uint8, composite, inner_alpha, random_ellipse
+from synthesis.diffusers_folder import DiffusersUnavailable, check_folder, load_error
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,6 @@ __all__ = [
 ]
 
 INSTALL_HINT = 'pip install -e ".[generate]"  (or: pip install diffusers transformers)'
-
-
-class DiffusersUnavailable(ValueError):
-    """The diffusers path cannot run: a package, the pipeline folder or one of its parts is missing."""
 
 
 @dataclass(frozen=True)
@@ -136,37 +132,6 @@ def _imports():
     return diffusers, torch
 
 
-def _check_folder(model: str | None) -> Path:
-    if not model:
-        raise DiffusersUnavailable(
-            "generator=diffusers needs generator.model=/path/to/a/local/pipeline "
-            "(a folder written by diffusers' save_pretrained, with model_index.json)"
-        )
-    folder = Path(model).expanduser()
-    if not folder.is_dir():
-        raise DiffusersUnavailable(
-            f"diffusers pipeline folder {folder} does not exist; nothing is downloaded, "
-            "so the weights must be on this machine"
-        )
-    index = folder / "model_index.json"
-    if not index.is_file():
-        raise DiffusersUnavailable(
-            f"{folder} has no model_index.json: not a diffusers pipeline folder "
-            "(save one with pipeline.save_pretrained(folder))"
-        )
-    components = {
-        k
-        for k, v in json.loads(index.read_text()).items()
-        if not k.startswith("_") and isinstance(v, list) and v[0] is not None
-    }
-    missing = sorted(c for c in components if not (folder / c).is_dir())
-    if missing:
-        raise DiffusersUnavailable(
-            f"{folder} lacks the component folder(s) {', '.join(missing)} that model_index.json names"
-        )
-    return folder
-
-
 def _device_dtype(options: DiffusersOptions, torch) -> tuple[str, Any]:
     device = options.device
     if device == "auto":
@@ -184,12 +149,13 @@ def load_pipelines(options: DiffusersOptions) -> tuple[Any, Any, dict[str, Any]]
     folder. The inpainting pipeline is built only when inpainting fakes are asked for
     (`generator.inpaint` > 0), so a pipeline with an img2img variant only serves img2img fakes."""
     diffusers, torch = _imports()
-    folder = _check_folder(options.model)
+    folder = check_folder(options.model)
     device, dtype = _device_dtype(options, torch)
     try:
         img2img = diffusers.AutoPipelineForImage2Image.from_pretrained(folder, torch_dtype=dtype, local_files_only=True)
-    except (OSError, ValueError, EnvironmentError) as error:  # a missing weight file, an unknown class
-        raise DiffusersUnavailable(f"cannot load the diffusers pipeline in {folder}: {error}") from error
+    except Exception as error:  # noqa: BLE001 - all from the folder's files: no toolkit code runs in there
+        # (OSError, ValueError, RuntimeError for weights that do not fit their config, UnpicklingError...)
+        raise load_error(folder, error) from error
     inpaint = None
     if options.inpaint > 0:
         try:
