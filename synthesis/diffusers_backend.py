@@ -15,16 +15,17 @@ strength, steps, guidance, prompt, seed, extra arguments, dtype and device.
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from synthesis.common import as_rgb_uint8, composite, inner_alpha, random_ellipse
-from synthesis.diffusers_folder import DiffusersUnavailable, check_folder, load_error
+from synthesis.diffusers_folder import DiffusersUnavailable, check_folder, load_error, model_content
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,15 @@ class DiffusersOptions:
                 f"every strength must be in (0, 1] with steps x strength >= 1; got strengths "
                 f"{weak} with steps={self.steps}"
             )
+
+    def stamp(self, folder: Path) -> dict[str, Any]:
+        """What a set made with these options is stamped with (`DatasetSpec.backend`): the model, by
+        its folder's name (the fakes record it) and content, and every option that changes the fakes;
+        not the batch size, device or dtype, which say how they are computed."""
+        options = json.loads(json.dumps(asdict(self), default=list))
+        for key in ("batch_size", "device", "dtype"):
+            options.pop(key)
+        return {"name": "diffusers", **options, "model": {"name": folder.name, "content": model_content(folder)}}
 
 
 # pipeline arguments the toolkit sets itself, and the option that sets each: `extra` passing one
@@ -317,9 +327,9 @@ def make_diffusers_manifest(
 
     pipelines = load_pipelines(options)  # fail before cutting any panel when the pipeline is missing
     output = Path(output).resolve()
-    result = generate_dataset(
-        output, replace(spec, ops={}), photos=photos, root=root, workers=workers, progress=progress
-    )
+    # stamped with the panels' options: a set is resumed only with the same model and options
+    spec = replace(spec, ops={}, backend=options.stamp(Path(pipelines[2]["model_path"])))
+    result = generate_dataset(output, spec, photos=photos, root=root, workers=workers, progress=progress)
     genuine = {Path(row["path"]).stem: row for row in result["rows"] if row["label"] == 0}
     panels = [(key, np.array(read_image(output / row["path"]))) for key, row in genuine.items()]
     rows, fidelity, counts = list(result["rows"]), {}, Counter()

@@ -5,12 +5,13 @@ ends in one line naming the folder or file and what is wrong, never a traceback.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DiffusersUnavailable", "check_folder", "components", "load_error"]
+__all__ = ["DiffusersUnavailable", "check_folder", "components", "load_error", "model_content"]
 
 # weight files diffusers and transformers read; the pickled ones are loaded with weights_only=True
 SAFE_WEIGHTS = (".safetensors",)
@@ -118,3 +119,29 @@ def load_error(folder: Path, error: BaseException) -> DiffusersUnavailable:
     if len(message) > 400:
         message = message[:400] + "..."
     return DiffusersUnavailable(f"cannot load the diffusers pipeline in {folder}: {message}")
+
+
+EDGE_BYTES = 1 << 20  # read from each end of a file for its digest
+
+
+def model_content(folder: Path) -> str:
+    """A digest of the pipeline's files (model_index.json and every file of the components it names):
+    their names, sizes and the bytes at both ends of each. A fine-tune has its base model's file
+    names and sizes but other tensors at both ends, so it is told apart; a moved or copied folder is
+    not, and gigabytes of weights are not read."""
+    parts = [folder / name for name in components(folder)]
+    files = [folder / "model_index.json"] + sorted(
+        path
+        for part in parts
+        for path in part.rglob("*")
+        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(folder).parts)
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{size}\0".encode())
+        with path.open("rb") as handle:
+            digest.update(handle.read(EDGE_BYTES))
+            handle.seek(max(EDGE_BYTES, size - EDGE_BYTES))
+            digest.update(handle.read())
+    return digest.hexdigest()

@@ -9,7 +9,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from synthesis.spec import DatasetSpec
 
@@ -83,6 +83,21 @@ def check_crop_categories(spec: DatasetSpec, table: list[dict[str, str]], bundle
         )
 
 
+def differing_options(earlier: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """The options a stamp and a run disagree on (a backend's own, such as generator=diffusers',
+    as `generator.<option>`)."""
+    differ = []
+    for key in sorted((set(earlier) | set(options)) - {"photos", "photo_digest"}):
+        before, now = earlier.get(key), options.get(key)
+        if before == now:
+            continue
+        if key == "backend" and isinstance(before, dict) and isinstance(now, dict):
+            differ += [f"generator.{k}" for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+        else:
+            differ.append("generator" if key == "backend" else key)
+    return list(dict.fromkeys(differ))
+
+
 def stamped_table(
     output: Path, spec: DatasetSpec, photos: Sequence[str | os.PathLike] | None, root: str | os.PathLike | None
 ) -> list[dict[str, str]]:
@@ -94,9 +109,9 @@ def stamped_table(
     stamp = output / ".items" / "spec.json"
     options = spec.fingerprint()
     earlier = json.loads(stamp.read_text()) if stamp.is_file() else None
-    if earlier is not None and {k: v for k, v in earlier.items() if k not in ("photos", "photo_digest")} != options:
+    if earlier is not None and (differ := differing_options(earlier, options)):
         raise ValueError(
-            f"{output} holds a dataset generated with other options ({stamp}); "
+            f"{output} holds a dataset generated with other options ({', '.join(differ)} differ; {stamp}); "
             "choose a new output folder or delete the old one"
         )
     if earlier is None:

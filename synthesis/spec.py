@@ -120,6 +120,9 @@ class DatasetSpec:
     forgery_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # genuine images of the users' kinds made beside the photos (synthesis.genuine_kinds): kind -> count
     genuine_kinds: Mapping[str, int] = field(default_factory=dict)
+    # the options of another backend making the fakes instead of `ops` (generator=diffusers: its model
+    # and sampling), stamped with the rest; empty when the toolkit's own generators make them
+    backend: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -188,6 +191,8 @@ class DatasetSpec:
 
             if self.genuine_kinds.get("document") and (missing := missing_document_fonts()):
                 data["missing_fonts"] = missing  # receipts set in fewer fonts than the full set
+        if not self.backend:  # datasets made by the toolkit's own generators keep their fingerprint
+            data.pop("backend")
         if self.changed_forgery_options():  # else the seed's recipe: datasets made before the option match
             data["forgery_options"] = self.changed_forgery_options()
         return json.loads(json.dumps(data, default=list))
