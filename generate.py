@@ -149,7 +149,8 @@ def generate(cfg: DictConfig) -> Path:
 
 def with_diffusers(cfg: DictConfig, output: str, photos: list[str] | None) -> Path:
     """`generator=diffusers`: the fakes made by a diffusers pipeline, in one process."""
-    from synthesis.diffusers_backend import DiffusersOptions, make_diffusers_manifest
+    from synthesis.diffusers_backend import DiffusersOptions
+    from synthesis.diffusers_set import make_diffusers_manifest
     from synthesis.summary import format_summary
 
     options = DiffusersOptions(

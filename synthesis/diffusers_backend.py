@@ -7,7 +7,8 @@ inpainting (a region regenerated; the result is composited with the exact mask, 
 it equal the genuine panel). Nothing is downloaded: the pipeline is read from a local folder
 (`model_index.json` and one subfolder per component) with `local_files_only=True`, and a missing
 folder, file or package is one clear error naming it. Every item records the model, pipeline class,
-strength, steps, guidance, prompt, seed, extra arguments, dtype and device.
+strength, steps, guidance, prompt, seed, extra arguments, dtype and device. `synthesis.diffusers_set`
+makes a generated set of them, resumably.
 
 `diffusers` (and `transformers` for the text encoders) are an optional extra:
 `pip install -e ".[generate]"`.
@@ -18,9 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import zlib
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +38,7 @@ __all__ = [
     "generate_fakes",
     "DiffusersFake",
     "diffusers_group",
+    "plan_names",
 ]
 
 INSTALL_HINT = 'pip install -e ".[generate]"  (or: pip install diffusers transformers)'
@@ -125,6 +128,7 @@ class DiffusersFake:
     image: np.ndarray
     mask: np.ndarray
     meta: dict[str, Any]
+    name: str = ""  # <key>_<group>_<n>: its files' name in a generated set
 
 
 def diffusers_group(operation: str, strength: float) -> str:
@@ -212,8 +216,9 @@ def _pad(image: np.ndarray, multiple: int) -> np.ndarray:
 
 
 def _plan(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersOptions) -> list[dict[str, Any]]:
-    """One job per fake: panel, operation, strength and seed, drawn per panel from (seed, key)."""
-    jobs = []
+    """One job per fake: panel, operation, strength and seed, drawn per panel from (seed, key), and
+    its name (`<key>_<group>_<n>`), the same whichever fakes an earlier run made."""
+    jobs, counts = [], Counter()
     for key, image in panels:
         rng = np.random.default_rng([options.seed, zlib.crc32(key.encode())])
         for operation, rate in (("img2img", options.img2img), ("inpaint", options.inpaint)):
@@ -229,8 +234,10 @@ def _plan(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersOptions) -
                     if operation == "inpaint"
                     else np.ones(image.shape[:2], bool)
                 )
+                group = diffusers_group(operation, strength)
                 jobs.append(
                     {
+                        "name": f"{key}_{group}_{counts[(key, group)]}",
                         "key": key,
                         "image": as_rgb_uint8(image),
                         "operation": operation,
@@ -240,6 +247,7 @@ def _plan(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersOptions) -
                         "index": j,
                     }
                 )
+                counts[(key, group)] += 1
     return jobs
 
 
@@ -247,14 +255,16 @@ def generate_fakes(
     panels: Sequence[tuple[str, np.ndarray]],
     options: DiffusersOptions,
     pipelines: tuple[Any, Any, dict[str, Any]] | None = None,
+    skip: Collection[str] = (),
 ) -> Iterable[DiffusersFake]:
     """Img2img and inpainting fakes of `panels` ((key, uint8 image) pairs), batched by operation,
-    strength and size. Deterministic per (options.seed, key) on a given device and dtype."""
+    strength and size, but for those named in `skip` (made by an earlier run). Deterministic per
+    (options.seed, key) on a given device and dtype."""
     from PIL import Image
 
     _, torch = _imports()
     img2img, inpaint, info = pipelines or load_pipelines(options)
-    jobs = _plan(panels, options)
+    jobs = [job for job in _plan(panels, options) if job["name"] not in skip]
     batches: dict[tuple, list[dict[str, Any]]] = {}
     for job in jobs:
         batches.setdefault((job["operation"], job["strength"], job["image"].shape), []).append(job)
@@ -299,75 +309,10 @@ def generate_fakes(
                     "seed": job["seed"],
                     "extra": dict(options.extra),
                 }
-                yield DiffusersFake(job["key"], operation, diffusers_group(operation, strength), out, job["mask"], meta)
+                group = diffusers_group(operation, strength)
+                yield DiffusersFake(job["key"], operation, group, out, job["mask"], meta, job["name"])
 
 
-def make_diffusers_manifest(
-    output: str | Path,
-    spec: Any,
-    options: DiffusersOptions,
-    photos: Sequence[str | Path] | None = None,
-    root: str | Path | None = None,
-    workers: int = 1,
-    progress: bool = True,
-) -> tuple[Path, dict[str, Any]]:
-    """Genuine panels as `generate_dataset` cuts them (same splits), then the pipeline's fakes of
-    each panel under `fake/diffusers_<operation>/`, the contact sheet and `manifest.csv`.
-
-    Kept in one piece: the diffusers pipeline's phases in the order they run.
-    """
-    from collections import Counter
-    from dataclasses import replace
-
-    from datamodules.io import read_image, write_manifest
-    from synthesis.contact_sheet import contact_sheet
-    from synthesis.dataset import generate_dataset
-    from synthesis.generator import psnr
-    from synthesis.operations import _write_fake
-
-    pipelines = load_pipelines(options)  # fail before cutting any panel when the pipeline is missing
-    output = Path(output).resolve()
-    # stamped with the panels' options: a set is resumed only with the same model and options
-    spec = replace(spec, ops={}, backend=options.stamp(Path(pipelines[2]["model_path"])))
-    result = generate_dataset(output, spec, photos=photos, root=root, workers=workers, progress=progress)
-    genuine = {Path(row["path"]).stem: row for row in result["rows"] if row["label"] == 0}
-    panels = [(key, np.array(read_image(output / row["path"]))) for key, row in genuine.items()]
-    rows, fidelity, counts = list(result["rows"]), {}, Counter()
-    for fake in generate_fakes(panels, options, pipelines):
-        panel = genuine[fake.key]
-        name = f"{fake.key}_{fake.group}_{counts[(fake.key, fake.group)]}"
-        counts[(fake.key, fake.group)] += 1
-        rows.append(
-            _write_fake(
-                output, f"diffusers_{fake.operation}", name, fake.image, fake.mask, panel, fake.group, fake.meta
-            )
-        )
-        fidelity.setdefault(fake.group, []).append(psnr(fake.image, read_image(output / panel["path"])))
-    sheet = contact_sheet(output, rows)
-    manifest = output / "manifest.csv"
-    write_manifest(
-        (
-            {**row, "path": str(output / row["path"]), "mask": str(output / row["mask"]) if row.get("mask") else None}
-            for row in rows
-        ),
-        manifest,
-    )
-    summary = {
-        **result["summary"],
-        "images": len(rows),
-        "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
-        "by_split": {
-            s: {
-                "genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
-                "fake": sum(r["split"] == s and r["label"] == 1 for r in rows),
-            }
-            for s in ("train", "val", "test")
-        },
-        "generators": {
-            "diffusers": f"{pipelines[2]['model']} ({pipelines[2]['img2img_pipeline']}, "
-            f"{pipelines[2]['dtype']} on {pipelines[2]['device']})"
-        },
-        "psnr_db": {g: round(float(np.mean(v)), 2) for g, v in sorted(fidelity.items())},
-        "contact_sheet": str(sheet) if sheet else None,
-    }
-    return manifest, summary
+def plan_names(panels: Sequence[tuple[str, np.ndarray]], options: DiffusersOptions) -> list[str]:
+    """The names of the fakes `generate_fakes` makes of `panels`, in the order a set lists them."""
+    return [job["name"] for job in _plan(panels, options)]

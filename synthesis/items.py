@@ -25,7 +25,16 @@ from tqdm import tqdm
 
 from datamodules.io import ImageReadError, read_image, write_image
 
-__all__ = ["item_rng", "fragment_path", "item_done", "run_task", "init_worker", "one_thread", "execute"]
+__all__ = [
+    "item_rng",
+    "fragment_path",
+    "write_fragment",
+    "item_done",
+    "run_task",
+    "init_worker",
+    "one_thread",
+    "execute",
+]
 
 
 def item_rng(seed: int, item: str) -> np.random.Generator:
@@ -134,12 +143,17 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         result = {"rows": [], "pairs": [], "skipped": str(error)}
     except Exception as error:
         raise RuntimeError(f"item {task['id']} failed: {type(error).__name__}: {error}") from error
-    path = fragment_path(Path(task["output"]), task["id"])
+    write_fragment(Path(task["output"]), task["id"], result)
+    return result
+
+
+def write_fragment(output: Path, task_id: str, result: dict[str, Any]) -> None:
+    """A task's result as its done marker, written whole (a killed write leaves no marker)."""
+    path = fragment_path(output, task_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(result, sort_keys=True))
     os.replace(tmp, path)
-    return result
 
 
 def init_worker() -> None:
