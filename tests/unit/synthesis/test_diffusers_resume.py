@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from skimage import data
 
 import synthesis.diffusers_set as diffusers_set
-from datamodules.io import write_image
 from generate import spec_from_config
 from synthesis.diffusers_backend import DiffusersOptions
 from synthesis.diffusers_set import make_diffusers_manifest
-from tests.diffusers_helpers import save_tiny_pipeline
+from tests.diffusers_helpers import save_tiny_pipeline, write_small_photos
 from tests.helpers import compose_config
 
 
@@ -27,10 +25,7 @@ def pipeline(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("photos")
-    for name in ("astronaut", "coffee", "chelsea"):
-        write_image(source / f"{name}.png", getattr(data, name)()[::8, ::8].copy())
-    return source
+    return write_small_photos(tmp_path_factory.mktemp("photos"))
 
 
 def run(photos: Path, pipeline: Path, output: Path) -> dict:

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from skimage import data
 
-from datamodules.io import write_image
 from generate import generate
-from tests.diffusers_helpers import save_tiny_pipeline
+from tests.diffusers_helpers import save_tiny_pipeline, write_small_photos
 from tests.helpers import compose_config
 
 
@@ -26,10 +24,7 @@ def pipeline(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("photos")
-    for name in ("astronaut", "coffee", "chelsea"):
-        write_image(source / f"{name}.png", getattr(data, name)()[::8, ::8].copy())
-    return source
+    return write_small_photos(tmp_path_factory.mktemp("photos"))
 
 
 def run(photos: Path, output: Path, model: Path, *overrides: str) -> Path:
