@@ -10,8 +10,9 @@ left as they are: a value such as `-0.25` is a number to a spreadsheet, never a 
 
 from __future__ import annotations
 
+import csv
 import re
-from typing import Any
+from typing import IO, Any, Iterable, Mapping, Sequence
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 TEXT_MARK = "'"
@@ -34,3 +35,19 @@ def unescape_cell(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(TEXT_MARK) and escape_cell(value[1:]) == value:
         return value[1:]
     return value
+
+
+def write_csv_rows(
+    handle: IO[str], columns: Sequence[str], rows: Iterable[Mapping[str, Any]], extrasaction: str = "raise"
+) -> None:
+    """`rows` as CSV lines ending in `\n`, each cell escaped (`escape_cell`). A row whose text holds a
+    carriage return has every cell quoted: Python's csv leaves a bare `\r` unquoted with `\n` line
+    ends, and a reader splits the row there, so a name such as `x.png\r/other.png,0.01,0,ok,` would
+    read back as a second row that no image had."""
+    plain = csv.DictWriter(handle, fieldnames=columns, extrasaction=extrasaction, lineterminator="\n")
+    quoted = csv.DictWriter(
+        handle, fieldnames=columns, extrasaction=extrasaction, lineterminator="\n", quoting=csv.QUOTE_ALL
+    )
+    for row in rows:
+        cells = {key: escape_cell(value) for key, value in row.items()}
+        (quoted if any(isinstance(v, str) and "\r" in v for v in cells.values()) else plain).writerow(cells)

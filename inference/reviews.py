@@ -20,7 +20,7 @@ import numpy as np
 from datamodules.records import Record
 from evaluation.protocols.review import AGGREGATIONS, aggregate_reviews
 from evaluation.records import TRUTH_COLUMN
-from inference.csv_cells import escape_cell
+from inference.csv_cells import write_csv_rows
 
 REVIEW_COLUMNS = ("review", "score", "label", "threshold", "n_images", "most_suspicious", "decision_score")
 # the review report's axis where decision_score is not the score (a review decided at its own threshold)
@@ -163,9 +163,8 @@ def write_reviews(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     tmp = path.with_name(f".{path.stem}.partial.csv")
     columns = list(REVIEW_COLUMNS) + ([TRUTH_COLUMN] if rows and TRUTH_COLUMN in rows[0] else [])
     with tmp.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({key: escape_cell(value) for key, value in row.items()} for row in rows)
+        csv.DictWriter(handle, fieldnames=columns, lineterminator="\n").writeheader()
+        write_csv_rows(handle, columns, rows)
     os.replace(tmp, path)
     return path
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from evaluation.records import TRUTH_COLUMN  # the input's own label, beside `label` (the decision)
-from inference.csv_cells import escape_cell, unescape_cell
+from inference.csv_cells import unescape_cell, write_csv_rows
 
 SIGNATURE_COLUMN = "file_signature"  # the image file's size and modification time when its row was written
 COLUMNS = ("path", "score", "label", "status", "error", SIGNATURE_COLUMN)
@@ -129,9 +129,10 @@ class ResultWriter:
         handle = handle or self.handle
         buffer = io.StringIO()
         if self.is_csv:
-            writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
-            for row in rows:
-                writer.writerow(row if header else {key: escape_cell(value) for key, value in row.items()})
+            if header:
+                csv.DictWriter(buffer, fieldnames=self.columns, lineterminator="\n").writerows(rows)
+            else:
+                write_csv_rows(buffer, self.columns, rows, extrasaction="ignore")
         else:
             for row in rows:
                 buffer.write(json.dumps({k: row.get(k) for k in self.columns}) + "\n")

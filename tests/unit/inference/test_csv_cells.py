@@ -25,8 +25,7 @@ from tests.helpers import compose_config, write_images
 
 FORMULAS = ["=1+1.png", "+cmd.png", "-x.png", "@SUM(1)", "\tx.png", "\rx.png", '=HYPERLINK("https://e","x")']
 COLUMNS = ("path", "score", "label", "status", "error")
-# a carriage return inside a cell is not quoted by Python 3.11's csv with "\n" line ends, whatever its place
-NAMES = [text for text in FORMULAS if "\r" not in text] + ["'q.png"]
+NAMES = [*FORMULAS, "'q.png", "a\rb.png"]
 
 
 @pytest.mark.parametrize("text", FORMULAS)
@@ -65,10 +64,25 @@ def test_result_rows_named_as_formulas_are_text_in_csv_and_resume_by_their_own_p
     assert [r["path"] for r in read_results(output)] == [r["path"] for r in rows]
     if suffix == ".csv":
         cells = list(csv.reader(output.open(newline="", encoding="utf-8")))[1:]
-        assert [c[0] for c in cells] == ["'" + r["path"] for r in rows]
+        assert [c[0] for c in cells] == [escape_cell(r["path"]) for r in rows]
+        assert [c[0][0] for c in cells][:-1] == ["'"] * (len(rows) - 1)  # all but the plain a\rb.png
         assert {c[1] for c in cells} == {"-0.25"}  # a number stays one
     else:  # no spreadsheet opens JSONL: written as given
         assert [json.loads(line)["path"] for line in output.read_text().splitlines()] == [r["path"] for r in rows]
+
+
+def test_a_name_holding_a_carriage_return_stays_one_row_and_forges_no_other(tmp_path):
+    """Python's csv leaves a bare carriage return unquoted with "\\n" line ends: the row is quoted."""
+    forged = "x.png\r/evidence/real.png,0.01,0,ok,"
+    output = tmp_path / "scores.csv"
+    with ResultWriter(output, COLUMNS) as writer:
+        writer.write([{"path": forged, "score": 0.9, "label": 1, "status": "ok", "error": ""}])
+    assert [(r["path"], r["score"]) for r in read_results(output)] == [(forged, 0.9)]
+    records = [Record(forged, review="r\r1"), Record("b.png", review="r\r1")]
+    results = [{"path": r.path, "score": s, "status": "ok"} for r, s in zip(records, (0.9, 0.1))]
+    score_reviews(tmp_path / "s.csv", records, results, "review", "max", 0.5, tmp_path, "t")
+    reviews = list(csv.DictReader((tmp_path / "s.reviews.csv").open(newline="", encoding="utf-8")))
+    assert [(r["review"], r["most_suspicious"]) for r in reviews] == [("r\r1", forged)]
 
 
 def test_review_ids_and_paths_named_as_formulas_are_text_in_the_reviews_file(tmp_path):
