@@ -99,27 +99,15 @@ def _summary(
     started: float,
 ) -> dict[str, Any]:
     """The panels' summary with the fakes counted in: made now and reused from an earlier run."""
-    fidelity: dict[str, list[float]] = {}
-    for fragment in fakes:
-        for group, value in fragment["psnr"].items():
-            fidelity.setdefault(group, []).append(value)
+    from synthesis.summary import dataset_summary
+
+    counts = Counter(made=panels["made"] + len(fakes) - reused, reused=panels["reused"] + reused)
     model = f"{info['model']} ({info['img2img_pipeline']}, {info['dtype']} on {info['device']})"
     return {
         **panels,
-        "images": len(rows),
+        **dataset_summary(rows, [], fakes, counts, Counter(panels.get("skipped", {}))),
         "items": panels["items"] + len(fakes),
-        "made": panels["made"] + len(fakes) - reused,
-        "reused": panels["reused"] + reused,
-        "by_group": dict(sorted(Counter(r["group"] for r in rows).items())),
-        "by_split": {
-            s: {
-                "genuine": sum(r["split"] == s and r["label"] == 0 for r in rows),
-                "fake": sum(r["split"] == s and r["label"] == 1 for r in rows),
-            }
-            for s in ("train", "val", "test")
-        },
         "generators": {"diffusers": f"{model}: {len(fakes) - reused} fakes made, {reused} reused from an earlier run"},
-        "psnr_db": {g: round(float(np.mean(v)), 2) for g, v in sorted(fidelity.items())},
         "contact_sheet": str(sheet) if sheet else None,
         "seconds": round(time.perf_counter() - started, 1),
     }
