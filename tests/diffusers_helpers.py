@@ -99,3 +99,12 @@ def write_small_photos(folder: Path) -> Path:
     for name in ("astronaut", "coffee", "chelsea"):
         write_image(folder / f"{name}.png", getattr(data, name)()[::8, ::8].copy())
     return folder
+
+
+def tiny_options(model: Path, **changes):
+    """`DiffusersOptions` a tiny pipeline samples quickly on a CPU (two steps, strength 0.5, every
+    panel faked both ways), with `changes` applied."""
+    from synthesis.diffusers_backend import DiffusersOptions
+
+    settings = {"strengths": (0.5,), "img2img": 1.0, "inpaint": 1.0, "steps": 2, "guidance_scale": 1.0}
+    return DiffusersOptions(model=str(model), **{**settings, "batch_size": 1, "device": "cpu", **changes})

@@ -12,12 +12,6 @@ import pytest
 import torch
 
 from synthesis.diffusers_backend import DiffusersOptions, DiffusersUnavailable, load_pipelines
-from tests.diffusers_helpers import save_tiny_pipeline
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> Path:
-    return save_tiny_pipeline(tmp_path_factory.mktemp("pipeline") / "tiny-sd")
 
 
 @pytest.fixture

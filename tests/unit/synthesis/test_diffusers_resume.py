@@ -12,36 +12,15 @@ import torch
 
 import synthesis.diffusers_set as diffusers_set
 from generate import spec_from_config
-from synthesis.diffusers_backend import DiffusersOptions
 from synthesis.diffusers_set import make_diffusers_manifest
-from tests.diffusers_helpers import save_tiny_pipeline, write_small_photos
+from tests.diffusers_helpers import tiny_options
 from tests.helpers import compose_config
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> Path:
-    return save_tiny_pipeline(tmp_path_factory.mktemp("models") / "tiny-sd")
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory) -> Path:
-    return write_small_photos(tmp_path_factory.mktemp("photos"))
 
 
 def run(photos: Path, pipeline: Path, output: Path) -> dict:
     """The set made as `generate.py generator=diffusers` makes it; its summary."""
     torch.set_num_threads(1)
-    options = DiffusersOptions(
-        model=str(pipeline),
-        strengths=(0.5,),
-        img2img=1.0,
-        inpaint=1.0,
-        steps=2,
-        guidance_scale=1.0,
-        batch_size=1,
-        device="cpu",
-        seed=3,
-    )
+    options = tiny_options(pipeline, seed=3)
     cfg = compose_config(
         "generate", [f"source={photos}", "generator=diffusers", "panels.crops_per_photo=0", "panels.min_panel_side=32"]
     )
@@ -55,13 +34,13 @@ def _fakes(output: Path) -> dict[str, bytes]:
     return {str(p.relative_to(output)): p.read_bytes() for p in sorted(output.glob("*/diffusers_*/*"))}
 
 
-def test_a_repeated_run_makes_no_fake_again_and_counts_them_reused(photos, pipeline, tmp_path):
-    first = run(photos, pipeline, tmp_path / "out")
+def test_a_repeated_run_makes_no_fake_again_and_counts_them_reused(photo_folder, pipeline, tmp_path):
+    first = run(photo_folder, pipeline, tmp_path / "out")
     assert first["generators"]["diffusers"].endswith(": 6 fakes made, 0 reused from an earlier run")
     assert (first["made"], first["reused"], first["items"]) == (3 + 6, 0, 3 + 6)
     times = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "fake").rglob("*.png")}
     manifest = (tmp_path / "out" / "manifest.csv").read_bytes()
-    again = run(photos, pipeline, tmp_path / "out")
+    again = run(photo_folder, pipeline, tmp_path / "out")
     assert again["generators"]["diffusers"].endswith(": 0 fakes made, 6 reused from an earlier run")
     assert (again["made"], again["reused"], again["items"]) == (0, 3 + 6, 3 + 6)
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "fake").rglob("*.png")} == times
@@ -69,8 +48,8 @@ def test_a_repeated_run_makes_no_fake_again_and_counts_them_reused(photos, pipel
     assert again["psnr_db"] == first["psnr_db"] and again["by_group"] == first["by_group"]
 
 
-def test_a_killed_run_goes_on_with_the_fakes_it_had_not_made(photos, pipeline, tmp_path, monkeypatch):
-    whole = run(photos, pipeline, tmp_path / "whole")
+def test_a_killed_run_goes_on_with_the_fakes_it_had_not_made(photo_folder, pipeline, tmp_path, monkeypatch):
+    whole = run(photo_folder, pipeline, tmp_path / "whole")
     made_whole = tmp_path / "whole" / "manifest.csv"
     real = diffusers_set.generate_fakes
 
@@ -82,11 +61,11 @@ def test_a_killed_run_goes_on_with_the_fakes_it_had_not_made(photos, pipeline, t
 
     monkeypatch.setattr(diffusers_set, "generate_fakes", killed_after_two)
     with pytest.raises(KeyboardInterrupt):
-        run(photos, pipeline, tmp_path / "out")
+        run(photo_folder, pipeline, tmp_path / "out")
     kept = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "fake").rglob("*.png")}
     assert len(kept) == 2
     monkeypatch.setattr(diffusers_set, "generate_fakes", real)
-    resumed = run(photos, pipeline, tmp_path / "out")
+    resumed = run(photo_folder, pipeline, tmp_path / "out")
     assert resumed["generators"]["diffusers"].endswith(": 4 fakes made, 2 reused from an earlier run")
     assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # the killed run's fakes were kept
     assert _fakes(tmp_path / "out") == _fakes(tmp_path / "whole")  # the same set as one run makes

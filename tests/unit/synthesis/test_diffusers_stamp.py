@@ -13,18 +13,8 @@ import pytest
 import torch
 
 from generate import generate
-from tests.diffusers_helpers import save_tiny_pipeline, write_small_photos
+from tests.diffusers_helpers import save_tiny_pipeline
 from tests.helpers import compose_config
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> Path:
-    return save_tiny_pipeline(tmp_path_factory.mktemp("models") / "tiny-sd")
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory) -> Path:
-    return write_small_photos(tmp_path_factory.mktemp("photos"))
 
 
 def run(photos: Path, output: Path, model: Path, *overrides: str) -> Path:
@@ -51,10 +41,10 @@ def run(photos: Path, output: Path, model: Path, *overrides: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory, photos, pipeline) -> Path:
+def made(tmp_path_factory, photo_folder, pipeline) -> Path:
     """A finished set; the tests below re-run into it."""
     output = tmp_path_factory.mktemp("made") / "out"
-    run(photos, output, pipeline)
+    run(photo_folder, output, pipeline)
     return output
 
 
@@ -71,20 +61,20 @@ def made(tmp_path_factory, photos, pipeline) -> Path:
         ("+generator.extra.eta=0.5", "generator.extra"),
     ],
 )
-def test_a_rerun_with_other_options_is_refused_naming_them(made, photos, pipeline, override, named):
+def test_a_rerun_with_other_options_is_refused_naming_them(made, photo_folder, pipeline, override, named):
     manifest = (made / "manifest.csv").read_bytes()
     with pytest.raises(ValueError, match=rf"generated with other options \({named} differ;"):
-        run(photos, made, pipeline, override)
+        run(photo_folder, made, pipeline, override)
     assert (made / "manifest.csv").read_bytes() == manifest
 
 
-def test_another_model_of_the_same_name_and_sizes_is_refused(made, photos, tmp_path):
+def test_another_model_of_the_same_name_and_sizes_is_refused(made, photo_folder, tmp_path):
     fine_tune = save_tiny_pipeline(tmp_path / "tiny-sd", seed=1)  # other weights, same files and sizes
     with pytest.raises(ValueError, match=r"generated with other options \(generator.model differ;"):
-        run(photos, made, fine_tune)
+        run(photo_folder, made, fine_tune)
 
 
-def test_the_same_model_moved_and_the_same_options_resume(made, photos, pipeline, tmp_path):
+def test_the_same_model_moved_and_the_same_options_resume(made, photo_folder, pipeline, tmp_path):
     moved = tmp_path / "elsewhere" / "tiny-sd"
     shutil.copytree(pipeline, moved)
-    assert run(photos, made, moved, "generator.batch_size=1") == made / "manifest.csv"
+    assert run(photo_folder, made, moved, "generator.batch_size=1") == made / "manifest.csv"

@@ -9,7 +9,7 @@ import torch
 from skimage import data
 
 from synthesis.diffusers_backend import DiffusersOptions, DiffusersUnavailable, generate_fakes, load_pipelines
-from tests.diffusers_helpers import save_tiny_pipeline
+from tests.diffusers_helpers import save_tiny_pipeline, tiny_options
 
 PANELS = [
     ("astronaut", data.astronaut()[::16, ::16].copy()),  # 32 x 32
@@ -24,18 +24,7 @@ def tiny_pipeline(tmp_path_factory) -> Path:
 
 
 def _options(model: Path, **extra) -> DiffusersOptions:
-    return DiffusersOptions(
-        model=str(model),
-        strengths=(0.5,),
-        img2img=1.0,
-        inpaint=1.0,
-        steps=2,
-        guidance_scale=1.0,
-        batch_size=2,
-        device="cpu",
-        seed=7,
-        **extra,
-    )
+    return tiny_options(model, batch_size=2, seed=7, **extra)
 
 
 @pytest.mark.slow  # building and loading the pipeline imports diffusers and transformers (~20-60 s)
