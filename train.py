@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from datamodules.records import LayoutError
 from detectors.blocks.released import IncompatibleWeightsError
 from detectors.blocks.weights import MissingWeightsError
+from detectors.build import MissingPackageError
 from detectors.module import DetectorModule
 from detectors.registry import create_module
 from detectors.run_checkpoint import RunCheckpoint, keep_last_of_a_finished_run
@@ -386,7 +387,7 @@ def summary(metrics: dict[str, Any], output_dir: Path) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
-@expected_failures(MissingWeightsError, IncompatibleWeightsError, LayoutError, PairDataError)
+@expected_failures(MissingWeightsError, MissingPackageError, IncompatibleWeightsError, LayoutError, PairDataError)
 def main(cfg: DictConfig) -> None:
     train(cfg)
 

@@ -8,6 +8,39 @@ from typing import Any, Mapping
 from detectors.base import Detector
 
 TRUSTED_PREFIXES = ("detectors.",)
+# the packages detectors import only when built (backbones, towers): module -> (pip name, the extra holding it;
+# None: one of the toolkit's own dependencies, which `pip install -e .` brings)
+BACKBONE_PACKAGES = {
+    "timm": ("timm", None),
+    "open_clip": ("open-clip-torch", None),
+    "segmentation_models_pytorch": ("segmentation-models-pytorch", None),
+    "transformers": ("transformers", "transformers"),
+    "diffusers": ("diffusers", "diffusers"),
+}
+
+
+class MissingPackageError(ImportError):
+    """A detector needs a backbone package that is not installed: said in one line by every entry
+    point (train.py, infer.py, export.py, calibrate.py) that builds it, naming what to install."""
+
+
+def missing_package(target: str, error: ImportError) -> MissingPackageError | None:
+    """The refusal for building `target` that failed on `error`, when a backbone package is what is
+    missing (in `error` or the ImportError it wraps, as hf_clip and vae wrap theirs); None otherwise: a
+    module of the toolkit itself missing is a bug that no `pip install` mends."""
+    seen: BaseException | None = error
+    while seen is not None:
+        name = (getattr(seen, "name", None) or "").partition(".")[0]
+        if isinstance(seen, ModuleNotFoundError) and name in BACKBONE_PACKAGES:
+            package, extra = BACKBONE_PACKAGES[name]
+            whole = "the toolkit with all its dependencies: pip install -e ."
+            if extra:  # not among the toolkit's dependencies: `pip install -e .` leaves it out
+                whole = f'the toolkit with its {extra} extra: pip install -e ".[{extra}]"'
+            return MissingPackageError(
+                f"detector {target} needs {name}, which is not installed: pip install {package} (or {whole})"
+            )
+        seen = seen.__cause__
+    return None
 
 
 def to_plain(value: Any) -> Any:
@@ -53,9 +86,17 @@ def build_detector(config: Mapping[str, Any]) -> Detector:
     config = dict(to_plain(config))
     if "_target_" not in config:
         raise ValueError("detector config needs a `_target_` naming the detector class")
-    cls = resolve_detector_class(config.pop("_target_"))
+    target = config.pop("_target_")
+    cls = resolve_detector_class(target)
     try:
         return cls(**config)
+    except MissingPackageError:  # a detector built inside this one
+        raise
+    except ImportError as error:  # its backbone is imported when it is built
+        refusal = missing_package(target, error)
+        if refusal is None:
+            raise
+        raise refusal from error
     except TypeError as error:  # a setting the class does not take (`+detector.net.<typo>=...`)
         if "unexpected keyword argument" not in str(error):
             raise

@@ -112,6 +112,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
     tools; the network class named in it must be a `Detector` under the toolkit's `detectors`
     package. Scoring needs only the network: `load_detector`, which does not import Lightning."""
     from detectors.blocks.weights import architecture_only
+    from detectors.build import MissingPackageError
     from detectors.module import DetectorModule
 
     checkpoint = read_checkpoint(path, map_location)
@@ -123,7 +124,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> "Dete
             str(k): float(v) for k, v in (checkpoint.get("category_thresholds") or {}).items()
         }
         module.calibration = checkpoint.get("calibration")  # how far the threshold can be trusted
-    except (ValueError, TypeError, RuntimeError) as error:
+    except (ValueError, TypeError, RuntimeError, MissingPackageError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     return module.eval()
 
@@ -146,7 +147,7 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
     `threshold` buffer gives the calibrated threshold. Any other key is refused, as
     `DetectorModule.load_state_dict` would (strict), so both paths accept the same files."""
     from detectors.blocks.weights import architecture_only
-    from detectors.build import build_detector
+    from detectors.build import MissingPackageError, build_detector
 
     checkpoint = read_checkpoint(path, map_location)
     hparams, state = checkpoint["hyper_parameters"], checkpoint["state_dict"]
@@ -157,7 +158,7 @@ def load_detector(path: str | os.PathLike, map_location: str = "cpu") -> LoadedD
         if unexpected or "threshold" not in state:
             raise RuntimeError(f"unexpected keys {unexpected[:5]}" if unexpected else "no threshold buffer")
         net.load_state_dict({k[len("net.") :]: v for k, v in state.items() if k.startswith("net.")})
-    except (ValueError, TypeError, RuntimeError) as error:
+    except (ValueError, TypeError, RuntimeError, MissingPackageError) as error:
         raise ModelLoadError(f"{path}: cannot rebuild the detector: {error}") from None
     from inference.model_metadata import checked_calibration, checked_category_thresholds, checked_threshold
 

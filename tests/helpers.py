@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +124,19 @@ def write_images(folder: Path, sizes: list[tuple[int, int]], seed: int = 0, suff
         paths.append(folder / f"{i:03d}{suffix}")
         Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(paths[-1])
     return paths
+
+
+def run_without(module: str, script: str, *settings: str, cwd) -> subprocess.CompletedProcess:
+    """`python script settings` with `module` unimportable, as when it is not installed."""
+    blocked = (
+        f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", blocked, str(ROOT / script), *settings],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
+        timeout=300,
+    )

@@ -4,14 +4,12 @@ a labelled input's report). The modules are made unimportable here, nothing is u
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
 
 from infer import InferenceFailed, infer
-from tests.helpers import ROOT, compose_config, write_images
+from tests.helpers import compose_config, run_without, write_images
 
 
 def run_infer(model, input, output, *overrides):
@@ -44,22 +42,6 @@ def test_labelled_input_without_matplotlib_is_refused_before_anything_is_scored(
     assert not list(tmp_path.glob("out*"))
     run_infer(tiny_model["onnx"], tmp_path / "labelled" / "0_real", tmp_path / "rows.csv")  # unlabelled: no report
     assert (tmp_path / "rows.csv").is_file()
-
-
-def run_without(module: str, script: str, *settings: str, cwd) -> subprocess.CompletedProcess:
-    """`python script settings` with `module` unimportable, as when it is not installed."""
-    blocked = (
-        f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", blocked, str(ROOT / script), *settings],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, not an installed one
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize("module", ["torch", "lightning"])
