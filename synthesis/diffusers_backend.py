@@ -74,14 +74,24 @@ class DiffusersOptions:
                 f"{weak} with steps={self.steps}"
             )
 
-    def stamp(self, folder: Path) -> dict[str, Any]:
-        """What a set made with these options is stamped with (`DatasetSpec.backend`): the model, by
-        its folder's name (the fakes record it) and content, and every option that changes the fakes;
-        not the batch size, device or dtype, which say how they are computed."""
+    def stamp(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        """What a set made with these options by the pipelines `info` describes (`load_pipelines`) is
+        stamped with (`DatasetSpec.backend`): the model, by its folder's name (the fakes record it)
+        and content, and every option that changes the fakes. That includes the dtype and device the
+        run resolved (`auto` is float16 on CUDA, float32 on a CPU): the precision changes the pixels,
+        and each fake's random generator is made on the device, whose kind (CPU or CUDA) draws
+        another noise from the same seed. Not the batch size: every fake has its own generator, so
+        batching leaves its noise as it is."""
         options = json.loads(json.dumps(asdict(self), default=list))
-        for key in ("batch_size", "device", "dtype"):
-            options.pop(key)
-        return {"name": "diffusers", **options, "model": {"name": folder.name, "content": model_content(folder)}}
+        del options["batch_size"]
+        folder = Path(info["model_path"])
+        return {
+            "name": "diffusers",
+            **options,
+            "dtype": info["dtype"],
+            "device": str(info["device"]).partition(":")[0],  # cuda:0 and cuda:1 draw the same noise
+            "model": {"name": folder.name, "content": model_content(folder)},
+        }
 
 
 # pipeline arguments the toolkit sets itself, and the option that sets each: `extra` passing one

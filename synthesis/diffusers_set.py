@@ -3,8 +3,9 @@ genuine panels as `generate_dataset` cuts them, then the pipeline's fakes of eac
 
 Every fake leaves a done marker under `.items/diffusers/` once its image, mask and JSON are
 written, as the other generators' items do, so a killed or repeated run makes only the fakes not
-yet on disk (with a real model on a CPU, minutes each). The set is stamped with the model and the
-options (`DiffusersOptions.stamp`), so the fakes it resumes were made by the same ones.
+yet on disk (with a real model on a CPU, minutes each). The set is stamped with the model, the
+options, the dtype and the device (`DiffusersOptions.stamp`), so the fakes it resumes were made by
+the same ones.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def make_diffusers_manifest(
     pipelines = load_pipelines(options)  # fail before cutting any panel when the pipeline is missing
     output = Path(output).resolve()
     # stamped with the panels' options: a set is resumed only with the same model and options
-    spec = replace(spec, ops={}, backend=options.stamp(Path(pipelines[2]["model_path"])))
+    spec = replace(spec, ops={}, backend=options.stamp(pipelines[2]))
     result = generate_dataset(output, spec, photos=photos, root=root, workers=workers, progress=progress)
     genuine = {Path(row["path"]).stem: row for row in result["rows"] if row["label"] == 0}
     panels = [(key, np.array(read_image(output / row["path"]))) for key, row in genuine.items()]

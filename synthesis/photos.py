@@ -85,17 +85,31 @@ def check_crop_categories(spec: DatasetSpec, table: list[dict[str, str]], bundle
 
 def differing_options(earlier: dict[str, Any], options: dict[str, Any]) -> list[str]:
     """The options a stamp and a run disagree on (a backend's own, such as generator=diffusers',
-    as `generator.<option>`)."""
+    as `generator.<option>`). A backend option the stamp lacks was not stamped by the toolkit that
+    wrote it (generator=diffusers' dtype and device before they were): it is taken as it is now,
+    as a stamp without a photo digest is, and stamped from this run on."""
     differ = []
     for key in sorted((set(earlier) | set(options)) - {"photos", "photo_digest"}):
         before, now = earlier.get(key), options.get(key)
         if before == now:
             continue
         if key == "backend" and isinstance(before, dict) and isinstance(now, dict):
-            differ += [f"generator.{k}" for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+            differ += [f"generator.{k}" for k in sorted(before) if before[k] != now.get(k)]
         else:
             differ.append("generator" if key == "backend" else key)
     return list(dict.fromkeys(differ))
+
+
+def made_with(earlier: dict[str, Any], differ: list[str]) -> list[str]:
+    """`generator.<option>=value` as the stamp holds it, for the backend options in `differ` that a
+    command line gives (not a model's digest): what a run sets to go on with the folder."""
+    backend, settings = earlier.get("backend") or {}, []
+    for name in differ:
+        value = backend.get(name.removeprefix("generator."), {}) if name.startswith("generator.") else {}
+        if not isinstance(value, dict):
+            text = json.dumps(value, separators=(",", ":"))
+            settings.append(f"{name}={value if isinstance(value, str) and value.isidentifier() else text}")
+    return settings
 
 
 def stamped_table(
@@ -110,9 +124,12 @@ def stamped_table(
     options = spec.fingerprint()
     earlier = json.loads(stamp.read_text()) if stamp.is_file() else None
     if earlier is not None and (differ := differing_options(earlier, options)):
+        settings = made_with(earlier, differ)
+        again = f" ({' '.join(settings)})" if settings else ""
         raise ValueError(
-            f"{output} holds a dataset generated with other options ({', '.join(differ)} differ; {stamp}); "
-            "choose a new output folder or delete the old one"
+            f"{output} holds a dataset generated with other options ({', '.join(differ)} differ; {stamp}): "
+            f"to go on with it, run with the options it was made with{again}; "
+            "else choose a new output folder or delete the old one"
         )
     if earlier is None:
         if found := [name for name in GENERATED_NAMES if (output / name).exists()]:
