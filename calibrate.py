@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from datamodules.records import LayoutError
 from inference.cli import expected_failures, run
+from inference.job_folders import place_in_job_folder
 from inference.recalibration import CalibrationRefused, calibrate_model
 from inference.runtime import ModelLoadError
 from inference.tiling import tile_settings
@@ -22,6 +23,7 @@ log = logging.getLogger("calibrate")
 @hydra.main(version_base="1.3", config_path="configs", config_name="calibrate")
 @expected_failures(CalibrationRefused, ModelLoadError, LayoutError, ValueError)
 def main(cfg: DictConfig) -> None:
+    place_in_job_folder(cfg, ("output",))  # a multirun's jobs each write their own model
     record = calibrate_model(
         cfg.model,
         cfg.input,

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from inference.cli import check_switches, expected_failures, missing_dependency, run
+from inference.job_folders import place_in_job_folder
 
 try:  # the checkpoint runs beside the graph it is exported to: a torch-free install scores .onnx models only
     from datamodules.io import file_in_the_way
@@ -32,6 +33,7 @@ log = logging.getLogger("export")
 def export(cfg: DictConfig) -> dict:
     """The fp32 export with its parity check, then the requested variant measured against it; the
     model and its sidecar are written together at the end, or not at all."""
+    place_in_job_folder(cfg, ("output",))  # a multirun's jobs each write their own model
     output = Path(cfg.output)
     check_switches(cfg, ("graph_preprocess", "debug"))
     check_output(output, Path(cfg.model))

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from datamodules.io import file_in_the_way
 from datamodules.records import LayoutError, list_images, read_manifest
 from inference.cli import expected_failures, run
+from inference.job_folders import job_path
 from inference.parts import Shard
 from synthesis.dataset import generate_dataset, make_generated_manifest
 from synthesis.embedded import make_embedded_manifest
@@ -118,6 +119,8 @@ def generate(cfg: DictConfig) -> Path:
         if cfg.generator.get("backend") == "diffusers"
         else {"aigi_quick": "data/embedded", "all": "data/generated"}.get(cfg.kind, f"data/generated_{cfg.kind}")
     )
+    # a multirun's jobs each make their own set (shards: one)
+    output = job_path(output, "output", sharded=bool(cfg.get("shard") or cfg.get("merge")))
     check_options(cfg, Path(output))
     photos = find_photos(cfg.source)
     shard = Shard.parse(cfg.get("shard"))

@@ -12,6 +12,7 @@ from collection.build import build_index, index_up_to_date, merge_parts
 from collection.store import IndexBusy, IndexRefused
 from datamodules.records import LayoutError
 from inference.cli import expected_failures, run
+from inference.job_folders import place_in_job_folder
 from inference.parts import Shard
 from inference.runs import launch
 from inference.runtime import ModelLoadError
@@ -29,6 +30,7 @@ def index(cfg: DictConfig) -> dict[str, Any]:
     With `devices=N` (Lightning Fabric processes, as `infer.py` scores) each process describes its
     share into a part of its own, as a `shard` would, and the first merges the parts at the end
     (unless the run is itself one shard of several: then `merge=true` after the last)."""
+    place_in_job_folder(cfg, ("index",))  # a multirun's jobs each build their own (shards: one)
     try:
         if cfg.merge:
             return merged(cfg)

@@ -15,6 +15,7 @@ from datamodules.layouts import records_from_input
 from datamodules.records import LayoutError, Record
 from evaluation.protocols.review import AGGREGATIONS
 from inference.cli import check_switches, expected_failures, run
+from inference.job_folders import place_in_job_folder
 from inference.masks import PixelReduction
 from inference.parts import Shard, once_each
 from inference.recalibration import CategoryThreshold
@@ -241,6 +242,7 @@ def report_request(cfg: DictConfig, output: Path, threshold: float) -> ReportReq
 @hydra.main(version_base="1.3", config_path="configs", config_name="infer")
 @expected_failures(InferenceFailed, ModelLoadError, LayoutError)
 def main(cfg: DictConfig) -> None:
+    place_in_job_folder(cfg, ("output", "masks_dir"))  # a multirun's jobs each write their own
     infer(cfg)
 
 

@@ -81,12 +81,26 @@ def test_the_docs_show_commands_of_every_entry_point():
     assert {entry for entry, *_ in (case.values for case in HYDRA_COMMANDS)} == set(ENTRY_POINTS)
 
 
+def jobs(overrides: list[str]) -> list[list[str]]:
+    """The overrides each job of the command composes: the command's own, or with `-m` (a multirun)
+    one list per combination of its swept values, as Hydra's basic sweeper makes them."""
+    if not {"-m", "--multirun"} & set(overrides):
+        return [overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([o for o in overrides if o not in ("-m", "--multirun")])
+    return BasicSweeper.split_arguments(parsed, None)[0]
+
+
 @pytest.mark.parametrize(("entry_point", "overrides"), HYDRA_COMMANDS)
 def test_every_command_line_of_the_docs_composes(entry_point, overrides):
-    """A renamed key or group option fails here, as it would for the user. `experiment` is an
-    optional group, which Hydra skips silently when the name is unknown: it is checked as a file."""
+    """A renamed key or group option fails here, as it would for the user (in a multirun, for each
+    job). `experiment` is an optional group, which Hydra skips silently when the name is unknown: it
+    is checked as a file."""
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        compose(config_name=entry_point, overrides=overrides)
+        for job in jobs(overrides):
+            compose(config_name=entry_point, overrides=job)
     choices = [CONFIG_CHOICE.fullmatch(word.lstrip("+")) for word in overrides]
     assert [
         match.group(0)
