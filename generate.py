@@ -57,7 +57,7 @@ def quick(cfg: DictConfig, output: str, photos: list[str] | None) -> None:
         seed=cfg.seed,
         split_fractions=tuple(cfg.split_fractions),
         photos=photos,
-        progress=lambda it: tqdm(it, desc="photos", unit="photo"),
+        progress=(lambda it: tqdm(it, desc="photos", unit="photo")) if cfg.progress else None,
         crop_size=cfg.crop_size,
         scales=tuple(cfg.scales),
         max_crops_per_scale=cfg.max_crops_per_scale,

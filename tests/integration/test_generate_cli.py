@@ -81,3 +81,28 @@ def test_cpu_diverse_preset_and_the_generated_experiment_compose():
     }
     diffusers = compose_config("generate", ["generator=diffusers", "generator.model=/weights/sd"])
     assert diffusers.generator.backend == "diffusers" and diffusers.generator.strengths == [0.3, 0.6]
+
+
+def test_the_quick_set_shows_its_progress_bar_only_when_progress_is_on(tmp_path, capsys):
+    from tests.helpers import write_images
+
+    write_images(tmp_path / "photos", [(64, 64), (64, 64)])
+    printed = {}
+    for progress in ("true", "false"):
+        cfg = compose_config(
+            "generate",
+            [
+                "kind=aigi_quick",
+                f"source={tmp_path / 'photos'}",
+                f"output={tmp_path / progress}",
+                "crop_size=32",
+                "scales=[1.0]",
+                f"progress={progress}",
+            ],
+        )
+        GlobalHydra.instance().clear()
+        generate(cfg)
+        printed[progress] = capsys.readouterr().err
+        assert len(read_manifest(tmp_path / progress / "manifest.csv")) == 2 * 2 * 4  # 4 crops a photo, and fakes
+    assert "photos: 100%" in printed["true"]
+    assert "photos" not in printed["false"]
