@@ -40,9 +40,9 @@ from detectors.run_config import (
     weights_settings,
 )
 from evaluation import calibration_markdown, report_records, write_metrics_json
-from evaluation.calibration import below_target_in, row_thresholds
+from evaluation.calibration import row_thresholds
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
-from evaluation.summary import figure_text
+from evaluation.summary import run_summary
 from inference.cli import SettingError, expected_cause, expected_failures, run
 from inference.recalibration import open_fraction
 from synthesis.common import PairDataError
@@ -254,7 +254,7 @@ def report_and_summary(
         write_metrics_json(output_dir / "metrics.json", metrics)
         if isinstance(metrics.get("test"), dict):  # a pair detector fitted without gradients: its pair figures
             write_pair_report(output_dir, metrics, html=cfg.get("report", "md") == "html")
-    log.info("%s", summary(metrics, output_dir))
+    log.info("%s", run_summary(metrics, output_dir))
     if (metrics.get("calibration") or {}).get("warning"):
         log.warning("calibration: %s", metrics["calibration"]["warning"])
     elif not metrics.get("calibration"):
@@ -349,41 +349,6 @@ def write_pair_report(output_dir: Path, metrics: dict[str, Any], html: bool) -> 
             "report=html",
             output_dir / "report.md",
         )
-
-
-def summary(metrics: dict[str, Any], output_dir: Path) -> str:
-    keys = (
-        "auroc",
-        "pauroc@0.1",
-        "tpr@fpr=0.01",
-        "tpr",
-        "tnr",
-        "balanced_accuracy",
-        "threshold",
-        "pixel_f1",
-        "pixel_iou",
-        "pixel_auroc",
-        "pixel_fpr_genuine",
-        "chain_auroc",
-        "pair_auroc",
-        "pair_tpr@fpr=0.01",
-        "pair_f1",
-        "pair_mcc",
-    )
-    # a pair detector fitted without gradients keeps its held-out pair figures under "test"
-    figures = metrics["test"] if isinstance(metrics.get("test"), dict) else metrics
-    # a learned pair detector: its pair figures at full size, measured as dup_sift's (`duplication`)
-    figures = {**figures, **{k: v for k, v in metrics.get("duplication", {}).items() if k.startswith("pair_")}}
-    test = "  ".join(f"{k}={figure_text(figures[k])}" for k in keys if k in figures)
-    val = metrics.get("val", {})
-    val_auroc = val.get("auroc", val.get("pair_auroc"))  # a pair detector's is over its validation pairs
-    val_chain = f"  chain_auroc={figure_text(val['chain_auroc'])}" if "chain_auroc" in val else ""
-    below = below_target_in(metrics)
-    named = f"\n  {below}" if below else ""
-    return (
-        f"\n  detector {metrics.get('detector')}\n  val auroc={figure_text(val_auroc)}{val_chain}"
-        f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n"
-    )
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

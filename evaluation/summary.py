@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .bootstrap import bootstrap_image_ci
-from .calibration import below_target_sentence, categories_below_target, row_thresholds
+from .calibration import below_target_in, below_target_sentence, categories_below_target, row_thresholds
 from .image import image_metrics
 from .records import Records, by_group, group_names, labelled_rows
 
@@ -170,3 +170,40 @@ def report_records(
         summary=below_target_sentence(below, target, result.get("flagged_by_source")) if below else None,
     )
     return Report(metrics=payload, files=files)
+
+
+def run_summary(metrics: dict[str, Any], output_dir: Path) -> str:
+    """The lines train.py closes with: the detector, its validation AUROC, its held-out figures (n/a
+    where undefined, a pair detector's over its pairs) and the run directory."""
+    keys = (
+        "auroc",
+        "pauroc@0.1",
+        "tpr@fpr=0.01",
+        "tpr",
+        "tnr",
+        "balanced_accuracy",
+        "threshold",
+        "pixel_f1",
+        "pixel_iou",
+        "pixel_auroc",
+        "pixel_fpr_genuine",
+        "chain_auroc",
+        "pair_auroc",
+        "pair_tpr@fpr=0.01",
+        "pair_f1",
+        "pair_mcc",
+    )
+    # a pair detector fitted without gradients keeps its held-out pair figures under "test"
+    figures = metrics["test"] if isinstance(metrics.get("test"), dict) else metrics
+    # a learned pair detector: its pair figures at full size, measured as dup_sift's (`duplication`)
+    figures = {**figures, **{k: v for k, v in metrics.get("duplication", {}).items() if k.startswith("pair_")}}
+    test = "  ".join(f"{k}={figure_text(figures[k])}" for k in keys if k in figures)
+    val = metrics.get("val", {})
+    val_auroc = val.get("auroc", val.get("pair_auroc"))  # a pair detector's is over its validation pairs
+    val_chain = f"  chain_auroc={figure_text(val['chain_auroc'])}" if "chain_auroc" in val else ""
+    below = below_target_in(metrics)
+    named = f"\n  {below}" if below else ""
+    return (
+        f"\n  detector {metrics.get('detector')}\n  val auroc={figure_text(val_auroc)}{val_chain}"
+        f"\n  test {test or '(not run)'}{named}\n  run directory {output_dir}\n"
+    )

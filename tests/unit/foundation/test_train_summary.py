@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train import summary
+from evaluation.summary import run_summary as summary
 
 
 def test_an_image_detectors_summary_shows_its_test_figures_and_na_for_undefined_ones():
