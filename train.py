@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,15 +51,17 @@ from synthesis.common import PairDataError
 log = logging.getLogger("train")
 
 
-def instantiate_group(group: DictConfig | None) -> list[Any]:
+def instantiate_group(group: DictConfig | None, name: str = "callbacks") -> list[Any]:
     """Every `_target_` entry of a config group such as `callbacks` or `logger`; one whose package
-    is not installed (`logger=tensorboard` without tensorboard) is refused as a setting to fix."""
+    is not installed (`logger=tensorboard` without tensorboard) is refused as a setting to fix, and
+    so is a setting its class does not take, named by its key (`callbacks.model_checkpoint.foo`)."""
     made = []
-    for entry in (group or {}).values():
+    for key, entry in (group or {}).items():
         if not (isinstance(entry, DictConfig) and "_target_" in entry):
             continue
         try:
-            made.append(hydra.utils.instantiate(entry))
+            with settings_checked(f"{name}.{key}"):
+                made.append(hydra.utils.instantiate(entry))
         except InstantiationException as error:
             if not isinstance(error.__cause__, ImportError):
                 raise
@@ -134,12 +137,18 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
 def settings_checked(group: str) -> Iterator[None]:
     """Constructors check their settings and raise a ValueError naming the one that is wrong (a mode
     that does not exist, a key the class does not take): said in one line with its config group
-    (exit 2; `debug=true` shows the traceback), as the refusals of data are."""
+    (exit 2; `debug=true` shows the traceback), as the refusals of data are. A key the constructor
+    has no argument for (`+data.<typo>=...`: Python's TypeError) is named with the group's key."""
     try:
         yield
     except Exception as error:
-        cause = expected_cause(error, (ValueError, MisconfigurationException))  # trainer=gpu without a GPU
-        if cause is None or isinstance(cause, LayoutError):  # a layout refusal is said as it is
+        cause = expected_cause(error, (ValueError, MisconfigurationException, TypeError))  # trainer=gpu, no GPU
+        if isinstance(cause, TypeError) and "unexpected keyword argument" in str(cause):
+            target = re.search(r"call to target '([\w.]+)'", str(error))  # Hydra's: the class the config names
+            taker = (target[1] if target else str(cause).split("(")[0].removesuffix(".__init__")).split(".")[-1]
+            key = str(cause).rsplit(" ", 1)[-1].strip("'")
+            raise SettingError(f"{group}.{key} is not a setting of {taker}: check its spelling") from error
+        if cause is None or isinstance(cause, (LayoutError, TypeError)):  # a layout refusal is said as it is
             raise
         raise SettingError(f"{group}: {cause}") from error
 
@@ -212,10 +221,9 @@ def fit_and_test(cfg: DictConfig, module: DetectorModule, data: DictConfig, outp
     for callback in callbacks:  # what its best score is measured on, compared on a resume
         if isinstance(callback, RunCheckpoint):
             callback.evaluated_with = evaluation_settings(cfg, data)
+    loggers = instantiate_group(cfg.get("logger"), "logger") or False
     with settings_checked("trainer"):
-        trainer: L.Trainer = hydra.utils.instantiate(
-            cfg.trainer, callbacks=callbacks, logger=instantiate_group(cfg.get("logger")) or False
-        )
+        trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     keep_earlier_logs(trainer, output_dir, cfg.get("ckpt_path"))
     if trainer.is_global_zero:
         output_dir.mkdir(parents=True, exist_ok=True)

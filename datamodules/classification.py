@@ -32,7 +32,7 @@ from datamodules.layouts import read_layout
 from datamodules.noise_matching import NoiseMatchedClasses
 from datamodules.preprocess import Preprocess
 from datamodules.records import SPLITS, LayoutError, Record, assign_splits, read_manifest, scan_folder
-from datamodules.transforms import DEFAULT_AUGMENT, build_transform
+from datamodules.transforms import DEFAULT_AUGMENT, build_transform, check_augment
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class RecordsDataModule(ResumableDraws, L.LightningDataModule, ABC):
         self.num_workers = loader_workers(num_workers)
         self.split_fractions = tuple(split_fractions)
         self.seed = seed
-        self.augment = dict(augment or {})
+        self.augment = check_augment(augment)  # a mistyped option fails here, not once training starts
         self.balanced = balanced
         self.pseudo_fakes = check_rate("pseudo-fake rate", pseudo_fakes)  # fails here, not at fit
         self.pseudo_fake_noise = tuple(pseudo_fake_noise)

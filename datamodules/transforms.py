@@ -7,6 +7,7 @@ the robustness curves; geometric steps, which move the mask too, stay albumentat
 
 from __future__ import annotations
 
+import difflib
 from functools import partial
 from typing import Any, Mapping
 
@@ -167,6 +168,19 @@ def geometry(preprocess: Preprocess, train: bool) -> list[A.BasicTransform]:
     return [pad, A.Crop(0, 0, size, size)]
 
 
+def check_augment(augment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The augmentation options asked for; an option that does not exist (a mistyped one would be
+    ignored silently) is refused, naming the closest that does."""
+    unknown = sorted(set(augment or {}) - set(DEFAULT_AUGMENT))
+    if unknown:
+        meant = difflib.get_close_matches(unknown[0], DEFAULT_AUGMENT, n=1)
+        raise ValueError(
+            f"unknown augment options {unknown}{f' (did you mean augment.{meant[0]}?)' if meant else ''}; "
+            f"expected among {sorted(DEFAULT_AUGMENT)}"
+        )
+    return dict(augment or {})
+
+
 def build_transform(
     preprocess: Preprocess | Mapping[str, Any] | None,
     train: bool = False,
@@ -177,10 +191,7 @@ def build_transform(
     preprocess = Preprocess.from_config(preprocess)
     steps: list[A.BasicTransform] = []
     if train:
-        unknown = set(augment or {}) - set(DEFAULT_AUGMENT)
-        if unknown:  # a mistyped option would otherwise be ignored silently
-            raise ValueError(f"unknown augment options {sorted(unknown)}; expected among {sorted(DEFAULT_AUGMENT)}")
-        options = {**DEFAULT_AUGMENT, **(augment or {})}
+        options = {**DEFAULT_AUGMENT, **check_augment(augment)}
         if options["rescale"] > 0:
             limit = float(options["rescale_limit"])
             steps.append(A.RandomScale(scale_limit=(-limit, limit), p=options["rescale"]))

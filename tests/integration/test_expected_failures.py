@@ -30,6 +30,13 @@ CASES = {
         {},
     ),
     "unknown_added_setting": ("train.py", ["detector=npr_tiny", "+detector.net.widht=8"], "net.widht is not a", {}),
+    "unknown_augment_option": (
+        "train.py",
+        ["detector=npr_tiny", "+data.augment.hflpi=0.5", "paths.data_dir=data"],
+        "did you mean augment.hflip?",
+        {},
+    ),
+    "unknown_trainer_key": ("train.py", ["detector=npr_tiny", "+trainer.foo=1"], "trainer.foo is not a setting", {}),
     "mistyped_data_value": (
         "train.py",
         ["detector=npr_tiny", "data.balanced=yes", "paths.data_dir=data"],
