@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from datamodules.io import file_in_the_way
+from datamodules.io import file_in_the_way, looked_for
 from datamodules.records import LayoutError, list_images, read_manifest
 from inference.cli import expected_failures, run
 from inference.job_folders import job_path
@@ -43,7 +43,7 @@ def find_photos(source: str | None) -> list[str] | None:
     if not source:
         return None
     if not Path(source).is_dir():
-        raise LayoutError(f"source {source} does not exist or is not a folder")
+        raise LayoutError(f"source {source} does not exist or is not a folder{looked_for(source)}")
     # a labelled tree (0_real/1_fake) may hold fakes already: only authentic images are sources
     photos = [r.path for r in list_images(source) if r.label != 1]
     if not photos:

@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
+from datamodules.io import looked_for
 from datamodules.records import LayoutError
 from detectors.blocks.released import IncompatibleWeightsError
 from detectors.blocks.weights import MissingWeightsError
@@ -108,7 +109,7 @@ def check_resume(ckpt_path: str | None, module: Any) -> None:
     if Path(ckpt_path).is_dir():
         raise MissingWeightsError(f"ckpt_path {ckpt_path} is a folder: give a checkpoint file (checkpoints/last.ckpt)")
     if not Path(ckpt_path).is_file():
-        raise MissingWeightsError(f"ckpt_path {ckpt_path} does not exist")
+        raise MissingWeightsError(f"ckpt_path {ckpt_path} does not exist{looked_for(ckpt_path)}")
     if not zipfile.is_zipfile(ckpt_path):  # what torch.save writes; its own error on another file misleads
         raise IncompatibleWeightsError(
             f"ckpt_path {ckpt_path} is not a checkpoint this toolkit reads: give a .ckpt train.py wrote"

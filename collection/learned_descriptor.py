@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from collection.descriptors import region_boxes, unit
-from datamodules.io import file_sha256
+from datamodules.io import file_sha256, looked_for
 
 
 class PairNetEmbedding:
@@ -35,7 +35,10 @@ class PairNetEmbedding:
 
         path = Path(checkpoint).expanduser()
         if not path.is_file():
-            raise ValueError(f"descriptor_checkpoint {path} does not exist: give a pairnet checkpoint from train.py")
+            raise ValueError(
+                f"descriptor_checkpoint {path} does not exist{looked_for(path)}: "
+                "give a pairnet checkpoint from train.py"
+            )
         try:
             loaded = load_detector(path)
         except ModelLoadError as error:

@@ -194,6 +194,14 @@ def write_image(path: str | os.PathLike, image: np.ndarray, quality: int = 95) -
     os.replace(tmp, path)
 
 
+def looked_for(path: str | os.PathLike) -> str:
+    """For a message that a path the user gave does not exist: where it was looked for, when it is
+    relative (from the current folder, which `hydra.job.chdir=true` makes the run's folder); "" for
+    an absolute path, which says it already."""
+    path = Path(path)
+    return "" if path.is_absolute() else f" (looked for {path.absolute()})"
+
+
 def file_in_the_way(path: str | os.PathLike, itself: bool = True) -> Path | None:
     """The file (not folder) at `path` (with `itself`) or at one of its parents: what would stop a
     run from making its output folders there, found before anything is written."""

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from datamodules.io import MANIFEST_COLUMNS, SPLITS, is_image_file, split_keys, write_manifest
+from datamodules.io import MANIFEST_COLUMNS, SPLITS, is_image_file, looked_for, split_keys, write_manifest
 
 __all__ = [
     "SPLITS",
@@ -133,7 +133,7 @@ def read_manifest(path: str | os.PathLike) -> list[Record]:
     """Read a CSV (with header) or JSONL manifest; relative paths are taken from its folder."""
     path = Path(path)
     if not path.is_file():
-        raise LayoutError(f"manifest {path} does not exist")
+        raise LayoutError(f"manifest {path} does not exist{looked_for(path)}")
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         rows = jsonl_rows(path)
         columns = set().union(*(row.keys() for row in rows)) if rows else set()

@@ -79,7 +79,9 @@ def check_model_file(path: Path, what: str) -> None:
     if path.is_dir():
         raise ModelLoadError(f"{what} {path} is a folder, not a model file: give the .ckpt or .onnx file itself")
     if not path.is_file():
-        raise ModelLoadError(f"{what} {path} does not exist")
+        from datamodules.io import looked_for
+
+        raise ModelLoadError(f"{what} {path} does not exist{looked_for(path)}")
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> dict[str, Any]:

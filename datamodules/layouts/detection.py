@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from datamodules.io import looked_for
 from datamodules.layouts.files import child_folder, describe
 from datamodules.layouts.fraudbench import fraudbench_categories, read_fraudbench
 from datamodules.layouts.genimage import is_genimage, read_genimage
@@ -75,7 +76,7 @@ def detect_layout(path: str | os.PathLike) -> str:
     """Name of the layout at `path`; a LayoutError when none or several match."""
     path = Path(path)
     if not path.exists():
-        raise LayoutError(f"{path} does not exist")
+        raise LayoutError(f"{path} does not exist{looked_for(path)}")
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix in FILE_LAYOUTS:
@@ -119,7 +120,7 @@ def records_from_input(path: str | os.PathLike, layout: str = "auto") -> list[Re
     """
     path = Path(path)
     if not path.exists():
-        raise LayoutError(f"input {path} does not exist")
+        raise LayoutError(f"input {path} does not exist{looked_for(path)}")
     if layout != "auto":
         return read_layout(path, layout)
     if path.is_file():  # a list or manifest by its suffix; any other file is one image to score

@@ -36,6 +36,12 @@ CASES = {
         "did you mean augment.hflip?",
         {},
     ),
+    "relative_path_under_chdir": (
+        "train.py",
+        ["hydra.job.chdir=true", "data=manifest", "data.manifest=m.csv"],
+        "/runs/relative_path_under_chdir/m.csv)",  # looked for in the run directory the command moved into
+        {},
+    ),
     "unknown_trainer_key": ("train.py", ["detector=npr_tiny", "+trainer.foo=1"], "trainer.foo is not a setting", {}),
     "mistyped_data_value": (
         "train.py",
