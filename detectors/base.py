@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,15 @@ def capturing_graph() -> bool:
     """Whether the forward pass is being traced, compiled or exported into a graph, where Python
     checks on values and shapes (a cache lookup, a size refusal) must not run."""
     return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
+@contextmanager
+def autocast_off(device: torch.device) -> Iterator[None]:
+    """Mixed precision suspended on `device`: fixed forensic statistics (squared gradients, DCT
+    energies, similarities) overflow float16 or lose bfloat16's few mantissa bits, and what they
+    give under a trainer's `16-mixed` must equal what infer.py computes in float32."""
+    with torch.autocast(device_type=device.type, enabled=False):
+        yield
 
 
 class Detector(nn.Module):

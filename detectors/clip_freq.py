@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datamodules.preprocess import Preprocess
-from detectors.base import Detector
+from detectors.base import Detector, autocast_off
 from detectors.blocks.clip import ClipImageEncoder, clip_preprocess, clip_spec
 from detectors.blocks.frequency import dct_highpass_residual
 from detectors.blocks.residuals import neighboring_pixel_residual
@@ -59,7 +59,7 @@ class ArtifactBranch(nn.Module):
         if self.artifact in ("npr", "both"):
             parts.append(neighboring_pixel_residual(image) * self.residual_scale)
         if self.artifact in ("dct", "both"):
-            with torch.autocast(device_type=image.device.type, enabled=False):
+            with autocast_off(image.device):
                 parts.append(dct_highpass_residual(image.float(), self.dct_cutoff).to(image.dtype))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 

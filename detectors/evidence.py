@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from detectors.base import capturing_graph
+from detectors.base import autocast_off, capturing_graph
 
 # evidence name -> the training-free localizer class that computes it
 EVIDENCE_DETECTORS = {
@@ -100,8 +100,8 @@ class EvidenceMaps(nn.Module):
         """(N, K, H, W) clamped logits, computed now (no cache)."""
         if not capturing_graph():  # counting would fix the batch size of an exported graph
             self.computed += len(image)
-        with torch.no_grad():
-            maps = [self.detectors[name](image)["mask_logit"].float() for name in self.names]
+        with torch.no_grad(), autocast_off(image.device):  # float32 maps, as infer.py computes them
+            maps = [self.detectors[name](image.float())["mask_logit"].float() for name in self.names]
         return torch.cat(maps, dim=1).clamp(-EVIDENCE_LOGIT_LIMIT, EVIDENCE_LOGIT_LIMIT)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from datamodules.preprocess import Preprocess
-from detectors.base import Detector
+from detectors.base import Detector, autocast_off
 from detectors.losses import bce_loss, dice_loss
 
 IMAGE_SCORES = ("max", "topk_mean", "head")
@@ -98,12 +98,18 @@ class Localizer(Detector):
     def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         """Pad to a multiple of `stride`, predict densely, crop every map back to the input's size,
         then the evidence fused in (when configured), the image logit (from the map or the head)
-        and the result dict."""
+        and the result dict. A training-free localizer (`fit_without_gradients`) predicts in
+        float32 with mixed precision off, so a trainer's `16-mixed` calibrates it on the scores
+        infer.py gives."""
         height, width = image.shape[-2:]
         evidence = self.evidence.logits(image) if self.evidence is not None else None
         if self.stride > 1:  # a class constant: the exported graph has no size-dependent branch
             image = pad_to_multiple(image, self.stride)
-        dense = dict(self.dense_prediction(image))
+        if getattr(self, "fit_without_gradients", False):  # a fixed statistic: as infer.py computes it
+            with autocast_off(image.device):
+                dense = dict(self.dense_prediction(image.float()))
+        else:
+            dense = dict(self.dense_prediction(image))
         if self.stride > 1:
             dense = {k: v[..., :height, :width] if v.dim() == 4 else v for k, v in dense.items()}
         if "mask_logit" not in dense:  # a training phase that trains no map (TruFor's fingerprint)

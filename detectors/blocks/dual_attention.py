@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from detectors.base import autocast_off
+
 
 def conv_bn_relu(in_channels: int, out_channels: int) -> nn.Sequential:
     return nn.Sequential(
@@ -51,7 +53,7 @@ class ChannelAttention(nn.Module):
         if torch.is_autocast_enabled(device):
             # The energies sum H*W products: in float16 they overflow on large images (NaN losses
             # under mixed precision), so this block always runs in float32.
-            with torch.autocast(device, enabled=False):
+            with autocast_off(features.device):
                 return self.attend(features.float()).to(features.dtype)
         return self.attend(features)
 

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from detectors.base import autocast_off
+
 
 @functools.lru_cache(maxsize=32)
 def _dct_basis(size: int) -> np.ndarray:
@@ -50,7 +52,7 @@ def idct2(coefficients: torch.Tensor) -> torch.Tensor:
 def log_dct_spectrum(image: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Per-channel log(|DCT-II| + eps): generators' up-sampling leaves periodic peaks that the log
     scale makes as visible as the dominant low frequencies (FreDect, Frank et al. 2020)."""
-    with torch.autocast(device_type=image.device.type, enabled=False):  # half precision loses the small coefficients
+    with autocast_off(image.device):  # half precision loses the small coefficients
         return torch.log(dct2(image.double()).abs() + eps).to(image.dtype)
 
 
