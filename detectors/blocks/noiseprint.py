@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from detectors.base import autocast_off
+
 
 class NoiseFingerprint(nn.Module):
     """DnCNN: `depth` 3x3 convolutions of `width` channels, BatchNorm on all but the first and the
@@ -157,12 +159,13 @@ def chain_separation_auroc(
     from sklearn.metrics import roc_auc_score
 
     n = fingerprint.shape[0]
-    embeddings = tile_spectra(fingerprint.float(), patch, margin)
-    per_image = embeddings.shape[1]
-    tiles = embeddings.reshape(n * per_image, -1)
+    with autocast_off(fingerprint.device):  # a trainer's bf16 / fp16: the figure from float32 similarities
+        embeddings = tile_spectra(fingerprint.float(), patch, margin)
+        per_image = embeddings.shape[1]
+        tiles = embeddings.reshape(n * per_image, -1)
+        similarity = (tiles @ tiles.T).cpu()
     labels = chain.reshape(-1).cpu().repeat_interleave(per_image)
     photos = (photo.reshape(-1).cpu() if photo is not None else torch.arange(n)).repeat_interleave(per_image)
-    similarity = (tiles @ tiles.T).cpu()
     pairs = torch.triu(photos[:, None] != photos[None, :], diagonal=1)
     same = (labels[:, None] == labels[None, :])[pairs]
     if same.all() or not same.any():

@@ -91,6 +91,19 @@ def test_loss_is_low_when_tiles_match_their_chain_and_high_when_they_match_the_o
     assert chain_separation_auroc(matching, chain, **settings) > 0.99
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_separation_is_measured_under_a_trainers_mixed_precision_as_in_float32(dtype):
+    """Validation under `bf16-mixed` / `16-mixed` (autocast on a CPU stands in for a GPU's) gives the
+    figure float32 gives, instead of stopping the run at its first validation."""
+    chain = torch.tensor([0, 1]).repeat(6)
+    fingerprints = textures(chain, seed=4) + 0.3 * textures(1 - chain, seed=5)
+    expected = chain_separation_auroc(fingerprints, chain, patch=16)
+    with torch.autocast("cpu", dtype=dtype):
+        mixed = chain_separation_auroc(fingerprints, chain, patch=16)
+    assert 0.5 < expected < 1.0
+    assert mixed == expected
+
+
 def test_separation_ignores_pairs_from_one_photo_so_a_shared_scene_does_not_count():
     """Every photo through both chains, and the chains change nothing: only the scene differs, so
     the separation must be at chance (counting same-photo pairs, identical across chains, as
