@@ -74,8 +74,9 @@ class LogisticScore(torch.nn.Module):
     def logit(self, features: np.ndarray) -> np.ndarray:
         if not bool(self.fitted):
             raise RuntimeError("this score model is not fitted: train the detector with train.py first")
-        z = (np.atleast_2d(features) - self.mean.numpy()) / self.scale.numpy()
-        return z @ self.coef.numpy() + float(self.intercept)
+        # the buffers sit wherever the detector was moved (infer.py: a GPU), numpy on the CPU
+        mean, scale, coef = (buffer.cpu().numpy() for buffer in (self.mean, self.scale, self.coef))
+        return (np.atleast_2d(features) - mean) / scale @ coef + float(self.intercept)
 
 
 @dataclass
@@ -215,7 +216,7 @@ class PairDuplicationDetector(Detector):
         for a, b in zip(image_a, image_b):
             match = self.match(self.describe(to_uint8(a)), self.describe(to_uint8(b)))
             logits.append(-30.0 if match.method == "none" else float(self.score_model.logit(match.features())[0]))
-        return {"logit": torch.tensor(logits, dtype=torch.float32)}
+        return {"logit": torch.tensor(logits, dtype=torch.float32, device=image_a.device)}
 
     def fit(
         self, matches: Sequence[PairMatch], labels: Sequence[int], parameter_labels: Sequence[int | None]

@@ -101,6 +101,29 @@ def test_the_pair_forward_takes_two_batches_of_tensors(coffee):
     assert logits.shape == (1,) and logits[0] > 0
 
 
+class OnAGpu(torch.Tensor):
+    """A buffer as it is on a GPU: numpy() refuses as a CUDA tensor's does, cpu() gives a plain copy."""
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() first.")
+
+    def cpu(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor).clone()
+
+
+def test_a_pair_detector_moved_to_a_gpu_scores_and_names_operations_as_on_the_cpu(coffee):
+    detector = hand_set_pair_module().net
+    pair = global_duplication(coffee, np.random.default_rng(0), geometric="hflip", parameters=["brightness"])
+    panels = detector.describe(pair.panel_a), detector.describe(pair.panel_b)
+    expected = detector.predict_pair(*panels, 0.5)
+    for model in (detector.score_model, detector.parameter_model):
+        for name, buffer in list(model.named_buffers()):
+            setattr(model, name, buffer.as_subclass(OnAGpu))
+    found = detector.predict_pair(*panels, 0.5)
+    assert found.score == expected.score > 0.5
+    assert found.operations == expected.operations == ["flip", "parameter"]
+
+
 def test_the_checkpoint_loads_weights_only_with_its_models_and_threshold(tmp_path):
     module = hand_set_pair_module(threshold=0.7)
     path = save_checkpoint(module, tmp_path / "best.ckpt", None)
