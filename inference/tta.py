@@ -3,8 +3,10 @@
 For each image: 32 views (the centre crop and 31 random crops with random flips of the image
 brought to `load_size`), two AdamW steps (lr 0.005) on the detector's `tta_parameters()` that
 minimise the binary entropy of the mean probability of the most confident 20 % of views, then the
-score of the most confident of those views after adaptation. The tuned tensors and the optimizer
-start afresh for every image, so images never influence each other's scores.
+score of the most confident of those views after adaptation. The tuned tensors, the optimizer and
+the random generator of the views (seeded from `seed` alone) start afresh for every image, so every
+image draws the same crops and flips wherever it sits (first, after others, in any batch or process)
+and images never influence each other's scores.
 
 Differences from the authors' script, on purpose: the network stays in eval mode while adapting,
 so BatchNorm layers neither use batch statistics nor update their running statistics (the
@@ -63,7 +65,6 @@ class ContextAdapter:
         if settings.load_size < size:
             raise ValueError(f"tta load_size {settings.load_size} must be at least the crop size {size}")
         self.net, self.size, self.settings = net, size, settings
-        self.generator = torch.Generator().manual_seed(settings.seed)
         self.selected = max(1, int(settings.views * settings.select))
 
     def score(self, image: torch.Tensor) -> float:
@@ -74,7 +75,8 @@ class ContextAdapter:
     def _adapt_and_score(self, image: torch.Tensor) -> float:
         tuned = self.net.tta_parameters()
         saved = [p.detach().clone() for p in tuned]
-        views = make_views(image.cpu(), self.size, self.settings.views, self.generator).to(image.device)
+        generator = torch.Generator().manual_seed(self.settings.seed)  # per image: the same draws wherever it sits
+        views = make_views(image.cpu(), self.size, self.settings.views, generator).to(image.device)
         optimizer = torch.optim.AdamW(tuned, lr=self.settings.lr, weight_decay=self.settings.weight_decay)
         was_training = self.net.training
         self.net.eval()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -185,11 +186,24 @@ def test_ckpt_runtime_adapts_per_image_and_onnx_refuses(tmp_path):
         256,
         "bilinear",
     )  # views are cut from this resize, as the authors' are
-    runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=4, steps=1, load_size=80))
+    runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=6, steps=1, load_size=80))
     scores = runtime.predict(torch.rand(2, 3, 80, 80))["score"]
     assert scores.shape == (2,) and ((scores >= 0) & (scores <= 1)).all()
     with pytest.raises(ModelLoadError, match="ONNX graph cannot"):
         OnnxRuntime(tmp_path / "iapl_tiny.onnx", device="cpu", tta=True)
+
+
+def test_an_adapted_score_is_the_same_scored_first_after_another_image_or_inside_a_batch(tmp_path):
+    """Every image draws its views from the seed alone, so `devices=N`, `resume=true` and any batch
+    size give the rows a one-process run gives."""
+    runtime = TorchRuntime(write_checkpoint(tmp_path, "iapl_tiny"), device="cpu", tta=True)
+    runtime.adapter = ContextAdapter(runtime.net, size=64, settings=TTASettings(views=6, steps=1, load_size=80))
+    image, other, third = torch.rand(3, 3, 80, 80, generator=torch.Generator().manual_seed(1))
+    first = runtime.adapter.score(image)
+    runtime.adapter.score(other)
+    assert runtime.adapter.score(image) == first
+    batch = runtime.predict(torch.stack([other, third, image]))["score"]
+    assert batch[2] == np.float32(first)
 
 
 def test_tta_is_refused_for_detectors_without_context(tmp_path):
