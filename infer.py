@@ -90,7 +90,7 @@ def infer(cfg: DictConfig) -> dict[str, Any]:
         check_options(cfg, output)
         shard = Shard.parse(cfg.shard)
         processes = launch(cfg.devices, cfg.num_nodes, cfg.strategy, cfg.device)
-        runtime = load_runtime(cfg.model, processes.device, tta=bool(cfg.get("tta", False)))
+        runtime = load_runtime(cfg.model, processes.device, bool(cfg.get("tta", False)), processes.device_chosen)
         if (answer := pair_run(cfg, runtime)) is not None:
             return answer
         runtime = scoring_as_asked(cfg, runtime)

@@ -34,12 +34,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Processes:
-    """This process's place in the run: rank, world size, the device it scores on."""
+    """This process's place in the run: rank, world size, the device it scores on, and whether that
+    device was chosen for the user (`device=auto` with Fabric processes) rather than asked for."""
 
     rank: int = 0
     world_size: int = 1
     device: str = "auto"
     fabric: Any = None
+    device_chosen: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -79,7 +81,7 @@ def launch(devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto", d
     where = fabric.device
     name = "cpu" if where.type == "cpu" else f"{where.type}:{where.index or 0}"
     log.info("process %d of %d scores on %s", fabric.global_rank, fabric.world_size, name)
-    return Processes(fabric.global_rank, fabric.world_size, name, fabric)
+    return Processes(fabric.global_rank, fabric.world_size, name, fabric, device_chosen=device == "auto")
 
 
 @dataclass

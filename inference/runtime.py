@@ -242,9 +242,13 @@ class TorchRuntime:
 
 
 class OnnxRuntime:
-    """An exported `.onnx` detector in onnxruntime; preprocessing and threshold from its metadata."""
+    """An exported `.onnx` detector in onnxruntime; preprocessing and threshold from its metadata.
+    `fallback`: `device` was chosen for the user (device=auto, one process per GPU), not asked for:
+    where onnxruntime cannot run there, the CPU is used quietly, as with `auto`."""
 
-    def __init__(self, path: str | os.PathLike, device: str = "auto", tta: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike, device: str = "auto", tta: bool = False, fallback: bool = False
+    ) -> None:
         import onnxruntime as ort
 
         path = Path(path)
@@ -255,18 +259,19 @@ class OnnxRuntime:
             )
         check_model_file(path, "ONNX model")
         self.device = device
-        providers = onnx_providers(device, ort.get_available_providers())
+        required = device.startswith("cuda") and not fallback
+        providers = onnx_providers(device, ort.get_available_providers(), required)
         options = ort.SessionOptions()
         # The decoding threads share the cores with the model: onnxruntime's threads must sleep when
         # idle, not spin (spinning takes the cores the next batch is being decoded on).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if device == "auto":
+        if not required:
             options.log_severity_level = 4  # a GPU that cannot start is not an error here: the CPU is used
         try:
             self.session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as error:  # onnxruntime raises its own unexported exception types
             raise ModelLoadError(f"{path}: onnxruntime cannot load it ({error})") from None
-        if device.startswith("cuda") and "CUDAExecutionProvider" not in self.session.get_providers():
+        if required and "CUDAExecutionProvider" not in self.session.get_providers():
             raise ModelLoadError(
                 f"device={device} was requested but onnxruntime could not start CUDA "
                 "(see its log above: missing CUDA / cuDNN libraries?)"
@@ -334,25 +339,27 @@ def gpu_present() -> bool:
     return Path("/dev/nvidiactl").exists() or any(Path("/proc/driver/nvidia/gpus").glob("*"))
 
 
-def onnx_providers(device: str, available: list[str]) -> list[Any]:
+def onnx_providers(device: str, available: list[str], required: bool = True) -> list[Any]:
     """onnxruntime execution providers for `auto` | `cpu` | `cuda` | `cuda:N` (N: the GPU of this
-    process, e.g. its rank's local device), checked against what the installed build offers."""
+    process, e.g. its rank's local device), checked against what the installed build offers: a
+    CUDA device that is not `required` (chosen for the user) falls back to the CPU as `auto` does."""
     if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
         raise ModelLoadError(f"device must be auto, cpu or cuda, got {device!r}")
-    has_cuda = "CUDAExecutionProvider" in available
-    if device.startswith("cuda") and not has_cuda:
+    has_cuda, required = "CUDAExecutionProvider" in available, required and device.startswith("cuda")
+    if required and not has_cuda:
         raise ModelLoadError(f"device={device} was requested but this onnxruntime has no CUDA execution provider")
-    if device == "cpu" or not has_cuda or (device == "auto" and not gpu_present()):
+    if device == "cpu" or not has_cuda or (not required and not gpu_present()):
         return ["CPUExecutionProvider"]
     index = int(device.split(":")[1]) if ":" in device else 0
     return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
 
 
-def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = False) -> Runtime:
-    """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason."""
+def load_runtime(path: str | os.PathLike, device: str = "auto", tta: bool = False, fallback: bool = False) -> Runtime:
+    """`.ckpt` -> PyTorch, `.onnx` -> onnxruntime; anything else is refused with the reason.
+    `fallback`: `device` was chosen for the user, not asked for (`OnnxRuntime`)."""
     suffix = Path(path).suffix.lower()
     if suffix == ".onnx":
-        runtime: Runtime = OnnxRuntime(path, device, tta)
+        runtime: Runtime = OnnxRuntime(path, device, tta, fallback)
     elif suffix in (".ckpt", ".pt", ".pth"):
         if importlib.util.find_spec("torch") is None:
             raise ModelLoadError(f"{path}: a .ckpt model needs torch, which is not installed; score its .onnx export")
