@@ -80,8 +80,10 @@ class SobelGate(nn.Module):
     def magnitude(self, features: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) -> (N, 1, H, W) normalized gradient magnitude (before the sigmoid)."""
         gradients = F.conv2d(features.sum(1, keepdim=True), self.kernels.to(features.dtype), padding=1)
-        grad_x, grad_y = self.bn_x(gradients[:, :1]), self.bn_y(gradients[:, 1:])
-        return torch.sqrt(grad_x * grad_x + grad_y * grad_y + self.eps)
+        # the magnitude in float32: under 16-mixed, float16 rounds eps to 0 (an infinite square-root
+        # gradient on a flat map, NaN weights after one step) and its squares overflow
+        grad_x, grad_y = self.bn_x(gradients[:, :1]).float(), self.bn_y(gradients[:, 1:]).float()
+        return torch.sqrt(grad_x * grad_x + grad_y * grad_y + self.eps).to(features.dtype)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.magnitude(features)) * features

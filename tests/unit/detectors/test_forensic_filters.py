@@ -43,6 +43,23 @@ def test_sobel_gate_opens_on_the_border_of_a_hand_made_square_and_stays_half_ope
     assert (gated[0, :, 8, 8:16] > 0.9).all() and (gated[0, :, 8:16, 15] > 0.9).all()
 
 
+def test_sobel_gate_on_a_flat_map_under_float16_mixed_precision_passes_finite_values_and_gradients():
+    """MVSS-Net under `16-mixed` (CPU autocast stands in for a GPU's): a flat map has no edge, and
+    its gate must neither open nor turn the training step's gradients into NaN."""
+    gate = SobelGate().train()
+    flat = torch.full((2, 4, 16, 16), 0.3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        features = F.conv2d(flat, torch.full((4, 4, 1, 1), 0.25))  # a half-precision map, as a network's
+        magnitude = gate.magnitude(features)
+        gated = gate(features)
+    gated.float().sum().backward()
+    assert features.dtype == gated.dtype == torch.float16
+    assert (magnitude > 0).all() and torch.isfinite(magnitude).all()
+    interior = gated[..., 2:-2, 2:-2].float()  # the zero padding makes edges along the border
+    assert torch.allclose(interior, torch.full_like(interior, 0.15), atol=1e-3)  # half open: 0.3 x sigmoid(0)
+    assert torch.isfinite(flat.grad).all() and torch.isfinite(gate.bn_x.weight.grad).all()
+
+
 def test_sobel_gate_tells_vertical_from_horizontal_edges():
     gate = SobelGate().eval()
     vertical = torch.zeros(1, 1, 16, 16)
