@@ -129,7 +129,9 @@ def misspelled_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
     for override in settings:
         key, value = override.split("=", 1)
         parent, _, leaf = key.rpartition(".")
-        node = OmegaConf.select(config, parent) if parent else config
+        # a value that is an interpolation (`trainer.default_root_dir`: `${hydra:...}`, unset outside a
+        # run) is no group of settings to look a key up in, and Hydra's message has named the key
+        node = OmegaConf.select(config, parent, throw_on_resolution_failure=False) if parent else config
         if not isinstance(node, DictConfig) or leaf in node.keys():
             continue
         meant = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1, cutoff=0.6)

@@ -82,6 +82,17 @@ def test_a_mistyped_key_is_answered_with_the_closest_setting_of_the_composed_con
     assert misspelled_keys("train", ["data.batch_size=3", "+extra=1", "zzzz=1"]) == []
 
 
+def test_a_key_under_a_setting_that_is_an_interpolated_value_gets_no_advice_and_no_traceback():
+    """`trainer.default_root_dir` is `${paths.output_dir}`, which reads the run's Hydra config: a key
+    under it is answered by Hydra's own message alone, not by a second traceback of this lookup."""
+    from inference.cli import misspelled_keys
+
+    assert misspelled_keys("train", ["trainer.default_root_dir.x=1"]) == []
+    assert misspelled_keys("train", ["paths.output_dir.x=1", "paths.log_dri=logs"]) == [
+        "'paths.log_dri' is not a setting; did you mean paths.log_dir=logs?"
+    ]
+
+
 def test_a_setting_out_of_its_range_is_an_expected_failure(caplog):
     from inference.cli import SettingError
 
