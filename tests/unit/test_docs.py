@@ -101,7 +101,7 @@ def test_every_command_line_of_the_docs_composes(entry_point, overrides):
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         for job in jobs(overrides):
             compose(config_name=entry_point, overrides=job)
-    choices = [CONFIG_CHOICE.fullmatch(word.lstrip("+")) for word in overrides]
+    choices = [CONFIG_CHOICE.fullmatch(word.lstrip("+")) for job in jobs(overrides) for word in job]
     assert [
         match.group(0)
         for match in choices
