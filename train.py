@@ -6,7 +6,6 @@ python train.py [detector=NAME] [data=NAME] [trainer=NAME] [key=value ...]
 from __future__ import annotations
 
 import logging
-import os
 import re
 import zipfile
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from detectors.run_config import (
     evaluation_settings,
     weights_settings,
 )
+from detectors.run_directory import claimed_run_directory
 from evaluation import calibration_markdown, report_records, write_metrics_json
 from evaluation.calibration import row_thresholds
 from evaluation.pixel import PIXEL_KEYS, PIXEL_PROTOCOL
@@ -68,37 +68,6 @@ def instantiate_group(group: DictConfig | None, name: str = "callbacks") -> list
                 raise
             raise LayoutError(f"{entry._target_} needs a package that is not installed: {error.__cause__}") from None
     return made
-
-
-@contextmanager
-def claimed_run_directory(output_dir: Path, ckpt_path: str | None) -> Iterator[None]:
-    """A run directory holds one run. A second run into it (two started in the same second, or a
-    `hydra.run.dir` used before) would replace the first's checkpoints and test them as its own: the
-    first run claims it by creating its `config.yaml`, and the second is refused, unless it resumes
-    a checkpoint of that directory. The other processes of a multi-process run share the first's.
-    A run that fails before its first checkpoint (refused data, a missing package) gives the
-    directory back, so the same command runs again once the cause is mended."""
-    output_dir = Path(output_dir)
-    claim = output_dir / "config.yaml"
-    if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "NODE_RANK")) or (
-        ckpt_path and output_dir.resolve() in Path(ckpt_path).resolve().parents
-    ):
-        yield
-        return
-    output_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        claim.open("x").close()
-    except FileExistsError:
-        raise LayoutError(
-            f"{output_dir} already holds a run (its config.yaml): give another hydra.run.dir, or leave it out "
-            "for a new run directory; to go on with that run, give its checkpoint as ckpt_path"
-        ) from None
-    try:
-        yield
-    except BaseException:
-        if not (output_dir / "checkpoints").exists():
-            claim.unlink(missing_ok=True)
-        raise
 
 
 def check_resume(ckpt_path: str | None, module: Any) -> None:
@@ -189,21 +158,23 @@ def module_for(cfg: DictConfig) -> Any:
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit on the train split, calibrate on val, test the best checkpoint; returns metrics.json."""
-    if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
+    """Fit on the train split, calibrate on val, test the best checkpoint; returns metrics.json. The
+    run directory is claimed first (a run of train.py claimed it before Hydra wrote into it), and
+    given back when a check refuses the run."""
     output_dir = Path(cfg.paths.output_dir)
-    check_required(cfg)
-    apply_data_preprocess(cfg)
-    module = module_for(cfg)
-    check_pair_data(cfg.data, module.net)
-    check_localizer_data(cfg.data, module.net)
-    check_data_overrides(cfg.data, module.net.is_localizer)
-    check_resume(cfg.get("ckpt_path"), module)
-    data = data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment"))
-    check_setting_types("data", data)
-    check_trainer(cfg.trainer)
     with claimed_run_directory(output_dir, cfg.get("ckpt_path")):
+        if cfg.get("seed") is not None:
+            L.seed_everything(cfg.seed, workers=True)
+        check_required(cfg)
+        apply_data_preprocess(cfg)
+        module = module_for(cfg)
+        check_pair_data(cfg.data, module.net)
+        check_localizer_data(cfg.data, module.net)
+        check_data_overrides(cfg.data, module.net.is_localizer)
+        check_resume(cfg.get("ckpt_path"), module)
+        data = data_config(cfg.data, module.net.is_localizer, cfg.detector.get("augment"))
+        check_setting_types("data", data)
+        check_trainer(cfg.trainer)
         return fit_and_test(cfg, module, data, output_dir)
 
 
