@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
@@ -32,6 +33,37 @@ log = logging.getLogger("toolkit")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 EXPECTED_FAILURE = 2  # exit status of a failure the user can fix
 _task_started = False  # composition done: a Hydra exit before this is a config error
+# the jobs of this process's sweep (-m): each one's overrides, the refused ones' messages, the failed
+_sweep: dict[str, dict[int, Any]] = {"jobs": {}, "refused": {}, "failed": {}}
+
+
+class RefusedJob(CompactHydraException):
+    """A job of a sweep (`-m`) refused as an expected failure. Hydra records it as that job's failure
+    and runs the other jobs (a SystemExit would end them all); as a CompactHydraException its
+    message, not a traceback, is what Hydra prints when the sweep ends."""
+
+
+def sweep_job() -> int | None:
+    """The job number when this task is a job of a sweep (its overrides noted for `refused_jobs`)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    number = int(HydraConfig.get().job.num)
+    _sweep["jobs"][number] = [o for o in HydraConfig.get().overrides.task if not o.startswith("hydra.")]
+    return number
+
+
+def refused_jobs() -> list[str]:
+    """A line for each refused job of the sweep, named by its number and the settings that set it
+    apart from the sweep's other jobs (all of them when it ran alone)."""
+    jobs = _sweep["jobs"]
+    shared = set.intersection(*(set(o) for o in jobs.values())) if len(jobs) > 1 else set()
+    return [
+        f"job #{n} ({' '.join(o for o in jobs[n] if o not in shared)}) was refused: {message}"
+        for n, message in sorted(_sweep["refused"].items())
+    ]
 
 
 def missing_dependency(missing: ModuleNotFoundError, why: str, packages: str) -> NoReturn:
@@ -77,7 +109,8 @@ def expected_failures(*expected: type[BaseException]) -> Callable[[Callable[[Any
     """Decorate a Hydra task function: an `expected` exception (or one wrapping it) is logged as one
     line and ends the process with status 2; anything else propagates to Hydra (traceback, status 1).
     A required setting left out (`model=`, `input=`: `???` in the config) and a `SettingError` are
-    always expected."""
+    always expected. In a sweep (`-m`), a refused job says its line and the other jobs run; `run`
+    names the refused jobs when the sweep ends."""
     expected = (*expected, MissingMandatoryValue, SettingError)
 
     def decorate(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -85,13 +118,19 @@ def expected_failures(*expected: type[BaseException]) -> Callable[[Callable[[Any
         def wrapped(cfg: Any) -> Any:
             global _task_started
             _task_started = True
+            job = sweep_job()
             try:
                 return task(cfg)
             except Exception as error:
                 cause = expected_cause(error, expected)
                 if cause is None or debugging(cfg):
+                    if job is not None:
+                        _sweep["failed"][job] = error
                     raise
                 log.error("%s", _message(cause))
+                if job is not None:
+                    _sweep["refused"][job] = _message(cause)
+                    raise RefusedJob(_message(cause)) from None
                 raise SystemExit(EXPECTED_FAILURE) from None
 
         return wrapped
@@ -143,12 +182,17 @@ def misspelled_keys(config_name: str, overrides: Sequence[str]) -> list[str]:
 def run(main: Callable[[], Any], config_name: str | None = None) -> None:
     """Call a `hydra.main` function; a config Hydra could not compose (a mistyped `detector=` name,
     an unknown key) exits with status 2 after Hydra's message, like other expected failures, and a
-    mistyped key of config `config_name` is answered with the closest one it has."""
+    mistyped key of config `config_name` is answered with the closest one it has. A sweep whose
+    failed jobs were all refused (expected failures) ends with a line for each and status 2."""
     try:
         main()
     except SystemExit as stop:
         if stop.code == 1 and not _task_started:
             for line in misspelled_keys(config_name, sys.argv[1:]) if config_name else ():
                 print(line, file=sys.stderr)
+            sys.exit(EXPECTED_FAILURE)
+        for line in refused_jobs():
+            print(line, file=sys.stderr)
+        if stop.code == 1 and _sweep["refused"] and not _sweep["failed"]:
             sys.exit(EXPECTED_FAILURE)
         raise

@@ -156,3 +156,14 @@ def test_python_train_py_refused_from_a_run_folder_leaves_it_byte_identical(tmp_
     done = train_py(tmp_path, "-m", *quick_run(small_dataset), "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert done.returncode == 2 and "already holds the runs of a sweep" in done.stderr, done.stderr[-3000:]
     assert files_of(tmp_path / "sweep") == kept
+
+
+@pytest.mark.slow
+def test_python_train_py_m_runs_the_jobs_after_a_refused_one_and_names_it_at_the_end(tmp_path, small_dataset):
+    sweep = f"hydra.sweep.dir={tmp_path / 'x'}"
+    done = train_py(tmp_path, "-m", *quick_run(small_dataset), "target_fpr=1.5,0.05", sweep)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (tmp_path / "x" / "1" / "metrics.json").is_file()
+    assert not (tmp_path / "x" / "0" / "config.yaml").exists()  # the refused job gave its folder back
+    assert "job #0 (target_fpr=1.5) was refused: detector: target_fpr must be a number between 0 and 1" in done.stderr
+    assert "Traceback" not in done.stderr

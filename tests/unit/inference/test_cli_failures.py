@@ -156,3 +156,87 @@ def test_a_logger_whose_package_is_not_installed_is_a_setting_to_fix():
     with pytest.raises(LayoutError, match="needs a package that is not installed: No module named"):
         instantiate_group(group)
     assert instantiate_group(OmegaConf.create({"none": {"name": "csv"}})) == []  # no target: nothing made
+
+
+@pytest.fixture
+def in_a_sweep(monkeypatch):
+    """The task runs as job `number` of a sweep (`-m`) with the given overrides, as Hydra sets it."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+
+    import inference.cli as cli
+    from tests.helpers import compose_config
+
+    monkeypatch.setattr(cli, "_sweep", {"jobs": {}, "refused": {}, "failed": {}}, raising=False)
+
+    def job(number: int, overrides: list[str]) -> None:
+        config = compose_config("infer", overrides)
+        with open_dict(config):
+            config.hydra.mode, config.hydra.job.num = RunMode.MULTIRUN, number
+            config.hydra.overrides.task = overrides
+        HydraConfig.instance().set_config(config)
+
+    yield job
+    HydraConfig.instance().cfg = None
+
+
+def test_a_refused_job_of_a_sweep_lets_the_other_jobs_run_and_the_sweep_ends_naming_it_with_status_2(
+    in_a_sweep, caplog, capsys
+):
+    """A SystemExit would end the whole sweep at its first refused job, with no word of the others:
+    the job fails as Hydra records a job's failure (its message, not a traceback), the next runs."""
+    from hydra.errors import CompactHydraException
+
+    from inference.cli import SettingError, run
+
+    @expected_failures()
+    def task(cfg):
+        if cfg.threshold > 1:
+            raise SettingError(f"threshold must be between 0 and 1, got {cfg.threshold}")
+        return "scored"
+
+    outcomes = []
+    for number, threshold in enumerate([2, 0.5, 3]):
+        in_a_sweep(number, [f"threshold={threshold}", "model=m.ckpt"])
+        try:
+            outcomes.append(task(OmegaConf.create({"threshold": threshold})))
+        except CompactHydraException as refused:  # what Hydra prints of it when the sweep ends
+            outcomes.append(str(refused))
+    refusal = "threshold must be between 0 and 1, got {}"
+    assert outcomes == [refusal.format(2), "scored", refusal.format(3)]
+    assert "threshold must be between 0 and 1, got 3" in caplog.text  # each refused job's line, as it ran
+
+    def sweep_that_failed():  # Hydra ends a sweep with a failed job so (after its own message)
+        raise SystemExit(1)
+
+    with pytest.raises(SystemExit) as stop:
+        run(sweep_that_failed)
+    assert stop.value.code == EXPECTED_FAILURE
+    assert capsys.readouterr().err.splitlines() == [
+        "job #0 (threshold=2) was refused: threshold must be between 0 and 1, got 2",
+        "job #2 (threshold=3) was refused: threshold must be between 0 and 1, got 3",
+    ]
+
+
+def test_a_sweep_with_a_bug_in_a_job_still_ends_with_status_1_after_naming_its_refused_jobs(in_a_sweep, capsys):
+    from hydra.errors import CompactHydraException
+
+    from inference.cli import SettingError, run
+
+    @expected_failures()
+    def task(cfg):
+        raise SettingError("threshold must be between 0 and 1") if cfg.refuse else KeyError("a bug")
+
+    for number, refuse in enumerate([True, False]):
+        in_a_sweep(number, [f"+refuse={refuse}"])
+        with pytest.raises(CompactHydraException if refuse else KeyError):
+            task(OmegaConf.create({"refuse": refuse}))
+
+    def sweep_that_failed():
+        raise SystemExit(1)
+
+    with pytest.raises(SystemExit) as stop:
+        run(sweep_that_failed)
+    assert stop.value.code == 1
+    assert "job #0 (+refuse=True) was refused: threshold must be between 0 and 1" in capsys.readouterr().err
