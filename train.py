@@ -183,7 +183,8 @@ def fit_and_test(cfg: DictConfig, module: DetectorModule, data: DictConfig, outp
     if getattr(module.net, "fit_without_gradients", False):  # matching-based detectors: fit + calibrate only
         from detectors.training_free import train_training_free
 
-        metrics, datamodule = train_training_free(cfg, module, data, instantiate_group(cfg.get("callbacks")))
+        callbacks = instantiate_group(cfg.get("callbacks"))
+        metrics, datamodule = train_training_free(cfg, module, data, callbacks, checked=settings_checked)
         return report_and_summary(cfg, output_dir, module, datamodule, metrics)
     if cfg.get("monitor", "auto") == "auto":
         cfg.monitor = "val/pixel_f1_within_fpr" if module.net.is_localizer else "val/auroc"

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -113,11 +114,18 @@ def save_checkpoint(module: Any, path: Path, calibration: dict[str, Any] | None)
     return path
 
 
-def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) -> tuple[dict[str, Any], Any]:
+def train_training_free(
+    cfg: Any,
+    module: Any,
+    data: Any,
+    callbacks: list[Any],
+    checked: Callable[[str], AbstractContextManager[Any]] = lambda group: nullcontext(),
+) -> tuple[dict[str, Any], Any]:
     """train.py's path for `fit_without_gradients` detectors (see the module docstring); `data` is
-    the data config train.py chose for this detector, `callbacks` its instantiated callbacks.
-    Returns metrics.json's payload and the image data module (None for pair detectors), whose test
-    split train.py reports on as for every detector."""
+    the data config train.py chose for this detector, `callbacks` its instantiated callbacks, and
+    `checked(group)` the context train.py builds a config group in (a setting no constructor takes
+    is refused by name). Returns metrics.json's payload and the image data module (None for pair
+    detectors), whose test split train.py reports on as for every detector."""
     import hydra
     from omegaconf import OmegaConf
 
@@ -126,16 +134,19 @@ def train_training_free(cfg: Any, module: Any, data: Any, callbacks: list[Any]) 
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     checkpoints = output_dir / "checkpoints"
     if getattr(module.net, "is_pair_detector", False):
-        splits = hydra.utils.instantiate(
-            data, splits=["train", "val", "test"] if cfg.get("test") else ["train", "val"], _convert_="all"
-        )
+        with checked("data"):
+            splits = hydra.utils.instantiate(
+                data, splits=["train", "val", "test"] if cfg.get("test") else ["train", "val"], _convert_="all"
+            )
         result = fit_pair_detector(module.net, splits, float(cfg.target_fpr), module.calibration_rule)
         module.threshold.fill_(result["threshold"])
         module.calibration = result["calibration"]
         metrics, datamodule = {"detector": cfg.detector.get("name"), **result}, None
     else:
-        datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
-        trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=False)
+        with checked("data"):
+            datamodule = hydra.utils.instantiate(data, preprocess=module.net.preprocess.to_dict(), _convert_="all")
+        with checked("trainer"):
+            trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=False)
         trainer.validate(module, datamodule=datamodule)  # calibrates the threshold on genuine images
         metrics = {
             "detector": cfg.detector.get("name"),
