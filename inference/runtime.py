@@ -271,11 +271,7 @@ class OnnxRuntime:
             self.session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as error:  # onnxruntime raises its own unexported exception types
             raise ModelLoadError(f"{path}: onnxruntime cannot load it ({error})") from None
-        if required and "CUDAExecutionProvider" not in self.session.get_providers():
-            raise ModelLoadError(
-                f"device={device} was requested but onnxruntime could not start CUDA "
-                "(see its log above: missing CUDA / cuDNN libraries?)"
-            )
+        self.check_session_device(path, required)
         from inference.model_metadata import read_onnx_metadata
 
         try:
@@ -305,6 +301,19 @@ class OnnxRuntime:
             self.net = OnnxPairNet(self.session, int(self.trained_preprocess.size))
         if self.input_name != "image":
             self.preprocess = Preprocess(size=None, mode="none", mean=self.preprocess.mean, std=self.preprocess.std)
+
+    def check_session_device(self, path: Path, required: bool) -> None:
+        """A CUDA device asked for (`required`) that the session could not start is refused; one chosen
+        for the user (device=auto with Fabric processes) falls back to the CPU, said once."""
+        if not self.device.startswith("cuda") or "CUDAExecutionProvider" in self.session.get_providers():
+            return
+        if required:
+            raise ModelLoadError(
+                f"device={self.device} was requested but onnxruntime could not start CUDA "
+                "(see its log above: missing CUDA / cuDNN libraries?)"
+            )
+        # "process i of N scores on cuda:k" was said for this process
+        log.info("%s: onnxruntime cannot run on %s here, so this process scores on the CPU", path.name, self.device)
 
     def predict(self, images: Any) -> dict[str, np.ndarray]:
         """`images`: N x 3 x H x W float in [0, 1], a numpy array (or a CPU tensor)."""

@@ -7,6 +7,7 @@ with CUDA), and onnxruntime by a build without the CUDA execution provider."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 
@@ -55,12 +56,14 @@ def run_infer(model, input, output, *overrides):
     "providers", [["CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]], ids=["cpu", "gpu"]
 )
 def test_devices_with_device_auto_score_an_onnx_model_on_the_cpu_where_onnxruntime_cannot_use_the_gpu(
-    tiny_model, tmp_path, monkeypatch, providers
+    tiny_model, tmp_path, monkeypatch, caplog, providers
 ):
     write_images(tmp_path / "in", [(40, 50), (64, 48)])
     run_infer(tiny_model["onnx"], tmp_path / "in", tmp_path / "alone.csv", "device=cpu")
     on_a_cuda_machine(monkeypatch, providers)
-    run_infer(tiny_model["onnx"], tmp_path / "in", tmp_path / "out.csv", "devices=2", "device=auto")
+    with caplog.at_level(logging.INFO):
+        run_infer(tiny_model["onnx"], tmp_path / "in", tmp_path / "out.csv", "devices=2", "device=auto")
+    assert "onnxruntime cannot run on cuda:1 here, so this process scores on the CPU" in caplog.text
     rows, alone = read_results(tmp_path / "out.csv"), read_results(tmp_path / "alone.csv")
     assert [row["status"] for row in rows] == ["ok", "ok"]
     assert [row["score"] for row in rows] == [row["score"] for row in alone]
