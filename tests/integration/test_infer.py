@@ -157,7 +157,10 @@ def test_resume_scores_only_what_is_missing_even_after_a_torn_write(checkpoint, 
     assert sorted(r["path"] for r in resumed) == sorted(r["path"] for r in complete)
     by_path = {r["path"]: r for r in complete}
     for row in resumed:  # every row whole again: same status and score as in the uninterrupted run
-        assert (row["status"], row["score"]) == (by_path[row["path"]]["status"], by_path[row["path"]]["score"])
+        before = by_path[row["path"]]
+        assert row["status"] == before["status"]
+        # scored in another batch: torch's kernels may round the last bit otherwise
+        assert row["score"] == (None if before["score"] is None else pytest.approx(before["score"], abs=1e-6))
 
 
 def test_threshold_override_changes_labels_not_scores(checkpoint, small_dataset, tmp_path):

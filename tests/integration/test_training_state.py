@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import lightning as L
-import pytest
 import torch
 
 from tests.helpers import prepare_train_config, small_train_overrides
@@ -74,8 +73,6 @@ def test_resume_ends_where_the_uninterrupted_run_ends(small_dataset, tmp_path):
     assert moved > 1e-4  # the third epoch did train
 
 
-@pytest.mark.slow
-@pytest.mark.ci  # in CI's slow phase: three training runs, half a minute of the default run
 def test_a_resumed_run_draws_the_epochs_the_uninterrupted_run_draws(small_dataset, tmp_path):
     """Small shuffled batches with random flips: what an epoch teaches depends on its order and its
     draws. Resumed from the first epoch's checkpoint, the second epoch draws what the uninterrupted

@@ -204,8 +204,6 @@ PUBLISHED_SHAPES = {  # from the authors' released model (MiT-B2, 17-layer DnCNN
 PUBLISHED_KEY_COUNT = 952
 
 
-@pytest.mark.slow
-@pytest.mark.ci  # in CI's slow phase: the full-size published network built twice
 def test_published_names_and_shapes_round_trip_through_the_mapping():
     net = create_detector("trufor", ["net.encoder_weights=null"])
     ours = net.state_dict()

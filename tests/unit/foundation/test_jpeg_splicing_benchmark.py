@@ -50,9 +50,7 @@ def test_the_summary_reports_each_final_format_against_every_genuine_image():
     assert summary["genuine_marked"]["jpeg75"] == 0.01
 
 
-@pytest.mark.slow
-@pytest.mark.ci  # in CI's slow phase: 231 images scored, a minute of the default run
-def test_jpeg_grid_scored_by_the_benchmark_finds_the_regions_kept_lossless_and_marks_no_genuine_crop():
+def test_jpeg_grid_scored_by_the_benchmark_finds_the_regions_kept_lossless_and_marks_no_genuine_crop(one_thread):
     """Per image, pixel F1 at probability 0.5 (the toolkit's pixel metrics) and the genuine share
     marked; a final save at JPEG 90 wipes the donor's grid."""
     images = make_images("test", side=256, per_photo=6)

@@ -62,8 +62,6 @@ def test_a_missing_module_of_the_toolkit_itself_is_not_taken_for_a_package_to_in
     assert missing_package("detectors.npr.NPR", ImportError("cannot import name 'x' from 'timm'")) is None
 
 
-@pytest.mark.slow
-@pytest.mark.ci  # in CI's slow phase: an export in a fresh interpreter
 def test_export_of_a_checkpoint_whose_backbone_package_is_missing_ends_in_one_line_naming_it(tmp_path):
     model = write_pairnet_checkpoint(tmp_path / "pair.ckpt", seed=0)
     done = run_without("timm", "export.py", f"model={model}", f"output={tmp_path / 'pair.onnx'}", cwd=tmp_path)
